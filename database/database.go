@@ -1,0 +1,218 @@
+// Package database opens the service's database from POSTING_DATABASE_URL:
+// MySQL/MariaDB in production, an embedded SQLite file otherwise.
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/postingsvc/posting/migrations"
+)
+
+// ErrInvalidURL is returned for a database URL that cannot be used.
+var ErrInvalidURL = errors.New("invalid database URL")
+
+// EmbeddedFileName is the SQLite file used under the data dir when no URL is set.
+const EmbeddedFileName = "posting.db"
+
+// DB is an open database with the dialect it speaks.
+type DB struct {
+	*gorm.DB
+	Dialect migrations.Dialect
+	// Location says where the data lives, without credentials, for logs.
+	Location string
+}
+
+// Open opens rawURL: "mysql://user:pass@host:port/db?params", "sqlite://path",
+// or, when rawURL is empty, the embedded SQLite file in dataDir (created if needed).
+func Open(rawURL, dataDir string) (*DB, error) {
+	if rawURL == "" {
+		if dataDir == "" {
+			return nil, fmt.Errorf("%w: empty URL and no data dir", ErrInvalidURL)
+		}
+		if err := os.MkdirAll(dataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+		return openSQLite(filepath.Join(dataDir, EmbeddedFileName))
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	switch u.Scheme {
+	case "mysql":
+		dsn, err := MySQLDSN(u)
+		if err != nil {
+			return nil, err
+		}
+		return openMySQL(dsn, u.Host+u.Path)
+	case "sqlite":
+		// sqlite://relative/path.db keeps the host as the first path element;
+		// sqlite:///abs/path.db has an empty host.
+		path := u.Host + u.Path
+		if u.Opaque != "" {
+			path = u.Opaque
+		}
+		if path == "" {
+			return nil, fmt.Errorf("%w: sqlite URL without a path (want sqlite://path/to.db)", ErrInvalidURL)
+		}
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, fmt.Errorf("create sqlite dir: %w", err)
+			}
+		}
+		return openSQLite(path)
+	default:
+		return nil, fmt.Errorf("%w: scheme %q (want mysql:// or sqlite://)", ErrInvalidURL, u.Scheme)
+	}
+}
+
+// MySQLDSN turns a mysql:// URL into a go-sql-driver DSN with the settings the
+// service relies on: parseTime, UTC, utf8mb4. Query parameters of the URL are
+// passed through and may override them.
+func MySQLDSN(u *url.URL) (string, error) {
+	if u.Host == "" {
+		return "", fmt.Errorf("%w: mysql URL without host (want mysql://user:pass@host:3306/db)", ErrInvalidURL)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" || strings.Contains(name, "/") {
+		return "", fmt.Errorf("%w: mysql URL needs exactly one database name in its path, got %q", ErrInvalidURL, u.Path)
+	}
+	cfg := mysqldriver.NewConfig()
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if !strings.Contains(u.Host, ":") {
+		cfg.Addr = u.Host + ":3306"
+	}
+	cfg.DBName = name
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.Timeout = 5 * time.Second
+	cfg.ReadTimeout = 30 * time.Second
+	cfg.WriteTimeout = 30 * time.Second
+	cfg.Params = map[string]string{
+		"charset":   "utf8mb4",
+		"time_zone": "'+00:00'",
+	}
+	for k, vs := range u.Query() {
+		if len(vs) == 0 {
+			continue
+		}
+		switch k {
+		case "parseTime", "loc", "timeout", "readTimeout", "writeTimeout":
+			// These are typed fields of the driver config: go through its parser.
+			parsed, err := mysqldriver.ParseDSN("u@tcp(h)/d?" + k + "=" + url.QueryEscape(vs[0]))
+			if err != nil {
+				return "", fmt.Errorf("%w: mysql parameter %s: %v", ErrInvalidURL, k, err)
+			}
+			switch k {
+			case "parseTime":
+				cfg.ParseTime = parsed.ParseTime
+			case "loc":
+				cfg.Loc = parsed.Loc
+			case "timeout":
+				cfg.Timeout = parsed.Timeout
+			case "readTimeout":
+				cfg.ReadTimeout = parsed.ReadTimeout
+			case "writeTimeout":
+				cfg.WriteTimeout = parsed.WriteTimeout
+			}
+		default:
+			cfg.Params[k] = vs[0]
+		}
+	}
+	return cfg.FormatDSN(), nil
+}
+
+func gormConfig() *gorm.Config {
+	return &gorm.Config{
+		Logger: logger.Discard,
+		// Timestamps come from the services' injected clocks, never from GORM.
+		NowFunc:                func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+		SkipDefaultTransaction: true,
+		TranslateError:         true,
+	}
+}
+
+func openMySQL(dsn, location string) (*DB, error) {
+	g, err := gorm.Open(mysql.New(mysql.Config{DSN: dsn}), gormConfig())
+	if err != nil {
+		return nil, fmt.Errorf("open mysql %s: %w", location, err)
+	}
+	sqlDB, err := g.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(20)
+	sqlDB.SetMaxIdleConns(10)
+	sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	return &DB{DB: g, Dialect: migrations.MySQL, Location: "mysql://" + location}, nil
+}
+
+func openSQLite(path string) (*DB, error) {
+	// WAL lets readers run beside the one writer; immediate transactions take
+	// the write lock at BEGIN, so two writers queue on busy_timeout instead of
+	// one failing with SQLITE_BUSY when it upgrades a read lock.
+	dsn := "file:" + path + "?_txlock=immediate" +
+		"&_pragma=busy_timeout(10000)" +
+		"&_pragma=journal_mode(WAL)" +
+		"&_pragma=synchronous(NORMAL)" +
+		"&_pragma=foreign_keys(1)"
+	g, err := gorm.Open(sqlite.Open(dsn), gormConfig())
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	sqlDB, err := g.DB()
+	if err != nil {
+		return nil, err
+	}
+	// SQLite has one writer; a few connections serve readers under WAL.
+	sqlDB.SetMaxOpenConns(4)
+	sqlDB.SetConnMaxIdleTime(0)
+	return &DB{DB: g, Dialect: migrations.SQLite, Location: "sqlite://" + path}, nil
+}
+
+// Migrate applies the schema migrations of the database's dialect.
+func (db *DB) Migrate(ctx context.Context, logger *slog.Logger) (int, error) {
+	sqlDB, err := db.DB.DB()
+	if err != nil {
+		return 0, err
+	}
+	return migrations.Up(ctx, sqlDB, db.Dialect, logger)
+}
+
+// Ping checks that the database answers within ctx.
+func (db *DB) Ping(ctx context.Context) error {
+	sqlDB, err := db.DB.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// Close closes the connection pool.
+func (db *DB) Close() error {
+	sqlDB, err := db.DB.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}

@@ -1,0 +1,166 @@
+// Package databasetest gives tests an isolated, migrated database on MySQL
+// (MariaDB) and on SQLite, so the same store and service tests run on both.
+//
+// MySQL is reached at POSTING_TEST_MYSQL_URL (default
+// mysql://root@127.0.0.1:3306/test). When it is unreachable the MySQL variant
+// is skipped with a message, unless POSTING_TEST_REQUIRE_MYSQL=1, as in CI,
+// where it fails instead.
+package databasetest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/migrations"
+)
+
+// DefaultMySQLURL is the server the tests use when POSTING_TEST_MYSQL_URL is unset.
+const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
+
+// Dialects lists the dialects Each runs a test on.
+var Dialects = []migrations.Dialect{migrations.MySQL, migrations.SQLite}
+
+// Each runs fn as a subtest per dialect, each with its own fresh database.
+func Each(t *testing.T, fn func(t *testing.T, db *database.DB)) {
+	t.Helper()
+	for _, d := range Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			fn(t, New(t, d))
+		})
+	}
+}
+
+// New returns a fresh migrated database of the dialect, removed when the test ends.
+func New(t testing.TB, dialect migrations.Dialect) *database.DB {
+	t.Helper()
+	switch dialect {
+	case migrations.SQLite:
+		return NewSQLite(t)
+	case migrations.MySQL:
+		return NewMySQL(t)
+	default:
+		t.Fatalf("unknown dialect %q", dialect)
+		return nil
+	}
+}
+
+// NewSQLite returns a migrated SQLite database in a file under t.TempDir().
+func NewSQLite(t testing.TB) *database.DB {
+	t.Helper()
+	db, err := database.Open("sqlite://"+filepath.Join(t.TempDir(), "test.db"), "")
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	migrate(t, db)
+	return db
+}
+
+// NewMySQL creates a database with a random name on the test server, migrates
+// it, and drops it when the test ends. It skips the test when no server is
+// reachable, or fails it when POSTING_TEST_REQUIRE_MYSQL=1.
+func NewMySQL(t testing.TB) *database.DB {
+	t.Helper()
+	url := MySQLURL(t, "")
+	db, err := database.Open(url, "")
+	if err != nil {
+		t.Fatalf("open mysql test database: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	migrate(t, db)
+	return db
+}
+
+// MySQLURL creates a fresh empty database on the test server and returns its
+// mysql:// URL, to hand to code that opens its own pools (several relay
+// instances, the built binary). The database is dropped when the test ends.
+// prefix, if set, starts the database name.
+func MySQLURL(t testing.TB, prefix string) string {
+	t.Helper()
+	base := os.Getenv("POSTING_TEST_MYSQL_URL")
+	if base == "" {
+		base = DefaultMySQLURL
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", base, err)
+	}
+	dsn, err := database.MySQLDSN(u)
+	if err != nil {
+		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", base, err)
+	}
+	admin, err := openAdmin(dsn)
+	if err != nil {
+		if os.Getenv("POSTING_TEST_REQUIRE_MYSQL") == "1" {
+			t.Fatalf("MySQL required (POSTING_TEST_REQUIRE_MYSQL=1) but not reachable at %s: %v", u.Host, err)
+		}
+		t.Skipf("skipping MySQL test: no server reachable at %s (%v); set POSTING_TEST_MYSQL_URL, or POSTING_TEST_REQUIRE_MYSQL=1 to fail instead", u.Host, err)
+	}
+	if prefix == "" {
+		prefix = "posting_test"
+	}
+	name := prefix + "_" + randomSuffix()
+	if _, err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"); err != nil {
+		_ = admin.Close()
+		t.Fatalf("create test database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	return u.String()
+}
+
+func openAdmin(dsn string) (*sql.DB, error) {
+	cfg, err := mysqldriver.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DBName = ""
+	cfg.Timeout = 2 * time.Second
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+func migrate(t testing.TB, db *database.DB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := db.Migrate(ctx, nil); err != nil {
+		t.Fatalf("migrate %s: %v", db.Dialect, err)
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,47 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+)
+
+// maxTxAttempts bounds how often Transaction re-runs a transaction that lost a
+// deadlock or a lock wait.
+const maxTxAttempts = 5
+
+// Transaction runs fn in one transaction of db and commits it, re-running the
+// whole transaction when the database chose it as a deadlock victim or a lock
+// wait timed out (MySQL 1213/1205, SQLite busy). fn must be safe to re-run: it
+// sees none of the failed attempt's writes.
+func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = db.WithContext(ctx).Transaction(fn)
+		if err == nil || !IsRetryable(err) || attempt == maxTxAttempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
+		}
+	}
+}
+
+// IsRetryable reports whether err is a transient lock conflict after which the
+// same transaction may succeed when run again.
+func IsRetryable(err error) bool {
+	var me *mysqldriver.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1213 || me.Number == 1205
+	}
+	// The SQLite driver reports SQLITE_BUSY / SQLITE_LOCKED only in its text.
+	msg := err.Error()
+	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked") ||
+		strings.Contains(msg, "SQLITE_LOCKED")
+}

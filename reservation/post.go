@@ -1,0 +1,118 @@
+// Package reservation holds posts and their rules: the post entity and its
+// state machine, the service whose every change writes the post and its
+// outbox event in one transaction, and the scheduler job that makes due posts
+// WORKING.
+package reservation
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/plugin/optimisticlock"
+)
+
+// Status is the state of a post.
+type Status string
+
+// The post statuses: RESERVED → WORKING → PUBLISHED, and RESERVED/WORKING → CANCELLED.
+const (
+	StatusReserved  Status = "RESERVED"
+	StatusWorking   Status = "WORKING"
+	StatusPublished Status = "PUBLISHED"
+	StatusCancelled Status = "CANCELLED"
+)
+
+// Statuses lists every status.
+var Statuses = []Status{StatusReserved, StatusWorking, StatusPublished, StatusCancelled}
+
+// Valid reports whether s is one of the statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Sentinel errors of the package, wrapped with %w; check them with errors.Is.
+var (
+	// ErrNotFound: no post has the id.
+	ErrNotFound = errors.New("post not found")
+	// ErrConflict: the post changed since it was read (version mismatch).
+	ErrConflict = errors.New("post was changed concurrently")
+	// ErrInvalidTransition: the post's status does not allow the change.
+	ErrInvalidTransition = errors.New("invalid status transition")
+	// ErrInvalidInput: a field has a value the rules refuse.
+	ErrInvalidInput = errors.New("invalid input")
+)
+
+// transitions lists, per status, the statuses it may move to.
+var transitions = map[Status][]Status{
+	StatusReserved: {StatusWorking, StatusCancelled},
+	StatusWorking:  {StatusPublished, StatusCancelled},
+}
+
+// CanTransition reports whether a post in from may move to to.
+func CanTransition(from, to Status) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckTransition returns an error wrapping ErrInvalidTransition unless from → to is allowed.
+func CheckTransition(from, to Status) error {
+	if !CanTransition(from, to) {
+		return fmt.Errorf("%w: %s → %s", ErrInvalidTransition, from, to)
+	}
+	return nil
+}
+
+// Post is a reserved post, one row of the posts table.
+type Post struct {
+	ID          int64      `gorm:"column:id;primaryKey;autoIncrement"`
+	Title       string     `gorm:"column:title"`
+	Content     string     `gorm:"column:content"`
+	Status      Status     `gorm:"column:status"`
+	ScheduledAt time.Time  `gorm:"column:scheduled_at"`
+	CreatedAt   time.Time  `gorm:"column:created_at;autoCreateTime:false"`
+	UpdatedAt   time.Time  `gorm:"column:updated_at;autoUpdateTime:false"`
+	PublishedAt *time.Time `gorm:"column:published_at"`
+	// Version is the optimistic lock: GORM adds "AND version = ?" to every
+	// update of the post and increments it.
+	Version optimisticlock.Version `gorm:"column:version"`
+}
+
+// TableName is the table of the contract.
+func (Post) TableName() string { return "posts" }
+
+// Action is what a POSTING_EVENT says happened to a post.
+type Action string
+
+// The actions of POSTING_EVENT.
+const (
+	ActionCreated   Action = "CREATED"
+	ActionUpdated   Action = "UPDATED"
+	ActionCancelled Action = "CANCELLED"
+)
+
+// PostingEventFields are the fields a POSTING_EVENT adds to the envelope.
+type PostingEventFields struct {
+	Action      Action    `json:"action"`
+	Status      Status    `json:"status"`
+	ScheduledAt time.Time `json:"scheduledAt"`
+}
+
+// ReservationEventFields are the fields a POSTING_RESERVATION_EVENT adds to the envelope.
+type ReservationEventFields struct {
+	ScheduledAt time.Time `json:"scheduledAt"`
+}
+
+// ReservationDedupKey is the outbox dedup key of a post's reservation event:
+// the unique index on it makes a second reservation event of the post
+// impossible, however many schedulers run.
+func ReservationDedupKey(postID int64) string { return fmt.Sprintf("reservation:%d", postID) }
