@@ -1,0 +1,55 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
+)
+
+// The helper has already migrated the database once; a second run must apply
+// nothing, and every table of the contract must exist with its columns.
+func TestUpTwiceIsNoOp(t *testing.T) {
+	t.Parallel()
+	for _, d := range databasetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			db := databasetest.New(t, d)
+			ctx := context.Background()
+			n, err := db.Migrate(ctx, nil)
+			require.NoError(t, err)
+			require.Equal(t, 0, n, "second run applied migrations")
+
+			m := db.Migrator()
+			for table, cols := range map[string][]string{
+				"posts": {"id", "title", "content", "status", "scheduled_at", "created_at", "updated_at", "published_at", "version"},
+				"outbox": {"id", "event_id", "event_type", "aggregate_id", "payload", "created", "status", "retry_count",
+					"version", "next_attempt_at", "claimed_by", "claimed_at", "sent_at", "last_error"},
+				"inbox": {"consumer", "event_id", "processed_at"},
+			} {
+				require.True(t, m.HasTable(table), "table %s", table)
+				for _, c := range cols {
+					require.True(t, m.HasColumn(table, c), "column %s.%s", table, c)
+				}
+			}
+			require.True(t, m.HasIndex("outbox", "idx_outbox_status_created_id"))
+		})
+	}
+}
+
+// A fresh, empty database gets the whole schema from Up.
+func TestUpOnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	_, err = sqlDB.Exec("DROP TABLE inbox; DROP TABLE outbox; DROP TABLE posts; DROP TABLE goose_db_version")
+	require.NoError(t, err)
+	n, err := migrations.Up(context.Background(), sqlDB, migrations.SQLite, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.True(t, db.Migrator().HasTable("outbox"))
+}

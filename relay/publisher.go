@@ -1,0 +1,27 @@
+// Package relay moves outbox rows to a publisher: it recovers stale claims,
+// claims due rows in batches, sends them synchronously and records each result
+// under the claim's version.
+package relay
+
+import (
+	"context"
+	"errors"
+
+	"github.com/postingsvc/posting/outbox"
+)
+
+// ErrUnavailable marks a send that failed because the cluster could not be
+// reached (no broker, connection refused, timeouts, leader elections). Such a
+// failure is not the message's fault: the relay backs off and does not count
+// it as one of the message's attempts.
+var ErrUnavailable = errors.New("broker unavailable")
+
+// Publisher sends a batch of outbox rows synchronously and tells each result.
+type Publisher interface {
+	// Publish sends msgs, keyed by post id, and returns one error per message
+	// in the same order: nil when the broker acknowledged it, an error wrapping
+	// ErrUnavailable when the cluster could not be reached, and any other error
+	// when the broker rejected that message. It returns only when every
+	// message has an outcome.
+	Publish(ctx context.Context, msgs []outbox.Message) []error
+}
