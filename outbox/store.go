@@ -1,0 +1,317 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/migrations"
+)
+
+// ErrClaimLost is returned when a claimed batch could not be written as a
+// whole; the claim transaction was rolled back and nothing was claimed.
+var ErrClaimLost = errors.New("outbox claim lost")
+
+// maxPairsPerStatement bounds the (id, version) pairs of one statement, far
+// below the placeholder limits of MySQL (65535) and SQLite (32766).
+const maxPairsPerStatement = 1000
+
+// unsentStatuses are the statuses of rows that still have to reach the broker
+// (or an operator): an event of a post waits while an earlier one is in them.
+const unsentStatuses = "'PENDING','RETRY','PROCESSING','FAIL'"
+
+// Store claims, acknowledges and recovers outbox rows for the relay. Every
+// result write carries the version the claim produced, so a relay whose claim
+// was recovered by another instance cannot overwrite the newer state.
+type Store struct {
+	db      *gorm.DB
+	dialect migrations.Dialect
+}
+
+// NewStore returns a Store on db.
+func NewStore(db *database.DB) *Store {
+	return &Store{db: db.DB, dialect: db.Dialect}
+}
+
+// DB returns the store's database handle.
+func (s *Store) DB() *gorm.DB { return s.db }
+
+// Claim marks up to limit due rows PROCESSING for owner and returns them,
+// oldest first by (created, id), with the versions of the claim. A row is due
+// when it is PENDING or RETRY with next_attempt_at <= now, and it is the
+// earliest unsent event of its post: a later event of a post is never claimed
+// while an earlier one is PENDING, RETRY, PROCESSING or FAIL, whoever holds
+// it, which keeps per-post order across retries, instances and crashes.
+//
+// The claim is one short transaction that ends before any network call: a
+// plain read picks the candidates, a locking read by primary key (FOR UPDATE
+// SKIP LOCKED on MySQL, where concurrent claimers skip each other's rows
+// instead of waiting; SQLite transactions are serialized by BEGIN IMMEDIATE)
+// re-checks their status, and one version-checked UPDATE takes them.
+func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Time) ([]Message, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	now = Normalize(now)
+	var claimed []Message
+	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		claimed = nil
+		ids, err := s.candidates(tx, limit, now)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		lock := tx.Where("id IN ? AND status IN ?", ids, []Status{StatusPending, StatusRetry}).Order("created, id")
+		if s.dialect == migrations.MySQL {
+			// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
+			lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+		}
+		var rows []Message
+		if err := lock.Find(&rows).Error; err != nil {
+			return fmt.Errorf("lock candidates: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		res := tx.Model(&Message{}).
+			Where("status IN ?", []Status{StatusPending, StatusRetry}).
+			Where(versionMatch(rows)).
+			Updates(map[string]any{
+				"status":     StatusProcessing,
+				"version":    gorm.Expr("version + 1"),
+				"claimed_by": owner,
+				"claimed_at": now,
+			})
+		if res.Error != nil {
+			return fmt.Errorf("claim rows: %w", res.Error)
+		}
+		if int(res.RowsAffected) != len(rows) {
+			return fmt.Errorf("%w: %d of %d rows changed under the lock", ErrClaimLost, res.RowsAffected, len(rows))
+		}
+		for i := range rows {
+			rows[i].Status = StatusProcessing
+			rows[i].Version++
+			rows[i].ClaimedBy = &owner
+			rows[i].ClaimedAt = &now
+		}
+		claimed = rows
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
+// candidates returns the ids of up to limit due rows that are the head of
+// their post's unsent events. PENDING and RETRY are read by two index-ordered
+// scans of idx_outbox_status_created_id, merged, so neither needs a sort.
+func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, error) {
+	part := func(alias string) string {
+		return `SELECT id, created FROM (
+	SELECT o.id, o.created FROM outbox o
+	WHERE o.status = ? AND o.next_attempt_at <= ?
+	  AND NOT EXISTS (SELECT 1 FROM outbox e
+	    WHERE e.aggregate_id = o.aggregate_id AND e.status IN (` + unsentStatuses + `) AND e.id < o.id)
+	ORDER BY o.created, o.id LIMIT ?) ` + alias
+	}
+	q := part("p") + "\nUNION ALL\n" + part("r") + "\nORDER BY created, id LIMIT ?"
+	var rows []struct {
+		ID      int64
+		Created time.Time
+	}
+	err := tx.Raw(q, StatusPending, now, limit, StatusRetry, now, limit, limit).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("find claim candidates: %w", err)
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	return ids, nil
+}
+
+// MarkSent records the broker's acknowledgement of claimed rows: SENT with
+// sent_at. Rows whose claim is no longer current (recovered by another
+// instance) are left alone; their number is returned as fenced.
+func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fenced int, err error) {
+	at = Normalize(at)
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		fenced = 0
+		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
+			res := tx.Model(&Message{}).
+				Where("status = ?", StatusProcessing).
+				Where(versionMatch(chunk)).
+				Updates(map[string]any{
+					"status":  StatusSent,
+					"sent_at": at,
+					"version": gorm.Expr("version + 1"),
+				})
+			if res.Error != nil {
+				return fmt.Errorf("mark sent: %w", res.Error)
+			}
+			fenced += len(chunk) - int(res.RowsAffected)
+		}
+		return nil
+	})
+	return fenced, err
+}
+
+// Failure is a failed send attempt of one claimed row.
+type Failure struct {
+	// Message is the row as claimed.
+	Message Message
+	// Err says why; it becomes last_error.
+	Err string
+	// NextAttemptAt is when the row is due again if it is retried.
+	NextAttemptAt time.Time
+	// Final makes the row FAIL instead of RETRY.
+	Final bool
+}
+
+// MarkFailed records failed attempts: retry_count+1, last_error, and RETRY
+// with next_attempt_at, or FAIL when the failure is final. Rows whose claim is
+// no longer current are left alone and counted as fenced.
+func (s *Store) MarkFailed(ctx context.Context, failures []Failure) (fenced int, err error) {
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		fenced = 0
+		for _, f := range failures {
+			status := StatusRetry
+			if f.Final {
+				status = StatusFail
+			}
+			res := tx.Model(&Message{}).
+				Where("id = ? AND version = ? AND status = ?", f.Message.ID, f.Message.Version, StatusProcessing).
+				Updates(map[string]any{
+					"status":          status,
+					"retry_count":     gorm.Expr("retry_count + 1"),
+					"next_attempt_at": Normalize(f.NextAttemptAt),
+					"last_error":      truncateError(f.Err),
+					"version":         gorm.Expr("version + 1"),
+				})
+			if res.Error != nil {
+				return fmt.Errorf("mark failed: %w", res.Error)
+			}
+			fenced += 1 - int(res.RowsAffected)
+		}
+		return nil
+	})
+	return fenced, err
+}
+
+// Release hands claimed rows back without spending an attempt: PENDING when
+// they never failed, RETRY otherwise, due as before. The relay releases a
+// batch the broker could not be reached for, since an outage is not the
+// rows' fault.
+func (s *Store) Release(ctx context.Context, msgs []Message) (fenced int, err error) {
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		fenced = 0
+		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
+			res := tx.Model(&Message{}).
+				Where("status = ?", StatusProcessing).
+				Where(versionMatch(chunk)).
+				Updates(map[string]any{
+					"status":  gorm.Expr("CASE WHEN retry_count = 0 THEN ? ELSE ? END", StatusPending, StatusRetry),
+					"version": gorm.Expr("version + 1"),
+				})
+			if res.Error != nil {
+				return fmt.Errorf("release: %w", res.Error)
+			}
+			fenced += len(chunk) - int(res.RowsAffected)
+		}
+		return nil
+	})
+	return fenced, err
+}
+
+// Recovery counts what RecoverStale did.
+type Recovery struct {
+	// Retried rows went back to RETRY.
+	Retried int
+	// Failed rows had no attempts left and became FAIL.
+	Failed int
+}
+
+// RecoverStale takes back claims older than staleBefore, left by an instance
+// that died or hung between claim and result. A recovery counts as a failed
+// attempt, so a row that kills its relay every time still ends in FAIL: rows
+// that already used maxRetries retries become FAIL, the others RETRY, due at
+// retryAt. Bumping the version fences any late write of the old claim.
+func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetries int, retryAt time.Time) (Recovery, error) {
+	staleBefore, retryAt = Normalize(staleBefore), Normalize(retryAt)
+	var rec Recovery
+	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		rec = Recovery{}
+		stale := func() *gorm.DB {
+			return tx.Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore)
+		}
+		res := stale().Where("retry_count >= ?", maxRetries).Updates(map[string]any{
+			"status":      StatusFail,
+			"retry_count": gorm.Expr("retry_count + 1"),
+			"last_error":  "claim expired: the relay instance stopped before recording a result",
+			"version":     gorm.Expr("version + 1"),
+		})
+		if res.Error != nil {
+			return fmt.Errorf("fail stale claims: %w", res.Error)
+		}
+		rec.Failed = int(res.RowsAffected)
+		res = stale().Updates(map[string]any{
+			"status":          StatusRetry,
+			"retry_count":     gorm.Expr("retry_count + 1"),
+			"next_attempt_at": retryAt,
+			"last_error":      "claim expired: the relay instance stopped before recording a result",
+			"version":         gorm.Expr("version + 1"),
+		})
+		if res.Error != nil {
+			return fmt.Errorf("recover stale claims: %w", res.Error)
+		}
+		rec.Retried = int(res.RowsAffected)
+		return nil
+	})
+	return rec, err
+}
+
+// versionMatch is the condition "(id = ? AND version = ?) OR ..." over msgs:
+// the set-based form of an optimistic lock, portable to MySQL and SQLite, and
+// resolved by MySQL as primary-key lookups.
+func versionMatch(msgs []Message) clause.Expr {
+	var b strings.Builder
+	b.WriteString("(")
+	args := make([]any, 0, 2*len(msgs))
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(id = ? AND version = ?)")
+		args = append(args, m.ID, m.Version)
+	}
+	b.WriteString(")")
+	return clause.Expr{SQL: b.String(), Vars: args}
+}
+
+func chunks(msgs []Message, n int) [][]Message {
+	var out [][]Message
+	for len(msgs) > n {
+		out = append(out, msgs[:n])
+		msgs = msgs[n:]
+	}
+	if len(msgs) > 0 {
+		out = append(out, msgs)
+	}
+	return out
+}
+
+// maxErrorLen keeps last_error readable and within a TEXT column.
+const maxErrorLen = 2000
+
+func truncateError(s string) string {
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	return s[:maxErrorLen]
+}

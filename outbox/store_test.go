@@ -1,0 +1,229 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// appendEvents writes one POSTING_EVENT per post id, in the given order, and returns the rows.
+func appendEvents(t *testing.T, db *gorm.DB, at time.Time, postIDs ...int64) []outbox.Message {
+	t.Helper()
+	var out []outbox.Message
+	for i, id := range postIDs {
+		m, err := outbox.Append(db, outbox.Event{
+			Type: outbox.PostingEvent, PostID: id, OccurredAt: at.Add(time.Duration(i) * time.Millisecond),
+			Fields: map[string]any{"action": "CREATED"},
+		})
+		require.NoError(t, err)
+		out = append(out, *m)
+	}
+	return out
+}
+
+func statusOf(t *testing.T, db *gorm.DB, id int64) outbox.Message {
+	t.Helper()
+	var m outbox.Message
+	require.NoError(t, db.First(&m, id).Error)
+	return m
+}
+
+func ids(msgs []outbox.Message) []int64 {
+	out := make([]int64, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func TestAppendWritesEnvelope(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		m := appendEvents(t, db.DB, t0, 42)[0]
+		got := statusOf(t, db.DB, m.ID)
+		require.Equal(t, outbox.StatusPending, got.Status)
+		require.Equal(t, int64(42), got.AggregateID)
+		require.Equal(t, "42", got.Key())
+		require.True(t, got.Created.Equal(t0), "created %v", got.Created)
+		var payload map[string]any
+		require.NoError(t, json.Unmarshal([]byte(got.Payload), &payload))
+		require.Equal(t, got.EventID, payload["eventId"])
+		require.Equal(t, "POSTING_EVENT", payload["eventType"])
+		require.EqualValues(t, 42, payload["postId"])
+		require.Equal(t, "2026-12-01T12:00:00Z", payload["occurredAt"])
+		require.Equal(t, "CREATED", payload["action"])
+
+		// A dedup key admits one row only.
+		ev := outbox.Event{Type: outbox.ReservationEvent, PostID: 42, OccurredAt: t0, DedupKey: "reservation:42"}
+		_, err := outbox.Append(db.DB, ev)
+		require.NoError(t, err)
+		_, err = outbox.Append(db.DB, ev)
+		require.ErrorIs(t, err, outbox.ErrDuplicate)
+	})
+}
+
+func TestClaimOrderAndPerPostHead(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		store := outbox.NewStore(db)
+		// Post 1 has three events, post 2 two, post 3 one.
+		rows := appendEvents(t, db.DB, t0, 1, 2, 1, 3, 2, 1)
+
+		first, err := store.Claim(ctx, "a", 10, t0.Add(time.Second))
+		require.NoError(t, err)
+		// Only the head of each post is claimable.
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[3].ID}, ids(first))
+		for _, m := range first {
+			got := statusOf(t, db.DB, m.ID)
+			require.Equal(t, outbox.StatusProcessing, got.Status)
+			require.Equal(t, "a", *got.ClaimedBy)
+			require.Equal(t, m.Version, got.Version)
+		}
+		// While the heads are PROCESSING, another claimer gets nothing.
+		second, err := store.Claim(ctx, "b", 10, t0.Add(time.Second))
+		require.NoError(t, err)
+		require.Empty(t, second)
+
+		fenced, err := store.MarkSent(ctx, first, t0.Add(2*time.Second))
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
+
+		// Now the second event of posts 1 and 2 are heads.
+		third, err := store.Claim(ctx, "b", 10, t0.Add(3*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[2].ID, rows[4].ID}, ids(third))
+
+		// Limit is honoured.
+		_, err = store.MarkSent(ctx, third, t0)
+		require.NoError(t, err)
+		one, err := store.Claim(ctx, "c", 1, t0.Add(4*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[5].ID}, ids(one))
+	})
+}
+
+func TestFailedHeadHoldsItsPost(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		store := outbox.NewStore(db)
+		rows := appendEvents(t, db.DB, t0, 7, 7, 8)
+		claimed, err := store.Claim(ctx, "a", 10, t0.Add(time.Second))
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID, rows[2].ID}, ids(claimed))
+
+		retryAt := t0.Add(time.Minute)
+		fenced, err := store.MarkFailed(ctx, []outbox.Failure{{Message: claimed[0], Err: "rejected: INVALID_RECORD", NextAttemptAt: retryAt}})
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		got := statusOf(t, db.DB, rows[0].ID)
+		require.Equal(t, outbox.StatusRetry, got.Status)
+		require.Equal(t, 1, got.RetryCount)
+		require.Equal(t, "rejected: INVALID_RECORD", *got.LastError)
+		require.True(t, got.NextAttemptAt.Equal(retryAt))
+
+		// Not due yet, and its successor waits behind it.
+		none, err := store.Claim(ctx, "a", 10, t0.Add(2*time.Second))
+		require.NoError(t, err)
+		require.Empty(t, none)
+
+		// Due again: the failed head comes back, alone.
+		again, err := store.Claim(ctx, "a", 10, retryAt)
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID}, ids(again))
+
+		// FAIL holds the successor too.
+		_, err = store.MarkFailed(ctx, []outbox.Failure{{Message: again[0], Err: "rejected", Final: true}})
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusFail, statusOf(t, db.DB, rows[0].ID).Status)
+		held, err := store.Claim(ctx, "a", 10, retryAt.Add(time.Hour))
+		require.NoError(t, err)
+		require.Empty(t, held)
+	})
+}
+
+func TestReleaseKeepsRetries(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		store := outbox.NewStore(db)
+		rows := appendEvents(t, db.DB, t0, 1, 2)
+		now := t0.Add(time.Second)
+		claimed, err := store.Claim(ctx, "a", 10, now)
+		require.NoError(t, err)
+		require.Len(t, claimed, 2)
+		_, err = store.MarkFailed(ctx, []outbox.Failure{{Message: claimed[1], Err: "x", NextAttemptAt: now}})
+		require.NoError(t, err)
+		reclaimed, err := store.Claim(ctx, "a", 10, now)
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[1].ID}, ids(reclaimed))
+
+		fenced, err := store.Release(ctx, append([]outbox.Message{claimed[0]}, reclaimed...))
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		a, b := statusOf(t, db.DB, rows[0].ID), statusOf(t, db.DB, rows[1].ID)
+		require.Equal(t, outbox.StatusPending, a.Status)
+		require.Zero(t, a.RetryCount)
+		require.Equal(t, outbox.StatusRetry, b.Status)
+		require.Equal(t, 1, b.RetryCount)
+	})
+}
+
+func TestRecoverStaleFencesTheOldClaim(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		store := outbox.NewStore(db)
+		rows := appendEvents(t, db.DB, t0, 1, 2)
+		dead, err := store.Claim(ctx, "dead", 10, t0.Add(time.Millisecond))
+		require.NoError(t, err)
+		require.Len(t, dead, 2)
+		// Row 2 has used all its retries already.
+		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", rows[1].ID).Update("retry_count", 3).Error)
+
+		// Not stale yet.
+		rec, err := store.RecoverStale(ctx, t0, 3, t0)
+		require.NoError(t, err)
+		require.Equal(t, outbox.Recovery{}, rec)
+
+		rec, err = store.RecoverStale(ctx, t0.Add(time.Second), 3, t0.Add(time.Second))
+		require.NoError(t, err)
+		require.Equal(t, outbox.Recovery{Retried: 1, Failed: 1}, rec)
+		a, b := statusOf(t, db.DB, rows[0].ID), statusOf(t, db.DB, rows[1].ID)
+		require.Equal(t, outbox.StatusRetry, a.Status)
+		require.Equal(t, 1, a.RetryCount)
+		require.Equal(t, outbox.StatusFail, b.Status)
+		require.Equal(t, 4, b.RetryCount)
+		require.Contains(t, *b.LastError, "claim expired")
+
+		// The dead claim's late writes are refused.
+		fenced, err := store.MarkSent(ctx, dead, t0.Add(2*time.Second))
+		require.NoError(t, err)
+		require.Equal(t, 2, fenced)
+		fenced, err = store.MarkFailed(ctx, []outbox.Failure{{Message: dead[0], Err: "late"}})
+		require.NoError(t, err)
+		require.Equal(t, 1, fenced)
+		require.Equal(t, outbox.StatusRetry, statusOf(t, db.DB, rows[0].ID).Status)
+
+		// Another instance claims and sends the recovered row.
+		live, err := store.Claim(ctx, "live", 10, t0.Add(time.Second))
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID}, ids(live))
+		fenced, err = store.MarkSent(ctx, live, t0.Add(3*time.Second))
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
+	})
+}
