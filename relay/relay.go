@@ -1,0 +1,355 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/postingsvc/posting/outbox"
+)
+
+// Config configures a Relay. Zero fields take the defaults of the contract.
+type Config struct {
+	// InstanceID is written into claims and logs. Required.
+	InstanceID string
+	// Interval is the pause between polls (POSTING_RELAY_INTERVAL). Default 5s;
+	// at least 10ms. A poll whose batch came back full is followed at once by another.
+	Interval time.Duration
+	// BatchSize is the number of rows claimed per poll (POSTING_RELAY_BATCH_SIZE).
+	// Default 100; 1..5000.
+	BatchSize int
+	// MaxRetries is the number of retries after the first attempt
+	// (POSTING_RELAY_MAX_RETRIES): the (1+MaxRetries)th failed attempt makes a
+	// row FAIL. Default 3; 0..100. Use -1 for zero retries.
+	MaxRetries int
+	// StaleAfter is how long a claim may stay PROCESSING before another instance
+	// recovers it (POSTING_RELAY_STALE_AFTER). It must exceed the longest a
+	// Publish can take, or a slow send could be duplicated out of order.
+	// Default 2m; at least 1s and more than 2*Interval.
+	StaleAfter time.Duration
+	// RetryBase is the delay before the first retry of a rejected row; each
+	// further retry doubles it, with jitter, up to RetryMax. Default 1s.
+	RetryBase time.Duration
+	// RetryMax caps the retry delay. Default 5m; at least RetryBase.
+	RetryMax time.Duration
+	// OutageBackoffMax caps the pause between polls while the broker cannot be
+	// reached; the pause starts at Interval and doubles. Default 30s.
+	OutageBackoffMax time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the loop's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Observe, if set, is called with the result of every poll (for metrics).
+	Observe func(Result, time.Duration, error)
+}
+
+// DefaultStaleAfter is the default of Config.StaleAfter.
+const DefaultStaleAfter = 2 * time.Minute
+
+func (c *Config) setDefaults() {
+	if c.Interval == 0 {
+		c.Interval = 5 * time.Second
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+	switch c.MaxRetries {
+	case 0:
+		c.MaxRetries = 3
+	case -1:
+		c.MaxRetries = 0
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+	if c.OutageBackoffMax == 0 {
+		c.OutageBackoffMax = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first setting out of its limits.
+func (c Config) Validate() error {
+	switch {
+	case c.InstanceID == "":
+		return errors.New("instance id is required")
+	case c.Interval < 10*time.Millisecond:
+		return fmt.Errorf("interval %s is below 10ms", c.Interval)
+	case c.BatchSize < 1 || c.BatchSize > 5000:
+		return fmt.Errorf("batch size %d is outside 1..5000", c.BatchSize)
+	case c.MaxRetries < 0 || c.MaxRetries > 100:
+		return fmt.Errorf("max retries %d is outside 0..100", c.MaxRetries)
+	case c.StaleAfter < time.Second || c.StaleAfter <= 2*c.Interval:
+		return fmt.Errorf("stale after %s must be at least 1s and more than twice the interval %s", c.StaleAfter, c.Interval)
+	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
+		return fmt.Errorf("retry delays base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
+	case c.OutageBackoffMax < c.Interval:
+		return fmt.Errorf("outage backoff max %s is below the interval %s", c.OutageBackoffMax, c.Interval)
+	}
+	return nil
+}
+
+// Result counts what one poll did.
+type Result struct {
+	// Recovered stale claims put back to RETRY, and RecoveredFailed ones that
+	// had no attempts left and became FAIL.
+	Recovered, RecoveredFailed int
+	// Claimed rows this poll.
+	Claimed int
+	// Sent rows the broker acknowledged.
+	Sent int
+	// Retried rows the broker rejected, due again later.
+	Retried int
+	// Failed rows rejected for the last time, now FAIL.
+	Failed int
+	// Released rows handed back unchanged because the broker was unreachable.
+	Released int
+	// Fenced result writes refused because the claim had been recovered by
+	// another instance meanwhile.
+	Fenced int
+	// Unavailable is set when the broker could not be reached.
+	Unavailable bool
+}
+
+// Relay moves outbox rows to a Publisher. Any number of relays, in any number
+// of processes, may run on one database.
+type Relay struct {
+	cfg   Config
+	store *outbox.Store
+	pub   Publisher
+
+	// afterClaim, if set, runs between claim and send (tests simulate a crash there).
+	afterClaim func()
+
+	mu      sync.Mutex
+	stop    chan struct{}
+	done    chan struct{}
+	stopped bool
+}
+
+// New returns a relay that claims from store and sends to pub.
+func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid relay config: %w", err)
+	}
+	return &Relay{cfg: cfg, store: store, pub: pub}, nil
+}
+
+// Config returns the relay's configuration with defaults filled in.
+func (r *Relay) Config() Config { return r.cfg }
+
+// RunOnce does one poll: recover stale claims, claim a batch, send it, and
+// record each result under the claim's version. When ctx ends between claim
+// and send the rows stay PROCESSING, as after a crash, and are recovered after
+// StaleAfter; once sent, results are recorded even if ctx ends meanwhile.
+func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	now := r.cfg.Now()
+	rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
+	if err != nil {
+		return res, fmt.Errorf("recover stale claims: %w", err)
+	}
+	res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
+
+	msgs, err := r.store.Claim(ctx, r.cfg.InstanceID, r.cfg.BatchSize, now)
+	if err != nil {
+		return res, fmt.Errorf("claim: %w", err)
+	}
+	res.Claimed = len(msgs)
+	if len(msgs) == 0 {
+		return res, nil
+	}
+	if r.afterClaim != nil {
+		r.afterClaim()
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("stopped between claim and send, %d rows left to stale recovery: %w", len(msgs), err)
+	}
+
+	errs := r.pub.Publish(ctx, msgs)
+	if len(errs) != len(msgs) {
+		// A broken publisher: treat the outcome as unknown and let stale recovery retry.
+		return res, fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
+	}
+	// The sends happened: record them even if we are being stopped.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return r.record(wctx, msgs, errs, res)
+}
+
+func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result) (Result, error) {
+	now := r.cfg.Now()
+	var sent, released []outbox.Message
+	var failures []outbox.Failure
+	for i, m := range msgs {
+		switch err := errs[i]; {
+		case err == nil:
+			sent = append(sent, m)
+		case errors.Is(err, ErrUnavailable):
+			released = append(released, m)
+		default:
+			final := m.RetryCount >= r.cfg.MaxRetries
+			failures = append(failures, outbox.Failure{
+				Message:       m,
+				Err:           err.Error(),
+				NextAttemptAt: now.Add(r.retryDelay(m.RetryCount + 1)),
+				Final:         final,
+			})
+			if final {
+				res.Failed++
+			} else {
+				res.Retried++
+			}
+		}
+	}
+	var errsOut []error
+	if len(sent) > 0 {
+		fenced, err := r.store.MarkSent(ctx, sent, now)
+		res.Sent, res.Fenced = len(sent)-fenced, res.Fenced+fenced
+		errsOut = append(errsOut, err)
+	}
+	if len(failures) > 0 {
+		fenced, err := r.store.MarkFailed(ctx, failures)
+		res.Fenced += fenced
+		errsOut = append(errsOut, err)
+	}
+	if len(released) > 0 {
+		fenced, err := r.store.Release(ctx, released)
+		res.Released, res.Fenced = len(released)-fenced, res.Fenced+fenced
+		res.Unavailable = true
+		errsOut = append(errsOut, err)
+	}
+	if err := errors.Join(errsOut...); err != nil {
+		// The rows stay PROCESSING: stale recovery retries them; the broker
+		// may then see some twice, with the same event-id.
+		return res, fmt.Errorf("record send results: %w", err)
+	}
+	return res, nil
+}
+
+// retryDelay is the wait before the given retry (1-based): RetryBase doubled
+// per earlier retry, capped at RetryMax, then jittered into [d/2, d] so rows
+// rejected together do not come back together.
+func (r *Relay) retryDelay(retry int) time.Duration {
+	d := r.cfg.RetryBase
+	for i := 1; i < retry && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.RetryMax)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// Start runs the relay loop in one goroutine until Stop is called or ctx ends.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stop != nil || r.stopped {
+		return errors.New("relay already started")
+	}
+	r.stop, r.done = make(chan struct{}), make(chan struct{})
+	go r.loop(ctx)
+	return nil
+}
+
+// Stop asks the loop to exit after the poll in progress, whose sends are
+// finished and recorded, and waits for it. It is safe to call twice and
+// without Start.
+func (r *Relay) Stop() {
+	r.mu.Lock()
+	if r.stop == nil || r.stopped {
+		r.stopped = true
+		done := r.done
+		r.mu.Unlock()
+		if done != nil {
+			<-done
+		}
+		return
+	}
+	r.stopped = true
+	close(r.stop)
+	done := r.done
+	r.mu.Unlock()
+	<-done
+}
+
+func (r *Relay) loop(ctx context.Context) {
+	defer close(r.done)
+	log := r.cfg.Logger.With("component", "relay", "instance_id", r.cfg.InstanceID)
+	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize,
+		"max_retries", r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
+	defer log.Info("relay stopped")
+	outage := time.Duration(0)
+	for {
+		start := time.Now()
+		res, err := r.RunOnce(ctx)
+		if r.cfg.Observe != nil {
+			r.cfg.Observe(res, time.Since(start), err)
+		}
+		wait := r.cfg.Interval
+		switch {
+		case err != nil && ctx.Err() != nil:
+			log.Warn("relay poll interrupted", "err", err)
+			return
+		case err != nil:
+			log.Error("relay poll failed", "err", err, "claimed", res.Claimed)
+		case res.Unavailable:
+			outage = min(max(2*outage, r.cfg.Interval), r.cfg.OutageBackoffMax)
+			wait = outage
+			log.Warn("broker unreachable, backing off without spending retries",
+				"released", res.Released, "sent", res.Sent, "backoff", wait)
+		default:
+			outage = 0
+			if res.Claimed > 0 || res.Recovered > 0 || res.RecoveredFailed > 0 {
+				log.Debug("relay poll", "claimed", res.Claimed, "sent", res.Sent, "retried", res.Retried,
+					"failed", res.Failed, "recovered", res.Recovered, "fenced", res.Fenced)
+			}
+			if res.Failed > 0 || res.RecoveredFailed > 0 {
+				log.Warn("events failed for good; an operator must requeue them",
+					"failed", res.Failed+res.RecoveredFailed)
+			}
+			if res.Fenced > 0 {
+				log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
+			}
+			if res.Claimed == r.cfg.BatchSize {
+				wait = 0 // a full batch: more are waiting
+			}
+		}
+		if wait == 0 {
+			select {
+			case <-r.stop:
+				return
+			case <-ctx.Done():
+				return
+			default:
+				continue
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-r.stop:
+			t.Stop()
+			return
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

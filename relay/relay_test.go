@@ -1,0 +1,340 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// testClock is a clock the test moves by hand.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// fakePublisher records what it was asked to send and answers per key.
+type fakePublisher struct {
+	mu      sync.Mutex
+	sent    []outbox.Message   // acknowledged, in order
+	answers map[string][]error // per key, consumed one per attempt; nil = ack
+	down    bool               // every message gets ErrUnavailable
+	block   chan struct{}      // if set, Publish waits for it to close
+	calls   int
+}
+
+func (p *fakePublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	p.mu.Lock()
+	block := p.block
+	p.calls++
+	p.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if p.down {
+			errs[i] = fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
+			continue
+		}
+		if q := p.answers[m.Key()]; len(q) > 0 {
+			errs[i], p.answers[m.Key()] = q[0], q[1:]
+		}
+		if errs[i] == nil {
+			p.sent = append(p.sent, m)
+		}
+	}
+	return errs
+}
+
+func (p *fakePublisher) sentIDs() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int64
+	for _, m := range p.sent {
+		out = append(out, m.ID)
+	}
+	return out
+}
+
+type bundle struct {
+	db    *database.DB
+	store *outbox.Store
+	clock *testClock
+	pub   *fakePublisher
+}
+
+func setup(t *testing.T, db *database.DB) *bundle {
+	return &bundle{db: db, store: outbox.NewStore(db), clock: &testClock{now: t0}, pub: &fakePublisher{answers: map[string][]error{}}}
+}
+
+func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay {
+	t.Helper()
+	cfg := Config{InstanceID: id, Interval: 20 * time.Millisecond, BatchSize: 100, StaleAfter: time.Minute,
+		RetryBase: time.Second, RetryMax: time.Minute, Now: b.clock.Now}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	r, err := New(b.store, b.pub, cfg)
+	require.NoError(t, err)
+	return r
+}
+
+func (b *bundle) append(t *testing.T, postIDs ...int64) []outbox.Message {
+	t.Helper()
+	var out []outbox.Message
+	for _, id := range postIDs {
+		m, err := outbox.Append(b.db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: id, OccurredAt: b.clock.Now()})
+		require.NoError(t, err)
+		out = append(out, *m)
+		b.clock.Add(time.Millisecond)
+	}
+	return out
+}
+
+func (b *bundle) row(t *testing.T, id int64) outbox.Message {
+	t.Helper()
+	var m outbox.Message
+	require.NoError(t, b.db.DB.First(&m, id).Error)
+	return m
+}
+
+var errRejected = errors.New("kafka: broker rejected the record: INVALID_RECORD")
+
+func TestRejectedRowRetriesWithGrowingDelayThenFails(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		b.pub.answers["1"] = []error{errRejected, errRejected, errRejected, errRejected}
+		rows := b.append(t, 1, 2)
+		r := b.relay(t, "a")
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Result{Claimed: 2, Sent: 1, Retried: 1}, res)
+		require.Equal(t, []int64{rows[1].ID}, b.pub.sentIDs(), "the other message is unaffected")
+
+		var delays []time.Duration
+		for attempt := 2; attempt <= 4; attempt++ {
+			m := b.row(t, rows[0].ID)
+			require.Equal(t, outbox.StatusRetry, m.Status)
+			require.Equal(t, attempt-1, m.RetryCount)
+			require.Contains(t, *m.LastError, "INVALID_RECORD")
+			delay := m.NextAttemptAt.Sub(b.clock.Now())
+			delays = append(delays, delay)
+			// Not due before its time.
+			res, err = r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Zero(t, res.Claimed)
+			b.clock.Add(delay)
+			res, err = r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, res.Claimed)
+		}
+		for i := 1; i < len(delays); i++ {
+			require.Greater(t, delays[i], delays[i-1], "retry delays grow: %v", delays)
+		}
+		require.Equal(t, 1, res.Failed)
+		m := b.row(t, rows[0].ID)
+		require.Equal(t, outbox.StatusFail, m.Status, "FAIL after 1 + 3 attempts")
+		require.Equal(t, 4, m.RetryCount)
+		require.Contains(t, *m.LastError, "INVALID_RECORD")
+
+		// FAIL is kept; nothing more is attempted.
+		b.clock.Add(time.Hour)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Claimed)
+	})
+}
+
+func TestUnreachableBrokerSpendsNoRetries(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.append(t, 1, 2, 1)
+		r := b.relay(t, "a")
+		b.pub.down = true
+		for range 10 {
+			res, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.True(t, res.Unavailable)
+			require.Equal(t, 2, res.Released)
+			b.clock.Add(time.Minute)
+		}
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusPending, got.Status)
+			require.Zero(t, got.RetryCount)
+		}
+		b.pub.mu.Lock()
+		b.pub.down = false
+		b.pub.mu.Unlock()
+		for range 2 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+		}
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+	})
+}
+
+func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		rows := b.append(t, 1, 2, 3)
+		dying := b.relay(t, "dying")
+		ctx, cancel := context.WithCancel(context.Background())
+		dying.afterClaim = cancel
+		res, err := dying.RunOnce(ctx)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, 3, res.Claimed)
+		require.Empty(t, b.pub.sentIDs(), "nothing was sent")
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status)
+		}
+
+		other := b.relay(t, "other")
+		res, err = other.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, res.Claimed, "claims are respected before the stale limit")
+
+		b.clock.Add(time.Minute + time.Second)
+		res, err = other.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Recovered)
+		b.clock.Add(2 * time.Second) // past the recovered rows' retry delay
+		res, err = other.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Sent)
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Equal(t, 1, got.RetryCount, "the recovery counted as an attempt")
+			require.Equal(t, "other", *got.ClaimedBy)
+		}
+	})
+}
+
+// A relay that hangs in Publish past the stale limit: another instance
+// recovers and sends its rows; the hung relay's late acknowledgement is refused.
+func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		rows := b.append(t, 1, 2)
+		hungPub := &fakePublisher{answers: map[string][]error{}, block: make(chan struct{})}
+		hung, err := New(b.store, hungPub, Config{InstanceID: "hung", Interval: 20 * time.Millisecond,
+			StaleAfter: time.Minute, RetryBase: time.Second, Now: b.clock.Now})
+		require.NoError(t, err)
+
+		type out struct {
+			res Result
+			err error
+		}
+		done := make(chan out, 1)
+		go func() {
+			res, err := hung.RunOnce(context.Background())
+			done <- out{res, err}
+		}()
+		require.Eventually(t, func() bool {
+			hungPub.mu.Lock()
+			defer hungPub.mu.Unlock()
+			return hungPub.calls == 1
+		}, 10*time.Second, 5*time.Millisecond)
+
+		b.clock.Add(2 * time.Minute)
+		live := b.relay(t, "live")
+		res, err := live.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Recovered)
+		b.clock.Add(2 * time.Second)
+		res, err = live.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Sent)
+
+		close(hungPub.block)
+		late := <-done
+		require.NoError(t, late.err)
+		require.Equal(t, 2, late.res.Fenced)
+		require.Zero(t, late.res.Sent)
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Equal(t, "live", *got.ClaimedBy)
+		}
+	})
+}
+
+func TestLaterEventOfAPostWaitsForTheFailingOne(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		b.pub.answers["5"] = []error{errRejected, errRejected}
+		rows := b.append(t, 5, 5, 6)
+		r := b.relay(t, "a")
+		for range 6 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			if got := b.row(t, rows[1].ID); got.Status == outbox.StatusSent {
+				break
+			}
+			require.Equal(t, outbox.StatusPending, b.row(t, rows[1].ID).Status, "the second event waits")
+			b.clock.Add(time.Minute)
+		}
+		require.Equal(t, []int64{rows[2].ID, rows[0].ID, rows[1].ID}, b.pub.sentIDs(),
+			"post 6 was not held up; post 5's events went in order")
+	})
+}
+
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	b := setup(t, db)
+	b.clock = &testClock{now: time.Now()}
+	rows := b.append(t, 1, 2, 3)
+	r := b.relay(t, "loop", func(c *Config) { c.Now = time.Now })
+	r.Stop() // without Start
+	r2 := b.relay(t, "loop2", func(c *Config) { c.Now = time.Now })
+	require.NoError(t, r2.Start(context.Background()))
+	require.Eventually(t, func() bool { return len(b.pub.sentIDs()) == len(rows) }, 10*time.Second, 10*time.Millisecond)
+	r2.Stop()
+	r2.Stop()
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []Config{
+		{},
+		{InstanceID: "x", BatchSize: 6000},
+		{InstanceID: "x", MaxRetries: 101},
+		{InstanceID: "x", Interval: time.Minute, StaleAfter: time.Minute},
+		{InstanceID: "x", RetryBase: time.Minute, RetryMax: time.Second},
+	} {
+		_, err := New(nil, nil, c)
+		require.ErrorContains(t, err, "invalid relay config", "%+v", c)
+	}
+}
