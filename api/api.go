@@ -1,0 +1,289 @@
+// Package api is the service's HTTP API: the posts resource under
+// /api/v1/posts, /healthz and /readyz, and any extra routes the caller mounts
+// (metrics, admin). Every error is an RFC 9457 problem+json document,
+// including unknown paths (404), wrong methods (405) and panics (500); a
+// request that is refused writes nothing.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/postingsvc/posting/reservation"
+)
+
+// DefaultReadyTimeout bounds each readiness check unless Config.ReadyTimeout
+// says otherwise.
+const DefaultReadyTimeout = 2 * time.Second
+
+// Check is one readiness check of /readyz, such as pinging the database.
+type Check struct {
+	// Name identifies the check in the 503 answer and in logs.
+	Name string
+	// Fn returns nil when the dependency is usable; it should return once
+	// ctx is done.
+	Fn func(ctx context.Context) error
+}
+
+// Config configures the handler.
+type Config struct {
+	// Posts serves /api/v1/posts. Required.
+	Posts *reservation.Service
+	// Ready are the checks of /readyz: all run concurrently, each with
+	// ReadyTimeout; any failure answers 503 naming the failing checks. No
+	// checks: /readyz answers 200.
+	Ready []Check
+	// ReadyTimeout bounds each readiness check. Default DefaultReadyTimeout
+	// (2s); must be positive.
+	ReadyTimeout time.Duration
+	// Logger receives internal errors (answered with a bare 500) and
+	// recovered panics. Default slog.Default().
+	Logger *slog.Logger
+	// Routes are extra routes mounted as given, keyed by a net/http pattern
+	// such as "GET /metrics". A pattern that clashes with the API's own is a
+	// configuration error.
+	Routes map[string]http.Handler
+}
+
+func (c Config) withDefaults() Config {
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports a missing or out-of-range setting.
+func (c Config) Validate() error {
+	if c.Posts == nil {
+		return errors.New("Posts must be set")
+	}
+	if c.ReadyTimeout <= 0 {
+		return fmt.Errorf("ReadyTimeout must be positive, got %s", c.ReadyTimeout)
+	}
+	for i, chk := range c.Ready {
+		if chk.Name == "" || chk.Fn == nil {
+			return fmt.Errorf("readiness check %d needs a Name and an Fn", i)
+		}
+	}
+	for pattern, h := range c.Routes {
+		if h == nil {
+			return fmt.Errorf("route %q has no handler", pattern)
+		}
+	}
+	return nil
+}
+
+// NewHandler returns the API's handler.
+func NewHandler(cfg Config) (http.Handler, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid api config: %w", err)
+	}
+	p := &posts{svc: cfg.Posts, log: cfg.Logger}
+	hc := &health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}
+	routes := map[string]http.Handler{
+		"POST /api/v1/posts":             http.HandlerFunc(p.create),
+		"GET /api/v1/posts":              http.HandlerFunc(p.list),
+		"GET /api/v1/posts/{id}":         http.HandlerFunc(p.get),
+		"PATCH /api/v1/posts/{id}":       http.HandlerFunc(p.update),
+		"POST /api/v1/posts/{id}/cancel": http.HandlerFunc(p.cancel),
+		"GET /healthz":                   http.HandlerFunc(hc.healthz),
+		"GET /readyz":                    http.HandlerFunc(hc.readyz),
+	}
+	for pattern, h := range cfg.Routes {
+		if _, dup := routes[pattern]; dup {
+			return nil, fmt.Errorf("invalid api config: route %q is one of the API's own", pattern)
+		}
+		routes[pattern] = h
+	}
+	mux := http.NewServeMux()
+	// Sorted, so that which of two clashing patterns is reported does not
+	// depend on map order.
+	patterns := make([]string, 0, len(routes))
+	for pattern := range routes {
+		patterns = append(patterns, pattern)
+	}
+	slices.Sort(patterns)
+	for _, pattern := range patterns {
+		if err := handle(mux, pattern, routes[pattern]); err != nil {
+			return nil, fmt.Errorf("invalid api config: %w", err)
+		}
+	}
+	return &handler{mux: mux, log: cfg.Logger}, nil
+}
+
+// handle registers a route, turning the mux's panic on an invalid or
+// clashing pattern into an error.
+func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("route %q: %v", pattern, v)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// handler adds to the mux what every response needs: problem+json for the
+// mux's own 404 and 405, and a 500 for a panic.
+type handler struct {
+	mux *http.ServeMux
+	log *slog.Logger
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tw := &trackingWriter{ResponseWriter: w}
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			// The handler's way to abort the response: let net/http do it.
+			panic(v)
+		}
+		h.log.LogAttrs(r.Context(), slog.LevelError, "panic serving request",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+		if tw.wroteHeader {
+			// Part of a response is out: only a broken connection can tell
+			// the client it is incomplete.
+			panic(http.ErrAbortHandler)
+		}
+		writeProblem(tw, http.StatusInternalServerError, "internal server error", "")
+	}()
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		// No route matched: the mux answers 404, 405 (with Allow) or a
+		// redirect to the clean path in text/plain; give the first two the
+		// problem+json form.
+		h.mux.ServeHTTP(&fallbackWriter{ResponseWriter: tw, r: r}, r)
+		return
+	}
+	h.mux.ServeHTTP(tw, r)
+}
+
+// trackingWriter remembers whether the response has started.
+type trackingWriter struct {
+	http.ResponseWriter
+	wroteHeader bool
+}
+
+func (w *trackingWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.wroteHeader = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *trackingWriter) Write(b []byte) (int, error) {
+	w.wroteHeader = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer (flush,
+// deadlines) through the wrapper.
+func (w *trackingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// fallbackWriter replaces the mux's text/plain 404 and 405 bodies with
+// problems, keeping its headers (Allow).
+type fallbackWriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	replaced bool
+}
+
+func (w *fallbackWriter) WriteHeader(code int) {
+	switch code {
+	case http.StatusNotFound:
+		w.replaced = true
+		writeProblem(w.ResponseWriter, code, fmt.Sprintf("no resource at %s", w.r.URL.Path), "")
+	case http.StatusMethodNotAllowed:
+		w.replaced = true
+		allow := w.Header().Get("Allow")
+		writeProblem(w.ResponseWriter, code, fmt.Sprintf("method %s is not allowed on %s; allowed: %s",
+			w.r.Method, w.r.URL.Path, allow), "")
+	default:
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *fallbackWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// health serves /healthz and /readyz.
+type health struct {
+	checks  []Check
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// healthz answers 200 whenever the process can serve HTTP at all.
+func (h *health) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, r, h.log, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz runs every check concurrently, so the answer takes at most one
+// timeout, and answers 503 naming the checks that failed. Their errors are
+// logged rather than shown: they can name hosts and addresses.
+func (h *health) readyz(w http.ResponseWriter, r *http.Request) {
+	errs := make([]error, len(h.checks))
+	var wg sync.WaitGroup
+	for i, chk := range h.checks {
+		wg.Go(func() { errs[i] = h.run(r.Context(), chk) })
+	}
+	wg.Wait()
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, h.checks[i].Name)
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "readiness check failed",
+				slog.String("check", h.checks[i].Name), slog.Any("error", err))
+		}
+	}
+	if len(failed) > 0 {
+		writeProblem(w, http.StatusServiceUnavailable, "not ready: check "+strings.Join(failed, ", ")+" failed", "")
+		return
+	}
+	status := map[string]string{}
+	for _, chk := range h.checks {
+		status[chk.Name] = "ok"
+	}
+	writeJSON(w, r, h.log, http.StatusOK, map[string]any{"status": "ready", "checks": status})
+}
+
+// run runs one check within the timeout, also when its Fn ignores ctx (it is
+// then left to finish in the background) or panics.
+func (h *health) run(ctx context.Context, chk Check) error {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	result := make(chan error, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				result <- fmt.Errorf("check panicked: %v", v)
+			}
+		}()
+		result <- chk.Fn(ctx)
+	}()
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer within %s: %w", h.timeout, ctx.Err())
+	}
+}

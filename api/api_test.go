@@ -1,0 +1,151 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/reservation"
+)
+
+func TestNewHandlerConfig(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	require.NoError(t, err)
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for name, cfg := range map[string]api.Config{
+		"no service":            {},
+		"negative timeout":      {Posts: svc, ReadyTimeout: -time.Second},
+		"check without name":    {Posts: svc, Ready: []api.Check{{Fn: db.Ping}}},
+		"check without fn":      {Posts: svc, Ready: []api.Check{{Name: "db"}}},
+		"route without handler": {Posts: svc, Routes: map[string]http.Handler{"GET /metrics": nil}},
+		"route of the API":      {Posts: svc, Routes: map[string]http.Handler{"GET /healthz": ok}},
+		"clashing route":        {Posts: svc, Routes: map[string]http.Handler{"GET /api/v1/posts/{name}": ok}},
+		"invalid pattern":       {Posts: svc, Routes: map[string]http.Handler{"GET /{a}/{a}": ok}},
+	} {
+		h, err := api.NewHandler(cfg)
+		require.ErrorContains(t, err, "invalid api config", name)
+		require.Nil(t, h, name)
+	}
+}
+
+func TestExtraRoutes(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	e := apiSetup(t, db, func(cfg *api.Config) {
+		cfg.Routes = map[string]http.Handler{
+			"GET /metrics": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+				_, _ = w.Write([]byte("posting_up 1\n"))
+			}),
+			"/admin/": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+			}),
+		}
+	})
+	resp, body := e.do(t, http.MethodGet, "/metrics", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "posting_up 1\n", string(body))
+	resp, body = e.do(t, http.MethodGet, "/admin/outbox/stats", "", "")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a mounted route answers for itself")
+	require.Equal(t, "unauthorized\n", string(body))
+	resp, body = e.do(t, http.MethodPost, "/metrics", "", "")
+	requireProblem(t, resp, body, http.StatusMethodNotAllowed)
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	e := apiSetup(t, db, nil)
+	resp, body := e.do(t, http.MethodGet, "/healthz", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"status":"ok"}`, string(body))
+	resp, body = e.do(t, http.MethodGet, "/readyz", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.JSONEq(t, `{"status":"ready","checks":{"database":"ok"}}`, string(body))
+
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	failing := apiSetup(t, db, func(cfg *api.Config) {
+		cfg.ReadyTimeout = 50 * time.Millisecond
+		cfg.Ready = append(cfg.Ready,
+			api.Check{Name: "broker", Fn: func(context.Context) error { return errors.New("dial tcp 10.1.2.3:9092: refused") }},
+			// Ignores its context: the answer must not wait for it.
+			api.Check{Name: "stuck", Fn: func(context.Context) error { <-release; return nil }},
+			api.Check{Name: "slow", Fn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+		)
+	})
+	resp, body = failing.do(t, http.MethodGet, "/readyz", "", "")
+	p := requireProblem(t, resp, body, http.StatusServiceUnavailable)
+	require.Contains(t, p.Detail, "broker")
+	require.Contains(t, p.Detail, "stuck")
+	require.Contains(t, p.Detail, "slow")
+	require.NotContains(t, p.Detail, "database")
+	require.NotContains(t, p.Detail, "10.1.2.3", "check errors are logged, not shown")
+	require.Contains(t, failing.logs.String(), "10.1.2.3")
+	// The process is still alive.
+	resp, _ = failing.do(t, http.MethodGet, "/healthz", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// TestInternalErrorsAreHidden: a failure of the database or a panic is a bare
+// 500 problem; the cause goes to the log only.
+func TestInternalErrorsAreHidden(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := apiSetup(t, db, func(cfg *api.Config) {
+			cfg.Routes = map[string]http.Handler{
+				"GET /panic": http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("secret panic value") }),
+			}
+		})
+		id := idOf(t, e.createPost(t, "post"))
+		var fail atomic.Bool
+		fail.Store(true)
+		require.NoError(t, db.Callback().Query().Before("gorm:query").Register("api_test:fail", func(tx *gorm.DB) {
+			if fail.Load() {
+				_ = tx.AddError(errors.New("secret_table: connection lost"))
+			}
+		}))
+		for _, path := range []string{"/api/v1/posts/" + id, "/api/v1/posts", "/panic"} {
+			resp, body := e.do(t, http.MethodGet, path, "", "")
+			p := requireProblem(t, resp, body, http.StatusInternalServerError)
+			require.Equal(t, "internal server error", p.Detail)
+			require.NotContains(t, string(body), "secret")
+		}
+		resp, body := e.do(t, http.MethodPatch, "/api/v1/posts/"+id, "application/json", `{"title":"x"}`)
+		requireProblem(t, resp, body, http.StatusInternalServerError)
+		require.NotContains(t, string(body), "secret")
+		logs := e.logs.String()
+		require.Contains(t, logs, "secret_table: connection lost")
+		require.Contains(t, logs, "secret panic value")
+		fail.Store(false)
+		require.Equal(t, "post", loadPost(t, db.DB, id).Title)
+	})
+}
+
+func TestPublishedAtIsShownWhenSet(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	e := apiSetup(t, db, nil)
+	id := idOf(t, e.createPost(t, "post"))
+	at := time.Date(2030, 1, 3, 0, 0, 0, 1000, time.FixedZone("x", 3600))
+	require.NoError(t, db.Exec("UPDATE posts SET status = 'PUBLISHED', published_at = ? WHERE id = ?", at.UTC(), id).Error)
+	resp, body := e.do(t, http.MethodGet, "/api/v1/posts/"+id, "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	post := decodeObject(t, body)
+	require.Equal(t, "PUBLISHED", post["status"])
+	require.Equal(t, "2030-01-02T23:00:00.000001Z", post["publishedAt"])
+	require.True(t, strings.HasSuffix(post["scheduledAt"].(string), "Z"))
+}

@@ -1,0 +1,321 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/postingsvc/posting/reservation"
+)
+
+// MaxBodyBytes is the largest request body the API reads; a larger one is
+// answered 413.
+const MaxBodyBytes = 1 << 20
+
+// PostJSON is a post as the API shows it. Times are RFC 3339 in UTC;
+// PublishedAt is null until the post is published.
+type PostJSON struct {
+	ID          int64              `json:"id"`
+	Title       string             `json:"title"`
+	Content     string             `json:"content"`
+	Status      reservation.Status `json:"status"`
+	ScheduledAt string             `json:"scheduledAt"`
+	CreatedAt   string             `json:"createdAt"`
+	UpdatedAt   string             `json:"updatedAt"`
+	PublishedAt *string            `json:"publishedAt"`
+}
+
+// PostListJSON is a page of GET /api/v1/posts. NextCursor is always present:
+// pass it as ?cursor= for the next page; it is "" on the last page.
+type PostListJSON struct {
+	Items      []PostJSON `json:"items"`
+	NextCursor string     `json:"nextCursor"`
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func postJSON(p *reservation.Post) PostJSON {
+	out := PostJSON{
+		ID:          p.ID,
+		Title:       p.Title,
+		Content:     p.Content,
+		Status:      p.Status,
+		ScheduledAt: formatTime(p.ScheduledAt),
+		CreatedAt:   formatTime(p.CreatedAt),
+		UpdatedAt:   formatTime(p.UpdatedAt),
+	}
+	if p.PublishedAt != nil {
+		s := formatTime(*p.PublishedAt)
+		out.PublishedAt = &s
+	}
+	return out
+}
+
+// postRequest is the body of create and patch. Raw fields let the handlers
+// tell an absent field from null and name the field whose value is wrong.
+type postRequest struct {
+	Title       json.RawMessage `json:"title"`
+	Content     json.RawMessage `json:"content"`
+	ScheduledAt json.RawMessage `json:"scheduledAt"`
+}
+
+// posts serves /api/v1/posts.
+type posts struct {
+	svc *reservation.Service
+	log *slog.Logger
+}
+
+func (p *posts) create(w http.ResponseWriter, r *http.Request) {
+	var req postRequest
+	if err := readJSON(w, r, &req); err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	in, err := req.createInput()
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	post, err := p.svc.Create(r.Context(), in)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/posts/"+strconv.FormatInt(post.ID, 10))
+	writeJSON(w, r, p.log, http.StatusCreated, postJSON(post))
+}
+
+func (p *posts) get(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	post, err := p.svc.Get(r.Context(), id)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
+}
+
+func (p *posts) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	query := reservation.ListQuery{Status: reservation.Status(q.Get("status")), Cursor: q.Get("cursor")}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > reservation.MaxListLimit {
+			writeError(w, r, p.log, fieldError("limit", fmt.Sprintf("must be an integer from 1 to %d", reservation.MaxListLimit)))
+			return
+		}
+		query.Limit = n
+	}
+	page, err := p.svc.List(r.Context(), query)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	out := PostListJSON{Items: make([]PostJSON, 0, len(page.Items)), NextCursor: page.NextCursor}
+	for i := range page.Items {
+		out.Items = append(out.Items, postJSON(&page.Items[i]))
+	}
+	writeJSON(w, r, p.log, http.StatusOK, out)
+}
+
+func (p *posts) update(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	var req postRequest
+	if err := readJSON(w, r, &req); err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	in, err := req.updateInput()
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	post, err := p.svc.Update(r.Context(), id, in)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
+}
+
+// cancel takes no body; one sent anyway is ignored.
+func (p *posts) cancel(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	post, err := p.svc.Cancel(r.Context(), id)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
+	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
+}
+
+func (req *postRequest) createInput() (reservation.CreateInput, error) {
+	var in reservation.CreateInput
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"title", req.Title}, {"content", req.Content}, {"scheduledAt", req.ScheduledAt}} {
+		if f.raw == nil {
+			return in, fieldError(f.name, "is required")
+		}
+	}
+	title, err := stringField("title", req.Title)
+	if err != nil {
+		return in, err
+	}
+	content, err := stringField("content", req.Content)
+	if err != nil {
+		return in, err
+	}
+	at, err := timeField("scheduledAt", req.ScheduledAt)
+	if err != nil {
+		return in, err
+	}
+	return reservation.CreateInput{Title: *title, Content: *content, ScheduledAt: *at}, nil
+}
+
+func (req *postRequest) updateInput() (reservation.UpdateInput, error) {
+	var in reservation.UpdateInput
+	var err error
+	if in.Title, err = stringField("title", req.Title); err != nil {
+		return in, err
+	}
+	if in.Content, err = stringField("content", req.Content); err != nil {
+		return in, err
+	}
+	if in.ScheduledAt, err = timeField("scheduledAt", req.ScheduledAt); err != nil {
+		return in, err
+	}
+	return in, nil
+}
+
+// stringField decodes a string field; nil when absent. null is refused: no
+// field of a post can be unset.
+func stringField(name string, raw json.RawMessage) (*string, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if string(raw) == "null" {
+		return nil, fieldError(name, "must not be null")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fieldError(name, "must be a string")
+	}
+	return &s, nil
+}
+
+func timeField(name string, raw json.RawMessage) (*time.Time, error) {
+	s, err := stringField(name, raw)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	t, perr := time.Parse(time.RFC3339, *s)
+	if perr != nil {
+		return nil, fieldError(name, fmt.Sprintf("must be an RFC 3339 date-time such as 2030-01-02T15:04:05Z, got %q", *s))
+	}
+	return &t, nil
+}
+
+// pathID is the {id} of the path: a positive decimal integer.
+func pathID(r *http.Request) (int64, error) {
+	s := r.PathValue("id")
+	bad := fieldError("id", fmt.Sprintf("must be a positive integer, got %q", s))
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, bad
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, bad
+	}
+	return id, nil
+}
+
+// readJSON decodes the request body, one JSON object of at most MaxBodyBytes
+// with only known fields, into dst.
+func readJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	ct := r.Header.Get("Content-Type")
+	mediaType, _, err := mime.ParseMediaType(ct)
+	if err != nil || mediaType != "application/json" {
+		return &requestError{status: http.StatusUnsupportedMediaType,
+			detail: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return &requestError{status: http.StatusRequestEntityTooLarge,
+				detail: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+		}
+		return &requestError{status: http.StatusBadRequest, detail: "could not read the request body"}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return &requestError{status: http.StatusBadRequest, detail: "request body is empty; want a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &requestError{status: http.StatusBadRequest, detail: "request body has data after the JSON object"}
+	}
+	return nil
+}
+
+// jsonError describes a decoding failure without Go type names.
+func jsonError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return &requestError{status: http.StatusBadRequest,
+			detail: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &requestError{status: http.StatusBadRequest, detail: "malformed JSON: unexpected end of the body"}
+	case errors.As(err, &typ) && typ.Field == "":
+		return &requestError{status: http.StatusBadRequest, detail: "request body must be a JSON object, got " + typ.Value}
+	case errors.As(err, &typ):
+		return fieldError(typ.Field, "must not be "+typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no typed error for DisallowUnknownFields.
+		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return &requestError{status: http.StatusBadRequest, field: name, detail: fmt.Sprintf("unknown field %q", name)}
+	default:
+		return &requestError{status: http.StatusBadRequest, detail: "malformed JSON request body"}
+	}
+}
+
+// writeJSON writes v with status; the body is marshalled first so a failure
+// can still be answered with a 500.
+func writeJSON(w http.ResponseWriter, r *http.Request, log *slog.Logger, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, r, log, fmt.Errorf("encode response: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,352 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// requirePostShape checks that a post object has exactly the contract's
+// fields with their JSON types, times in RFC 3339 UTC.
+func requirePostShape(t *testing.T, post map[string]any) {
+	t.Helper()
+	keys := make([]string, 0, len(post))
+	for k := range post {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	require.Equal(t, []string{"content", "createdAt", "id", "publishedAt", "scheduledAt", "status", "title", "updatedAt"}, keys)
+	require.IsType(t, float64(0), post["id"])
+	require.Nil(t, post["publishedAt"])
+	for _, k := range []string{"scheduledAt", "createdAt", "updatedAt"} {
+		s, ok := post[k].(string)
+		require.True(t, ok, k)
+		require.True(t, strings.HasSuffix(s, "Z"), "%s=%s is UTC", k, s)
+		_, err := time.Parse(time.RFC3339, s)
+		require.NoError(t, err, k)
+	}
+}
+
+// actions returns the POSTING_EVENT actions recorded for a post, in order.
+func actions(t *testing.T, db *gorm.DB, id string) []string {
+	t.Helper()
+	var msgs []outbox.Message
+	require.NoError(t, db.Where("aggregate_id = ?", id).Order("id").Find(&msgs).Error)
+	var out []string
+	for _, m := range msgs {
+		require.Equal(t, outbox.PostingEvent, m.EventType)
+		var payload map[string]any
+		require.NoError(t, json.Unmarshal([]byte(m.Payload), &payload))
+		out = append(out, payload["action"].(string)+" "+payload["status"].(string))
+	}
+	return out
+}
+
+func TestPostsLifecycle(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := apiSetup(t, db, nil)
+
+		resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json; charset=utf-8",
+			`{"title":"Hello","content":"World","scheduledAt":"2030-01-03T10:00:00+02:00"}`)
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		created := decodeObject(t, body)
+		requirePostShape(t, created)
+		id := idOf(t, created)
+		require.Equal(t, "/api/v1/posts/"+id, resp.Header.Get("Location"))
+		require.Equal(t, "Hello", created["title"])
+		require.Equal(t, "World", created["content"])
+		require.Equal(t, "RESERVED", created["status"])
+		require.Equal(t, "2030-01-03T08:00:00Z", created["scheduledAt"])
+		require.Equal(t, "2030-01-02T03:04:05Z", created["createdAt"])
+		require.Equal(t, "2030-01-02T03:04:05Z", created["updatedAt"])
+
+		resp, body = e.do(t, http.MethodGet, resp.Header.Get("Location"), "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, created, decodeObject(t, body))
+
+		resp, body = e.do(t, http.MethodPatch, "/api/v1/posts/"+id, "application/json",
+			`{"title":"Hello again","scheduledAt":"2030-01-04T00:00:00.5Z"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		updated := decodeObject(t, body)
+		requirePostShape(t, updated)
+		require.Equal(t, "Hello again", updated["title"])
+		require.Equal(t, "World", updated["content"])
+		require.Equal(t, "2030-01-04T00:00:00.5Z", updated["scheduledAt"])
+		stored := loadPost(t, db.DB, id)
+		require.Equal(t, "Hello again", stored.Title)
+		require.Equal(t, int64(2), stored.Version.Int64)
+
+		resp, body = e.do(t, http.MethodGet, "/api/v1/posts", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		page := decodeObject(t, body)
+		require.Len(t, page["items"], 1)
+		require.Equal(t, updated, page["items"].([]any)[0])
+		require.Equal(t, "", page["nextCursor"])
+
+		resp, body = e.do(t, http.MethodPost, "/api/v1/posts/"+id+"/cancel", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		cancelled := decodeObject(t, body)
+		requirePostShape(t, cancelled)
+		require.Equal(t, "CANCELLED", cancelled["status"])
+		require.Equal(t, reservation.StatusCancelled, loadPost(t, db.DB, id).Status)
+
+		require.Equal(t, []string{"CREATED RESERVED", "UPDATED RESERVED", "CANCELLED CANCELLED"}, actions(t, db.DB, id))
+	})
+}
+
+// TestPostsErrors sends each refused request and checks its problem and that
+// it wrote nothing.
+func TestPostsErrors(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := apiSetup(t, db, nil)
+		reserved := idOf(t, e.createPost(t, "reserved"))
+		cancelled := idOf(t, e.createPost(t, "cancelled"))
+		resp, body := e.do(t, http.MethodPost, "/api/v1/posts/"+cancelled+"/cancel", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		published := idOf(t, e.createPost(t, "published"))
+		require.NoError(t, db.Exec("UPDATE posts SET status = 'PUBLISHED' WHERE id = ?", published).Error)
+
+		const jsonCT = "application/json"
+		valid := func(extra string) string {
+			return `{"title":"t","content":"c","scheduledAt":"2030-01-03T00:00:00Z"` + extra + `}`
+		}
+		huge := `{"title":"t","content":"` + strings.Repeat("x", 1<<20) + `","scheduledAt":"2030-01-03T00:00:00Z"}`
+		posts := "/api/v1/posts"
+		one := posts + "/" + reserved
+		cases := []struct {
+			name, method, path, contentType, body string
+			status                                int
+			detail, field, allow                  string
+		}{
+			{"malformed JSON", "POST", posts, jsonCT, `{"title":`, 400, "malformed JSON", "", ""},
+			{"JSON syntax error", "POST", posts, jsonCT, `{"title" "t"}`, 400, "malformed JSON", "", ""},
+			{"unknown field", "POST", posts, jsonCT, valid(`,"author":"me"`), 400, "author", "author", ""},
+			{"trailing data", "POST", posts, jsonCT, valid("") + ` {}`, 400, "after the JSON object", "", ""},
+			{"trailing garbage", "POST", posts, jsonCT, valid("") + `x`, 400, "after the JSON object", "", ""},
+			{"empty body", "POST", posts, jsonCT, ``, 400, "empty", "", ""},
+			{"array body", "POST", posts, jsonCT, `[]`, 400, "JSON object", "", ""},
+			{"missing title", "POST", posts, jsonCT, `{"content":"c","scheduledAt":"2030-01-03T00:00:00Z"}`, 400, "title", "title", ""},
+			{"null title", "POST", posts, jsonCT, `{"title":null,"content":"c","scheduledAt":"2030-01-03T00:00:00Z"}`, 400, "title", "title", ""},
+			{"title not a string", "POST", posts, jsonCT, `{"title":5,"content":"c","scheduledAt":"2030-01-03T00:00:00Z"}`, 400, "title", "title", ""},
+			{"title too long", "POST", posts, jsonCT, `{"title":"` + strings.Repeat("é", 201) + `","content":"c","scheduledAt":"2030-01-03T00:00:00Z"}`, 400, "title", "title", ""},
+			{"empty content", "POST", posts, jsonCT, `{"title":"t","content":"","scheduledAt":"2030-01-03T00:00:00Z"}`, 400, "content", "content", ""},
+			{"content too long", "POST", posts, jsonCT, `{"title":"t","content":"` + strings.Repeat("x", 20001) + `","scheduledAt":"2030-01-03T00:00:00Z"}`, 400, "content", "content", ""},
+			{"missing scheduledAt", "POST", posts, jsonCT, `{"title":"t","content":"c"}`, 400, "scheduledAt", "scheduledAt", ""},
+			{"scheduledAt not RFC 3339", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"tomorrow"}`, 400, "scheduledAt", "scheduledAt", ""},
+			{"scheduledAt without zone", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"2030-01-03T00:00:00"}`, 400, "scheduledAt", "scheduledAt", ""},
+			{"scheduledAt in the past", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"2030-01-02T03:04:04Z"}`, 400, "future", "scheduledAt", ""},
+			{"scheduledAt over a year ahead", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"2031-01-03T00:00:00Z"}`, 400, "365 days", "scheduledAt", ""},
+			{"id not a number", "GET", posts + "/abc", "", "", 400, "id", "id", ""},
+			{"id zero", "GET", posts + "/0", "", "", 400, "id", "id", ""},
+			{"id negative", "GET", posts + "/-1", "", "", 400, "id", "id", ""},
+			{"id with sign", "GET", posts + "/+1", "", "", 400, "id", "id", ""},
+			{"id overflows", "GET", posts + "/99999999999999999999", "", "", 400, "id", "id", ""},
+			{"patch bad id", "PATCH", posts + "/x", jsonCT, `{"title":"t"}`, 400, "id", "id", ""},
+			{"cancel bad id", "POST", posts + "/1.5/cancel", "", "", 400, "id", "id", ""},
+			{"patch null title", "PATCH", one, jsonCT, `{"title":null}`, 400, "title", "title", ""},
+			{"patch empty title", "PATCH", one, jsonCT, `{"title":""}`, 400, "title", "title", ""},
+			{"patch nothing", "PATCH", one, jsonCT, `{}`, 400, "at least one", "body", ""},
+			{"patch scheduledAt in the past", "PATCH", one, jsonCT, `{"scheduledAt":"2029-01-01T00:00:00Z"}`, 400, "scheduledAt", "scheduledAt", ""},
+			{"patch unknown field", "PATCH", one, jsonCT, `{"status":"PUBLISHED"}`, 400, "status", "status", ""},
+			{"patch malformed JSON", "PATCH", one, jsonCT, `{"title":"t"`, 400, "malformed JSON", "", ""},
+			{"list limit zero", "GET", posts + "?limit=0", "", "", 400, "limit", "limit", ""},
+			{"list limit too big", "GET", posts + "?limit=101", "", "", 400, "limit", "limit", ""},
+			{"list limit not a number", "GET", posts + "?limit=ten", "", "", 400, "limit", "limit", ""},
+			{"list unknown status", "GET", posts + "?status=DONE", "", "", 400, "status", "status", ""},
+			{"list bad cursor", "GET", posts + "?cursor=" + url.QueryEscape("!!"), "", "", 400, "cursor", "cursor", ""},
+
+			{"get absent", "GET", posts + "/999999", "", "", 404, "999999", "", ""},
+			{"patch absent", "PATCH", posts + "/999999", jsonCT, `{"title":"t"}`, 404, "999999", "", ""},
+			{"cancel absent", "POST", posts + "/999999/cancel", "", "", 404, "999999", "", ""},
+			{"unknown path", "GET", "/nope", "", "", 404, "/nope", "", ""},
+			{"unknown sub-resource", "GET", one + "/comments", "", "", 404, "comments", "", ""},
+			{"trailing slash", "GET", posts + "/", "", "", 404, "/api/v1/posts/", "", ""},
+			{"unknown API version", "POST", "/api/v2/posts", jsonCT, valid(""), 404, "/api/v2/posts", "", ""},
+
+			{"delete a post", "DELETE", one, "", "", 405, "DELETE", "", "PATCH"},
+			{"put the collection", "PUT", posts, jsonCT, valid(""), 405, "PUT", "", "POST"},
+			{"get cancel", "GET", one + "/cancel", "", "", 405, "GET", "", "POST"},
+			{"post healthz", "POST", "/healthz", jsonCT, `{}`, 405, "POST", "", "GET"},
+
+			{"patch cancelled", "PATCH", posts + "/" + cancelled, jsonCT, `{"title":"t"}`, 409, "CANCELLED", "", ""},
+			{"patch published", "PATCH", posts + "/" + published, jsonCT, `{"title":"t"}`, 409, "PUBLISHED", "", ""},
+			{"cancel cancelled", "POST", posts + "/" + cancelled + "/cancel", "", "", 409, "CANCELLED", "", ""},
+			{"cancel published", "POST", posts + "/" + published + "/cancel", "", "", 409, "PUBLISHED", "", ""},
+
+			{"create too large", "POST", posts, jsonCT, huge, 413, "1048576", "", ""},
+			{"patch too large", "PATCH", one, jsonCT, huge, 413, "1048576", "", ""},
+
+			{"create as text", "POST", posts, "text/plain", valid(""), 415, "text/plain", "", ""},
+			{"create without content type", "POST", posts, "", valid(""), 415, "Content-Type", "", ""},
+			{"create as form", "POST", posts, "application/x-www-form-urlencoded", "title=t", 415, "form", "", ""},
+			{"create with broken content type", "POST", posts, "application/json; =", valid(""), 415, "Content-Type", "", ""},
+			{"create as a JSON suffix type", "POST", posts, "application/merge-patch+json", valid(""), 415, "merge-patch", "", ""},
+			{"patch as text", "PATCH", one, "text/plain", `{"title":"t"}`, 415, "text/plain", "", ""},
+		}
+		before := loadPost(t, db.DB, reserved)
+		postsBefore, rowsBefore := counts(t, db.DB)
+		for _, tc := range cases {
+			resp, body := e.do(t, tc.method, tc.path, tc.contentType, tc.body)
+			p := requireProblem(t, resp, body, tc.status)
+			require.Contains(t, p.Detail, tc.detail, tc.name)
+			require.Equal(t, tc.field, p.Field, tc.name)
+			if tc.allow != "" {
+				require.Contains(t, resp.Header.Get("Allow"), tc.allow, tc.name)
+			}
+		}
+		postsAfter, rowsAfter := counts(t, db.DB)
+		require.Equal(t, postsBefore, postsAfter, "posts written by refused requests")
+		require.Equal(t, rowsBefore, rowsAfter, "outbox rows written by refused requests")
+		after := loadPost(t, db.DB, reserved)
+		require.Equal(t, before.Title, after.Title)
+		require.Equal(t, before.Version, after.Version)
+		require.True(t, before.UpdatedAt.Equal(after.UpdatedAt))
+	})
+}
+
+func TestPostsListPagination(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := apiSetup(t, db, nil)
+		var all, cancelled []string
+		for i := range 5 {
+			id := idOf(t, e.createPost(t, fmt.Sprintf("post %d", i)))
+			all = append(all, id)
+			if i%2 == 0 {
+				resp, body := e.do(t, http.MethodPost, "/api/v1/posts/"+id+"/cancel", "", "")
+				require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+				cancelled = append(cancelled, id)
+			}
+		}
+		walk := func(query string) (ids []string, pages int) {
+			path := "/api/v1/posts?" + query
+			for {
+				resp, body := e.do(t, http.MethodGet, path, "", "")
+				require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+				var page struct {
+					Items      []map[string]any `json:"items"`
+					NextCursor *string          `json:"nextCursor"`
+				}
+				require.NoError(t, json.Unmarshal(body, &page))
+				require.NotNil(t, page.Items, "items is an array, also when empty")
+				require.NotNil(t, page.NextCursor, "nextCursor is always present")
+				pages++
+				for _, p := range page.Items {
+					requirePostShape(t, p)
+					ids = append(ids, idOf(t, p))
+				}
+				if *page.NextCursor == "" {
+					return ids, pages
+				}
+				path = "/api/v1/posts?" + query + "&cursor=" + url.QueryEscape(*page.NextCursor)
+				require.Less(t, pages, 10, "pagination does not end")
+			}
+		}
+		ids, pages := walk("limit=2")
+		require.Equal(t, all, ids)
+		require.Equal(t, 3, pages)
+		ids, pages = walk("limit=1&status=CANCELLED")
+		require.Equal(t, cancelled, ids)
+		require.Equal(t, 3, pages)
+		ids, pages = walk("status=RESERVED")
+		require.Equal(t, []string{all[1], all[3]}, ids)
+		require.Equal(t, 1, pages)
+		ids, _ = walk("status=PUBLISHED")
+		require.Empty(t, ids)
+	})
+}
+
+// TestPostsConcurrentPatch: two PATCHes that read the same version give one
+// 200 and one 409; many concurrent PATCHes leave one version bump and one
+// UPDATED event per 200.
+func TestPostsConcurrentPatch(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := apiSetup(t, db, nil)
+		id := idOf(t, e.createPost(t, "original"))
+
+		// Hold each PATCH after it read the post until both have read it.
+		var armed atomic.Bool
+		var reads sync.WaitGroup
+		reads.Add(2)
+		bothRead := make(chan struct{})
+		go func() { reads.Wait(); close(bothRead) }()
+		require.NoError(t, db.Callback().Query().After("gorm:query").Register("api_test:barrier", func(tx *gorm.DB) {
+			if armed.Load() && tx.Statement.Table == "posts" {
+				reads.Done()
+				select {
+				case <-bothRead:
+				case <-time.After(10 * time.Second):
+				}
+			}
+		}))
+		armed.Store(true)
+		codes := make([]int, 2)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Go(func() {
+				resp, _ := e.do(t, http.MethodPatch, "/api/v1/posts/"+id, "application/json", fmt.Sprintf(`{"title":"from %d"}`, i))
+				codes[i] = resp.StatusCode
+			})
+		}
+		wg.Wait()
+		armed.Store(false)
+		slices.Sort(codes)
+		require.Equal(t, []int{http.StatusOK, http.StatusConflict}, codes)
+		require.Equal(t, int64(2), loadPost(t, db.DB, id).Version.Int64)
+
+		const n = 12
+		var ok, conflict atomic.Int64
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				resp, body := e.do(t, http.MethodPatch, "/api/v1/posts/"+id, "application/json", fmt.Sprintf(`{"content":"edit %d"}`, i))
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusConflict:
+					conflict.Add(1)
+				default:
+					t.Errorf("PATCH: %d %s", resp.StatusCode, body)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int64(n), ok.Load()+conflict.Load())
+		require.Positive(t, ok.Load())
+		// One version bump per 200, counting the first round's winner.
+		require.Equal(t, 2+ok.Load(), loadPost(t, db.DB, id).Version.Int64)
+		updates := 0
+		for _, a := range actions(t, db.DB, id) {
+			if a == "UPDATED RESERVED" {
+				updates++
+			}
+		}
+		require.EqualValues(t, 1+ok.Load(), updates)
+		t.Logf("%d × 200, %d × 409", ok.Load(), conflict.Load())
+	})
+}

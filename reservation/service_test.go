@@ -1,0 +1,639 @@
+package reservation_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+	"gorm.io/plugin/optimisticlock"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// svcStart is the service clock's start; its nanoseconds show that stored
+// times are normalized to microseconds.
+var svcStart = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+// svcClock is a settable clock for the service.
+type svcClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *svcClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *svcClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// svcEnv is what a service test works with.
+type svcEnv struct {
+	db    *database.DB
+	svc   *reservation.Service
+	clock *svcClock
+}
+
+func svcSetup(t *testing.T, db *database.DB) *svcEnv {
+	t.Helper()
+	clock := &svcClock{now: svcStart}
+	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{Now: clock.Now})
+	require.NoError(t, err)
+	return &svcEnv{db: db, svc: svc, clock: clock}
+}
+
+func (e *svcEnv) create(t *testing.T, title string) *reservation.Post {
+	t.Helper()
+	p, err := e.svc.Create(context.Background(), reservation.CreateInput{
+		Title: title, Content: "content of " + title, ScheduledAt: svcStart.Add(24 * time.Hour),
+	})
+	require.NoError(t, err)
+	return p
+}
+
+// setStatus changes a post's status behind the service's back, as the
+// scheduler or the worker would.
+func (e *svcEnv) setStatus(t *testing.T, id int64, st reservation.Status) {
+	t.Helper()
+	require.NoError(t, e.db.Exec("UPDATE posts SET status = ? WHERE id = ?", st, id).Error)
+}
+
+func (e *svcEnv) load(t *testing.T, id int64) reservation.Post {
+	t.Helper()
+	var p reservation.Post
+	require.NoError(t, e.db.Where("id = ?", id).Take(&p).Error)
+	return p
+}
+
+// svcCounts returns the numbers of posts and outbox rows.
+func svcCounts(t *testing.T, db *gorm.DB) (posts, rows int64) {
+	t.Helper()
+	require.NoError(t, db.Model(&reservation.Post{}).Count(&posts).Error)
+	require.NoError(t, db.Model(&outbox.Message{}).Count(&rows).Error)
+	return posts, rows
+}
+
+// svcEvents returns the outbox rows of a post in write order.
+func svcEvents(t *testing.T, db *gorm.DB, postID int64) []outbox.Message {
+	t.Helper()
+	var msgs []outbox.Message
+	require.NoError(t, db.Where("aggregate_id = ?", postID).Order("id").Find(&msgs).Error)
+	return msgs
+}
+
+// svcRequireEvent checks one POSTING_EVENT row against the post it announces.
+func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, action reservation.Action, at time.Time) {
+	t.Helper()
+	require.Equal(t, outbox.PostingEvent, msg.EventType)
+	require.Equal(t, p.ID, msg.AggregateID)
+	require.Equal(t, outbox.StatusPending, msg.Status)
+	var payload map[string]any
+	require.NoError(t, json.Unmarshal([]byte(msg.Payload), &payload))
+	require.Equal(t, string(action), payload["action"])
+	require.Equal(t, string(p.Status), payload["status"])
+	require.Equal(t, msg.EventID, payload["eventId"])
+	require.Equal(t, string(outbox.PostingEvent), payload["eventType"])
+	require.EqualValues(t, p.ID, payload["postId"])
+	scheduled, err := time.Parse(time.RFC3339Nano, payload["scheduledAt"].(string))
+	require.NoError(t, err)
+	require.True(t, scheduled.Equal(p.ScheduledAt), "scheduledAt %s, want %s", scheduled, p.ScheduledAt)
+	occurred, err := time.Parse(time.RFC3339Nano, payload["occurredAt"].(string))
+	require.NoError(t, err)
+	require.True(t, occurred.Equal(outbox.Normalize(at)), "occurredAt %s, want %s", occurred, at)
+}
+
+func svcRequireInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	require.ErrorIs(t, err, reservation.ErrInvalidInput)
+	var ve *reservation.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, field, ve.Field)
+}
+
+// svcOnPostRead runs fn after each read of the posts table while armed is
+// set: the moment between the service's read and its write.
+func svcOnPostRead(t *testing.T, db *gorm.DB, name string, armed *atomic.Bool, fn func()) {
+	t.Helper()
+	require.NoError(t, db.Callback().Query().After("gorm:query").Register("svc_test:"+name, func(tx *gorm.DB) {
+		if armed.Load() && tx.Statement.Table == "posts" && tx.Error == nil {
+			fn()
+		}
+	}))
+}
+
+// svcFailOutboxInserts makes every insert into the outbox fail while fail is
+// set, after the post was written in the same transaction.
+func svcFailOutboxInserts(t *testing.T, db *gorm.DB, fail *atomic.Bool) error {
+	t.Helper()
+	forced := errors.New("forced outbox failure")
+	require.NoError(t, db.Callback().Create().Before("gorm:create").Register("svc_test:fail_outbox", func(tx *gorm.DB) {
+		if fail.Load() && tx.Statement.Table == "outbox" {
+			_ = tx.AddError(forced)
+		}
+	}))
+	return forced
+}
+
+func TestNewServiceConfig(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	_, err := reservation.NewService(db.DB, reservation.ServiceConfig{MaxAhead: -time.Hour})
+	require.ErrorContains(t, err, "invalid service config")
+	_, err = reservation.NewService(nil, reservation.ServiceConfig{})
+	require.ErrorContains(t, err, "invalid service config")
+	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	require.NoError(t, err)
+	require.NotNil(t, svc)
+}
+
+func TestServiceCreateWritesPostAndEvent(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		at := svcStart.Add(36*time.Hour + 789*time.Nanosecond)
+		p, err := e.svc.Create(context.Background(), reservation.CreateInput{Title: "héllo", Content: "world", ScheduledAt: at})
+		require.NoError(t, err)
+		require.Positive(t, p.ID)
+		require.Equal(t, reservation.StatusReserved, p.Status)
+		require.Equal(t, int64(1), p.Version.Int64)
+		require.Equal(t, outbox.Normalize(at), p.ScheduledAt)
+		require.Equal(t, outbox.Normalize(svcStart), p.CreatedAt)
+		require.Equal(t, outbox.Normalize(svcStart), p.UpdatedAt)
+		require.Nil(t, p.PublishedAt)
+
+		stored := e.load(t, p.ID)
+		require.Equal(t, "héllo", stored.Title)
+		require.Equal(t, "world", stored.Content)
+		require.Equal(t, reservation.StatusReserved, stored.Status)
+		require.Equal(t, int64(1), stored.Version.Int64)
+		require.True(t, stored.ScheduledAt.Equal(p.ScheduledAt))
+		require.True(t, stored.CreatedAt.Equal(p.CreatedAt))
+
+		got, err := e.svc.Get(context.Background(), p.ID)
+		require.NoError(t, err)
+		require.Equal(t, p.Title, got.Title)
+
+		events := svcEvents(t, db.DB, p.ID)
+		require.Len(t, events, 1)
+		svcRequireEvent(t, events[0], p, reservation.ActionCreated, svcStart)
+	})
+}
+
+func TestServiceCreateRejectsInvalidInput(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ok := reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: svcStart.Add(time.Hour)}
+		cases := []struct {
+			name  string
+			edit  func(in *reservation.CreateInput)
+			field string
+		}{
+			{"empty title", func(in *reservation.CreateInput) { in.Title = "" }, "title"},
+			{"blank title", func(in *reservation.CreateInput) { in.Title = "  \t" }, "title"},
+			{"title of 201 characters", func(in *reservation.CreateInput) { in.Title = strings.Repeat("é", 201) }, "title"},
+			{"title not UTF-8", func(in *reservation.CreateInput) { in.Title = "\xff" }, "title"},
+			{"empty content", func(in *reservation.CreateInput) { in.Content = "" }, "content"},
+			{"content of 20001 characters", func(in *reservation.CreateInput) { in.Content = strings.Repeat("x", 20001) }, "content"},
+			{"no scheduledAt", func(in *reservation.CreateInput) { in.ScheduledAt = time.Time{} }, "scheduledAt"},
+			{"scheduledAt now", func(in *reservation.CreateInput) { in.ScheduledAt = svcStart }, "scheduledAt"},
+			{"scheduledAt in the past", func(in *reservation.CreateInput) { in.ScheduledAt = svcStart.Add(-time.Minute) }, "scheduledAt"},
+			{"scheduledAt over a year ahead", func(in *reservation.CreateInput) { in.ScheduledAt = svcStart.Add(365*24*time.Hour + time.Second) }, "scheduledAt"},
+		}
+		for _, tc := range cases {
+			in := ok
+			tc.edit(&in)
+			_, err := e.svc.Create(context.Background(), in)
+			svcRequireInvalid(t, err, tc.field)
+			require.Contains(t, err.Error(), tc.field, tc.name)
+		}
+		posts, rows := svcCounts(t, db.DB)
+		require.Zero(t, posts)
+		require.Zero(t, rows)
+
+		// The limits themselves are allowed.
+		in := ok
+		in.Title = strings.Repeat("é", 200)
+		in.Content = strings.Repeat("ü", 20000)
+		in.ScheduledAt = svcStart.Add(365 * 24 * time.Hour)
+		p, err := e.svc.Create(context.Background(), in)
+		require.NoError(t, err)
+		require.Equal(t, in.Content, e.load(t, p.ID).Content)
+	})
+}
+
+func TestServiceGetNotFound(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		_, err := e.svc.Get(context.Background(), 12345)
+		require.ErrorIs(t, err, reservation.ErrNotFound)
+		_, err = e.svc.Update(context.Background(), 12345, reservation.UpdateInput{Title: new("x")})
+		require.ErrorIs(t, err, reservation.ErrNotFound)
+		_, err = e.svc.Cancel(context.Background(), 12345)
+		require.ErrorIs(t, err, reservation.ErrNotFound)
+	})
+}
+
+func TestServiceUpdate(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		p := e.create(t, "first")
+
+		e.clock.Set(svcStart.Add(time.Minute))
+		at := svcStart.Add(48 * time.Hour)
+		got, err := e.svc.Update(ctx, p.ID, reservation.UpdateInput{Title: new("second"), ScheduledAt: &at})
+		require.NoError(t, err)
+		require.Equal(t, "second", got.Title)
+		require.Equal(t, p.Content, got.Content)
+		require.Equal(t, outbox.Normalize(at), got.ScheduledAt)
+		require.Equal(t, int64(2), got.Version.Int64)
+		require.Equal(t, outbox.Normalize(svcStart.Add(time.Minute)), got.UpdatedAt)
+		require.Equal(t, p.CreatedAt, got.CreatedAt)
+
+		stored := e.load(t, p.ID)
+		require.Equal(t, "second", stored.Title)
+		require.Equal(t, p.Content, stored.Content)
+		require.Equal(t, int64(2), stored.Version.Int64)
+		require.True(t, stored.ScheduledAt.Equal(got.ScheduledAt))
+		require.True(t, stored.UpdatedAt.Equal(got.UpdatedAt))
+		require.True(t, stored.CreatedAt.Equal(p.CreatedAt))
+
+		events := svcEvents(t, db.DB, p.ID)
+		require.Len(t, events, 2)
+		svcRequireEvent(t, events[1], got, reservation.ActionUpdated, svcStart.Add(time.Minute))
+
+		// Once the stored time has passed, it may still be sent back
+		// unchanged with another change, but not moved into the past.
+		e.clock.Set(svcStart.Add(49 * time.Hour))
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{Content: new("new content"), ScheduledAt: &at})
+		require.NoError(t, err)
+		past := at.Add(time.Second)
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{ScheduledAt: &past})
+		svcRequireInvalid(t, err, "scheduledAt")
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{Title: new("")})
+		svcRequireInvalid(t, err, "title")
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{Content: new(strings.Repeat("x", 20001))})
+		svcRequireInvalid(t, err, "content")
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{})
+		svcRequireInvalid(t, err, "body")
+
+		stored = e.load(t, p.ID)
+		require.Equal(t, "new content", stored.Content)
+		require.Equal(t, int64(3), stored.Version.Int64)
+		require.Len(t, svcEvents(t, db.DB, p.ID), 3)
+	})
+}
+
+func TestServiceUpdateOnlyWhileReserved(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		for _, st := range []reservation.Status{reservation.StatusWorking, reservation.StatusPublished, reservation.StatusCancelled} {
+			p := e.create(t, string(st))
+			e.setStatus(t, p.ID, st)
+			_, err := e.svc.Update(context.Background(), p.ID, reservation.UpdateInput{Title: new("changed")})
+			require.ErrorIs(t, err, reservation.ErrInvalidTransition, st)
+			stored := e.load(t, p.ID)
+			require.Equal(t, string(st), stored.Title)
+			require.Equal(t, int64(1), stored.Version.Int64)
+			require.Len(t, svcEvents(t, db.DB, p.ID), 1)
+		}
+	})
+}
+
+func TestServiceCancel(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+
+		reserved := e.create(t, "reserved")
+		working := e.create(t, "working")
+		e.setStatus(t, working.ID, reservation.StatusWorking)
+		e.clock.Set(svcStart.Add(time.Hour))
+		for _, p := range []*reservation.Post{reserved, working} {
+			got, err := e.svc.Cancel(ctx, p.ID)
+			require.NoError(t, err)
+			require.Equal(t, reservation.StatusCancelled, got.Status)
+			require.Equal(t, int64(2), got.Version.Int64)
+			stored := e.load(t, p.ID)
+			require.Equal(t, reservation.StatusCancelled, stored.Status)
+			require.Equal(t, int64(2), stored.Version.Int64)
+			require.True(t, stored.UpdatedAt.Equal(outbox.Normalize(svcStart.Add(time.Hour))))
+			events := svcEvents(t, db.DB, p.ID)
+			require.Len(t, events, 2)
+			svcRequireEvent(t, events[1], got, reservation.ActionCancelled, svcStart.Add(time.Hour))
+		}
+
+		_, err := e.svc.Cancel(ctx, reserved.ID)
+		require.ErrorIs(t, err, reservation.ErrInvalidTransition)
+		published := e.create(t, "published")
+		e.setStatus(t, published.ID, reservation.StatusPublished)
+		_, err = e.svc.Cancel(ctx, published.ID)
+		require.ErrorIs(t, err, reservation.ErrInvalidTransition)
+		require.Equal(t, reservation.StatusPublished, e.load(t, published.ID).Status)
+		require.Len(t, svcEvents(t, db.DB, published.ID), 1)
+		require.Len(t, svcEvents(t, db.DB, reserved.ID), 2)
+	})
+}
+
+// TestServiceRollsBackWithOutbox forces the outbox insert to fail after the
+// post was written: the post change must be rolled back with it.
+func TestServiceRollsBackWithOutbox(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		p := e.create(t, "kept")
+		var fail atomic.Bool
+		forced := svcFailOutboxInserts(t, db.DB, &fail)
+		fail.Store(true)
+
+		_, err := e.svc.Create(ctx, reservation.CreateInput{Title: "lost", Content: "c", ScheduledAt: svcStart.Add(time.Hour)})
+		require.ErrorIs(t, err, forced)
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{Title: new("lost")})
+		require.ErrorIs(t, err, forced)
+		_, err = e.svc.Cancel(ctx, p.ID)
+		require.ErrorIs(t, err, forced)
+
+		posts, rows := svcCounts(t, db.DB)
+		require.Equal(t, int64(1), posts)
+		require.Equal(t, int64(1), rows)
+		stored := e.load(t, p.ID)
+		require.Equal(t, "kept", stored.Title)
+		require.Equal(t, reservation.StatusReserved, stored.Status)
+		require.Equal(t, int64(1), stored.Version.Int64)
+
+		// The same with a real database error: the outbox table is gone.
+		fail.Store(false)
+		require.NoError(t, db.Exec("ALTER TABLE outbox RENAME TO outbox_hidden").Error)
+		_, err = e.svc.Create(ctx, reservation.CreateInput{Title: "lost", Content: "c", ScheduledAt: svcStart.Add(time.Hour)})
+		require.Error(t, err)
+		_, err = e.svc.Cancel(ctx, p.ID)
+		require.Error(t, err)
+		require.NoError(t, db.Exec("ALTER TABLE outbox_hidden RENAME TO outbox").Error)
+		posts, rows = svcCounts(t, db.DB)
+		require.Equal(t, int64(1), posts)
+		require.Equal(t, int64(1), rows)
+		require.Equal(t, reservation.StatusReserved, e.load(t, p.ID).Status)
+
+		// And the service still works afterwards.
+		_, err = e.svc.Cancel(ctx, p.ID)
+		require.NoError(t, err)
+		require.Len(t, svcEvents(t, db.DB, p.ID), 2)
+	})
+}
+
+func TestServiceListKeyset(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		var all, reserved []int64
+		for i := range 7 {
+			p := e.create(t, fmt.Sprintf("post %d", i))
+			all = append(all, p.ID)
+			if i%3 == 1 {
+				_, err := e.svc.Cancel(ctx, p.ID)
+				require.NoError(t, err)
+			} else {
+				reserved = append(reserved, p.ID)
+			}
+		}
+		walk := func(q reservation.ListQuery) (ids []int64, pages int) {
+			for {
+				page, err := e.svc.List(ctx, q)
+				require.NoError(t, err)
+				pages++
+				require.LessOrEqual(t, len(page.Items), max(q.Limit, 1))
+				for _, p := range page.Items {
+					if q.Status != "" {
+						require.Equal(t, q.Status, p.Status)
+					}
+					ids = append(ids, p.ID)
+				}
+				if page.NextCursor == "" {
+					return ids, pages
+				}
+				q.Cursor = page.NextCursor
+				require.Less(t, pages, 20, "pagination does not end")
+			}
+		}
+		ids, pages := walk(reservation.ListQuery{Limit: 3})
+		require.Equal(t, all, ids)
+		require.Equal(t, 3, pages)
+		// Five reserved posts in pages of five: the first page knows it is the last.
+		ids, pages = walk(reservation.ListQuery{Status: reservation.StatusReserved, Limit: 5})
+		require.Equal(t, reserved, ids)
+		require.Equal(t, 1, pages)
+		ids, pages = walk(reservation.ListQuery{Status: reservation.StatusReserved, Limit: 2})
+		require.Equal(t, reserved, ids)
+		require.Equal(t, 3, pages)
+		ids, _ = walk(reservation.ListQuery{Status: reservation.StatusCancelled, Limit: 1})
+		require.Equal(t, []int64{all[1], all[4]}, ids)
+
+		page, err := e.svc.List(ctx, reservation.ListQuery{})
+		require.NoError(t, err)
+		require.Len(t, page.Items, 7)
+		require.Empty(t, page.NextCursor)
+		page, err = e.svc.List(ctx, reservation.ListQuery{Status: reservation.StatusPublished})
+		require.NoError(t, err)
+		require.NotNil(t, page.Items)
+		require.Empty(t, page.Items)
+
+		for _, tc := range []struct {
+			q     reservation.ListQuery
+			field string
+		}{
+			{reservation.ListQuery{Cursor: "not a cursor!"}, "cursor"},
+			{reservation.ListQuery{Cursor: "YWJj"}, "cursor"}, // base64url of "abc"
+			{reservation.ListQuery{Cursor: "LTE"}, "cursor"},  // base64url of "-1"
+			{reservation.ListQuery{Limit: 101}, "limit"},
+			{reservation.ListQuery{Limit: -1}, "limit"},
+			{reservation.ListQuery{Status: "DONE"}, "status"},
+		} {
+			_, err := e.svc.List(ctx, tc.q)
+			svcRequireInvalid(t, err, tc.field)
+		}
+	})
+}
+
+// TestServiceOptimisticLockSQL pins what the service relies on from the
+// optimisticlock plugin, on both dialects: an update through the model
+// carries "AND version = <loaded>" and sets version = version + 1.
+func TestServiceOptimisticLockSQL(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		p := reservation.Post{ID: 7, Status: reservation.StatusReserved, Version: optimisticlock.Version{Int64: 3, Valid: true}}
+		stmt := db.Session(&gorm.Session{DryRun: true}).Model(&p).
+			Where("status = ?", p.Status).Updates(map[string]any{"title": "x"}).Statement
+		sql := strings.NewReplacer("`", "", `"`, "").Replace(stmt.SQL.String())
+		set, where, found := strings.Cut(sql, " WHERE ")
+		require.True(t, found, sql)
+		require.Contains(t, set, "version=version+1")
+		require.Contains(t, where, "posts.version = ?")
+		require.Contains(t, where, "id = ?")
+		require.Contains(t, where, "status = ?")
+		require.Contains(t, stmt.Vars, int64(3))
+	})
+}
+
+// TestServiceConcurrentUpdatesFromSameVersion lets two updates read the same
+// version before either writes: exactly one may win.
+func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		p := e.create(t, "original")
+
+		var armed atomic.Bool
+		var reads sync.WaitGroup
+		reads.Add(2)
+		bothRead := make(chan struct{})
+		go func() { reads.Wait(); close(bothRead) }()
+		svcOnPostRead(t, db.DB, "barrier", &armed, func() {
+			reads.Done()
+			select {
+			case <-bothRead:
+			case <-time.After(10 * time.Second):
+			}
+		})
+		armed.Store(true)
+
+		titles := []string{"from A", "from B"}
+		errs := make([]error, len(titles))
+		var wg sync.WaitGroup
+		for i, title := range titles {
+			wg.Go(func() {
+				_, errs[i] = e.svc.Update(context.Background(), p.ID, reservation.UpdateInput{Title: &title})
+			})
+		}
+		wg.Wait()
+		armed.Store(false)
+		select {
+		case <-bothRead:
+		default:
+			t.Fatal("the two updates did not read concurrently")
+		}
+
+		var winner string
+		conflicts := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				winner = titles[i]
+			case errors.Is(err, reservation.ErrConflict):
+				conflicts++
+			default:
+				t.Fatalf("update %d: %v", i, err)
+			}
+		}
+		require.Equal(t, 1, conflicts, "errors: %v", errs)
+		stored := e.load(t, p.ID)
+		require.Equal(t, winner, stored.Title)
+		require.Equal(t, int64(2), stored.Version.Int64)
+		events := svcEvents(t, db.DB, p.ID)
+		require.Len(t, events, 2)
+		require.Contains(t, events[1].Payload, `"UPDATED"`)
+	})
+}
+
+// TestServiceUpdateSeesStatusChangeWithoutVersion: a writer that changes the
+// status without bumping the version between the read and the write must not
+// let an edit of a no longer RESERVED post through.
+func TestServiceUpdateSeesStatusChangeWithoutVersion(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		p := e.create(t, "original")
+		var armed atomic.Bool
+		svcOnPostRead(t, db.DB, "to_working", &armed, func() {
+			armed.Store(false)
+			e.setStatus(t, p.ID, reservation.StatusWorking)
+		})
+		armed.Store(true)
+		_, err := e.svc.Update(context.Background(), p.ID, reservation.UpdateInput{Title: new("late edit")})
+		require.ErrorIs(t, err, reservation.ErrConflict)
+		stored := e.load(t, p.ID)
+		require.Equal(t, "original", stored.Title)
+		require.Equal(t, reservation.StatusWorking, stored.Status)
+		require.Len(t, svcEvents(t, db.DB, p.ID), 1)
+	})
+}
+
+// TestServiceManyConcurrentUpdates: however the edits interleave, each
+// success bumps the version once and leaves exactly one UPDATED event, and
+// every failure is a conflict.
+func TestServiceManyConcurrentUpdates(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		p := e.create(t, "original")
+		const n = 12
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var successes, conflicts atomic.Int64
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				title := fmt.Sprintf("edit %d", i)
+				_, err := e.svc.Update(context.Background(), p.ID, reservation.UpdateInput{Title: &title})
+				switch {
+				case err == nil:
+					successes.Add(1)
+				case errors.Is(err, reservation.ErrConflict):
+					conflicts.Add(1)
+				default:
+					errs <- err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("unexpected error: %v", err)
+		}
+		require.Equal(t, int64(n), successes.Load()+conflicts.Load())
+		require.Positive(t, successes.Load())
+		stored := e.load(t, p.ID)
+		require.Equal(t, 1+successes.Load(), stored.Version.Int64)
+		var updated int64
+		require.NoError(t, db.Model(&outbox.Message{}).
+			Where("aggregate_id = ? AND payload LIKE ?", p.ID, `%"action":"UPDATED"%`).Count(&updated).Error)
+		require.Equal(t, successes.Load(), updated)
+		t.Logf("%d successes, %d conflicts", successes.Load(), conflicts.Load())
+	})
+}
