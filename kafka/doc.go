@@ -1,0 +1,10 @@
+// Package kafka is the only place that knows Kafka clients: a sarama producer
+// built for the outbox relay (idempotent, acks from all in-sync replicas, one
+// request in flight per broker, keyed by post id), the consumer side of the
+// worker, and the in-process Kafka-protocol broker (franz-go's kfake) that
+// `posting serve` runs in embedded mode.
+//
+// The rest of the service sees small interfaces declared where they are used
+// (relay.Publisher) and the errors of those packages (relay.ErrUnavailable);
+// no other package imports sarama.
+package kafka

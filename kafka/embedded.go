@@ -1,0 +1,212 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DefaultEmbeddedAddr is where the embedded broker listens by default, the
+// usual Kafka port on the loopback interface.
+const DefaultEmbeddedAddr = "127.0.0.1:9092"
+
+// embeddedSetupTimeout bounds creating the topic at start.
+const embeddedSetupTimeout = 10 * time.Second
+
+// EmbeddedConfig configures the in-process broker of embedded mode.
+type EmbeddedConfig struct {
+	// Addr is host:port to listen on. Default "127.0.0.1:9092". The host
+	// must be a concrete address, not a wildcard such as 0.0.0.0: the broker
+	// advertises it to clients in metadata. Port 0 picks a free port (see
+	// Embedded.Addr).
+	Addr string
+	// DataDir holds the broker's log and state, so records and committed
+	// offsets survive a restart. It is created if missing. Empty keeps
+	// everything in memory and loses it at Close.
+	DataDir string
+	// Topic is created at start if missing. Default "posting-events".
+	Topic string
+	// Partitions is the partition count of a topic we create; an existing
+	// topic keeps its count. Default 8; 1 to 1000.
+	Partitions int32
+	// SyncWrites fsyncs every batch before acknowledging it. Default false:
+	// writes reach the OS at once and survive a crash of the process, but
+	// not of the machine, as with Kafka's default flush settings.
+	SyncWrites bool
+}
+
+func (cfg EmbeddedConfig) withDefaults() EmbeddedConfig {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultEmbeddedAddr
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultProducerTopic
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 8
+	}
+	return cfg
+}
+
+// Validate reports the first setting out of its limits.
+func (cfg EmbeddedConfig) Validate() error {
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("addr %q: want host:port: %w", cfg.Addr, err)
+	}
+	if host == "" {
+		return fmt.Errorf("addr %q: no host; clients need an address to connect back to", cfg.Addr)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("addr %q: a wildcard host cannot be advertised to clients; use a concrete address", cfg.Addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("addr %q: bad port", cfg.Addr)
+	}
+	if cfg.Topic == "" {
+		return errors.New("empty topic")
+	}
+	if cfg.Partitions < 1 || cfg.Partitions > 1000 {
+		return fmt.Errorf("partitions %d: want 1 to 1000", cfg.Partitions)
+	}
+	return nil
+}
+
+// Embedded is a running one-node Kafka-protocol broker (franz-go's kfake)
+// inside the process. Any Kafka client, kcat included, can use it at Addr.
+type Embedded struct {
+	cluster *kfake.Cluster
+	addr    string
+	topic   string
+	once    sync.Once
+}
+
+// StartEmbedded listens on cfg.Addr, loads the log from cfg.DataDir and
+// creates the topic if it is missing, also when the data dir already holds
+// other state. It logs one line saying where the broker is.
+func StartEmbedded(cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid embedded kafka config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	host, port, _ := net.SplitHostPort(cfg.Addr) // checked by Validate
+	portNum, _ := strconv.Atoi(port)
+	opts := []kfake.Opt{
+		kfake.Ports(portNum), // one node
+		// kfake listens on 127.0.0.1; we listen where we were told, and
+		// it advertises that address.
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, port))
+		}),
+		kfake.SeedTopics(cfg.Partitions, cfg.Topic), // only used on a fresh data dir
+		kfake.DefaultNumPartitions(int(cfg.Partitions)),
+		kfake.WithLogger(embeddedLogger{logger}),
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+	}
+	if cfg.SyncWrites {
+		opts = append(opts, kfake.SyncWrites())
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded kafka on %s (data dir %q): %w", cfg.Addr, cfg.DataDir, err)
+	}
+	e := &Embedded{cluster: c, addr: c.ListenAddrs()[0], topic: cfg.Topic}
+	partitions, err := e.ensureTopic(cfg.Partitions)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	logger.Info("embedded kafka broker started",
+		"addr", e.addr, "data_dir", cfg.DataDir, "topic", cfg.Topic, "partitions", partitions,
+		"hint", fmt.Sprintf("kcat -b %s -t %s -C -f '%%k %%h %%s\\n'", e.addr, cfg.Topic))
+	return e, nil
+}
+
+// ensureTopic creates the topic unless it exists and returns its partition
+// count. A data dir from an earlier run holds its topics, and kfake seeds
+// topics only into an empty one, so we always ask.
+func (e *Embedded) ensureTopic(partitions int32) (int32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), embeddedSetupTimeout)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.addr))
+	if err != nil {
+		return 0, fmt.Errorf("embedded kafka: admin client: %w", err)
+	}
+	defer cl.Close()
+
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = e.topic
+	rt.NumPartitions = partitions
+	rt.ReplicationFactor = 1
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(embeddedSetupTimeout / time.Millisecond)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, fmt.Errorf("embedded kafka: create topic %q: %w", e.topic, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return 0, fmt.Errorf("embedded kafka: create topic %q: %w", e.topic, err)
+		}
+	}
+
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(e.topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, fmt.Errorf("embedded kafka: describe topic %q: %w", e.topic, err)
+	}
+	for _, t := range mresp.Topics {
+		if t.Topic != nil && *t.Topic == e.topic {
+			if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+				return 0, fmt.Errorf("embedded kafka: describe topic %q: %w", e.topic, err)
+			}
+			return int32(len(t.Partitions)), nil
+		}
+	}
+	return 0, fmt.Errorf("embedded kafka: topic %q missing after creating it", e.topic)
+}
+
+// Addr is the address clients connect to, host:port; with port 0 in the
+// config it names the port that was picked.
+func (e *Embedded) Addr() string { return e.addr }
+
+// Topic is the topic the broker was started with.
+func (e *Embedded) Topic() string { return e.topic }
+
+// Close stops the broker and writes its state to the data dir. Clients see
+// their connections close. It is safe to call more than once.
+func (e *Embedded) Close() {
+	e.once.Do(e.cluster.Close)
+}
+
+// embeddedLogger passes kfake's warnings and errors to slog; its info and
+// debug lines describe every request and would drown the service's logs.
+type embeddedLogger struct{ logger *slog.Logger }
+
+func (l embeddedLogger) Logf(level kfake.LogLevel, format string, args ...any) {
+	switch level {
+	case kfake.LogLevelError:
+		l.logger.Error("embedded kafka: "+fmt.Sprintf(format, args...), "component", "kafka")
+	case kfake.LogLevelWarn:
+		l.logger.Warn("embedded kafka: "+fmt.Sprintf(format, args...), "component", "kafka")
+	}
+}

@@ -1,0 +1,139 @@
+package kafka
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+)
+
+func embeddedTestStart(t *testing.T, cfg EmbeddedConfig) *Embedded {
+	t.Helper()
+	e, err := StartEmbedded(cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	return e
+}
+
+func embeddedTestPublish(t *testing.T, addr, topic string, msgs []outbox.Message) {
+	t.Helper()
+	cfg := producerTestConfig(addr)
+	cfg.Topic = topic
+	p := producerTestNew(t, cfg)
+	producerTestRequireAllNil(t, p.Publish(context.Background(), msgs))
+	require.NoError(t, p.Close())
+}
+
+func TestEmbeddedKeepsLogAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: dir})
+	addr := e.Addr()
+	require.NotEqual(t, "127.0.0.1:0", addr, "a port was picked")
+	require.Equal(t, DefaultProducerTopic, e.Topic())
+	first := producerTestMessages(1, 30, 1, 2, 3)
+	embeddedTestPublish(t, addr, e.Topic(), first)
+	e.Close()
+	e.Close() // idempotent
+
+	e2 := embeddedTestStart(t, EmbeddedConfig{Addr: addr, DataDir: dir})
+	require.Equal(t, addr, e2.Addr())
+	second := producerTestMessages(100, 30, 1, 2, 3)
+	embeddedTestPublish(t, addr, e2.Topic(), second)
+
+	recs := kafkatest.ReadTopic(t, addr, e2.Topic(), 60, 10*time.Second)
+	require.Len(t, recs, 60)
+	partitions := map[int32]bool{}
+	lastID := map[string]string{}
+	var ids []string
+	for _, r := range recs {
+		partitions[r.Partition] = true
+		require.Equal(t, kafkatest.PartitionFor(r.Key, 8), r.Partition, "the default 8 partitions kept")
+		id := r.Headers[producerHeaderEventID]
+		require.Greater(t, id, lastID[r.Key], "per-key order across the restart")
+		lastID[r.Key] = id
+		ids = append(ids, id)
+	}
+	var want []string
+	for _, m := range append(first, second...) {
+		want = append(want, m.EventID)
+	}
+	require.ElementsMatch(t, want, ids, "earlier records kept, new ones appended")
+}
+
+func TestEmbeddedCreatesMissingTopicInExistingDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: dir, Topic: "first", Partitions: 2})
+	addr := e.Addr()
+	e.Close()
+
+	e2 := embeddedTestStart(t, EmbeddedConfig{Addr: addr, DataDir: dir, Topic: "second", Partitions: 3})
+	for _, topic := range []string{"first", "second"} {
+		cfg := producerTestConfig(e2.Addr())
+		cfg.Topic = topic
+		require.NoError(t, producerTestNew(t, cfg).CheckTopic(context.Background()), topic)
+	}
+	msgs := producerTestMessages(1, 9, 1, 2, 3, 4, 5, 6)
+	embeddedTestPublish(t, addr, "second", msgs)
+	recs := kafkatest.ReadTopic(t, addr, "second", len(msgs), 10*time.Second)
+	require.Len(t, recs, len(msgs))
+	for _, r := range recs {
+		require.Less(t, r.Partition, int32(3))
+	}
+}
+
+func TestEmbeddedRejectsBadConfigAndBusyPort(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []EmbeddedConfig{
+		{Addr: "0.0.0.0:9092"},
+		{Addr: ":9092"},
+		{Addr: "localhost"},
+		{Addr: "127.0.0.1:0", Partitions: -1},
+	} {
+		_, err := StartEmbedded(cfg, nil)
+		require.ErrorContains(t, err, "invalid embedded kafka config", cfg.Addr)
+	}
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0"})
+	_, err := StartEmbedded(EmbeddedConfig{Addr: e.Addr()}, nil)
+	require.ErrorContains(t, err, e.Addr())
+}
+
+// TestEmbeddedWithKcat reads the embedded broker with kcat, when installed,
+// as the README tells users to.
+func TestEmbeddedWithKcat(t *testing.T) {
+	t.Parallel()
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Skip("kcat not installed")
+	}
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
+	msgs := producerTestMessages(1, 4, 7)
+	embeddedTestPublish(t, e.Addr(), e.Topic(), msgs)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, kcat, "-b", e.Addr(), "-t", e.Topic(), "-C", "-e", "-q",
+		"-f", `%k|%h|%s\n`).CombinedOutput()
+	require.NoError(t, err, string(out))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, len(msgs), string(out))
+	for i, line := range lines {
+		parts := strings.SplitN(line, "|", 3)
+		require.Len(t, parts, 3, line)
+		require.Equal(t, "7", parts[0])
+		require.Contains(t, parts[1], producerHeaderEventID+"="+msgs[i].EventID)
+		require.Contains(t, parts[1], producerHeaderEventType+"="+string(msgs[i].EventType))
+		require.Equal(t, msgs[i].Payload, parts[2])
+	}
+
+	out, err = exec.CommandContext(ctx, kcat, "-b", e.Addr(), "-L", "-t", e.Topic()).CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), `topic "`+e.Topic()+`" with 8 partitions`)
+}

@@ -1,0 +1,376 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+// kafkaINVALID_RECORD is a non-retriable produce error: the broker rejects the record.
+const kafkaInvalidRecord int16 = 87
+
+// openPools opens n separate connection pools on one fresh migrated database,
+// as n relay processes would.
+func openPools(t *testing.T, dialect migrations.Dialect, n int) []*database.DB {
+	t.Helper()
+	var url string
+	if dialect == migrations.MySQL {
+		url = databasetest.MySQLURL(t, "relay")
+	} else {
+		url = "sqlite://" + filepath.Join(t.TempDir(), "relay.db")
+	}
+	var pools []*database.DB
+	for i := range n {
+		db, err := database.Open(url, "")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		if i == 0 {
+			_, err := db.Migrate(context.Background(), nil)
+			require.NoError(t, err)
+		}
+		pools = append(pools, db)
+	}
+	return pools
+}
+
+func newProducer(t testing.TB, b *kafkatest.Broker) *kafka.Producer {
+	t.Helper()
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{b.Addr}, Topic: b.Topic}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// seed writes perPost events for each of posts post ids, interleaved the way
+// real traffic is, in batches, and returns the rows in id order.
+func seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.Message {
+	t.Helper()
+	var rows []*outbox.Message
+	for round := range perPost {
+		for p := 1; p <= posts; p++ {
+			m, err := outbox.NewMessage(outbox.Event{Type: outbox.PostingEvent, PostID: int64(p), OccurredAt: at,
+				Fields: map[string]any{"action": "UPDATED", "round": round}})
+			require.NoError(t, err)
+			rows = append(rows, m)
+		}
+	}
+	require.NoError(t, db.CreateInBatches(rows, 1000).Error)
+	out := make([]outbox.Message, len(rows))
+	for i, m := range rows {
+		out[i] = *m
+	}
+	return out
+}
+
+func countByStatus(t testing.TB, db *gorm.DB) map[outbox.Status]int64 {
+	t.Helper()
+	var rows []struct {
+		Status outbox.Status
+		N      int64
+	}
+	require.NoError(t, db.Model(&outbox.Message{}).Select("status, COUNT(*) AS n").Group("status").Scan(&rows).Error)
+	out := map[outbox.Status]int64{}
+	for _, r := range rows {
+		out[r.Status] = r.N
+	}
+	return out
+}
+
+// requirePerPostOrder checks that, for every post, the events on its
+// partition appear in outbox id order, and returns the records by event id.
+func requirePerPostOrder(t *testing.T, records []kafkatest.Record, rows []outbox.Message) map[string]int {
+	t.Helper()
+	idOf := map[string]int64{}
+	for _, m := range rows {
+		idOf[m.EventID] = m.ID
+	}
+	seen := map[string]int{}
+	last := map[string]int64{}
+	partOf := map[string]int32{}
+	for _, r := range records {
+		eid := r.Headers["event-id"]
+		require.Equal(t, "POSTING_EVENT", r.Headers["event-type"])
+		id, ok := idOf[eid]
+		require.True(t, ok, "unknown event id %s", eid)
+		seen[eid]++
+		if p, ok := partOf[r.Key]; ok {
+			require.Equal(t, p, r.Partition, "post %s moved partitions", r.Key)
+		}
+		partOf[r.Key] = r.Partition
+		require.Greater(t, id, last[r.Key], "post %s: event %d after %d", r.Key, id, last[r.Key])
+		last[r.Key] = id
+	}
+	return seen
+}
+
+func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range databasetest.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			const instances, posts, perPost = 4, 2000, 5
+			pools := openPools(t, dialect, instances)
+			broker := kafkatest.Start(t)
+			rows := seed(t, pools[0].DB, posts, perPost, time.Now().Add(-time.Second))
+
+			ctx := context.Background()
+			claimed := make([]atomic.Int64, instances)
+			var relays []*relay.Relay
+			for i, db := range pools {
+				r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{
+					InstanceID: fmt.Sprintf("relay-%d", i), Interval: 20 * time.Millisecond, BatchSize: 500,
+					Logger: slog.New(slog.DiscardHandler),
+					Observe: func(res relay.Result, _ time.Duration, err error) {
+						claimed[i].Add(int64(res.Claimed))
+					},
+				})
+				require.NoError(t, err)
+				relays = append(relays, r)
+			}
+			for _, r := range relays {
+				require.NoError(t, r.Start(ctx))
+			}
+			require.Eventually(t, func() bool {
+				return countByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))
+			}, 2*time.Minute, 50*time.Millisecond)
+			for _, r := range relays {
+				r.Stop()
+			}
+
+			require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, countByStatus(t, pools[0].DB))
+			records := broker.Records(t, len(rows), 30*time.Second)
+			require.Len(t, records, len(rows), "every event exactly once")
+			seen := requirePerPostOrder(t, records, rows)
+			require.Len(t, seen, len(rows))
+			for eid, n := range seen {
+				require.Equal(t, 1, n, "event %s sent %d times", eid, n)
+			}
+			for i := range claimed {
+				require.Positive(t, claimed[i].Load(), "relay-%d claimed nothing", i)
+				t.Logf("relay-%d claimed %d", i, claimed[i].Load())
+			}
+		})
+	}
+}
+
+// keysOnOtherPartitions returns n post ids whose partitions differ from poison's.
+func keysOnOtherPartitions(poison int64, partitions int32, n int) []int64 {
+	bad := kafkatest.PartitionFor(strconv.FormatInt(poison, 10), partitions)
+	var out []int64
+	for id := poison + 1; len(out) < n; id++ {
+		if kafkatest.PartitionFor(strconv.FormatInt(id, 10), partitions) != bad {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+type manualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *manualClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func appendEvent(t *testing.T, db *gorm.DB, post int64, at time.Time) outbox.Message {
+	t.Helper()
+	m, err := outbox.Append(db, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: at,
+		Fields: map[string]any{"action": "CREATED"}})
+	require.NoError(t, err)
+	return *m
+}
+
+func TestBrokerRejectionRetriesThenFails(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		broker := kafkatest.Start(t)
+		clock := &manualClock{now: time.Now().UTC()}
+		const poison = 1
+		others := keysOnOtherPartitions(poison, broker.Partitions, 5)
+		bad := appendEvent(t, db.DB, poison, clock.Now())
+		var good []outbox.Message
+		for _, id := range others {
+			good = append(good, appendEvent(t, db.DB, id, clock.Now()))
+		}
+		broker.RejectKey(strconv.Itoa(poison), kafkaInvalidRecord)
+
+		r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{InstanceID: "a",
+			Interval: 20 * time.Millisecond, RetryBase: time.Second, RetryMax: time.Minute, Now: clock.Now})
+		require.NoError(t, err)
+
+		var delays []time.Duration
+		for attempt := 1; attempt <= 4; attempt++ {
+			res, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, attempt, broker.Rejections(strconv.Itoa(poison)))
+			var m outbox.Message
+			require.NoError(t, db.DB.First(&m, bad.ID).Error)
+			require.Equal(t, attempt, m.RetryCount)
+			require.Contains(t, *m.LastError, "INVALID_RECORD")
+			if attempt < 4 {
+				require.Equal(t, outbox.StatusRetry, m.Status)
+				delays = append(delays, m.NextAttemptAt.Sub(clock.Now()))
+				clock.Add(delays[len(delays)-1])
+			} else {
+				require.Equal(t, 1, res.Failed)
+				require.Equal(t, outbox.StatusFail, m.Status, "FAIL after exactly 4 attempts")
+			}
+		}
+		require.Greater(t, delays[1], delays[0])
+		require.Greater(t, delays[2], delays[1])
+
+		clock.Add(time.Hour)
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Claimed)
+		require.Equal(t, 4, broker.Rejections(strconv.Itoa(poison)), "no fifth attempt")
+
+		records := broker.Records(t, len(good), 10*time.Second)
+		require.Len(t, records, len(good), "the other messages went through once")
+		for _, m := range good {
+			var got outbox.Message
+			require.NoError(t, db.DB.First(&got, m.ID).Error)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Zero(t, got.RetryCount)
+		}
+	})
+}
+
+func TestFailingEventHoldsTheNextOfItsPost(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		broker := kafkatest.Start(t)
+		clock := &manualClock{now: time.Now().UTC()}
+		first := appendEvent(t, db.DB, 9, clock.Now())
+		clock.Add(time.Millisecond)
+		second := appendEvent(t, db.DB, 9, clock.Now())
+		stopRejecting := broker.RejectKey("9", kafkaInvalidRecord)
+		r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{InstanceID: "a",
+			Interval: 20 * time.Millisecond, RetryBase: time.Second, Now: clock.Now})
+		require.NoError(t, err)
+
+		for range 2 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			var m outbox.Message
+			require.NoError(t, db.DB.First(&m, second.ID).Error)
+			require.Equal(t, outbox.StatusPending, m.Status, "the second event waits behind the failing first")
+			clock.Add(time.Minute)
+		}
+		stopRejecting()
+		for range 2 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+		}
+		records := broker.Records(t, 2, 10*time.Second)
+		require.Len(t, records, 2)
+		require.Equal(t, first.EventID, records[0].Headers["event-id"])
+		require.Equal(t, second.EventID, records[1].Headers["event-id"])
+	})
+}
+
+func TestBrokerOutageLosesNothingAndSpendsNoRetries(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		broker := kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))
+		var polls, unavailable atomic.Int64
+		r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{InstanceID: "a",
+			Interval: 20 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
+			OutageBackoffMax: 100 * time.Millisecond, StaleAfter: time.Minute,
+			Logger: slog.New(slog.DiscardHandler),
+			Observe: func(res relay.Result, _ time.Duration, _ error) {
+				polls.Add(1)
+				if res.Unavailable {
+					unavailable.Add(1)
+				}
+			}})
+		require.NoError(t, err)
+		rows := seed(t, db.DB, 50, 2, time.Now().Add(-time.Second))
+		require.NoError(t, r.Start(ctx))
+		defer r.Stop()
+		require.Eventually(t, func() bool {
+			return countByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+		}, time.Minute, 20*time.Millisecond)
+
+		broker.Stop()
+		// Events keep coming while the broker is down.
+		rows = append(rows, seed(t, db.DB, 50, 2, time.Now())...)
+		// Longer than all retry backoffs together (10+20+40 ms): many polls find the broker down.
+		require.Eventually(t, func() bool { return unavailable.Load() >= 8 }, time.Minute, 20*time.Millisecond)
+		require.Zero(t, countByStatus(t, db.DB)[outbox.StatusFail])
+		broker.Restart(t)
+
+		require.Eventually(t, func() bool {
+			return countByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+		}, time.Minute, 20*time.Millisecond)
+		r.Stop()
+		var retried int64
+		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("retry_count > 0").Count(&retried).Error)
+		require.Zero(t, retried, "the outage spent no retries")
+		records := broker.Records(t, len(rows), 30*time.Second)
+		seen := requirePerPostOrder(t, records, rows)
+		require.Len(t, seen, len(rows), "all delivered")
+		t.Logf("polls %d, of which broker unreachable %d; records %d for %d events", polls.Load(), unavailable.Load(), len(records), len(rows))
+	})
+}
+
+// BenchmarkRelay measures one relay instance moving 10,000 seeded events from
+// the database to the in-process broker, claim + send + ack, in events/s.
+func BenchmarkRelay(b *testing.B) {
+	for _, dialect := range databasetest.Dialects {
+		for _, batch := range []int{100, 500, 1000} {
+			b.Run(fmt.Sprintf("%s/batch=%d", dialect, batch), func(b *testing.B) {
+				db := databasetest.New(b, dialect)
+				broker := kafkatest.Start(b)
+				r, err := relay.New(outbox.NewStore(db), newProducer(b, broker), relay.Config{
+					InstanceID: "bench", BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(b, err)
+				const events = 10000
+				var total time.Duration
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					seed(b, db.DB, events/5, 5, time.Now().Add(-time.Second))
+					b.StartTimer()
+					start := time.Now()
+					sent := 0
+					for sent < events {
+						res, err := r.RunOnce(context.Background())
+						require.NoError(b, err)
+						sent += res.Sent
+						if res.Claimed == 0 {
+							b.Fatalf("stalled at %d of %d", sent, events)
+						}
+					}
+					total += time.Since(start)
+				}
+				b.ReportMetric(float64(events*b.N)/total.Seconds(), "events/s")
+			})
+		}
+	}
+}
