@@ -110,6 +110,9 @@ func MySQLDSN(u *url.URL) (string, error) {
 	cfg.Params = map[string]string{
 		"charset":   "utf8mb4",
 		"time_zone": "'+00:00'",
+		// Client-side placeholders: one round trip per statement instead of
+		// prepare + execute + close, which matters for batch statements.
+		"interpolateParams": "true",
 	}
 	for k, vs := range u.Query() {
 		if len(vs) == 0 {

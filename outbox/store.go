@@ -59,6 +59,11 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Tim
 		return nil, nil
 	}
 	now = Normalize(now)
+	// A plain read first: an idle poll then costs no write transaction (on
+	// SQLite every transaction takes the one write lock at BEGIN).
+	if ids, err := s.candidates(s.db.WithContext(ctx), 1, now); err != nil || len(ids) == 0 {
+		return nil, err
+	}
 	var claimed []Message
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		claimed = nil
@@ -80,7 +85,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Tim
 		}
 		res := tx.Model(&Message{}).
 			Where("status IN ?", []Status{StatusPending, StatusRetry}).
-			Where(versionMatch(rows)).
+			Where(s.versionMatch(rows)).
 			Updates(map[string]any{
 				"status":     StatusProcessing,
 				"version":    gorm.Expr("version + 1"),
@@ -146,7 +151,7 @@ func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fen
 		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
 			res := tx.Model(&Message{}).
 				Where("status = ?", StatusProcessing).
-				Where(versionMatch(chunk)).
+				Where(s.versionMatch(chunk)).
 				Updates(map[string]any{
 					"status":  StatusSent,
 					"sent_at": at,
@@ -214,7 +219,7 @@ func (s *Store) Release(ctx context.Context, msgs []Message) (fenced int, err er
 		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
 			res := tx.Model(&Message{}).
 				Where("status = ?", StatusProcessing).
-				Where(versionMatch(chunk)).
+				Where(s.versionMatch(chunk)).
 				Updates(map[string]any{
 					"status":  gorm.Expr("CASE WHEN retry_count = 0 THEN ? ELSE ? END", StatusPending, StatusRetry),
 					"version": gorm.Expr("version + 1"),
@@ -245,6 +250,12 @@ type Recovery struct {
 func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetries int, retryAt time.Time) (Recovery, error) {
 	staleBefore, retryAt = Normalize(staleBefore), Normalize(retryAt)
 	var rec Recovery
+	// Stale claims are rare: look before taking the write lock.
+	var n int64
+	if err := s.db.WithContext(ctx).Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore).
+		Limit(1).Count(&n).Error; err != nil || n == 0 {
+		return rec, err
+	}
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		rec = Recovery{}
 		stale := func() *gorm.DB {
@@ -276,18 +287,29 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 	return rec, err
 }
 
-// versionMatch is the condition "(id = ? AND version = ?) OR ..." over msgs:
-// the set-based form of an optimistic lock, portable to MySQL and SQLite, and
-// resolved by MySQL as primary-key lookups.
-func versionMatch(msgs []Message) clause.Expr {
+// versionMatch is the set-based optimistic lock over msgs: "this row still
+// has the version I hold", as a row-value IN that both databases resolve by
+// primary key. MySQL takes a list of row constructors; SQLite wants the list
+// as a VALUES subquery, and gets the plain id list too so that it looks the
+// rows up by key instead of scanning.
+func (s *Store) versionMatch(msgs []Message) clause.Expr {
 	var b strings.Builder
-	b.WriteString("(")
-	args := make([]any, 0, 2*len(msgs))
+	args := make([]any, 0, 2*len(msgs)+1)
+	if s.dialect == migrations.SQLite {
+		ids := make([]int64, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		b.WriteString("id IN ? AND (id, version) IN (VALUES ")
+		args = append(args, ids)
+	} else {
+		b.WriteString("(id, version) IN (")
+	}
 	for i, m := range msgs {
 		if i > 0 {
-			b.WriteString(" OR ")
+			b.WriteString(",")
 		}
-		b.WriteString("(id = ? AND version = ?)")
+		b.WriteString("(?,?)")
 		args = append(args, m.ID, m.Version)
 	}
 	b.WriteString(")")
