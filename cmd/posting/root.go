@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postingsvc/posting/database"
+)
+
+// Run executes the command line args and returns when the command is done
+// or ctx ends (SIGINT/SIGTERM).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "posting",
+		Short:         "Scheduled posting with a transactional outbox to Kafka",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	// Unknown flags and arguments are usage errors: exit status 2.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newMigrateCommand(), newServeCommand())
+	return root
+}
+
+// prepare reads the environment twins of the flags that were not given and
+// validates the common settings.
+func prepare(cmd *cobra.Command, s *settings) error {
+	if err := applyEnv(cmd); err != nil {
+		return err
+	}
+	return s.validateCommon()
+}
+
+func newLogger(w io.Writer, s *settings) *slog.Logger {
+	var h slog.Handler
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if strings.EqualFold(s.LogFormat, "json") {
+		h = slog.NewJSONHandler(w, opts)
+	} else {
+		h = slog.NewTextHandler(w, opts)
+	}
+	return slog.New(h).With("instance_id", s.InstanceID)
+}
+
+// openDB opens the configured database; a malformed URL is a usage error
+// naming the setting.
+func openDB(s *settings) (*database.DB, error) {
+	db, err := database.Open(s.DatabaseURL, s.DataDir)
+	if err != nil {
+		if isInvalidURL(err) {
+			return nil, badSetting("POSTING_DATABASE_URL", redactURL(s.DatabaseURL), err)
+		}
+		return nil, err
+	}
+	return db, nil
+}
+
+func newMigrateCommand() *cobra.Command {
+	var s settings
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the schema migrations and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := prepare(cmd, &s); err != nil {
+				return err
+			}
+			log := newLogger(cmd.ErrOrStderr(), &s)
+			db, err := openDB(&s)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := db.Migrate(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			log.Info("migrations applied", "applied", n, "database", db.Location)
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %d migrations to %s\n", n, db.Location)
+			return nil
+		},
+	}
+	addCommonFlags(cmd.Flags(), &s)
+	return cmd
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/reservation"
+)
+
+func newServeCommand() *cobra.Command {
+	var s settings
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP API, the scheduler and the relay (and, embedded, the broker and the worker)",
+		Long: "Runs the HTTP API, the reservation scheduler and the outbox relay in one process.\n" +
+			"With no database URL and no brokers it runs fully embedded: SQLite under the data dir,\n" +
+			"an in-process Kafka-protocol broker, and the downstream worker.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			if err := s.validateServe(); err != nil {
+				return err
+			}
+			return serve(cmd.Context(), &s, newLogger(cmd.ErrOrStderr(), &s))
+		},
+	}
+	addCommonFlags(cmd.Flags(), &s)
+	addServeFlags(cmd.Flags(), &s)
+	return cmd
+}
+
+// stack is everything serve started, stopped in reverse order.
+type stack struct {
+	log     *slog.Logger
+	closers []func()
+	once    sync.Once
+}
+
+func (st *stack) onStop(fn func()) { st.closers = append(st.closers, fn) }
+
+// stop runs the closers once, last started first.
+func (st *stack) stop() {
+	st.once.Do(func() {
+		for i := len(st.closers) - 1; i >= 0; i-- {
+			st.closers[i]()
+		}
+	})
+}
+
+// serve runs until ctx ends, then shuts down: stop taking requests, let
+// in-flight sends finish and be recorded, stop the rest, return nil.
+func serve(ctx context.Context, s *settings, log *slog.Logger) error {
+	st := &stack{log: log}
+	shuttingDown := false
+	defer func() {
+		if !shuttingDown { // a start-up failure: undo what was started
+			st.stop()
+		}
+	}()
+
+	db, err := openDB(s)
+	if err != nil {
+		return err
+	}
+	st.onStop(func() { _ = db.Close() })
+	if s.Migrate {
+		n, err := db.Migrate(ctx, nil)
+		if err != nil {
+			return err
+		}
+		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", n)
+	} else {
+		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
+	}
+
+	brokers, embedded, err := startKafka(s, log, st)
+	if err != nil {
+		return err
+	}
+	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: s.KafkaTopic, ClientID: s.InstanceID}, log)
+	if err != nil {
+		return fmt.Errorf("kafka producer: %w", err)
+	}
+	st.onStop(func() { _ = producer.Close() })
+	if !embedded {
+		// Against a real cluster the topic must exist (or be auto-created by
+		// the cluster); serve creates nothing there.
+		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := producer.CheckTopic(tctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("kafka topic check (POSTING_KAFKA_TOPIC=%s, POSTING_KAFKA_BROKERS=%v): %w", s.KafkaTopic, brokers, err)
+		}
+	}
+
+	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	if err != nil {
+		return err
+	}
+	sched, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{
+		Spec: s.SchedulerSpec, Lead: s.ReservationLead, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	rel, err := relay.New(outbox.NewStore(db), producer, relay.Config{
+		InstanceID: s.InstanceID, Interval: s.RelayInterval, BatchSize: s.RelayBatchSize,
+		MaxRetries: s.relayMaxRetries(), StaleAfter: s.RelayStaleAfter, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	handler, err := api.NewHandler(api.Config{
+		Posts:  posts,
+		Logger: log,
+		Ready: []api.Check{
+			{Name: "database", Fn: db.Ping},
+			{Name: "kafka", Fn: producer.Ping},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on POSTING_HTTP_ADDR=%s: %w", s.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+
+	// The background parts run on a context of their own: on shutdown they
+	// are stopped in order (Stop waits for the poll in flight) rather than
+	// cut off by the signal.
+	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBG()
+	if err := sched.Start(bg); err != nil {
+		return err
+	}
+	st.onStop(sched.Stop)
+	log.Info("scheduler started", "component", "scheduler", "spec", s.SchedulerSpec, "lead", s.ReservationLead)
+	if err := rel.Start(bg); err != nil {
+		return err
+	}
+	st.onStop(rel.Stop)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("http api listening", "component", "http", "addr", ln.Addr().String(),
+		"try", fmt.Sprintf("curl http://%s/healthz", ln.Addr()))
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", s.ShutdownTimeout)
+	case err := <-serveErr:
+		return fmt.Errorf("http server: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("http shutdown incomplete", "err", err)
+	}
+	shuttingDown = true
+	done := make(chan struct{})
+	go func() { st.stop(); close(done) }()
+	select {
+	case <-done:
+		log.Info("stopped")
+		return nil
+	case <-sctx.Done():
+		// Abandon what is still running: rows of a poll in flight are
+		// recovered by the stale limit, like after a crash.
+		cancelBG()
+		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
+	}
+}
+
+// startKafka returns the bootstrap list: the configured brokers, or the
+// address of an embedded broker it starts with its log under the data dir.
+func startKafka(s *settings, log *slog.Logger, st *stack) (brokers []string, embedded bool, err error) {
+	if len(s.KafkaBrokers) > 0 {
+		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
+		return s.KafkaBrokers, false, nil
+	}
+	e, err := kafka.StartEmbedded(kafka.EmbeddedConfig{
+		Addr: s.EmbeddedKafkaAddr, DataDir: filepath.Join(s.DataDir, "kafka"), Topic: s.KafkaTopic,
+	}, log)
+	if err != nil {
+		return nil, false, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
+	}
+	st.onStop(e.Close)
+	log.Info("embedded kafka broker running", "component", "kafka", "addr", e.Addr(), "topic", s.KafkaTopic,
+		"log_dir", filepath.Join(s.DataDir, "kafka"),
+		"try", fmt.Sprintf("kcat -b %s -t %s -C -f '%%k %%h %%s\\n'", e.Addr(), s.KafkaTopic))
+	return []string{e.Addr()}, true, nil
+}

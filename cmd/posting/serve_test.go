@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+)
+
+// buildBinary builds cmd/posting once per test binary run.
+var buildBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "posting-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "posting")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer collects a process's output for the test's failure message.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+	http string
+}
+
+func startServe(t *testing.T, env ...string) *proc {
+	t.Helper()
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	p := &proc{out: &syncBuffer{}, done: make(chan error, 1)}
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "POSTING_HTTP_ADDR="); ok {
+			p.http = v
+		}
+	}
+	p.cmd = exec.Command(bin, "serve")
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("posting serve output:\n%s", p.out.String())
+		}
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + p.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "serve never became ready")
+	return p
+}
+
+func (p *proc) terminate(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.done:
+		require.NoError(t, err, "exit status after SIGTERM")
+		require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not exit within 60s of SIGTERM")
+	}
+}
+
+func createPost(t *testing.T, addr string, scheduledAt time.Time) map[string]any {
+	t.Helper()
+	body := fmt.Sprintf(`{"title":"hello","content":"world","scheduledAt":%q}`, scheduledAt.UTC().Format(time.RFC3339))
+	resp, err := http.Post("http://"+addr+"/api/v1/posts", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(raw))
+	var post map[string]any
+	require.NoError(t, json.Unmarshal(raw, &post))
+	return post
+}
+
+func getPost(t *testing.T, addr string, id any) map[string]any {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://%s/api/v1/posts/%v", addr, id))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var post map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&post))
+	return post
+}
+
+// eventsOf returns the event types on the topic for one post, in order.
+func eventsOf(records []kafkatest.Record, postID any) []string {
+	var out []string
+	key := fmt.Sprint(postID)
+	for _, r := range records {
+		if r.Key == key {
+			out = append(out, r.Headers["event-type"])
+		}
+	}
+	return out
+}
+
+// The built binary, started in embedded mode on free ports, takes a post over
+// HTTP, marks it WORKING, and both of its events reach the embedded broker;
+// SIGTERM exits 0 and a restart on the same data dir continues.
+func TestServeEmbeddedLifecycle(t *testing.T) {
+	t.Parallel()
+	serveLifecycle(t, "")
+}
+
+// The same binary against MariaDB (the broker stays embedded).
+func TestServeOnMySQL(t *testing.T) {
+	t.Parallel()
+	serveLifecycle(t, databasetest.MySQLURL(t, "serve"))
+}
+
+func serveLifecycle(t *testing.T, databaseURL string) {
+	dataDir := t.TempDir()
+	kafkaAddr := freeAddr(t)
+	env := []string{
+		"POSTING_HTTP_ADDR=" + freeAddr(t),
+		"POSTING_DATA_DIR=" + dataDir,
+		"POSTING_EMBEDDED_KAFKA_ADDR=" + kafkaAddr,
+		"POSTING_SCHEDULER_SPEC=@every 1s",
+		"POSTING_RESERVATION_LEAD=10m",
+		"POSTING_RELAY_INTERVAL=100ms",
+		"POSTING_DATABASE_URL=" + databaseURL,
+		"POSTING_INSTANCE_ID=serve-test",
+	}
+	p := startServe(t, env...)
+	post := createPost(t, p.http, time.Now().Add(2*time.Minute))
+	id := post["id"]
+	require.Equal(t, "RESERVED", post["status"])
+
+	require.Eventually(t, func() bool { return getPost(t, p.http, id)["status"] == "WORKING" },
+		30*time.Second, 100*time.Millisecond)
+	records := kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 2, 30*time.Second)
+	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id))
+	p.terminate(t)
+
+	// Restart on the same data dir: the post and the topic's log are still
+	// there, and new work flows.
+	p2 := startServe(t, env...)
+	require.Equal(t, "WORKING", getPost(t, p2.http, id)["status"])
+	second := createPost(t, p2.http, time.Now().Add(3*time.Minute))
+	require.Eventually(t, func() bool { return getPost(t, p2.http, second["id"])["status"] == "WORKING" },
+		30*time.Second, 100*time.Millisecond)
+	records = kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 4, 30*time.Second)
+	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id), "no event sent twice")
+	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, second["id"]))
+	p2.terminate(t)
+}
+
+// A bad setting stops the program at start with a message naming it, exit 2.
+func TestBadSettingExits2(t *testing.T) {
+	t.Parallel()
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	for env, want := range map[string]string{
+		"POSTING_RELAY_INTERVAL=fast":            `POSTING_RELAY_INTERVAL="fast"`,
+		"POSTING_RELAY_BATCH_SIZE=0":             "POSTING_RELAY_BATCH_SIZE",
+		"POSTING_LOG_FORMAT=xml":                 `POSTING_LOG_FORMAT="xml"`,
+		"POSTING_SCHEDULER_SPEC=sometimes":       "POSTING_SCHEDULER_SPEC",
+		"POSTING_DATABASE_URL=postgres://x/y":    "POSTING_DATABASE_URL",
+		"POSTING_DATABASE_URL=mysql://host-only": "POSTING_DATABASE_URL",
+	} {
+		cmd := exec.Command(bin, "serve")
+		cmd.Env = append(os.Environ(), env, "POSTING_DATA_DIR="+t.TempDir(), "POSTING_HTTP_ADDR="+freeAddr(t),
+			"POSTING_EMBEDDED_KAFKA_ADDR="+freeAddr(t))
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, env)
+		require.Equal(t, 2, cmd.ProcessState.ExitCode(), "%s: %s", env, out)
+		require.Contains(t, string(out), want, env)
+	}
+	cmd := exec.Command(bin, "serve", "--relay-interval", "soon")
+	out, _ := cmd.CombinedOutput()
+	require.Equal(t, 2, cmd.ProcessState.ExitCode(), string(out))
+	require.Contains(t, string(out), "relay-interval")
+}
+
+// migrate applies the schema and is a no-op the second time.
+func TestMigrateCommandTwice(t *testing.T) {
+	t.Parallel()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "m.db")
+	var out, errOut bytes.Buffer
+	require.NoError(t, Run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut))
+	require.Regexp(t, `applied [1-9][0-9]* migrations`, out.String())
+	out.Reset()
+	require.NoError(t, Run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut))
+	require.Contains(t, out.String(), "applied 0 migrations")
+}
