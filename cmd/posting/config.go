@@ -47,10 +47,6 @@ type settings struct {
 	AdminToken        string
 	LogFormat         string
 	Migrate           bool
-	Worker            string
-	WorkerGroup       string
-	PublishWebhookURL string
-	OutboxRetention   time.Duration
 	ShutdownTimeout   time.Duration
 }
 
@@ -85,10 +81,6 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.RelayStaleAfter, "relay-stale-after", relay.DefaultStaleAfter, "PROCESSING rows older than this are recovered; longer than the producer's send bound")
 	fs.StringVar(&s.AdminToken, "admin-token", "", "bearer token for /admin/...; empty: admin endpoints off")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
-	fs.StringVar(&s.Worker, "worker", "auto", "run the downstream worker in-process: auto (only when embedded), true, false")
-	fs.StringVar(&s.WorkerGroup, "worker-group", "posting-worker", "consumer group of the worker")
-	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "if set, the worker POSTs each published post's JSON here")
-	fs.DurationVar(&s.OutboxRetention, "outbox-retention", 7*24*time.Hour, "SENT outbox rows older than this are deleted")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
 }
 
@@ -167,7 +159,6 @@ func (s *settings) validateServe() error {
 		{"POSTING_RESERVATION_LEAD", s.ReservationLead},
 		{"POSTING_RELAY_INTERVAL", s.RelayInterval},
 		{"POSTING_RELAY_STALE_AFTER", s.RelayStaleAfter},
-		{"POSTING_OUTBOX_RETENTION", s.OutboxRetention},
 		{"POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout},
 	}
 	for _, p := range positive {
@@ -190,11 +181,6 @@ func (s *settings) validateServe() error {
 	}
 	if s.KafkaTopic == "" {
 		return badSetting("POSTING_KAFKA_TOPIC", s.KafkaTopic, "must not be empty")
-	}
-	switch s.Worker {
-	case "auto", "true", "false":
-	default:
-		return badSetting("POSTING_WORKER", s.Worker, "want auto, true or false")
 	}
 	return nil
 }
