@@ -23,7 +23,9 @@ var ErrClaimLost = errors.New("outbox claim lost")
 const maxPairsPerStatement = 1000
 
 // unsentStatuses are the statuses of rows that still have to reach the broker
-// (or an operator): an event of a post waits while an earlier one is in them.
+// (or an operator): an event of a post waits while an earlier one is in them
+// and not discarded. Only FAIL rows are ever discarded (discarded_at set, see
+// Discard): an operator gave up on them, so they no longer hold their post.
 const unsentStatuses = "'PENDING','RETRY','PROCESSING','FAIL'"
 
 // Store claims, acknowledges and recovers outbox rows for the relay. Every
@@ -122,7 +124,7 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, erro
 	SELECT o.id, o.created FROM outbox o
 	WHERE o.status = ? AND o.next_attempt_at <= ?
 	  AND NOT EXISTS (SELECT 1 FROM outbox e
-	    WHERE e.aggregate_id = o.aggregate_id AND e.status IN (` + unsentStatuses + `) AND e.id < o.id)
+	    WHERE e.aggregate_id = o.aggregate_id AND e.status IN (` + unsentStatuses + `) AND e.discarded_at IS NULL AND e.id < o.id)
 	ORDER BY o.created, o.id LIMIT ?) ` + alias
 	}
 	q := part("p") + "\nUNION ALL\n" + part("r") + "\nORDER BY created, id LIMIT ?"
@@ -145,20 +147,31 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, erro
 // sent_at. Rows whose claim is no longer current (recovered by another
 // instance) are left alone; their number is returned as fenced.
 func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fenced int, err error) {
-	at = Normalize(at)
+	fenced, err = s.updateClaimed(ctx, msgs, map[string]any{
+		"status":  StatusSent,
+		"sent_at": Normalize(at),
+	})
+	if err != nil {
+		return fenced, fmt.Errorf("mark sent: %w", err)
+	}
+	return fenced, nil
+}
+
+// updateClaimed applies changes to the rows of msgs that are still
+// PROCESSING under the version their claim gave them, bumping the version,
+// in one transaction of bounded statements; it returns how many rows were
+// fenced (no longer held by this claim).
+func (s *Store) updateClaimed(ctx context.Context, msgs []Message, changes map[string]any) (fenced int, err error) {
+	changes["version"] = gorm.Expr("version + 1")
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		fenced = 0
 		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
 			res := tx.Model(&Message{}).
 				Where("status = ?", StatusProcessing).
 				Where(s.versionMatch(chunk)).
-				Updates(map[string]any{
-					"status":  StatusSent,
-					"sent_at": at,
-					"version": gorm.Expr("version + 1"),
-				})
+				Updates(changes)
 			if res.Error != nil {
-				return fmt.Errorf("mark sent: %w", res.Error)
+				return res.Error
 			}
 			fenced += len(chunk) - int(res.RowsAffected)
 		}
@@ -214,24 +227,13 @@ func (s *Store) MarkFailed(ctx context.Context, failures []Failure) (fenced int,
 // batch the broker could not be reached for, since an outage is not the
 // rows' fault.
 func (s *Store) Release(ctx context.Context, msgs []Message) (fenced int, err error) {
-	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-		fenced = 0
-		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
-			res := tx.Model(&Message{}).
-				Where("status = ?", StatusProcessing).
-				Where(s.versionMatch(chunk)).
-				Updates(map[string]any{
-					"status":  gorm.Expr("CASE WHEN retry_count = 0 THEN ? ELSE ? END", StatusPending, StatusRetry),
-					"version": gorm.Expr("version + 1"),
-				})
-			if res.Error != nil {
-				return fmt.Errorf("release: %w", res.Error)
-			}
-			fenced += len(chunk) - int(res.RowsAffected)
-		}
-		return nil
+	fenced, err = s.updateClaimed(ctx, msgs, map[string]any{
+		"status": gorm.Expr("CASE WHEN retry_count = 0 THEN ? ELSE ? END", StatusPending, StatusRetry),
 	})
-	return fenced, err
+	if err != nil {
+		return fenced, fmt.Errorf("release: %w", err)
+	}
+	return fenced, nil
 }
 
 // Recovery counts what RecoverStale did.
