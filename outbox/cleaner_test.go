@@ -1,0 +1,203 @@
+package outbox_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+)
+
+const opsDay = 24 * time.Hour
+
+// opsDeletes records the rows each DELETE statement on db removed.
+type opsDeletes struct {
+	mu   sync.Mutex
+	rows []int64
+}
+
+func opsCountDeletes(t *testing.T, db *gorm.DB) *opsDeletes {
+	t.Helper()
+	d := &opsDeletes{}
+	require.NoError(t, db.Callback().Delete().After("gorm:delete").Register("ops:count_deletes", func(tx *gorm.DB) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.rows = append(d.rows, tx.Statement.RowsAffected)
+	}))
+	return d
+}
+
+func (d *opsDeletes) statements() []int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]int64{}, d.rows...)
+}
+
+// opsRetentionRows writes 7 SENT rows sent long ago and rows the cleaner
+// must keep: recent SENT rows (one created long ago) and every other status,
+// old ones with a sent_at that would qualify.
+func opsRetentionRows(t *testing.T, db *gorm.DB) (old []int64, keep []int64) {
+	t.Helper()
+	rows := appendEvents(t, db, t0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+	longAgo := t0.Add(time.Minute)
+	for _, m := range rows[:7] {
+		opsSet(t, db, m.ID, outbox.StatusSent, &longAgo)
+		old = append(old, m.ID)
+	}
+	recent := t0.Add(2 * opsDay)
+	opsSet(t, db, rows[7].ID, outbox.StatusSent, &recent) // created long ago, sent recently
+	fresh := appendEvents(t, db, t0.Add(7*opsDay), 14)[0]
+	sentFresh := t0.Add(7 * opsDay)
+	opsSet(t, db, fresh.ID, outbox.StatusSent, &sentFresh)
+	opsSet(t, db, rows[8].ID, outbox.StatusRetry, &longAgo)
+	opsSet(t, db, rows[9].ID, outbox.StatusProcessing, &longAgo)
+	opsSet(t, db, rows[10].ID, outbox.StatusFail, &longAgo)
+	opsSet(t, db, rows[11].ID, outbox.StatusFail, &longAgo)
+	require.NoError(t, outbox.Discard(context.Background(), db, []int64{rows[11].ID}, t0)[0].Err)
+	// rows[12] stays PENDING.
+	keep = []int64{rows[7].ID, rows[8].ID, rows[9].ID, rows[10].ID, rows[11].ID, rows[12].ID, fresh.ID}
+	return old, keep
+}
+
+func opsRemaining(t *testing.T, db *gorm.DB) []int64 {
+	t.Helper()
+	var got []int64
+	require.NoError(t, db.Model(&outbox.Message{}).Order("id").Pluck("id", &got).Error)
+	return got
+}
+
+// The cleaner deletes only SENT rows sent before now - retention, in
+// statements of at most BatchSize rows.
+func TestOpsCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		_, keep := opsRetentionRows(t, db.DB)
+		deletes := opsCountDeletes(t, db.DB)
+		now := t0.Add(8 * opsDay) // cutoff t0 + 1 day
+		c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
+			Retention: 7 * opsDay, BatchSize: 3, Pause: -1, Now: func() time.Time { return now },
+		})
+		require.NoError(t, err)
+
+		res, err := c.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 7, res.Deleted)
+		require.True(t, res.Cutoff.Equal(t0.Add(opsDay)))
+		require.Equal(t, []int64{3, 3, 1}, deletes.statements())
+		require.Equal(t, keep, opsRemaining(t, db.DB))
+
+		// Nothing left to delete: no DELETE statement at all.
+		res, err = c.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Deleted)
+		require.Len(t, deletes.statements(), 3)
+	})
+}
+
+// A batch size that divides the backlog exactly ends with an empty read.
+func TestOpsPurgeExactBatches(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		old, keep := opsRetentionRows(t, db.DB)
+		deletes := opsCountDeletes(t, db.DB)
+		n, err := outbox.Purge(ctx, db.DB, t0.Add(opsDay), 7, time.Millisecond)
+		require.NoError(t, err)
+		require.Equal(t, len(old), n)
+		require.Equal(t, []int64{7}, deletes.statements())
+		require.Equal(t, keep, opsRemaining(t, db.DB))
+
+		_, err = outbox.Purge(ctx, db.DB, t0, 0, 0)
+		require.Error(t, err)
+		_, err = outbox.Purge(ctx, db.DB, t0, outbox.MaxPurgeBatchSize+1, 0)
+		require.Error(t, err)
+	})
+}
+
+// Two purges at once delete every old row exactly once between them.
+func TestOpsConcurrentPurges(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		posts := make([]int64, 120)
+		for i := range posts {
+			posts[i] = int64(i + 1)
+		}
+		rows := appendEvents(t, db.DB, t0, posts...)
+		sent := t0.Add(time.Minute)
+		require.NoError(t, db.Model(&outbox.Message{}).Where("id IN ?", ids(rows)).
+			Updates(map[string]any{"status": outbox.StatusSent, "sent_at": sent}).Error)
+
+		var wg sync.WaitGroup
+		deleted := make([]int, 2)
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Go(func() { deleted[i], errs[i] = outbox.Purge(ctx, db.DB, t0.Add(opsDay), 10, 0) })
+		}
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		require.Equal(t, len(rows), deleted[0]+deleted[1])
+		require.Empty(t, opsRemaining(t, db.DB))
+	})
+}
+
+func TestOpsCleanerLoop(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	old, keep := opsRetentionRows(t, db.DB)
+	require.Len(t, old, 7)
+	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
+		Retention: 7 * opsDay, Interval: time.Hour, Pause: -1,
+		Now: func() time.Time { return t0.Add(8 * opsDay) },
+	})
+	require.NoError(t, err)
+	c.Stop() // safe before Start, and keeps it from starting
+	require.Error(t, c.Start(context.Background()))
+
+	c, err = outbox.NewCleaner(db.DB, outbox.CleanerConfig{
+		Retention: 7 * opsDay, Interval: time.Hour, Pause: -1,
+		Now: func() time.Time { return t0.Add(8 * opsDay) },
+	})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	require.Error(t, c.Start(context.Background()))
+	// The first run starts at once.
+	require.Eventually(t, func() bool {
+		var n int64
+		return db.Model(&outbox.Message{}).Count(&n).Error == nil && n == int64(len(keep))
+	}, 10*time.Second, 10*time.Millisecond)
+	c.Stop()
+	c.Stop()
+	require.Equal(t, keep, opsRemaining(t, db.DB))
+}
+
+func TestOpsCleanerConfig(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{})
+	require.NoError(t, err)
+	cfg := c.Config()
+	require.Equal(t, 7*opsDay, cfg.Retention)
+	require.Equal(t, time.Hour, cfg.Interval)
+	require.Equal(t, 500, cfg.BatchSize)
+	require.Equal(t, 100*time.Millisecond, cfg.Pause)
+
+	for _, bad := range []outbox.CleanerConfig{
+		{BatchSize: outbox.MaxPurgeBatchSize + 1},
+		{BatchSize: -1},
+		{Retention: time.Millisecond},
+		{Interval: time.Millisecond},
+		{Pause: 2 * time.Minute},
+	} {
+		_, err := outbox.NewCleaner(db.DB, bad)
+		require.ErrorContains(t, err, "invalid cleaner config", "%+v", bad)
+	}
+}
