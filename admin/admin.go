@@ -1,0 +1,299 @@
+// Package admin serves the outbox operator tools over HTTP under
+// /admin/outbox, for mounting into the API (api.Config.Routes). Every route
+// requires "Authorization: Bearer <POSTING_ADMIN_TOKEN>"; with no token
+// configured the routes do not exist at all. Answers are JSON (camelCase);
+// errors are RFC 9457 problem+json like the rest of the API.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/outbox"
+)
+
+// ProblemContentType is the media type of every error answer (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// Config configures the admin routes.
+type Config struct {
+	// DB is the database whose outbox the routes operate on. Required when
+	// Token is set.
+	DB *gorm.DB
+	// Token is the bearer token (POSTING_ADMIN_TOKEN). Empty: no routes.
+	Token string
+	// Now is the clock of requeue, discard and purge. Default time.Now.
+	Now func() time.Time
+	// Logger receives an audit line per change and internal errors.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// PurgeBatchSize is the rows per DELETE of POST /admin/outbox/purge.
+	// Default outbox.DefaultPurgeBatchSize (500); 1..outbox.MaxPurgeBatchSize.
+	PurgeBatchSize int
+	// PurgePause is the wait between two DELETEs of a purge. Default
+	// outbox.DefaultPurgePause (100ms); -1 for none.
+	PurgePause time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.PurgeBatchSize == 0 {
+		c.PurgeBatchSize = outbox.DefaultPurgeBatchSize
+	}
+	switch c.PurgePause {
+	case 0:
+		c.PurgePause = outbox.DefaultPurgePause
+	case -1:
+		c.PurgePause = 0
+	}
+}
+
+// Validate reports a missing or out-of-range setting of enabled routes.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("DB must be set")
+	case c.PurgeBatchSize < 1 || c.PurgeBatchSize > outbox.MaxPurgeBatchSize:
+		return fmt.Errorf("purge batch size %d is outside 1..%d", c.PurgeBatchSize, outbox.MaxPurgeBatchSize)
+	case c.PurgePause < 0:
+		return fmt.Errorf("purge pause %s is negative", c.PurgePause)
+	}
+	return nil
+}
+
+// Routes returns the admin routes keyed by net/http pattern, each behind the
+// bearer token check, or an empty map when cfg.Token is empty: admin
+// endpoints are off unless a token is configured. The routes:
+//
+//	GET  /admin/outbox/stats              counts, oldest waiting row, what FAIL rows block
+//	GET  /admin/outbox?status=FAIL&limit= rows of a status, oldest first (default FAIL, limit 50, max 1000)
+//	POST /admin/outbox/{id}/requeue       FAIL → PENDING with retries reset
+//	POST /admin/outbox/{id}/discard       give up on a FAIL row; it stays in the history
+//	POST /admin/outbox/requeue-failed     requeue every FAIL row not discarded
+//	POST /admin/outbox/purge?olderThan=   delete SENT rows sent longer ago than a duration
+func Routes(cfg Config) (map[string]http.Handler, error) {
+	if cfg.Token == "" {
+		return map[string]http.Handler{}, nil
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid admin config: %w", err)
+	}
+	s := &server{cfg: cfg, log: cfg.Logger.With("component", "admin")}
+	tokenSum := sha256.Sum256([]byte(cfg.Token))
+	protect := func(h http.HandlerFunc) http.Handler { return &authorized{tokenSum: tokenSum, next: h} }
+	return map[string]http.Handler{
+		"GET /admin/outbox/stats":           protect(s.stats),
+		"GET /admin/outbox":                 protect(s.list),
+		"POST /admin/outbox/{id}/requeue":   protect(s.requeue),
+		"POST /admin/outbox/{id}/discard":   protect(s.discard),
+		"POST /admin/outbox/requeue-failed": protect(s.requeueFailed),
+		"POST /admin/outbox/purge":          protect(s.purge),
+	}, nil
+}
+
+// authorized lets a request through only with the right bearer token.
+type authorized struct {
+	tokenSum [sha256.Size]byte
+	next     http.Handler
+}
+
+const realm = `Bearer realm="posting-admin"`
+
+func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	given, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", realm)
+		writeProblem(w, http.StatusUnauthorized, "an Authorization: Bearer token is required", "")
+		return
+	}
+	// Comparing digests keeps the time independent of where the strings
+	// differ and of the token's length.
+	sum := sha256.Sum256([]byte(given))
+	if subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", realm+`, error="invalid_token"`)
+		writeProblem(w, http.StatusUnauthorized, "the bearer token is not valid", "")
+		return
+	}
+	a.next.ServeHTTP(w, r)
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" header; the
+// scheme is case-insensitive (RFC 9110 11.1).
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+type server struct {
+	cfg Config
+	log *slog.Logger
+}
+
+func (s *server) stats(w http.ResponseWriter, r *http.Request) {
+	st, err := outbox.Stats(r.Context(), s.cfg.DB, s.cfg.Now())
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// listResponse is the answer of GET /admin/outbox.
+type listResponse struct {
+	Items []outbox.Entry `json:"items"`
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	status := outbox.StatusFail
+	if v := q.Get("status"); v != "" {
+		st, err := outbox.ParseStatus(v)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
+			return
+		}
+		status = st
+	}
+	limit := outbox.DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > outbox.MaxListLimit {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, outbox.MaxListLimit), "limit")
+			return
+		}
+		limit = n
+	}
+	items, err := outbox.List(r.Context(), s.cfg.DB, status, limit)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, listResponse{Items: items})
+}
+
+func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
+	s.rowAction(w, r, "requeued", outbox.Requeue)
+}
+
+func (s *server) discard(w http.ResponseWriter, r *http.Request) {
+	s.rowAction(w, r, "discarded", outbox.Discard)
+}
+
+// rowAction runs requeue or discard on the row of the path and answers the
+// row after the change, 404 for an unknown id and 409 for a row in the
+// wrong state.
+func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
+	fn func(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []outbox.RowResult) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+		return
+	}
+	res := fn(r.Context(), s.cfg.DB, []int64{id}, s.cfg.Now())[0]
+	switch {
+	case res.Err == nil:
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "outbox row "+verb+" by an operator",
+			slog.Int64("outbox_id", id), slog.String("event_id", res.Row.EventID), slog.Int64("post_id", res.Row.PostID))
+		writeJSON(w, http.StatusOK, res.Row)
+	case errors.Is(res.Err, outbox.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, res.Err.Error(), "")
+	case errors.Is(res.Err, outbox.ErrNotFailed), errors.Is(res.Err, outbox.ErrDiscarded), errors.Is(res.Err, outbox.ErrConflict):
+		writeProblem(w, http.StatusConflict, res.Err.Error(), "")
+	default:
+		s.internal(w, r, res.Err)
+	}
+}
+
+// countResponse answers the bulk operations.
+type countResponse struct {
+	Requeued *int       `json:"requeued,omitempty"`
+	Deleted  *int       `json:"deleted,omitempty"`
+	Before   *time.Time `json:"sentBefore,omitempty"`
+}
+
+func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
+	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, s.cfg.Now(), 0)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "all FAIL outbox rows requeued by an operator", slog.Int("requeued", n))
+	writeJSON(w, http.StatusOK, countResponse{Requeued: &n})
+}
+
+func (s *server) purge(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query().Get("olderThan")
+	d, err := time.ParseDuration(raw)
+	if err != nil || d <= 0 {
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("olderThan: %q is not a positive Go duration such as 168h", raw), "olderThan")
+		return
+	}
+	cutoff := outbox.Normalize(s.cfg.Now().Add(-d))
+	n, err := outbox.Purge(r.Context(), s.cfg.DB, cutoff, s.cfg.PurgeBatchSize, s.cfg.PurgePause)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "SENT outbox rows purged by an operator",
+		slog.Int("deleted", n), slog.Time("sent_before", cutoff))
+	writeJSON(w, http.StatusOK, countResponse{Deleted: &n, Before: &cutoff})
+}
+
+// internal logs err and answers a bare 500: its text may name tables or hosts.
+func (s *server) internal(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.LogAttrs(r.Context(), slog.LevelError, "admin request failed",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
+	writeProblem(w, http.StatusInternalServerError, "internal error; see the server log", "")
+}
+
+// problem is an RFC 9457 problem details object, shaped like the API's.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Field  string `json:"field,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail, field string) {
+	body, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Field: field})
+	h := w.Header()
+	h.Set("Content-Type", ProblemContentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeProblem(w, http.StatusInternalServerError, "internal error", "")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// outboxTestDB returns a fresh migrated database of the dialect and its URL,
+// as an operator would pass it.
+func outboxTestDB(t *testing.T, dialect migrations.Dialect) (*database.DB, string) {
+	t.Helper()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "ops.db")
+	if dialect == migrations.MySQL {
+		url = databasetest.MySQLURL(t, "posting_cli")
+	}
+	db, err := database.Open(url, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	_, err = db.Migrate(context.Background(), nil)
+	require.NoError(t, err)
+	return db, url
+}
+
+// outboxRun runs the command line as main does and returns stdout, stderr
+// and the exit status. It mounts the outbox command itself when the root
+// does not have it yet.
+func outboxRun(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	if c, _, err := root.Find([]string{"outbox"}); err != nil || c == root {
+		root.AddCommand(newOutboxCommand())
+	}
+	root.SetArgs(args)
+	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
+	return out.String(), errOut.String(), code
+}
+
+type outboxFixture struct {
+	db                          *database.DB
+	url                         string
+	failed, held, sent, oldSent outbox.Message
+}
+
+// outboxSetup writes: post 1 with a FAIL head and a PENDING event held
+// behind it, post 2 sent a minute ago, post 3 sent 30 days ago.
+func outboxSetup(t *testing.T, dialect migrations.Dialect) *outboxFixture {
+	t.Helper()
+	db, url := outboxTestDB(t, dialect)
+	base := time.Now().Add(-30 * 24 * time.Hour)
+	write := func(post int64, at time.Time) outbox.Message {
+		m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: at,
+			Fields: map[string]any{"action": "CREATED"}})
+		require.NoError(t, err)
+		return *m
+	}
+	f := &outboxFixture{db: db, url: url,
+		failed: write(1, base), held: write(1, base.Add(time.Second)),
+		sent: write(2, base.Add(2*time.Second)), oldSent: write(3, base.Add(3*time.Second))}
+	update := func(id int64, values map[string]any) {
+		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", id).Updates(values).Error)
+	}
+	update(f.failed.ID, map[string]any{"status": outbox.StatusFail, "retry_count": 4,
+		"last_error": "kafka: message too large\n(broker said so)"})
+	update(f.sent.ID, map[string]any{"status": outbox.StatusSent, "sent_at": outbox.Normalize(time.Now().Add(-time.Minute))})
+	update(f.oldSent.ID, map[string]any{"status": outbox.StatusSent, "sent_at": outbox.Normalize(base.Add(time.Hour))})
+	return f
+}
+
+func (f *outboxFixture) status(t *testing.T, id int64) outbox.Status {
+	t.Helper()
+	var m outbox.Message
+	require.NoError(t, f.db.First(&m, id).Error)
+	return m.Status
+}
+
+func outboxID(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
+
+func outboxEachDialect(t *testing.T, fn func(t *testing.T, f *outboxFixture)) {
+	for _, d := range databasetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			fn(t, outboxSetup(t, d))
+		})
+	}
+}
+
+func TestOutboxStats(t *testing.T) {
+	t.Parallel()
+	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+		out, errOut, code := outboxRun(t, "outbox", "stats", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		require.Regexp(t, `(?m)^STATUS\s+ROWS\s*$`, out)
+		require.Regexp(t, `(?m)^PENDING\s+1\s*$`, out)
+		require.Regexp(t, `(?m)^SENT\s+2\s*$`, out)
+		require.Regexp(t, `(?m)^FAIL\s+1$`, out)
+		require.Contains(t, out, "\nFAIL rows waiting for an operator: 1 (discarded: 0)\n")
+		require.Contains(t, out, "oldest waiting: id "+outboxID(f.held)+" (post 1, PENDING)")
+		require.Contains(t, out, "blocked behind a FAIL row of their post: 1\n")
+		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+`+f.failed.EventID+`\s+1\s+1$`, out)
+
+		out, errOut, code = outboxRun(t, "outbox", "stats", "--json", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		var st map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+		require.Equal(t, map[string]any{"PENDING": 1.0, "PROCESSING": 0.0, "SENT": 2.0, "RETRY": 0.0, "FAIL": 1.0}, st["counts"])
+		require.EqualValues(t, 1, st["blocked"])
+		require.EqualValues(t, 1, st["failed"])
+
+		_, errOut, code = outboxRun(t, "outbox", "stats", "extra", "--database-url", f.url)
+		require.Equal(t, 2, code)
+		require.Contains(t, errOut, `"extra"`)
+	})
+}
+
+func TestOutboxList(t *testing.T) {
+	t.Parallel()
+	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+		out, errOut, code := outboxRun(t, "outbox", "list", "--status", "FAIL", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 2, out)
+		require.Regexp(t, `^ID\s+EVENT ID\s+TYPE\s+POST ID\s+RETRIES\s+CREATED\s+LAST ERROR$`, lines[0])
+		require.Regexp(t, `^`+outboxID(f.failed)+`\s+`+f.failed.EventID+`\s+POSTING_EVENT\s+1\s+4\s+\S+Z\s+`+
+			regexp.QuoteMeta("kafka: message too large (broker said so)")+`$`, lines[1])
+		// The columns line up: the last error starts at the header's column.
+		require.Equal(t, strings.Index(lines[0], "LAST ERROR"), strings.Index(lines[1], "kafka:"))
+
+		out, errOut, code = outboxRun(t, "outbox", "list", "--status", "sent", "--limit", "1", "--json", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		var got struct {
+			Items []outbox.Entry `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		require.Len(t, got.Items, 1)
+		require.Equal(t, f.sent.ID, got.Items[0].ID, "oldest first")
+
+		out, _, code = outboxRun(t, "outbox", "list", "--status", "RETRY", "--database-url", f.url)
+		require.Equal(t, 0, code)
+		require.Equal(t, "no RETRY rows\n", out)
+
+		for _, bad := range [][]string{{"--status", "DONE"}, {"--limit", "0"}, {"--limit", "x"}} {
+			_, errOut, code = outboxRun(t, append([]string{"outbox", "list", "--database-url", f.url}, bad...)...)
+			require.Equal(t, 2, code, "%v: %s", bad, errOut)
+			require.Contains(t, errOut, bad[0])
+		}
+	})
+}
+
+func TestOutboxRequeue(t *testing.T) {
+	t.Parallel()
+	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+		out, errOut, code := outboxRun(t, "outbox", "requeue", outboxID(f.failed), outboxID(f.sent), "999999",
+			"--database-url", f.url)
+		require.Equal(t, 1, code, "a refused id makes the exit status 1")
+		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+requeued \(now PENDING\)$`, out)
+		require.Regexp(t, `(?m)^`+outboxID(f.sent)+`\s+not requeued: status SENT, only FAIL rows can be requeued$`, out)
+		require.Regexp(t, `(?m)^999999\s+not requeued: not found$`, out)
+		require.Contains(t, errOut, "posting: 2 of 3 ids not requeued")
+		require.Equal(t, outbox.StatusPending, f.status(t, f.failed.ID))
+		require.Equal(t, outbox.StatusSent, f.status(t, f.sent.ID))
+
+		for _, bad := range []struct {
+			args []string
+			says string
+		}{
+			{[]string{"abc"}, `"abc"`},
+			{[]string{"0"}, `"0"`},
+			{nil, "at least one ID"},
+			{[]string{"--all-failed", "3"}, "not both"},
+		} {
+			_, errOut, code = outboxRun(t, append([]string{"outbox", "requeue", "--database-url", f.url}, bad.args...)...)
+			require.Equal(t, 2, code, "%v: %s", bad.args, errOut)
+			require.Contains(t, errOut, bad.says)
+		}
+
+		require.NoError(t, f.db.Model(&outbox.Message{}).Where("id = ?", f.failed.ID).Update("status", outbox.StatusFail).Error)
+		out, errOut, code = outboxRun(t, "outbox", "requeue", "--all-failed", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, "requeued 1 FAIL rows\n", out)
+		require.Equal(t, outbox.StatusPending, f.status(t, f.failed.ID))
+	})
+}
+
+func TestOutboxDiscard(t *testing.T) {
+	t.Parallel()
+	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+		out, errOut, code := outboxRun(t, "outbox", "discard", outboxID(f.failed), "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+discarded \(now FAIL\)$`, out)
+		st, err := outbox.Stats(context.Background(), f.db.DB, time.Now())
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.Discarded)
+		require.EqualValues(t, 0, st.Blocked)
+
+		out, _, code = outboxRun(t, "outbox", "requeue", outboxID(f.failed), "--database-url", f.url)
+		require.Equal(t, 1, code)
+		require.Contains(t, out, "not requeued: discarded at ")
+
+		_, errOut, code = outboxRun(t, "outbox", "discard", "--database-url", f.url)
+		require.Equal(t, 2, code)
+		require.Contains(t, errOut, "discard needs at least one ID")
+	})
+}
+
+func TestOutboxPurge(t *testing.T) {
+	t.Parallel()
+	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+		out, errOut, code := outboxRun(t, "outbox", "purge", "--older-than", "168h", "--batch-size", "1", "--pause", "0s",
+			"--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		require.Regexp(t, `^deleted 1 SENT rows sent before \S+Z\n$`, out)
+		var left []int64
+		require.NoError(t, f.db.Model(&outbox.Message{}).Order("id").Pluck("id", &left).Error)
+		require.Equal(t, []int64{f.failed.ID, f.held.ID, f.sent.ID}, left)
+
+		for _, bad := range [][]string{{"--older-than", "0s"}, {"--older-than", "soon"}, {"--batch-size", "0"}, {"--pause", "-1s"}} {
+			_, errOut, code = outboxRun(t, append([]string{"outbox", "purge", "--database-url", f.url}, bad...)...)
+			require.Equal(t, 2, code, "%v: %s", bad, errOut)
+			require.Contains(t, errOut, bad[0])
+		}
+	})
+}
+
+// The database URL comes from POSTING_DATABASE_URL; the options of one
+// invocation have no environment twin. Not parallel: it sets variables.
+func TestOutboxEnvironment(t *testing.T) {
+	f := outboxSetup(t, migrations.SQLite)
+	t.Setenv("POSTING_DATABASE_URL", f.url)
+	t.Setenv("POSTING_STATUS", "BOGUS")
+	t.Setenv("POSTING_JSON", "true")
+	out, errOut, code := outboxRun(t, "outbox", "list")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s`, out)
+
+	t.Setenv("POSTING_LOG_FORMAT", "yaml")
+	_, errOut, code = outboxRun(t, "outbox", "stats")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "POSTING_LOG_FORMAT")
+
+	t.Setenv("POSTING_LOG_FORMAT", "text")
+	t.Setenv("POSTING_DATABASE_URL", "ftp://nowhere")
+	_, errOut, code = outboxRun(t, "outbox", "stats")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "POSTING_DATABASE_URL")
+}

@@ -1,0 +1,318 @@
+// Package metrics is the service's Prometheus instrumentation: one registry
+// per process with the Go and process collectors, the outbox table read at
+// scrape time, and counters and histograms fed by the relay, the Kafka
+// publisher, the scheduler, the worker and the HTTP server. Every metric is
+// named posting_*, carries the const label instance_id, and has snake_case
+// labels.
+//
+// Components do not import this package: the wiring passes its methods in
+// (relay.Config.Observe = m.ObserveRelay, m.WrapPublisher(p), m.HTTP(h)).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+// DefaultScrapeTimeout bounds the outbox queries of one scrape.
+const DefaultScrapeTimeout = 3 * time.Second
+
+// Option changes a default of New.
+type Option func(*options)
+
+type options struct {
+	now           func() time.Time
+	scrapeTimeout time.Duration
+}
+
+// WithClock sets the clock the oldest pending age is measured with. Default
+// time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithScrapeTimeout bounds the outbox queries of one scrape. Default
+// DefaultScrapeTimeout; values <= 0 keep it.
+func WithScrapeTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.scrapeTimeout = d
+		}
+	}
+}
+
+// Metrics owns a registry and the service's metrics. Its methods are safe
+// for concurrent use.
+type Metrics struct {
+	reg     *prometheus.Registry
+	handler http.Handler
+
+	relayPolls      *prometheus.CounterVec
+	relaySent       prometheus.Counter
+	relayRetried    prometheus.Counter
+	relayFailed     prometheus.Counter
+	relayRecovered  prometheus.Counter
+	relayReleased   prometheus.Counter
+	relayConflicts  prometheus.Counter
+	relayBatch      prometheus.Histogram
+	kafkaSend       prometheus.Histogram
+	kafkaMessages   *prometheus.CounterVec
+	schedRuns       *prometheus.CounterVec
+	schedDuration   prometheus.Histogram
+	schedPosts      *prometheus.CounterVec
+	workerLag       prometheus.Histogram
+	workerPublished prometheus.Counter
+	workerConsumed  *prometheus.CounterVec
+	httpRequests    *prometheus.CounterVec
+	httpDuration    *prometheus.HistogramVec
+}
+
+// New returns the metrics of one process. db, if not nil, is read at each
+// scrape for the outbox gauges (bounded by the scrape timeout); instanceID
+// becomes the const label instance_id of every metric.
+func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
+	o := options{now: time.Now, scrapeTimeout: DefaultScrapeTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	reg := prometheus.NewRegistry()
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"instance_id": instanceID}, reg)
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		r.MustRegister(c)
+		return c
+	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		r.MustRegister(c)
+		return c
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+		r.MustRegister(h)
+		return h
+	}
+	m := &Metrics{
+		reg: reg,
+		relayPolls: counterVec("posting_relay_polls_total",
+			"Relay polls by result: ok, unavailable (broker unreachable), error.", "result"),
+		relaySent: counter("posting_relay_events_sent_total",
+			"Outbox events the broker acknowledged (now SENT)."),
+		relayRetried: counter("posting_relay_events_retried_total",
+			"Outbox events the broker rejected that will be retried (now RETRY)."),
+		relayFailed: counter("posting_relay_events_failed_total",
+			"Outbox events that used their last attempt (now FAIL), by rejection or stale recovery."),
+		relayRecovered: counter("posting_relay_events_recovered_total",
+			"Stale PROCESSING claims taken back from an instance that stopped."),
+		relayReleased: counter("posting_relay_events_released_total",
+			"Claimed events handed back unsent because the broker was unreachable (no attempt spent)."),
+		relayConflicts: counter("posting_relay_claim_conflicts_total",
+			"Result writes refused because another instance had recovered the claim (fenced by version)."),
+		relayBatch: histogram("posting_relay_batch_duration_seconds",
+			"Duration of relay polls that claimed at least one event: claim, send and record.", prometheus.DefBuckets),
+		kafkaSend: histogram("posting_kafka_send_duration_seconds",
+			"Duration of one synchronous batch send to Kafka, until every message has an outcome.", prometheus.DefBuckets),
+		kafkaMessages: counterVec("posting_kafka_messages_total",
+			"Messages sent to Kafka by result: acked, rejected, unavailable.", "result"),
+		schedRuns: counterVec("posting_scheduler_runs_total",
+			"Reservation scheduler runs by result: ok, error.", "result"),
+		schedDuration: histogram("posting_scheduler_run_duration_seconds",
+			"Duration of reservation scheduler runs.", prometheus.DefBuckets),
+		schedPosts: counterVec("posting_scheduler_posts_total",
+			"Posts handled by the scheduler by result: marked (now WORKING), skipped (lost a race), failed.", "result"),
+		workerLag: histogram("posting_worker_publication_lag_seconds",
+			"How long after its scheduledAt a post was published.",
+			[]float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}),
+		workerPublished: counter("posting_worker_publications_total",
+			"Posts the worker published."),
+		workerConsumed: counterVec("posting_worker_events_consumed_total",
+			"Events the worker consumed by event_type and outcome: processed, duplicate, error.", "event_type", "outcome"),
+		httpRequests: counterVec("posting_http_requests_total",
+			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "posting_http_request_duration_seconds",
+			Help:    "HTTP request durations by route (the mux pattern, or unmatched) and status code.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "code"}),
+	}
+	r.MustRegister(m.httpDuration)
+	for _, res := range []string{"ok", "unavailable", "error"} {
+		m.relayPolls.WithLabelValues(res)
+	}
+	for _, res := range []string{"acked", "rejected", "unavailable"} {
+		m.kafkaMessages.WithLabelValues(res)
+	}
+	for _, res := range []string{"ok", "error"} {
+		m.schedRuns.WithLabelValues(res)
+	}
+	for _, res := range []string{"marked", "skipped", "failed"} {
+		m.schedPosts.WithLabelValues(res)
+	}
+	if db != nil {
+		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout))
+	}
+	// ContinueOnError: a metric that cannot be gathered must not hide the rest.
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: r, ErrorHandling: promhttp.ContinueOnError})
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// Registry is the registry behind Handler, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveRelay records one relay poll; it has the signature of
+// relay.Config.Observe. Rows that ended in FAIL through stale recovery count
+// both as recovered and as failed. The batch duration is observed only for
+// polls that claimed rows, so idle polls do not drown it.
+func (m *Metrics) ObserveRelay(res relay.Result, d time.Duration, err error) {
+	switch {
+	case err != nil:
+		m.relayPolls.WithLabelValues("error").Inc()
+	case res.Unavailable:
+		m.relayPolls.WithLabelValues("unavailable").Inc()
+	default:
+		m.relayPolls.WithLabelValues("ok").Inc()
+	}
+	m.relaySent.Add(float64(res.Sent))
+	m.relayRetried.Add(float64(res.Retried))
+	m.relayFailed.Add(float64(res.Failed + res.RecoveredFailed))
+	m.relayRecovered.Add(float64(res.Recovered + res.RecoveredFailed))
+	m.relayReleased.Add(float64(res.Released))
+	m.relayConflicts.Add(float64(res.Fenced))
+	if res.Claimed > 0 {
+		m.relayBatch.Observe(d.Seconds())
+	}
+}
+
+// WrapPublisher returns p timed: each Publish is one observation of the
+// Kafka send duration, and each message's outcome is counted.
+func (m *Metrics) WrapPublisher(p relay.Publisher) relay.Publisher {
+	return &timedPublisher{next: p, m: m}
+}
+
+type timedPublisher struct {
+	next relay.Publisher
+	m    *Metrics
+}
+
+func (t *timedPublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	start := time.Now()
+	errs := t.next.Publish(ctx, msgs)
+	t.m.kafkaSend.Observe(time.Since(start).Seconds())
+	var acked, rejected, unavailable int
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			acked++
+		case errors.Is(err, relay.ErrUnavailable):
+			unavailable++
+		default:
+			rejected++
+		}
+	}
+	t.m.kafkaMessages.WithLabelValues("acked").Add(float64(acked))
+	t.m.kafkaMessages.WithLabelValues("rejected").Add(float64(rejected))
+	t.m.kafkaMessages.WithLabelValues("unavailable").Add(float64(unavailable))
+	return errs
+}
+
+// ObserveScheduler records one reservation scheduler run with its counts
+// (reservation.SchedulerResult's Marked, Skipped, Failed).
+func (m *Metrics) ObserveScheduler(marked, skipped, failed int, d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.schedRuns.WithLabelValues(result).Inc()
+	m.schedDuration.Observe(d.Seconds())
+	m.schedPosts.WithLabelValues("marked").Add(float64(marked))
+	m.schedPosts.WithLabelValues("skipped").Add(float64(skipped))
+	m.schedPosts.WithLabelValues("failed").Add(float64(failed))
+}
+
+// ObservePublication records a post the worker published, lag after its
+// scheduledAt (a negative lag, from clock skew, counts as 0).
+func (m *Metrics) ObservePublication(lag time.Duration) {
+	m.workerPublished.Inc()
+	m.workerLag.Observe(max(lag, 0).Seconds())
+}
+
+// ObserveConsumed records an event the worker consumed: a duplicate is a
+// redelivery its inbox recognised, err a failure to process it. Event types
+// outside the contract's two are counted as "other", so a stray message
+// cannot create label values.
+func (m *Metrics) ObserveConsumed(eventType string, duplicate bool, err error) {
+	switch outbox.EventType(eventType) {
+	case outbox.PostingEvent, outbox.ReservationEvent:
+	default:
+		eventType = "other"
+	}
+	outcome := "processed"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case duplicate:
+		outcome = "duplicate"
+	}
+	m.workerConsumed.WithLabelValues(eventType, outcome).Inc()
+}
+
+// HTTP counts and times the requests next serves, by route and status code.
+// The route is the pattern the ServeMux matched (Request.Pattern, which
+// ServeMux.ServeHTTP sets on the request it is given, so next must be, or
+// pass the request unchanged to, a ServeMux), "unmatched" when none did;
+// patterns keep the label set bounded, unlike raw paths.
+func (m *Metrics) HTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		labels := []string{route, strconv.Itoa(code)}
+		m.httpRequests.WithLabelValues(labels...).Inc()
+		m.httpDuration.WithLabelValues(labels...).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusWriter remembers the status code of the response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,254 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// rejecting acks every message but those of the posts in reject.
+type rejecting struct {
+	mu     sync.Mutex
+	reject map[int64]bool
+}
+
+func (p *rejecting) Publish(_ context.Context, msgs []outbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for i, m := range msgs {
+		if p.reject[m.AggregateID] {
+			errs[i] = errors.New("message too large")
+		}
+	}
+	return errs
+}
+
+// scrape serves one GET /metrics and parses the text format.
+func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rec.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// value returns the value of the sample of name whose labels include want
+// (a histogram gives its sample count), failing when there is none.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	t.Helper()
+	fam, ok := fams[name]
+	require.True(t, ok, "no metric %s", name)
+next:
+	for _, m := range fam.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		require.Equal(t, "test-1", got["instance_id"], "%s without instance_id", name)
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	require.Failf(t, "no sample", "%s%v", name, want)
+	return 0
+}
+
+func appendEvent(t *testing.T, db *database.DB, post int64, at time.Time) *outbox.Message {
+	t.Helper()
+	m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: at,
+		Fields: map[string]any{"action": "CREATED"}})
+	require.NoError(t, err)
+	return m
+}
+
+// A known workload through the relay, the publisher wrapper, the scheduler
+// and worker hooks and the HTTP middleware gives exact counter values, and
+// the outbox gauges show the table.
+func TestScrapeAfterKnownWorkload(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		scrapeAt := t0.Add(time.Hour)
+		m := metrics.New(db.DB, "test-1", metrics.WithClock(func() time.Time { return scrapeAt }))
+
+		// Posts 1-3 are acked, 4-6 rejected: 4 and 5 are retried, 6 had
+		// used its retries and fails; 7 was claimed by a dead instance.
+		var rows []*outbox.Message
+		for post := int64(1); post <= 7; post++ {
+			rows = append(rows, appendEvent(t, db, post, t0.Add(time.Duration(post)*time.Millisecond)))
+		}
+		held := appendEvent(t, db, 6, t0.Add(time.Second)) // blocked behind post 6's FAIL
+		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[5].ID).
+			Updates(map[string]any{"status": outbox.StatusRetry, "retry_count": 3}).Error)
+		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[6].ID).
+			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": t0.Add(-time.Hour)}).Error)
+
+		pub := m.WrapPublisher(&rejecting{reject: map[int64]bool{4: true, 5: true, 6: true}})
+		r, err := relay.New(outbox.NewStore(db), pub, relay.Config{
+			InstanceID: "test-1", Now: func() time.Time { return t0.Add(2 * time.Second) },
+		})
+		require.NoError(t, err)
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		m.ObserveRelay(res, 20*time.Millisecond, err)
+		require.Equal(t, relay.Result{Recovered: 1, Claimed: 6, Sent: 3, Retried: 2, Failed: 1}, res)
+		// An idle poll and a failed one.
+		m.ObserveRelay(relay.Result{}, time.Millisecond, nil)
+		m.ObserveRelay(relay.Result{}, time.Millisecond, errors.New("db down"))
+
+		m.ObserveScheduler(2, 1, 0, 5*time.Millisecond, nil)
+		m.ObserveScheduler(0, 0, 1, 5*time.Millisecond, errors.New("db down"))
+		m.ObservePublication(1500 * time.Millisecond)
+		m.ObservePublication(-time.Second)
+		m.ObserveConsumed("POSTING_EVENT", false, nil)
+		m.ObserveConsumed("POSTING_EVENT", true, nil)
+		m.ObserveConsumed("POSTING_RESERVATION_EVENT", false, nil)
+		m.ObserveConsumed("junk", false, errors.New("bad json"))
+
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /things/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("POST /things", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
+		h := m.HTTP(mux)
+		for _, req := range []struct{ method, path string }{
+			{"GET", "/things/1"}, {"GET", "/things/2"}, {"POST", "/things"}, {"GET", "/nowhere"}, {"DELETE", "/things/1"},
+		} {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(req.method, req.path, nil))
+		}
+
+		f := scrape(t, m.Handler())
+		for name, want := range map[string]float64{
+			"posting_relay_events_sent_total":        3,
+			"posting_relay_events_retried_total":     2,
+			"posting_relay_events_failed_total":      1,
+			"posting_relay_events_recovered_total":   1,
+			"posting_relay_events_released_total":    0,
+			"posting_relay_claim_conflicts_total":    0,
+			"posting_relay_batch_duration_seconds":   1, // only the poll that claimed
+			"posting_kafka_send_duration_seconds":    1,
+			"posting_worker_publications_total":      2,
+			"posting_worker_publication_lag_seconds": 2,
+			"posting_scheduler_run_duration_seconds": 2,
+		} {
+			require.Equal(t, want, value(t, f, name, nil), name)
+		}
+		lag := f["posting_worker_publication_lag_seconds"].GetMetric()[0].GetHistogram()
+		require.Equal(t, 1.5, lag.GetSampleSum(), "a negative lag counts as 0")
+		for _, c := range []struct {
+			name   string
+			labels map[string]string
+			want   float64
+		}{
+			{"posting_relay_polls_total", map[string]string{"result": "ok"}, 2},
+			{"posting_relay_polls_total", map[string]string{"result": "error"}, 1},
+			{"posting_relay_polls_total", map[string]string{"result": "unavailable"}, 0},
+			{"posting_kafka_messages_total", map[string]string{"result": "acked"}, 3},
+			{"posting_kafka_messages_total", map[string]string{"result": "rejected"}, 3},
+			{"posting_kafka_messages_total", map[string]string{"result": "unavailable"}, 0},
+			{"posting_scheduler_runs_total", map[string]string{"result": "ok"}, 1},
+			{"posting_scheduler_runs_total", map[string]string{"result": "error"}, 1},
+			{"posting_scheduler_posts_total", map[string]string{"result": "marked"}, 2},
+			{"posting_scheduler_posts_total", map[string]string{"result": "skipped"}, 1},
+			{"posting_scheduler_posts_total", map[string]string{"result": "failed"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "processed"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "duplicate"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_RESERVATION_EVENT", "outcome": "processed"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "other", "outcome": "error"}, 1},
+			{"posting_http_requests_total", map[string]string{"route": "GET /things/{id}", "code": "200"}, 2},
+			{"posting_http_requests_total", map[string]string{"route": "POST /things", "code": "201"}, 1},
+			{"posting_http_requests_total", map[string]string{"route": "unmatched", "code": "404"}, 1},
+			{"posting_http_requests_total", map[string]string{"route": "unmatched", "code": "405"}, 1},
+			{"posting_http_request_duration_seconds", map[string]string{"route": "GET /things/{id}", "code": "200"}, 2},
+			{"posting_outbox_stats_up", nil, 1},
+			{"posting_outbox_rows", map[string]string{"status": "SENT"}, 3},
+			{"posting_outbox_rows", map[string]string{"status": "RETRY"}, 3},
+			{"posting_outbox_rows", map[string]string{"status": "FAIL"}, 1},
+			{"posting_outbox_rows", map[string]string{"status": "PENDING"}, 1},
+			{"posting_outbox_rows", map[string]string{"status": "PROCESSING"}, 0},
+			{"posting_outbox_discarded_rows", nil, 0},
+			{"posting_outbox_blocked_rows", nil, 1},
+		} {
+			require.Equal(t, c.want, value(t, f, c.name, c.labels), "%s%v", c.name, c.labels)
+		}
+		require.Len(t, f["posting_http_requests_total"].GetMetric(), 4)
+		// The oldest waiting row is post 4's, now RETRY.
+		require.InDelta(t, scrapeAt.Sub(rows[3].Created).Seconds(),
+			value(t, f, "posting_outbox_oldest_pending_age_seconds", nil), 1e-6)
+		require.Equal(t, outbox.StatusPending, statusOfHeld(t, db, held.ID))
+
+		// The Go and process collectors are on.
+		value(t, f, "go_goroutines", nil)
+		value(t, f, "process_cpu_seconds_total", nil)
+	})
+}
+
+func statusOfHeld(t *testing.T, db *database.DB, id int64) outbox.Status {
+	t.Helper()
+	var m outbox.Message
+	require.NoError(t, db.First(&m, id).Error)
+	return m.Status
+}
+
+// A database that cannot be read turns posting_outbox_stats_up to 0 and
+// leaves the other metrics served.
+func TestScrapeWithBrokenDatabase(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	m := metrics.New(db.DB, "test-1", metrics.WithScrapeTimeout(time.Second))
+	require.NoError(t, db.Close())
+	f := scrape(t, m.Handler())
+	require.Equal(t, 0.0, value(t, f, "posting_outbox_stats_up", nil))
+	require.NotContains(t, f, "posting_outbox_rows")
+	require.Equal(t, 0.0, value(t, f, "posting_relay_events_sent_total", nil))
+
+	// Without a database there are no outbox metrics at all.
+	f = scrape(t, metrics.New(nil, "test-1").Handler())
+	require.NotContains(t, f, "posting_outbox_stats_up")
+	value(t, f, "go_goroutines", nil)
+}
+
+// The route label is what the ServeMux matched, also behind a handler that
+// passes the request on unchanged.
+func TestHTTPRouteBehindWrapper(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/outbox/{id}", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	})
+	wrapped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mux.ServeHTTP(w, r) })
+	m.HTTP(wrapped).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/admin/outbox/3", nil))
+	f := scrape(t, m.Handler())
+	require.Equal(t, 1.0, value(t, f, "posting_http_requests_total",
+		map[string]string{"route": "GET /admin/outbox/{id}", "code": "401"}))
+}
