@@ -159,6 +159,7 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 			}
 			for _, r := range relays {
 				require.NoError(t, r.Start(ctx))
+				t.Cleanup(r.Stop) // also when an assertion below fails
 			}
 			require.Eventually(t, func() bool {
 				return countByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))

@@ -199,12 +199,14 @@ func TestTwoSchedulersConcurrentlyYieldOneEventPerPost(t *testing.T) {
 			working++
 			require.Len(t, events[p.ID], 1, "post %d", p.ID)
 		case reservation.StatusCancelled:
-			require.Empty(t, events[p.ID], "post %d cancelled while RESERVED", p.ID)
+			// Cancelled while RESERVED: no event; cancelled after the
+			// scheduler made it WORKING: its one event.
+			require.LessOrEqual(t, len(events[p.ID]), 1, "post %d", p.ID)
 		default:
 			t.Fatalf("post %d left %s", p.ID, p.Status)
 		}
 	}
-	require.Equal(t, working, len(events))
+	require.GreaterOrEqual(t, len(events), working)
 	t.Logf("%d WORKING with one event each, %d cancelled", working, len(all)-working)
 }
 

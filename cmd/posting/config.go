@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
 
@@ -47,6 +48,7 @@ type settings struct {
 	AdminToken        string
 	LogFormat         string
 	Migrate           bool
+	OutboxRetention   time.Duration
 	ShutdownTimeout   time.Duration
 }
 
@@ -81,6 +83,7 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.RelayStaleAfter, "relay-stale-after", relay.DefaultStaleAfter, "PROCESSING rows older than this are recovered; longer than the producer's send bound")
 	fs.StringVar(&s.AdminToken, "admin-token", "", "bearer token for /admin/...; empty: admin endpoints off")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
+	fs.DurationVar(&s.OutboxRetention, "outbox-retention", outbox.DefaultRetention, "SENT outbox rows older than this are deleted by the cleaner")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
 }
 
@@ -160,6 +163,7 @@ func (s *settings) validateServe() error {
 		{"POSTING_RELAY_INTERVAL", s.RelayInterval},
 		{"POSTING_RELAY_STALE_AFTER", s.RelayStaleAfter},
 		{"POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout},
+		{"POSTING_OUTBOX_RETENTION", s.OutboxRetention},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {

@@ -13,8 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
@@ -108,27 +110,42 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}
 
+	m := metrics.New(db.DB, s.InstanceID)
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	if err != nil {
 		return err
 	}
 	sched, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{
 		Spec: s.SchedulerSpec, Lead: s.ReservationLead, Logger: log,
+		Observe: func(r reservation.SchedulerResult, d time.Duration, err error) {
+			m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
+		},
 	})
 	if err != nil {
 		return err
 	}
-	rel, err := relay.New(outbox.NewStore(db), producer, relay.Config{
+	rel, err := relay.New(outbox.NewStore(db), m.WrapPublisher(producer), relay.Config{
 		InstanceID: s.InstanceID, Interval: s.RelayInterval, BatchSize: s.RelayBatchSize,
 		MaxRetries: s.relayMaxRetries(), StaleAfter: s.RelayStaleAfter, Logger: log,
+		Observe: m.ObserveRelay,
 	})
 	if err != nil {
 		return err
 	}
+	cleaner, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{Retention: s.OutboxRetention, Logger: log})
+	if err != nil {
+		return err
+	}
+	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: s.AdminToken, Logger: log})
+	if err != nil {
+		return err
+	}
+	routes["GET /metrics"] = m.Handler()
 
 	handler, err := api.NewHandler(api.Config{
 		Posts:  posts,
 		Logger: log,
+		Routes: routes,
 		Ready: []api.Check{
 			{Name: "database", Fn: db.Ping},
 			{Name: "kafka", Fn: producer.Ping},
@@ -141,7 +158,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on POSTING_HTTP_ADDR=%s: %w", s.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: m.HTTP(handler), ReadHeaderTimeout: 10 * time.Second}
 
 	// The background parts run on a context of their own: on shutdown they
 	// are stopped in order (Stop waits for the poll in flight) rather than
@@ -157,6 +174,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	st.onStop(rel.Stop)
+	if err := cleaner.Start(bg); err != nil {
+		return err
+	}
+	st.onStop(cleaner.Stop)
+	if s.AdminToken == "" {
+		log.Info("admin endpoints off (no POSTING_ADMIN_TOKEN)", "component", "admin")
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -174,6 +174,7 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 		"POSTING_RELAY_INTERVAL=100ms",
 		"POSTING_DATABASE_URL=" + databaseURL,
 		"POSTING_INSTANCE_ID=serve-test",
+		"POSTING_ADMIN_TOKEN=s3cret",
 	}
 	p := startServe(t, env...)
 	post := createPost(t, p.http, time.Now().Add(2*time.Minute))
@@ -184,6 +185,14 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 		30*time.Second, 100*time.Millisecond)
 	records := kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 2, 30*time.Second)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id))
+
+	// The operator surface is wired: admin behind the token, metrics counting the sends.
+	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, ""))
+	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, "wrong"))
+	require.Equal(t, http.StatusOK, adminGet(t, p.http, "s3cret"))
+	require.Eventually(t, func() bool {
+		return strings.Contains(scrape(t, p.http), `posting_relay_events_sent_total{instance_id="serve-test"} 2`)
+	}, 10*time.Second, 100*time.Millisecond, "metrics count both sends")
 	p.terminate(t)
 
 	// Restart on the same data dir: the post and the topic's log are still
@@ -236,4 +245,27 @@ func TestMigrateCommandTwice(t *testing.T) {
 	out.Reset()
 	require.NoError(t, Run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut))
 	require.Contains(t, out.String(), "applied 0 migrations")
+}
+
+func adminGet(t *testing.T, addr, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/admin/outbox/stats", nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }
