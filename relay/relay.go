@@ -291,7 +291,9 @@ func (r *Relay) Stop() {
 
 func (r *Relay) loop(ctx context.Context) {
 	defer close(r.done)
-	log := r.cfg.Logger.With("component", "relay", "instance_id", r.cfg.InstanceID)
+	// The instance id is on every line already when the logger comes from
+	// serve; the relay's own id is what matters for claims.
+	log := r.cfg.Logger.With("component", "relay", "claim_owner", r.cfg.InstanceID)
 	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize,
 		"max_retries", r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
 	defer log.Info("relay stopped")

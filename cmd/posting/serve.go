@@ -227,8 +227,5 @@ func startKafka(s *settings, log *slog.Logger, st *stack) (brokers []string, emb
 		return nil, false, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
 	}
 	st.onStop(e.Close)
-	log.Info("embedded kafka broker running", "component", "kafka", "addr", e.Addr(), "topic", s.KafkaTopic,
-		"log_dir", filepath.Join(s.DataDir, "kafka"),
-		"try", fmt.Sprintf("kcat -b %s -t %s -C -f '%%k %%h %%s\\n'", e.Addr(), s.KafkaTopic))
 	return []string{e.Addr()}, true, nil
 }
