@@ -15,23 +15,29 @@ import (
 	"github.com/postingsvc/posting/outbox"
 )
 
-// SchedulerConfig configures the reservation job. Zero fields take defaults.
+// SchedulerConfig configures the reservation job. Zero fields take the
+// defaults of the contract.
 type SchedulerConfig struct {
-	// Spec is the robfig/cron/v3 schedule (POSTING_SCHEDULER_SPEC). Default "@every 1m".
+	// Spec is the robfig/cron/v3 schedule of the job (POSTING_SCHEDULER_SPEC),
+	// in the standard five-field syntax or a descriptor such as "@every 30s".
+	// Default "@every 1m".
 	Spec string
 	// Lead is how far ahead of scheduledAt a post becomes WORKING
 	// (POSTING_RESERVATION_LEAD). Default 5m; more than 0, at most 24h.
 	Lead time.Duration
-	// BatchSize is the number of due posts read per query. Default 100; 1..1000.
+	// BatchSize is the number of due posts read per query and marked per
+	// transaction. Default 100; 1..1000.
 	BatchSize int
-	// MaxPerRun bounds the posts one run handles, so a huge backlog is worked
-	// off over several runs. Default 10000; at least BatchSize.
+	// MaxPerRun bounds the posts one run reads, so a huge backlog is worked
+	// off over several runs instead of one endless one. Default 10000; at
+	// least BatchSize.
 	MaxPerRun int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives the job's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Observe, if set, gets every run's result and duration (for metrics).
+	// Observe, if set, is called with every scheduled run's result, duration
+	// and error (for metrics). RunOnce called directly does not call it.
 	Observe func(SchedulerResult, time.Duration, error)
 }
 
@@ -69,6 +75,10 @@ func (c SchedulerConfig) Validate() error {
 		return fmt.Errorf("batch size %d is outside 1..1000", c.BatchSize)
 	case c.MaxPerRun < c.BatchSize:
 		return fmt.Errorf("max per run %d is below the batch size %d", c.MaxPerRun, c.BatchSize)
+	case c.Now == nil:
+		return errors.New("no clock")
+	case c.Logger == nil:
+		return errors.New("no logger")
 	}
 	return nil
 }
@@ -77,23 +87,26 @@ func (c SchedulerConfig) Validate() error {
 type SchedulerResult struct {
 	// Marked posts became WORKING with their reservation event.
 	Marked int
-	// Skipped posts lost a race: changed or cancelled since they were read,
-	// or already marked by another scheduler.
+	// Skipped posts lost a race: changed, rescheduled or cancelled since
+	// they were read, or already marked by another scheduler.
 	Skipped int
-	// Failed posts could not be marked for another reason; the next run tries again.
+	// Failed posts could not be marked for another reason; they stay
+	// RESERVED and the next run tries again.
 	Failed int
 }
 
 // Scheduler is the reservation job: RESERVED posts due within the lead time
 // become WORKING, each with exactly one POSTING_RESERVATION_EVENT written in
-// the same transaction. Any number of schedulers may run on one database.
+// the same transaction. Any number of schedulers, in any number of
+// processes, may run on one database.
 type Scheduler struct {
 	db  *gorm.DB
 	cfg SchedulerConfig
 
 	mu      sync.Mutex
-	cron    *cron.Cron
-	stopped bool
+	started bool
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // NewScheduler returns a scheduler on db.
@@ -102,101 +115,175 @@ func NewScheduler(db *gorm.DB, cfg SchedulerConfig) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid scheduler config: %w", err)
 	}
-	return &Scheduler{db: db, cfg: cfg}, nil
+	return &Scheduler{db: db, cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
-// RunOnce marks every due post, batch by batch, until none is left or
-// MaxPerRun is reached. Overdue posts (the service was down at their time)
-// are due too. Each post is its own short transaction, so one bad row cannot
-// block the rest and a lost race costs nothing but a skip.
+// Config returns the scheduler's configuration with defaults filled in.
+func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
+
+// RunOnce marks the due posts, oldest scheduledAt first, batch by batch,
+// until none is left or MaxPerRun posts were read. Overdue posts (the service
+// was down at their time) are due too. A post that cannot be marked does not
+// stop the others: it is counted, and the first such error is returned with
+// the counts after the run.
 func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 	var res SchedulerResult
 	now := outbox.Normalize(s.cfg.Now())
 	horizon := now.Add(s.cfg.Lead)
-	afterID := int64(0)
-	var errs []error
-	for handled := 0; handled < s.cfg.MaxPerRun; {
+	var (
+		after    *Post // keyset cursor: skipped and failed posts stay RESERVED
+		failures []error
+	)
+	for read := 0; read < s.cfg.MaxPerRun; {
+		q := s.db.WithContext(ctx).Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
+		if after != nil {
+			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
+		}
 		var due []Post
-		err := s.db.WithContext(ctx).
-			Where("status = ? AND scheduled_at <= ? AND id > ?", StatusReserved, horizon, afterID).
-			Order("id").Limit(s.cfg.BatchSize).Find(&due).Error
-		if err != nil {
-			return res, fmt.Errorf("find due posts: %w", err)
+		if err := q.Order("scheduled_at, id").Limit(min(s.cfg.BatchSize, s.cfg.MaxPerRun-read)).Find(&due).Error; err != nil {
+			return res, errors.Join(fmt.Errorf("find due posts: %w", err), errors.Join(failures...))
 		}
-		for i := range due {
-			switch err := s.mark(ctx, &due[i], now); {
-			case err == nil:
-				res.Marked++
-			case errors.Is(err, ErrConflict), errors.Is(err, outbox.ErrDuplicate):
-				res.Skipped++
-			case ctx.Err() != nil:
-				return res, ctx.Err()
-			default:
-				res.Failed++
-				errs = append(errs, err)
-			}
-			afterID = due[i].ID
+		if len(due) == 0 {
+			break
 		}
-		handled += len(due)
+		b, errs := s.markBatch(ctx, due, now)
+		res.Marked += b.Marked
+		res.Skipped += b.Skipped
+		res.Failed += b.Failed
+		failures = append(failures, errs...)
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		read += len(due)
+		after = &due[len(due)-1]
 		if len(due) < s.cfg.BatchSize {
 			break
 		}
 	}
-	if len(errs) > 0 {
-		return res, fmt.Errorf("%d posts could not be marked, first: %w", len(errs), errs[0])
+	if len(failures) > 0 {
+		return res, fmt.Errorf("%d posts could not be marked, first: %w", len(failures), failures[0])
 	}
 	return res, nil
 }
 
-// mark moves one post RESERVED → WORKING and appends its reservation event in
-// one transaction. The UPDATE is version- and status-checked, so a cancel or
-// reschedule that committed since the read makes it match nothing; the
-// event's dedup key is the database-level guard that a post never gets two
-// reservation events, whatever the number of schedulers.
-func (s *Scheduler) mark(ctx context.Context, p *Post, now time.Time) error {
-	return database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-		res := tx.Model(&Post{}).
-			Where("id = ? AND version = ? AND status = ?", p.ID, p.Version.Int64, StatusReserved).
-			Updates(map[string]any{
-				"status":     StatusWorking,
-				"updated_at": now,
-				"version":    gorm.Expr("version + 1"),
-			})
-		if res.Error != nil {
-			return fmt.Errorf("mark post %d working: %w", p.ID, res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return fmt.Errorf("%w: post %d changed since it was read", ErrConflict, p.ID)
-		}
-		_, err := outbox.Append(tx, outbox.Event{
-			Type:       outbox.ReservationEvent,
-			PostID:     p.ID,
-			OccurredAt: now,
-			Fields:     ReservationEventFields{ScheduledAt: outbox.Normalize(p.ScheduledAt)},
-			DedupKey:   ReservationDedupKey(p.ID),
+// markBatch marks posts in one transaction: one commit per batch instead of
+// one per post is what makes a backlog cheap. Posts whose version-checked
+// UPDATE matches nothing lost a race and are skipped inside the batch. Any
+// other error (a duplicate reservation event, a bad row, a lock wait that
+// outlasted the retries) rolls the whole batch back, and its posts are then
+// marked one transaction each, so that only the culprit fails.
+func (s *Scheduler) markBatch(ctx context.Context, posts []Post, now time.Time) (SchedulerResult, []error) {
+	var res SchedulerResult
+	if len(posts) > 1 {
+		err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+			res = SchedulerResult{} // a retried attempt starts afresh
+			for i := range posts {
+				ok, err := markPost(tx, &posts[i], now)
+				if err != nil {
+					return err
+				}
+				if ok {
+					res.Marked++
+				} else {
+					res.Skipped++
+				}
+			}
+			return nil
 		})
-		return err
-	})
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return SchedulerResult{}, nil
+		}
+		res = SchedulerResult{}
+	}
+	var errs []error
+	for i := range posts {
+		var ok bool
+		err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+			var err error
+			ok, err = markPost(tx, &posts[i], now)
+			return err
+		})
+		switch {
+		case err == nil && ok:
+			res.Marked++
+		case err == nil, errors.Is(err, outbox.ErrDuplicate):
+			res.Skipped++
+		case ctx.Err() != nil:
+			return res, errs
+		default:
+			res.Failed++
+			errs = append(errs, err)
+		}
+	}
+	return res, errs
 }
 
-// Start runs the job on its cron schedule until Stop or until ctx ends. A run
-// still going when the next tick comes is skipped, not doubled.
+// markPost moves p RESERVED → WORKING and appends its reservation event
+// through tx, reporting false when p changed since it was read. The UPDATE
+// only matches the version and status that were read, so a cancel or
+// reschedule that committed meanwhile makes it match nothing, and one that
+// comes later finds the version bumped; the event's dedup key is the
+// database-level guard that a post never gets two reservation events.
+func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
+	res := tx.Exec("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ? AND status = ?",
+		StatusWorking, now, p.ID, p.Version.Int64, StatusReserved)
+	if res.Error != nil {
+		return false, fmt.Errorf("mark post %d working: %w", p.ID, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return false, nil
+	}
+	if _, err := outbox.Append(tx, outbox.Event{
+		Type:       outbox.ReservationEvent,
+		PostID:     p.ID,
+		OccurredAt: now,
+		Fields:     ReservationEventFields{ScheduledAt: outbox.Normalize(p.ScheduledAt)},
+		DedupKey:   ReservationDedupKey(p.ID),
+	}); err != nil {
+		return false, fmt.Errorf("post %d: %w", p.ID, err)
+	}
+	return true, nil
+}
+
+// Start runs the job on its cron schedule in the background until Stop or
+// until ctx ends. A run still going when the next tick comes is skipped, not
+// doubled. It fails if the scheduler was started or stopped before.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cron != nil || s.stopped {
+	select {
+	case <-s.stop:
+		return errors.New("scheduler already stopped")
+	default:
+	}
+	if s.started {
 		return errors.New("scheduler already started")
 	}
 	log := s.cfg.Logger.With("component", "scheduler")
-	c := cron.New(cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
-	if _, err := c.AddFunc(s.cfg.Spec, func() { s.run(ctx, log) }); err != nil {
+	runCtx, cancel := context.WithCancel(ctx)
+	c := cron.New(cron.WithChain(cron.SkipIfStillRunning(cronLogger{log})))
+	if _, err := c.AddFunc(s.cfg.Spec, func() { s.run(runCtx, log) }); err != nil {
+		cancel()
 		return fmt.Errorf("schedule %q: %w", s.cfg.Spec, err)
 	}
-	s.cron = c
+	s.started = true
 	c.Start()
+	log.Info("scheduler started", "spec", s.cfg.Spec, "lead", s.cfg.Lead, "batch_size", s.cfg.BatchSize)
 	go func() {
-		<-ctx.Done()
-		s.Stop()
+		defer close(s.done)
+		select {
+		case <-ctx.Done():
+		case <-s.stop:
+		}
+		// Cancelling ends a running job at once: every transaction it has
+		// not committed rolls back, leaving its posts RESERVED for the next
+		// run, so nothing is half done.
+		cancel()
+		<-c.Stop().Done()
+		log.Info("scheduler stopped")
 	}()
 	return nil
 }
@@ -207,25 +294,45 @@ func (s *Scheduler) run(ctx context.Context, log *slog.Logger) {
 	}
 	start := time.Now()
 	res, err := s.RunOnce(ctx)
+	elapsed := time.Since(start)
 	if s.cfg.Observe != nil {
-		s.cfg.Observe(res, time.Since(start), err)
+		s.cfg.Observe(res, elapsed, err)
 	}
 	switch {
+	case err != nil && ctx.Err() != nil:
+		log.Info("reservation run interrupted by stop", "marked", res.Marked, "skipped", res.Skipped, "failed", res.Failed)
 	case err != nil:
-		log.Error("reservation run failed", "err", err, "marked", res.Marked, "skipped", res.Skipped, "failed", res.Failed)
+		log.Error("reservation run failed", "err", err, "marked", res.Marked, "skipped", res.Skipped, "failed", res.Failed, "duration", elapsed)
 	case res.Marked > 0 || res.Skipped > 0:
-		log.Info("reservation run", "marked", res.Marked, "skipped", res.Skipped, "duration", time.Since(start))
+		log.Info("reservation run", "marked", res.Marked, "skipped", res.Skipped, "duration", elapsed)
 	}
 }
 
-// Stop stops the schedule and waits for a running job. It is safe to call
-// twice and without Start.
+// Stop stops the schedule, interrupts a running job and waits until it has
+// returned. It is safe to call twice and without Start.
 func (s *Scheduler) Stop() {
 	s.mu.Lock()
-	c := s.cron
-	s.cron, s.stopped = nil, true
-	s.mu.Unlock()
-	if c != nil {
-		<-c.Stop().Done()
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
 	}
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		<-s.done
+	}
+}
+
+// cronLogger lets cron report a skipped tick through the scheduler's logger.
+type cronLogger struct{ log *slog.Logger }
+
+func (l cronLogger) Info(msg string, kv ...any) {
+	if msg == "skip" {
+		l.log.Info("reservation run skipped: the previous one is still going")
+	}
+}
+
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.log.Error("cron: "+msg, append([]any{"err", err}, kv...)...)
 }

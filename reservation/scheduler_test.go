@@ -3,7 +3,11 @@ package reservation_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,17 +17,22 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
 
+// schedClock is the controllable clock of the scheduler tests.
 type schedClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *schedClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *schedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
 func (c *schedClock) Add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -32,7 +41,10 @@ func (c *schedClock) Add(d time.Duration) {
 
 var schedT0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// schedInsert writes RESERVED posts scheduled at the given offsets from schedT0.
+func schedQuietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// schedInsert writes RESERVED posts scheduled at the given offsets from
+// schedT0, in one batched insert.
 func schedInsert(t *testing.T, db *gorm.DB, offsets ...time.Duration) []reservation.Post {
 	t.Helper()
 	posts := make([]reservation.Post, len(offsets))
@@ -45,6 +57,7 @@ func schedInsert(t *testing.T, db *gorm.DB, offsets ...time.Duration) []reservat
 	return posts
 }
 
+// schedEvents returns the reservation events by post id.
 func schedEvents(t *testing.T, db *gorm.DB) map[int64][]outbox.Message {
 	t.Helper()
 	var rows []outbox.Message
@@ -56,18 +69,40 @@ func schedEvents(t *testing.T, db *gorm.DB) map[int64][]outbox.Message {
 	return out
 }
 
-func schedStatus(t *testing.T, db *gorm.DB, id int64) reservation.Status {
+func schedPost(t *testing.T, db *gorm.DB, id int64) reservation.Post {
 	t.Helper()
 	var p reservation.Post
 	require.NoError(t, db.First(&p, id).Error)
-	return p.Status
+	return p
 }
 
 func schedNew(t *testing.T, db *gorm.DB, clock *schedClock) *reservation.Scheduler {
 	t.Helper()
-	s, err := reservation.NewScheduler(db, reservation.SchedulerConfig{Lead: 5 * time.Minute, BatchSize: 50, Now: clock.Now})
+	s, err := reservation.NewScheduler(db, reservation.SchedulerConfig{Lead: 5 * time.Minute, BatchSize: 50,
+		Now: clock.Now, Logger: schedQuietLogger()})
 	require.NoError(t, err)
 	return s
+}
+
+// schedVersionCheckedUpdate changes a post the way the service does: read it,
+// then update it only if it still has the version and status read.
+func schedVersionCheckedUpdate(ctx context.Context, db *gorm.DB, id int64, changes map[string]any) (bool, error) {
+	var p reservation.Post
+	if err := db.WithContext(ctx).First(&p, id).Error; err != nil {
+		return false, err
+	}
+	if p.Status != reservation.StatusReserved {
+		return false, nil
+	}
+	changes["version"] = gorm.Expr("version + 1")
+	var ok bool
+	err := database.Transaction(ctx, db, func(tx *gorm.DB) error {
+		res := tx.Model(&reservation.Post{}).Where("id = ? AND version = ? AND status = ?", id, p.Version.Int64, reservation.StatusReserved).
+			UpdateColumns(changes)
+		ok = res.RowsAffected == 1
+		return res.Error
+	})
+	return ok, err
 }
 
 func TestSchedulerMarksDuePostsOnce(t *testing.T) {
@@ -82,8 +117,9 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 			6*time.Minute, // outside the lead
 			2*time.Minute, // due, but cancelled below
 		)
-		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("id = ?", posts[4].ID).
-			Updates(map[string]any{"status": reservation.StatusCancelled, "version": gorm.Expr("version + 1")}).Error)
+		ok, err := schedVersionCheckedUpdate(ctx, db.DB, posts[4].ID, map[string]any{"status": reservation.StatusCancelled})
+		require.NoError(t, err)
+		require.True(t, ok)
 
 		s := schedNew(t, db.DB, clock)
 		res, err := s.RunOnce(ctx)
@@ -91,32 +127,60 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 		require.Equal(t, reservation.SchedulerResult{Marked: 3}, res)
 
 		events := schedEvents(t, db.DB)
+		require.Len(t, events, 3)
 		for _, p := range posts[:3] {
-			require.Equal(t, reservation.StatusWorking, schedStatus(t, db.DB, p.ID))
+			got := schedPost(t, db.DB, p.ID)
+			require.Equal(t, reservation.StatusWorking, got.Status)
+			require.EqualValues(t, 2, got.Version.Int64)
+			require.True(t, got.UpdatedAt.Equal(schedT0))
 			require.Len(t, events[p.ID], 1)
+			ev := events[p.ID][0]
+			require.Equal(t, outbox.StatusPending, ev.Status)
+			require.NotNil(t, ev.DedupKey)
+			require.Equal(t, reservation.ReservationDedupKey(p.ID), *ev.DedupKey)
 			var payload map[string]any
-			require.NoError(t, json.Unmarshal([]byte(events[p.ID][0].Payload), &payload))
-			require.Equal(t, events[p.ID][0].EventID, payload["eventId"])
+			require.NoError(t, json.Unmarshal([]byte(ev.Payload), &payload))
+			require.Len(t, payload, 5)
+			require.Equal(t, ev.EventID, payload["eventId"])
 			require.Equal(t, "POSTING_RESERVATION_EVENT", payload["eventType"])
 			require.EqualValues(t, p.ID, payload["postId"])
 			require.Equal(t, schedT0.Format(time.RFC3339), payload["occurredAt"])
 			require.Equal(t, p.ScheduledAt.UTC().Format(time.RFC3339), payload["scheduledAt"])
 		}
-		require.Equal(t, reservation.StatusReserved, schedStatus(t, db.DB, posts[3].ID))
-		require.Empty(t, events[posts[3].ID])
-		require.Equal(t, reservation.StatusCancelled, schedStatus(t, db.DB, posts[4].ID))
+		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, posts[3].ID).Status)
+		require.Equal(t, reservation.StatusCancelled, schedPost(t, db.DB, posts[4].ID).Status)
 		require.Empty(t, events[posts[4].ID], "a cancelled post never gets a reservation event")
 
 		// A second run finds nothing new; a minute later the outside one is due.
 		res, err = s.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{}, res)
+		require.Len(t, schedEvents(t, db.DB), 3)
 		clock.Add(time.Minute)
 		res, err = s.RunOnce(ctx)
 		require.NoError(t, err)
-		require.Equal(t, 1, res.Marked)
+		require.Equal(t, reservation.SchedulerResult{Marked: 1}, res)
 		require.Len(t, schedEvents(t, db.DB), 4)
-		require.Equal(t, reservation.StatusCancelled, schedStatus(t, db.DB, posts[4].ID))
+		require.Equal(t, reservation.StatusWorking, schedPost(t, db.DB, posts[3].ID).Status)
+		require.Equal(t, reservation.StatusCancelled, schedPost(t, db.DB, posts[4].ID).Status)
+	})
+}
+
+// A run reads in batches and loops until no due post is left.
+func TestSchedulerWorksOffMoreThanOneBatch(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		offsets := make([]time.Duration, 130)
+		for i := range offsets {
+			offsets[i] = -time.Duration(i) * time.Second // all overdue, several per second
+		}
+		schedInsert(t, db.DB, offsets...)
+		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{BatchSize: 7, Now: func() time.Time { return schedT0 }})
+		require.NoError(t, err)
+		res, err := s.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, reservation.SchedulerResult{Marked: 130}, res)
+		require.Len(t, schedEvents(t, db.DB), 130)
 	})
 }
 
@@ -126,34 +190,67 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute)
-		bumped := false
-		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("sched_test_bump", func(tx *gorm.DB) {
-			if bumped || tx.Statement.Table != "posts" {
+		var bumped atomic.Bool
+		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bump", func(tx *gorm.DB) {
+			if !strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") || !bumped.CompareAndSwap(false, true) {
 				return
 			}
-			bumped = true
-			// Another writer (a reschedule) commits first.
-			require.NoError(t, tx.Session(&gorm.Session{NewDB: true, SkipHooks: true}).Exec(
+			// A reschedule lands between the scheduler's read and its update.
+			tx.AddError(tx.Session(&gorm.Session{NewDB: true}).Exec(
 				"UPDATE posts SET version = version + 1, scheduled_at = ? WHERE id = ?", schedT0.Add(4*time.Minute), posts[0].ID).Error)
 		}))
 		s := schedNew(t, db.DB, &schedClock{now: schedT0})
 		res, err := s.RunOnce(context.Background())
 		require.NoError(t, err)
+		require.True(t, bumped.Load())
 		require.Equal(t, reservation.SchedulerResult{Marked: 1, Skipped: 1}, res)
-		require.Equal(t, reservation.StatusReserved, schedStatus(t, db.DB, posts[0].ID))
-		require.Empty(t, schedEvents(t, db.DB)[posts[0].ID])
-		require.Len(t, schedEvents(t, db.DB)[posts[1].ID], 1)
+		got := schedPost(t, db.DB, posts[0].ID)
+		require.Equal(t, reservation.StatusReserved, got.Status)
+		require.EqualValues(t, 2, got.Version.Int64)
+		events := schedEvents(t, db.DB)
+		require.Empty(t, events[posts[0].ID])
+		require.Len(t, events[posts[1].ID], 1)
+
+		// The next run reads the post again, at its new version, and marks it.
+		res, err = s.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, reservation.SchedulerResult{Marked: 1}, res)
+		require.Len(t, schedEvents(t, db.DB)[posts[0].ID], 1)
 	})
 }
 
-// Two schedulers with separate pools against 1,000 due posts, while a third
-// party cancels some of them: every post ends WORKING with exactly one event
-// or CANCELLED with none.
-func TestTwoSchedulersConcurrentlyYieldOneEventPerPost(t *testing.T) {
+// An event already recorded for a post (the database-level guard) makes the
+// scheduler skip that post, roll back its state change, and still mark the
+// other posts of the batch.
+func TestSchedulerDuplicateGuardSkipsOnlyThatPost(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute, 3*time.Minute)
+		_, err := outbox.Append(db.DB, outbox.Event{Type: outbox.ReservationEvent, PostID: posts[1].ID, OccurredAt: schedT0,
+			Fields: reservation.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt}, DedupKey: reservation.ReservationDedupKey(posts[1].ID)})
+		require.NoError(t, err)
+
+		res, err := schedNew(t, db.DB, &schedClock{now: schedT0}).RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, reservation.SchedulerResult{Marked: 2, Skipped: 1}, res)
+		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, posts[1].ID).Status, "its transaction was rolled back")
+		require.Equal(t, reservation.StatusWorking, schedPost(t, db.DB, posts[0].ID).Status)
+		require.Equal(t, reservation.StatusWorking, schedPost(t, db.DB, posts[2].ID).Status)
+		events := schedEvents(t, db.DB)
+		require.Len(t, events, 3)
+		for _, p := range posts {
+			require.Len(t, events[p.ID], 1)
+		}
+	})
+}
+
+// Two schedulers, each with its own connection pool as in two processes, run
+// concurrently against 1,000 due posts: exactly one event per post.
+func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 	t.Parallel()
 	url := databasetest.MySQLURL(t, "sched")
 	var pools []*database.DB
-	for range 3 {
+	for range 2 {
 		db, err := database.Open(url, "")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
@@ -161,83 +258,217 @@ func TestTwoSchedulersConcurrentlyYieldOneEventPerPost(t *testing.T) {
 	}
 	_, err := pools[0].Migrate(context.Background(), nil)
 	require.NoError(t, err)
-	require.Equal(t, migrations.MySQL, pools[0].Dialect)
 
 	offsets := make([]time.Duration, 1000)
 	for i := range offsets {
-		offsets[i] = time.Duration(i%240) * time.Second
+		offsets[i] = time.Duration(i%600-300) * time.Second // overdue and due, many sharing a second
 	}
-	posts := schedInsert(t, pools[0].DB, offsets...)
+	schedInsert(t, pools[0].DB, offsets...)
 	clock := &schedClock{now: schedT0}
 
-	var wg sync.WaitGroup
-	for _, db := range pools[:2] {
+	start := time.Now()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		total   reservation.SchedulerResult
+		runErrs []error
+	)
+	for _, db := range pools {
 		s := schedNew(t, db.DB, clock)
+		for range 2 {
+			wg.Go(func() {
+				for range 3 {
+					res, err := s.RunOnce(context.Background())
+					mu.Lock()
+					total.Marked += res.Marked
+					total.Skipped += res.Skipped
+					total.Failed += res.Failed
+					runErrs = append(runErrs, err)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.Logf("4 concurrent runners on 2 pools marked 1,000 posts in %s (skipped %d)", time.Since(start), total.Skipped)
+	require.NoError(t, errors.Join(runErrs...))
+	require.Equal(t, 1000, total.Marked)
+	require.Zero(t, total.Failed)
+
+	var events, working int64
+	require.NoError(t, pools[0].DB.Model(&outbox.Message{}).Where("event_type = ?", outbox.ReservationEvent).Count(&events).Error)
+	require.NoError(t, pools[0].DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusWorking).Count(&working).Error)
+	require.EqualValues(t, 1000, events)
+	require.EqualValues(t, 1000, working)
+	var distinct int64
+	require.NoError(t, pools[0].DB.Model(&outbox.Message{}).Distinct("aggregate_id").Count(&distinct).Error)
+	require.EqualValues(t, 1000, distinct)
+}
+
+// Cancels and reschedules racing with the scheduler end in one consistent
+// state per post: CANCELLED or rescheduled with no reservation event, or
+// WORKING with exactly one.
+func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		offsets := make([]time.Duration, 300)
+		for i := range offsets {
+			offsets[i] = time.Duration(i) * time.Second / 2
+		}
+		posts := schedInsert(t, db.DB, offsets...)
+		later := schedT0.Add(time.Hour)
+		s := schedNew(t, db.DB, &schedClock{now: schedT0})
+
+		var (
+			wg                sync.WaitGroup
+			runErr, changeErr error
+			changed           atomic.Int64
+		)
 		wg.Go(func() {
-			for range 3 {
-				_, err := s.RunOnce(context.Background())
-				require.NoError(t, err)
+			for range 2 {
+				if _, err := s.RunOnce(context.Background()); err != nil {
+					runErr = err
+					return
+				}
 			}
 		})
-	}
-	svc, err := reservation.NewService(pools[2].DB, reservation.ServiceConfig{Now: clock.Now})
-	require.NoError(t, err)
-	wg.Go(func() {
-		for i := 0; i < len(posts); i += 10 {
-			_, _ = svc.Cancel(context.Background(), posts[i].ID) // may lose to the scheduler: a conflict
-		}
-	})
-	wg.Wait()
+		wg.Go(func() {
+			// From the latest post back, to meet the scheduler, which
+			// goes oldest first, somewhere in the middle.
+			for i := len(posts) - 1; i >= 0; i-- {
+				p := posts[i]
+				changes := map[string]any{"status": reservation.StatusCancelled, "updated_at": schedT0}
+				if i%2 == 1 {
+					changes = map[string]any{"scheduled_at": later, "updated_at": schedT0}
+				}
+				ok, err := schedVersionCheckedUpdate(context.Background(), db.DB, p.ID, changes)
+				if err != nil {
+					changeErr = err
+					return
+				}
+				if ok {
+					changed.Add(1)
+				}
+			}
+		})
+		wg.Wait()
+		require.NoError(t, runErr)
+		require.NoError(t, changeErr)
 
-	events := schedEvents(t, pools[0].DB)
-	var all []reservation.Post
-	require.NoError(t, pools[0].DB.Find(&all).Error)
-	working := 0
-	for _, p := range all {
-		switch p.Status {
-		case reservation.StatusWorking:
-			working++
-			require.Len(t, events[p.ID], 1, "post %d", p.ID)
-		case reservation.StatusCancelled:
-			// Cancelled while RESERVED: no event; cancelled after the
-			// scheduler made it WORKING: its one event.
-			require.LessOrEqual(t, len(events[p.ID]), 1, "post %d", p.ID)
-		default:
-			t.Fatalf("post %d left %s", p.ID, p.Status)
+		events := schedEvents(t, db.DB)
+		var all []reservation.Post
+		require.NoError(t, db.DB.Find(&all).Error)
+		counts := map[reservation.Status]int{}
+		for _, p := range all {
+			counts[p.Status]++
+			switch p.Status {
+			case reservation.StatusWorking:
+				require.Len(t, events[p.ID], 1, "post %d", p.ID)
+			case reservation.StatusCancelled:
+				require.Empty(t, events[p.ID], "post %d", p.ID)
+			case reservation.StatusReserved:
+				require.True(t, p.ScheduledAt.Equal(later), "post %d left RESERVED but due", p.ID)
+				require.Empty(t, events[p.ID], "post %d", p.ID)
+			default:
+				t.Fatalf("post %d is %s", p.ID, p.Status)
+			}
 		}
-	}
-	require.GreaterOrEqual(t, len(events), working)
-	t.Logf("%d WORKING with one event each, %d cancelled", working, len(all)-working)
+		require.EqualValues(t, changed.Load(), counts[reservation.StatusCancelled]+counts[reservation.StatusReserved])
+		require.Len(t, events, counts[reservation.StatusWorking])
+		t.Logf("%v", counts)
+	})
 }
 
 func TestSchedulerStartStop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
 	posts := schedInsert(t, db.DB, time.Minute)
-	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s",
-		Now: func() time.Time { return schedT0 }})
-	require.NoError(t, err)
-	s.Stop() // before Start: safe
 
-	s2, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s",
-		Now: func() time.Time { return schedT0 }})
+	idle, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{})
 	require.NoError(t, err)
-	require.NoError(t, s2.Start(context.Background()))
+	idle.Stop() // without Start: safe
+	idle.Stop()
+	require.Error(t, idle.Start(context.Background()), "a stopped scheduler does not start")
+
+	var runs atomic.Int64
+	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: schedQuietLogger(),
+		Now: func() time.Time { return schedT0 },
+		Observe: func(res reservation.SchedulerResult, _ time.Duration, err error) {
+			if err == nil {
+				runs.Add(1)
+			}
+		}})
+	require.NoError(t, err)
+	require.NoError(t, s.Start(context.Background()))
+	require.Error(t, s.Start(context.Background()), "started twice")
 	require.Eventually(t, func() bool {
-		return schedStatus(t, db.DB, posts[0].ID) == reservation.StatusWorking
+		return schedPost(t, db.DB, posts[0].ID).Status == reservation.StatusWorking
 	}, 10*time.Second, 20*time.Millisecond)
-	s2.Stop()
-	s2.Stop()
+	require.Eventually(t, func() bool { return runs.Load() >= 1 }, 10*time.Second, 20*time.Millisecond)
+	s.Stop()
+	s.Stop()
+	require.Len(t, schedEvents(t, db.DB)[posts[0].ID], 1)
 }
 
-func TestSchedulerConfigValidation(t *testing.T) {
+// Ending Start's context stops the scheduler as Stop does.
+func TestSchedulerStopsWithItsContext(t *testing.T) {
 	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: schedQuietLogger()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, s.Start(ctx))
+	cancel()
+	done := make(chan struct{})
+	go func() { s.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return after the context ended")
+	}
+}
+
+func TestSchedulerConfig(t *testing.T) {
+	t.Parallel()
+	s, err := reservation.NewScheduler(nil, reservation.SchedulerConfig{})
+	require.NoError(t, err)
+	cfg := s.Config()
+	require.Equal(t, "@every 1m", cfg.Spec)
+	require.Equal(t, 5*time.Minute, cfg.Lead)
+	require.Equal(t, 100, cfg.BatchSize)
+
 	for _, c := range []reservation.SchedulerConfig{
 		{Spec: "every minute"},
+		{Spec: "* * *"},
 		{Lead: -time.Second},
-		{BatchSize: 5000},
+		{BatchSize: 1001},
+		{BatchSize: -1},
+		{BatchSize: 100, MaxPerRun: 10},
 	} {
 		_, err := reservation.NewScheduler(nil, c)
-		require.ErrorContains(t, err, "invalid scheduler config")
+		require.ErrorContains(t, err, "invalid scheduler config", "%+v", c)
 	}
+}
+
+// A post whose update fails for another reason is counted as failed and
+// reported, and does not keep the rest of its batch from being marked.
+func TestSchedulerBadRowDoesNotBlockTheRest(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute, 3*time.Minute)
+		bad := posts[1].ID
+		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bad_row", func(tx *gorm.DB) {
+			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad {
+				tx.AddError(errors.New("sched test: bad row"))
+			}
+		}))
+		s := schedNew(t, db.DB, &schedClock{now: schedT0})
+		res, err := s.RunOnce(context.Background())
+		require.ErrorContains(t, err, "sched test: bad row")
+		require.Equal(t, reservation.SchedulerResult{Marked: 2, Failed: 1}, res)
+		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, bad).Status)
+		events := schedEvents(t, db.DB)
+		require.Len(t, events, 2)
+		require.Empty(t, events[bad])
+	})
 }
