@@ -20,18 +20,9 @@ import (
 // answered 413.
 const MaxBodyBytes = 1 << 20
 
-// PostJSON is a post as the API shows it. Times are RFC 3339 in UTC;
-// PublishedAt is null until the post is published.
-type PostJSON struct {
-	ID          int64              `json:"id"`
-	Title       string             `json:"title"`
-	Content     string             `json:"content"`
-	Status      reservation.Status `json:"status"`
-	ScheduledAt string             `json:"scheduledAt"`
-	CreatedAt   string             `json:"createdAt"`
-	UpdatedAt   string             `json:"updatedAt"`
-	PublishedAt *string            `json:"publishedAt"`
-}
+// PostJSON is a post as the API shows it (the worker's webhook sends the
+// same shape).
+type PostJSON = reservation.PostJSON
 
 // PostListJSON is a page of GET /api/v1/posts. NextCursor is always present:
 // pass it as ?cursor= for the next page; it is "" on the last page.
@@ -40,24 +31,7 @@ type PostListJSON struct {
 	NextCursor string     `json:"nextCursor"`
 }
 
-func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-func postJSON(p *reservation.Post) PostJSON {
-	out := PostJSON{
-		ID:          p.ID,
-		Title:       p.Title,
-		Content:     p.Content,
-		Status:      p.Status,
-		ScheduledAt: formatTime(p.ScheduledAt),
-		CreatedAt:   formatTime(p.CreatedAt),
-		UpdatedAt:   formatTime(p.UpdatedAt),
-	}
-	if p.PublishedAt != nil {
-		s := formatTime(*p.PublishedAt)
-		out.PublishedAt = &s
-	}
-	return out
-}
+func postJSON(p *reservation.Post) PostJSON { return p.JSON() }
 
 // postRequest is the body of create and patch. Raw fields let the handlers
 // tell an absent field from null and name the field whose value is wrong.

@@ -116,3 +116,36 @@ type ReservationEventFields struct {
 // the unique index on it makes a second reservation event of the post
 // impossible, however many schedulers run.
 func ReservationDedupKey(postID int64) string { return fmt.Sprintf("reservation:%d", postID) }
+
+// PostJSON is a post as the API shows it and the worker's webhook sends it.
+// Times are RFC 3339 in UTC; PublishedAt is null until the post is published.
+type PostJSON struct {
+	ID          int64   `json:"id"`
+	Title       string  `json:"title"`
+	Content     string  `json:"content"`
+	Status      Status  `json:"status"`
+	ScheduledAt string  `json:"scheduledAt"`
+	CreatedAt   string  `json:"createdAt"`
+	UpdatedAt   string  `json:"updatedAt"`
+	PublishedAt *string `json:"publishedAt"`
+}
+
+// JSON returns p as the API shows it.
+func (p *Post) JSON() PostJSON {
+	out := PostJSON{
+		ID:          p.ID,
+		Title:       p.Title,
+		Content:     p.Content,
+		Status:      p.Status,
+		ScheduledAt: formatJSONTime(p.ScheduledAt),
+		CreatedAt:   formatJSONTime(p.CreatedAt),
+		UpdatedAt:   formatJSONTime(p.UpdatedAt),
+	}
+	if p.PublishedAt != nil {
+		s := formatJSONTime(*p.PublishedAt)
+		out.PublishedAt = &s
+	}
+	return out
+}
+
+func formatJSONTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
