@@ -1,0 +1,167 @@
+// Package inbox is the consumer side of the outbox: the event as a consumer
+// receives it (Decode checks a message against the contract), the Handler a
+// consumer hands events to, and the inbox table that makes processing
+// effectively once (Process records the event id in the same transaction as
+// the handler's own work, so a redelivery is recognised and skipped).
+//
+// Nothing here knows Kafka; kafka.Consumer feeds a Handler from a consumer
+// group and commits a message's offset only after Handle returned.
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// The message headers of the contract.
+const (
+	HeaderEventID   = "event-id"
+	HeaderEventType = "event-type"
+)
+
+// ErrMalformed marks a message that does not follow the contract (missing
+// headers, bad JSON, unknown type, a key that is not its postId). Retrying it
+// cannot help: a consumer logs it with its coordinates, counts it and moves
+// on, so one bad message does not stop its partition.
+var ErrMalformed = errors.New("malformed event")
+
+// Event is one message of the topic, decoded and checked.
+type Event struct {
+	// EventID is the event's UUID, the same on every redelivery.
+	EventID string
+	// Type is the event type.
+	Type outbox.EventType
+	// PostID is the post the event is about (the message key).
+	PostID int64
+	// OccurredAt is when the change happened.
+	OccurredAt time.Time
+	// Value is the whole JSON value, for the type's own fields.
+	Value json.RawMessage
+
+	// Topic, Partition and Offset say where the message was read.
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Fields decodes the event's type-specific fields into v.
+func (e Event) Fields(v any) error {
+	if err := json.Unmarshal(e.Value, v); err != nil {
+		return fmt.Errorf("%w: event %s: fields: %v", ErrMalformed, e.EventID, err)
+	}
+	return nil
+}
+
+// Coordinates names where the event was read, for logs.
+func (e Event) Coordinates() string {
+	return fmt.Sprintf("%s/%d@%d", e.Topic, e.Partition, e.Offset)
+}
+
+// Handler processes events. Handle returns nil once the event's effects are
+// durable; the consumer then commits its offset. An error wrapping
+// ErrMalformed skips the event; any other error makes the consumer try the
+// same event again after a pause, without moving past it.
+type Handler interface {
+	Handle(ctx context.Context, ev Event) error
+}
+
+// PartitionHandler is a Handler that also hears which partitions it owns, so
+// that work it keeps in memory (timers) follows the partitions across
+// rebalances and restarts.
+type PartitionHandler interface {
+	Handler
+	// Assigned is called before the first event of a new assignment is
+	// handled; an error ends the consumer's session, which then rejoins.
+	Assigned(ctx context.Context, topic string, partitions []int32) error
+	// Revoked is called after the last event of the partitions was handled
+	// and before another member may own them; it must let go of them.
+	Revoked(topic string, partitions []int32)
+}
+
+// Decode checks a message against the contract and returns its event: the
+// headers event-id and event-type, a JSON object value whose eventId,
+// eventType, postId and occurredAt agree with them, a known type, and the
+// postId in decimal as the key. Every failure wraps ErrMalformed.
+func Decode(key []byte, headers map[string]string, value []byte) (Event, error) {
+	id, typ := headers[HeaderEventID], headers[HeaderEventType]
+	if id == "" {
+		return Event{}, fmt.Errorf("%w: no %s header", ErrMalformed, HeaderEventID)
+	}
+	if typ == "" {
+		return Event{}, fmt.Errorf("%w: event %s: no %s header", ErrMalformed, id, HeaderEventType)
+	}
+	var env outbox.Envelope
+	if err := json.Unmarshal(value, &env); err != nil {
+		return Event{}, fmt.Errorf("%w: event %s: value is not the contract's JSON object: %v", ErrMalformed, id, err)
+	}
+	switch {
+	case env.EventType != outbox.PostingEvent && env.EventType != outbox.ReservationEvent:
+		return Event{}, fmt.Errorf("%w: event %s: unknown event type %q", ErrMalformed, id, env.EventType)
+	case string(env.EventType) != typ:
+		return Event{}, fmt.Errorf("%w: event %s: header %s %q differs from eventType %q", ErrMalformed, id, HeaderEventType, typ, env.EventType)
+	case env.EventID != id:
+		return Event{}, fmt.Errorf("%w: event %s: header %s differs from eventId %q", ErrMalformed, id, HeaderEventID, env.EventID)
+	case env.PostID <= 0:
+		return Event{}, fmt.Errorf("%w: event %s: postId %d", ErrMalformed, id, env.PostID)
+	case string(key) != strconv.FormatInt(env.PostID, 10):
+		return Event{}, fmt.Errorf("%w: event %s: key %q is not postId %d", ErrMalformed, id, key, env.PostID)
+	case env.OccurredAt.IsZero():
+		return Event{}, fmt.Errorf("%w: event %s: no occurredAt", ErrMalformed, id)
+	}
+	return Event{EventID: id, Type: env.EventType, PostID: env.PostID, OccurredAt: env.OccurredAt, Value: value}, nil
+}
+
+// Record is one row of the inbox table: an event a consumer has processed.
+type Record struct {
+	Consumer    string    `gorm:"column:consumer;primaryKey"`
+	EventID     string    `gorm:"column:event_id;primaryKey"`
+	EventType   string    `gorm:"column:event_type"`
+	ProcessedAt time.Time `gorm:"column:processed_at"`
+}
+
+// TableName is the inbox table of migration 00001.
+func (Record) TableName() string { return "inbox" }
+
+// Process runs fn and records ev as processed by consumer, in one
+// transaction of db, unless consumer processed ev before: then it runs
+// nothing and reports duplicate. The inbox row is written first, so two
+// deliveries of one event racing each other serialize on its primary key and
+// the second sees a duplicate. fn must be safe to re-run (a transaction that
+// lost a deadlock is re-run); it sees none of a failed attempt's writes.
+func Process(ctx context.Context, db *gorm.DB, consumer string, ev Event, at time.Time, fn func(tx *gorm.DB) error) (duplicate bool, err error) {
+	err = database.Transaction(ctx, db, func(tx *gorm.DB) error {
+		duplicate = false
+		rec := Record{Consumer: consumer, EventID: ev.EventID, EventType: string(ev.Type), ProcessedAt: outbox.Normalize(at)}
+		if err := tx.Create(&rec).Error; err != nil {
+			if errors.Is(err, gorm.ErrDuplicatedKey) {
+				duplicate = true
+				return errDuplicate // roll back; nothing to do
+			}
+			return fmt.Errorf("record event %s in the inbox: %w", ev.EventID, err)
+		}
+		return fn(tx)
+	})
+	if duplicate {
+		return true, nil
+	}
+	return false, err
+}
+
+// errDuplicate rolls back the transaction of a redelivered event.
+var errDuplicate = errors.New("inbox: event already processed")
+
+// Processed reports whether consumer has processed the event.
+func Processed(ctx context.Context, db *gorm.DB, consumer, eventID string) (bool, error) {
+	var n int64
+	err := db.WithContext(ctx).Model(&Record{}).Where("consumer = ? AND event_id = ?", consumer, eventID).Count(&n).Error
+	return n > 0, err
+}

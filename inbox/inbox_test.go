@@ -1,0 +1,121 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/outbox"
+)
+
+const (
+	testID    = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	testValue = `{"eventId":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","eventType":"POSTING_RESERVATION_EVENT","postId":42,"occurredAt":"2026-12-03T10:00:00Z","scheduledAt":"2026-12-03T10:05:00Z"}`
+)
+
+func testHeaders() map[string]string {
+	return map[string]string{inbox.HeaderEventID: testID, inbox.HeaderEventType: string(outbox.ReservationEvent)}
+}
+
+func TestDecode(t *testing.T) {
+	t.Parallel()
+	ev, err := inbox.Decode([]byte("42"), testHeaders(), []byte(testValue))
+	require.NoError(t, err)
+	require.Equal(t, testID, ev.EventID)
+	require.Equal(t, outbox.ReservationEvent, ev.Type)
+	require.EqualValues(t, 42, ev.PostID)
+	require.True(t, ev.OccurredAt.Equal(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)))
+	var f struct {
+		ScheduledAt time.Time `json:"scheduledAt"`
+	}
+	require.NoError(t, ev.Fields(&f))
+	require.True(t, f.ScheduledAt.Equal(time.Date(2026, 12, 3, 10, 5, 0, 0, time.UTC)))
+
+	with := func(k, v string) map[string]string {
+		h := testHeaders()
+		if v == "" {
+			delete(h, k)
+		} else {
+			h[k] = v
+		}
+		return h
+	}
+	for name, c := range map[string]struct {
+		key     string
+		headers map[string]string
+		value   string
+	}{
+		"no event-id header":   {"42", with(inbox.HeaderEventID, ""), testValue},
+		"no event-type header": {"42", with(inbox.HeaderEventType, ""), testValue},
+		"not JSON":             {"42", testHeaders(), "{"},
+		"JSON array":           {"42", testHeaders(), "[1]"},
+		"unknown type":         {"42", with(inbox.HeaderEventType, "OTHER"), `{"eventId":"` + testID + `","eventType":"OTHER","postId":42,"occurredAt":"2026-12-03T10:00:00Z"}`},
+		"header type differs":  {"42", with(inbox.HeaderEventType, string(outbox.PostingEvent)), testValue},
+		"header id differs":    {"42", with(inbox.HeaderEventID, "other"), testValue},
+		"key is not postId":    {"43", testHeaders(), testValue},
+		"no postId":            {"0", testHeaders(), `{"eventId":"` + testID + `","eventType":"POSTING_RESERVATION_EVENT","occurredAt":"2026-12-03T10:00:00Z"}`},
+		"no occurredAt":        {"42", testHeaders(), `{"eventId":"` + testID + `","eventType":"POSTING_RESERVATION_EVENT","postId":42}`},
+	} {
+		_, err := inbox.Decode([]byte(c.key), c.headers, []byte(c.value))
+		require.ErrorIs(t, err, inbox.ErrMalformed, name)
+	}
+}
+
+// The handler's work and the inbox row commit together: a redelivery runs
+// nothing, a failing handler leaves no inbox row, and two deliveries racing
+// each other run the work once.
+func TestProcessEffectivelyOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		require.NoError(t, db.DB.Exec("CREATE TABLE inbox_test_work (event_id VARCHAR(64) NOT NULL)").Error)
+		ev, err := inbox.Decode([]byte("42"), testHeaders(), []byte(testValue))
+		require.NoError(t, err)
+		work := func(tx *gorm.DB) error { return tx.Exec("INSERT INTO inbox_test_work (event_id) VALUES (?)", ev.EventID).Error }
+		count := func() (n int64) {
+			require.NoError(t, db.DB.Table("inbox_test_work").Count(&n).Error)
+			return n
+		}
+
+		_, err = inbox.Process(ctx, db.DB, "c1", ev, time.Now(), func(tx *gorm.DB) error {
+			require.NoError(t, work(tx))
+			return errors.New("handler failed")
+		})
+		require.ErrorContains(t, err, "handler failed")
+		require.Zero(t, count(), "work of a failed handler committed")
+		seen, err := inbox.Processed(ctx, db.DB, "c1", ev.EventID)
+		require.NoError(t, err)
+		require.False(t, seen)
+
+		var wg sync.WaitGroup
+		dups := make([]bool, 4)
+		errs := make([]error, 4)
+		for i := range dups {
+			wg.Go(func() { dups[i], errs[i] = inbox.Process(ctx, db.DB, "c1", ev, time.Now(), work) })
+		}
+		wg.Wait()
+		fresh := 0
+		for i := range dups {
+			require.NoError(t, errs[i])
+			if !dups[i] {
+				fresh++
+			}
+		}
+		require.Equal(t, 1, fresh, "exactly one delivery did the work")
+		require.EqualValues(t, 1, count())
+
+		// Another consumer has an inbox of its own.
+		dup, err := inbox.Process(ctx, db.DB, "c2", ev, time.Now(), work)
+		require.NoError(t, err)
+		require.False(t, dup)
+		require.EqualValues(t, 2, count())
+	})
+}
