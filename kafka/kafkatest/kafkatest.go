@@ -412,3 +412,26 @@ func PartitionFor(key string, partitions int32) int32 {
 	}
 	return p
 }
+
+// Produce writes recs to the broker's topic as they are (Topic, Partition and
+// Offset are ignored; the key picks the partition as sarama's hash
+// partitioner would), synchronously, so tests can put any message, malformed
+// ones included, in front of a consumer.
+func (b *Broker) Produce(t testing.TB, recs ...Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.DefaultProduceTopic(b.Topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err, "kafkatest: producer")
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		kr := &kgo.Record{Key: []byte(r.Key), Value: r.Value, Partition: PartitionFor(r.Key, b.Partitions)}
+		for k, v := range r.Headers {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		out[i] = kr
+	}
+	require.NoError(t, cl.ProduceSync(ctx, out...).FirstErr(), "kafkatest: produce")
+}

@@ -1,0 +1,378 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/postingsvc/posting/inbox"
+)
+
+// DefaultConsumerGroup is the consumer group of the worker.
+const DefaultConsumerGroup = "posting-worker"
+
+// ConsumerConfig configures a Consumer. The zero value of every field but
+// Brokers means its default.
+type ConsumerConfig struct {
+	// Brokers is the bootstrap list, host:port each. Required, at least one.
+	Brokers []string
+	// Topic is read from. Default "posting-events".
+	Topic string
+	// GroupID is the consumer group; its members share the partitions and
+	// its committed offsets say where a restart resumes. Default
+	// "posting-worker".
+	GroupID string
+	// ClientID names the connections in broker logs. Default "posting-worker".
+	ClientID string
+	// KafkaVersion is the protocol version sarama assumes. Default "2.8.0";
+	// at least "0.10.2", the first with the group protocol sarama needs.
+	KafkaVersion string
+	// SessionTimeout is how long the group waits for a silent member before
+	// giving its partitions to the others. Default 10s; 1s to 5m.
+	SessionTimeout time.Duration
+	// CommitInterval is how often marked offsets are committed; they are
+	// also committed when a session ends. Default 1s; 10ms to 1m.
+	CommitInterval time.Duration
+	// RetryBase is the pause before handling an event again after the
+	// handler failed, doubled per failure up to RetryMax; also the pause
+	// before reconnecting. Default 100ms.
+	RetryBase time.Duration
+	// RetryMax caps those pauses. Default 5s; at least RetryBase.
+	RetryMax time.Duration
+	// Observe, if set, is told of events the consumer itself settles:
+	// "malformed" (skipped) and "error" (the handler failed; tried again).
+	// eventType is the header's value, "" when missing.
+	Observe func(eventType, outcome string)
+}
+
+func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultProducerTopic
+	}
+	if cfg.GroupID == "" {
+		cfg.GroupID = DefaultConsumerGroup
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = DefaultConsumerGroup
+	}
+	if cfg.KafkaVersion == "" {
+		cfg.KafkaVersion = "2.8.0"
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 10 * time.Second
+	}
+	if cfg.CommitInterval == 0 {
+		cfg.CommitInterval = time.Second
+	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = 100 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = 5 * time.Second
+	}
+	return cfg
+}
+
+// Validate reports the first setting out of its limits.
+func (cfg ConsumerConfig) Validate() error {
+	if len(cfg.Brokers) == 0 {
+		return errors.New("no brokers")
+	}
+	for _, b := range cfg.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("broker %q: want host:port: %w", b, err)
+		}
+	}
+	switch {
+	case strings.TrimSpace(cfg.Topic) == "":
+		return errors.New("empty topic")
+	case strings.TrimSpace(cfg.GroupID) == "":
+		return errors.New("empty group id")
+	case cfg.SessionTimeout < time.Second || cfg.SessionTimeout > 5*time.Minute:
+		return fmt.Errorf("session timeout %s: want 1s to 5m", cfg.SessionTimeout)
+	case cfg.CommitInterval < 10*time.Millisecond || cfg.CommitInterval > time.Minute:
+		return fmt.Errorf("commit interval %s: want 10ms to 1m", cfg.CommitInterval)
+	case cfg.RetryBase <= 0 || cfg.RetryMax < cfg.RetryBase:
+		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", cfg.RetryBase, cfg.RetryMax)
+	}
+	v, err := sarama.ParseKafkaVersion(cfg.KafkaVersion)
+	if err != nil {
+		return fmt.Errorf("kafka version %q: %w", cfg.KafkaVersion, err)
+	}
+	if !v.IsAtLeast(sarama.V0_10_2_0) {
+		return fmt.Errorf("kafka version %s: consumer groups need at least 0.10.2", cfg.KafkaVersion)
+	}
+	return nil
+}
+
+// saramaConfig is the one place sarama is configured for consuming.
+func (cfg ConsumerConfig) saramaConfig() *sarama.Config {
+	v, _ := sarama.ParseKafkaVersion(cfg.KafkaVersion) // checked by Validate
+	c := sarama.NewConfig()
+	c.ClientID = cfg.ClientID
+	c.Version = v
+	c.Net.DialTimeout = 3 * time.Second
+	c.Metadata.Full = false
+	c.Metadata.Retry.Backoff = cfg.RetryBase
+	// A new group reads the topic from its start: events written before the
+	// first worker joined are not skipped.
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	c.Consumer.Offsets.AutoCommit.Enable = true
+	c.Consumer.Offsets.AutoCommit.Interval = cfg.CommitInterval
+	c.Consumer.Group.Session.Timeout = cfg.SessionTimeout
+	c.Consumer.Group.Heartbeat.Interval = cfg.SessionTimeout / 3
+	c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategySticky()}
+	c.Consumer.Return.Errors = true
+	return c
+}
+
+// Consumer reads the topic as a member of a consumer group and hands every
+// event, decoded by inbox.Decode, to a handler, one partition after another
+// in offset order. A message's offset is marked for commit only after the
+// handler returned nil (its work is durable) or the message was malformed;
+// a failing handler gets the same event again after a pause, so a database
+// outage delays events and loses none. Commits happen every CommitInterval
+// and at the end of every session.
+type Consumer struct {
+	cfg     ConsumerConfig
+	sconf   *sarama.Config
+	handler inbox.Handler
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	stop    chan struct{}
+	done    chan struct{}
+	stopped bool
+}
+
+// NewConsumer checks cfg and returns a consumer that feeds h. It connects on
+// Start and keeps trying while the brokers are down.
+func NewConsumer(cfg ConsumerConfig, h inbox.Handler, logger *slog.Logger) (*Consumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid kafka consumer config: %w", err)
+	}
+	if h == nil {
+		return nil, errors.New("invalid kafka consumer config: no handler")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{cfg: cfg, sconf: cfg.saramaConfig(), handler: h,
+		log: logger.With("component", "consumer", "group", cfg.GroupID, "topic", cfg.Topic)}, nil
+}
+
+// Config returns the consumer's configuration with defaults filled in.
+func (c *Consumer) Config() ConsumerConfig { return c.cfg }
+
+// Start joins the group and consumes in one goroutine until Stop or until
+// ctx ends.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stop != nil || c.stopped {
+		return errors.New("consumer already started")
+	}
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		defer close(c.done)
+		defer cancel()
+		c.run(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the session in progress: the event being handled is finished or
+// abandoned (a handler that honours its context stops), marked offsets are
+// committed, the partitions are revoked from the handler, and the member
+// leaves the group. It waits for all of that; it is safe to call twice and
+// without Start.
+func (c *Consumer) Stop() {
+	c.mu.Lock()
+	if !c.stopped && c.stop != nil {
+		close(c.stop)
+	}
+	c.stopped = true
+	done := c.done
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// run keeps a group member alive: connect, consume sessions one after
+// another (a rebalance ends a session), reconnect after failures.
+func (c *Consumer) run(ctx context.Context) {
+	c.log.Info("consumer started", "brokers", strings.Join(c.cfg.Brokers, ","))
+	defer c.log.Info("consumer stopped")
+	pause := c.cfg.RetryBase
+	for ctx.Err() == nil {
+		group, err := sarama.NewConsumerGroup(c.cfg.Brokers, c.cfg.GroupID, c.sconf)
+		if err != nil {
+			c.log.Warn("cannot reach the kafka cluster; retrying", "err", err, "pause", pause)
+			sleepCtx(ctx, pause)
+			pause = min(2*pause, c.cfg.RetryMax)
+			continue
+		}
+		pause = c.cfg.RetryBase
+		c.consume(ctx, group)
+		if err := group.Close(); err != nil {
+			c.log.Debug("consumer group closed", "err", err)
+		}
+	}
+}
+
+// consume runs sessions on group until ctx ends or the group breaks.
+func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup) {
+	go func() { // ends when the group is closed
+		for err := range group.Errors() {
+			c.log.Warn("consumer error", "err", err)
+		}
+	}()
+	h := &groupHandler{c: c}
+	pause := c.cfg.RetryBase
+	for ctx.Err() == nil {
+		err := group.Consume(ctx, []string{c.cfg.Topic}, h)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, sarama.ErrClosedConsumerGroup):
+			return
+		case err != nil:
+			c.log.Warn("consumer session failed; rejoining", "err", err, "pause", pause)
+			if !sleepCtx(ctx, pause) {
+				return
+			}
+			pause = min(2*pause, c.cfg.RetryMax)
+			if errors.Is(err, sarama.ErrOutOfBrokers) {
+				return // a new client, with fresh metadata
+			}
+		default:
+			pause = c.cfg.RetryBase // a rebalance: join again at once
+		}
+	}
+}
+
+// groupHandler adapts the handler to sarama's session callbacks.
+type groupHandler struct{ c *Consumer }
+
+func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	parts := sess.Claims()[h.c.cfg.Topic]
+	h.c.log.Info("partitions assigned", "partitions", parts, "generation", sess.GenerationID())
+	if ph, ok := h.c.handler.(inbox.PartitionHandler); ok && len(parts) > 0 {
+		if err := ph.Assigned(sess.Context(), h.c.cfg.Topic, parts); err != nil {
+			return fmt.Errorf("assign partitions %v: %w", parts, err)
+		}
+	}
+	return nil
+}
+
+func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	parts := sess.Claims()[h.c.cfg.Topic]
+	sess.Commit() // what was marked, before another member may take over
+	if ph, ok := h.c.handler.(inbox.PartitionHandler); ok && len(parts) > 0 {
+		ph.Revoked(h.c.cfg.Topic, parts)
+	}
+	h.c.log.Info("partitions revoked", "partitions", parts)
+	return nil
+}
+
+// ConsumeClaim handles one partition's messages in order.
+func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	ctx := sess.Context()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			if !h.handle(ctx, msg) {
+				return nil // the session ends; the message was not marked
+			}
+			sess.MarkMessage(msg, "")
+		}
+	}
+}
+
+// handle decodes msg and hands it to the handler until it is settled:
+// handled, or skipped as malformed. It returns false when ctx ended first.
+func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) bool {
+	c := h.c
+	headers := make(map[string]string, len(msg.Headers))
+	for _, rh := range msg.Headers {
+		if rh != nil {
+			headers[string(rh.Key)] = string(rh.Value)
+		}
+	}
+	where := []any{"partition", msg.Partition, "offset", msg.Offset}
+	ev, err := inbox.Decode(msg.Key, headers, msg.Value)
+	if err == nil {
+		ev.Topic, ev.Partition, ev.Offset = msg.Topic, msg.Partition, msg.Offset
+		where = append(where, "event_id", ev.EventID, "event_type", ev.Type, "post_id", ev.PostID)
+	}
+	if err != nil {
+		c.skip(headers, where, err)
+		return true
+	}
+	pause := c.cfg.RetryBase
+	for {
+		err := c.handler.Handle(ctx, ev)
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, inbox.ErrMalformed):
+			c.skip(headers, where, err)
+			return true
+		case ctx.Err() != nil:
+			return false
+		}
+		c.observe(string(ev.Type), "error")
+		c.log.Warn("event handling failed; trying again", append(where, "err", err, "pause", pause)...)
+		if !sleepCtx(ctx, pause) {
+			return false
+		}
+		pause = min(2*pause, c.cfg.RetryMax)
+	}
+}
+
+// skip logs a malformed message with its coordinates and counts it; the
+// caller marks it, so the partition moves on.
+func (c *Consumer) skip(headers map[string]string, where []any, err error) {
+	c.observe(headers[inbox.HeaderEventType], "malformed")
+	c.log.Error("malformed message skipped", append(where, "err", err)...)
+}
+
+func (c *Consumer) observe(eventType, outcome string) {
+	if c.cfg.Observe != nil {
+		c.cfg.Observe(eventType, outcome)
+	}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
