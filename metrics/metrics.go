@@ -137,7 +137,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		workerPublished: counter("posting_worker_publications_total",
 			"Posts the worker published."),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
-			"Events the worker consumed by event_type and outcome: processed, duplicate, error.", "event_type", "outcome"),
+			"Events the worker consumed by event_type and outcome: processed, duplicate, malformed, error.", "event_type", "outcome"),
 		httpRequests: counterVec("posting_http_requests_total",
 			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -250,22 +250,21 @@ func (m *Metrics) ObservePublication(lag time.Duration) {
 	m.workerLag.Observe(max(lag, 0).Seconds())
 }
 
-// ObserveConsumed records an event the worker consumed: a duplicate is a
-// redelivery its inbox recognised, err a failure to process it. Event types
-// outside the contract's two are counted as "other", so a stray message
-// cannot create label values.
-func (m *Metrics) ObserveConsumed(eventType string, duplicate bool, err error) {
+// ObserveConsumed records an event the worker consumed, by outcome:
+// processed, duplicate (a redelivery its inbox recognised), malformed
+// (skipped) or error (handling failed and is tried again). Event types
+// outside the contract's two, and unknown outcomes, are counted as "other",
+// so a stray message cannot create label values.
+func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 	switch outbox.EventType(eventType) {
 	case outbox.PostingEvent, outbox.ReservationEvent:
 	default:
 		eventType = "other"
 	}
-	outcome := "processed"
-	switch {
-	case err != nil:
-		outcome = "error"
-	case duplicate:
-		outcome = "duplicate"
+	switch outcome {
+	case "processed", "duplicate", "malformed", "error":
+	default:
+		outcome = "other"
 	}
 	m.workerConsumed.WithLabelValues(eventType, outcome).Inc()
 }

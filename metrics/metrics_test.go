@@ -131,10 +131,11 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 		m.ObserveScheduler(0, 0, 1, 5*time.Millisecond, errors.New("db down"))
 		m.ObservePublication(1500 * time.Millisecond)
 		m.ObservePublication(-time.Second)
-		m.ObserveConsumed("POSTING_EVENT", false, nil)
-		m.ObserveConsumed("POSTING_EVENT", true, nil)
-		m.ObserveConsumed("POSTING_RESERVATION_EVENT", false, nil)
-		m.ObserveConsumed("junk", false, errors.New("bad json"))
+		m.ObserveConsumed("POSTING_EVENT", "processed")
+		m.ObserveConsumed("POSTING_EVENT", "duplicate")
+		m.ObserveConsumed("POSTING_RESERVATION_EVENT", "processed")
+		m.ObserveConsumed("junk", "malformed")
+		m.ObserveConsumed("POSTING_EVENT", "error")
 
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /things/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -183,7 +184,8 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "processed"}, 1},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "duplicate"}, 1},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_RESERVATION_EVENT", "outcome": "processed"}, 1},
-			{"posting_worker_events_consumed_total", map[string]string{"event_type": "other", "outcome": "error"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "other", "outcome": "malformed"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "error"}, 1},
 			{"posting_http_requests_total", map[string]string{"route": "GET /things/{id}", "code": "200"}, 2},
 			{"posting_http_requests_total", map[string]string{"route": "POST /things", "code": "201"}, 1},
 			{"posting_http_requests_total", map[string]string{"route": "unmatched", "code": "404"}, 1},

@@ -29,7 +29,8 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 				"posts": {"id", "title", "content", "status", "scheduled_at", "created_at", "updated_at", "published_at", "version"},
 				"outbox": {"id", "event_id", "event_type", "aggregate_id", "payload", "created", "status", "retry_count",
 					"version", "next_attempt_at", "claimed_by", "claimed_at", "sent_at", "last_error"},
-				"inbox": {"consumer", "event_id", "processed_at"},
+				"inbox":        {"consumer", "event_id", "processed_at"},
+				"publications": {"post_id", "event_id", "partition_id", "scheduled_at", "status", "published_at"},
 			} {
 				require.True(t, m.HasTable(table), "table %s", table)
 				for _, c := range cols {
@@ -47,7 +48,7 @@ func TestUpOnEmptyDatabase(t *testing.T) {
 	db := databasetest.NewSQLite(t)
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
-	_, err = sqlDB.Exec("DROP TABLE inbox; DROP TABLE outbox; DROP TABLE posts; DROP TABLE goose_db_version")
+	_, err = sqlDB.Exec("DROP TABLE publications; DROP TABLE inbox; DROP TABLE outbox; DROP TABLE posts; DROP TABLE goose_db_version")
 	require.NoError(t, err)
 	n, err := migrations.Up(context.Background(), sqlDB, migrations.SQLite, nil)
 	require.NoError(t, err)

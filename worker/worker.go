@@ -1,0 +1,452 @@
+// Package worker is the downstream consumer of posting-events: it publishes
+// each reserved post at its scheduledAt, WORKING → PUBLISHED, and never
+// twice.
+//
+// A POSTING_RESERVATION_EVENT is processed effectively once: its inbox row
+// and a PENDING publication (post, event, Kafka partition, scheduledAt) commit
+// in one transaction, and only then does the consumer commit the offset. The
+// worker then arms a timer for the publication. Timers live in memory, but
+// the publications table does not: when a worker is assigned a partition
+// (at start, or after a rebalance) it re-arms every PENDING publication of
+// that partition, and when a partition is revoked it disarms them and waits
+// for a publication in progress, so no pending publication is lost and two
+// workers never hold the same one. A POSTING_EVENT CANCELLED settles a
+// pending publication as CANCELLED; a publication whose post turns out
+// CANCELLED when its time comes is not published either.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// DefaultConsumer is the worker's name in the inbox table, the consumer
+// group's default.
+const DefaultConsumer = "posting-worker"
+
+// Outcomes of consumed events, as given to Config.ObserveConsumed.
+const (
+	OutcomeProcessed = "processed"
+	OutcomeDuplicate = "duplicate"
+)
+
+// Config configures a Worker. Zero fields take defaults.
+type Config struct {
+	// Consumer is the worker's name in the inbox table; workers of one
+	// consumer group must share it. Default "posting-worker".
+	Consumer string
+	// Publisher makes posts public. Default RecordOnly, logging to Logger.
+	Publisher Publisher
+	// Concurrency bounds the publications in progress at once. Default 4;
+	// 1 to 256.
+	Concurrency int
+	// RetryBase is the pause before trying a publication again after a
+	// database error or a publisher's passing failure, doubled per failure
+	// up to RetryMax. Default 1s.
+	RetryBase time.Duration
+	// RetryMax caps that pause. Default 1m; at least RetryBase.
+	RetryMax time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+	// ObserveConsumed, if set, is told of every event the worker handled:
+	// OutcomeProcessed or OutcomeDuplicate (a redelivery the inbox knew).
+	ObserveConsumed func(eventType, outcome string)
+	// ObservePublished, if set, is told of every post the worker published,
+	// with how long after its scheduledAt.
+	ObservePublished func(lag time.Duration)
+}
+
+func (c *Config) setDefaults() {
+	if c.Consumer == "" {
+		c.Consumer = DefaultConsumer
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Publisher == nil {
+		c.Publisher = RecordOnly{Logger: c.Logger}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports the first setting out of its limits.
+func (c Config) Validate() error {
+	switch {
+	case c.Consumer == "" || len(c.Consumer) > 100:
+		return fmt.Errorf("consumer name %q: want 1 to 100 characters", c.Consumer)
+	case c.Concurrency < 1 || c.Concurrency > 256:
+		return fmt.Errorf("concurrency %d: want 1 to 256", c.Concurrency)
+	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
+		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
+	}
+	return nil
+}
+
+// Worker handles posting-events (it is an inbox.PartitionHandler for
+// kafka.Consumer) and publishes posts at their time.
+type Worker struct {
+	db  *gorm.DB
+	cfg Config
+	log *slog.Logger
+	sem chan struct{} // one token per publication in progress
+
+	base   context.Context // ends at Stop: every timer's publication stops
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	armed   map[int64]*timer // by post id
+	stopped bool
+}
+
+// timer is one armed publication.
+type timer struct {
+	pub    Publication
+	t      *time.Timer
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the timer can no longer act
+}
+
+// New returns a worker on db, which holds the posts, inbox and publications
+// tables.
+func New(db *gorm.DB, cfg Config) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid worker config: %w", err)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
+		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel, armed: map[int64]*timer{}}, nil
+}
+
+// Config returns the worker's configuration with defaults filled in.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Handle processes one event effectively once: the inbox row and the
+// event's effect on the publications table commit together, so a
+// redelivered event changes nothing. A reservation schedules the post's
+// publication and arms its timer; a CANCELLED posting event settles a
+// pending publication as CANCELLED and disarms it; other posting events
+// are only recorded.
+func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
+	now := outbox.Normalize(w.cfg.Now())
+	var (
+		effect func(tx *gorm.DB) error
+		after  func()
+	)
+	switch ev.Type {
+	case outbox.ReservationEvent:
+		var f reservation.ReservationEventFields
+		if err := ev.Fields(&f); err != nil {
+			return err
+		}
+		if f.ScheduledAt.IsZero() {
+			return fmt.Errorf("%w: reservation event %s has no scheduledAt", inbox.ErrMalformed, ev.EventID)
+		}
+		pub := Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
+			ScheduledAt: outbox.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
+		effect = func(tx *gorm.DB) error {
+			// A post has one reservation event (its dedup key), so a row for
+			// the post is this event's, written before.
+			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&pub).Error
+		}
+		after = func() { w.arm(pub) }
+	case outbox.PostingEvent:
+		var f reservation.PostingEventFields
+		if err := ev.Fields(&f); err != nil {
+			return err
+		}
+		if f.Action != reservation.ActionCancelled {
+			break
+		}
+		effect = func(tx *gorm.DB) error {
+			return settle(tx, ev.PostID, PublicationCancelled, now, nil)
+		}
+		after = func() { w.disarm(ev.PostID) }
+	}
+	dup, err := inbox.Process(ctx, w.db, w.cfg.Consumer, ev, now, func(tx *gorm.DB) error {
+		if effect == nil {
+			return nil
+		}
+		return effect(tx)
+	})
+	if err != nil {
+		return fmt.Errorf("process event %s: %w", ev.EventID, err)
+	}
+	outcome := OutcomeProcessed
+	if dup {
+		outcome = OutcomeDuplicate
+	} else if after != nil {
+		after()
+	}
+	if w.cfg.ObserveConsumed != nil {
+		w.cfg.ObserveConsumed(string(ev.Type), outcome)
+	}
+	return nil
+}
+
+// Assigned arms the timers of the partitions' PENDING publications.
+func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) error {
+	var pending []Publication
+	err := w.db.WithContext(ctx).Where("status = ? AND partition_id IN ?", PublicationPending, partitions).
+		Order("scheduled_at").Find(&pending).Error
+	if err != nil {
+		return fmt.Errorf("load pending publications: %w", err)
+	}
+	for _, p := range pending {
+		w.arm(p)
+	}
+	if len(pending) > 0 {
+		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", len(pending))
+	}
+	return nil
+}
+
+// Revoked disarms the timers of the partitions and waits for their
+// publications in progress to stop, so that the next owner of a partition
+// never works on a publication at the same time as this worker.
+func (w *Worker) Revoked(_ string, partitions []int32) {
+	w.mu.Lock()
+	var ids []int64
+	for id, t := range w.armed {
+		if slices.Contains(partitions, t.pub.PartitionID) {
+			ids = append(ids, id)
+		}
+	}
+	w.mu.Unlock()
+	w.disarm(ids...)
+}
+
+// Pending is how many publications have an armed timer or are in progress.
+func (w *Worker) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.armed)
+}
+
+// Stop disarms every timer and waits for the publications in progress to
+// stop; later events arm nothing. It is safe to call twice.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	w.stopped = true
+	ids := make([]int64, 0, len(w.armed))
+	for id := range w.armed {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	w.cancel()
+	w.disarm(ids...)
+}
+
+// arm starts the timer of pub, unless one runs for its post already.
+func (w *Worker) arm(pub Publication) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.armed[pub.PostID] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(w.base)
+	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
+	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(w.cfg.Now()), 0), func() { w.fire(ctx, t) })
+	w.armed[pub.PostID] = t
+}
+
+// disarm stops the timers of the posts and waits until none of them can act.
+func (w *Worker) disarm(postIDs ...int64) {
+	var wait []*timer
+	w.mu.Lock()
+	for _, id := range postIDs {
+		t := w.armed[id]
+		if t == nil {
+			continue
+		}
+		delete(w.armed, id)
+		if t.t.Stop() {
+			close(t.done) // it never fired
+		} else {
+			wait = append(wait, t)
+		}
+		t.cancel()
+	}
+	w.mu.Unlock()
+	for _, t := range wait {
+		<-t.done
+	}
+}
+
+// fire runs a timer's publication until it is settled or the timer is
+// disarmed: database errors and a publisher's passing failures are tried
+// again after a pause.
+func (w *Worker) fire(ctx context.Context, t *timer) {
+	defer func() {
+		w.mu.Lock()
+		if w.armed[t.pub.PostID] == t {
+			delete(w.armed, t.pub.PostID)
+		}
+		w.mu.Unlock()
+		t.cancel()
+		close(t.done)
+	}()
+	select {
+	case w.sem <- struct{}{}:
+		defer func() { <-w.sem }()
+	case <-ctx.Done():
+		return
+	}
+	log := w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID)
+	pause := w.cfg.RetryBase
+	for {
+		res, err := w.PublishDue(ctx, t.pub.PostID)
+		switch {
+		case err == nil:
+			if res == PublicationFailed {
+				log.Error("publication refused for good; the post stays WORKING for an operator")
+			}
+			return
+		case ctx.Err() != nil:
+			return
+		}
+		log.Warn("publication failed; trying again", "err", err, "pause", pause)
+		tm := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return
+		case <-tm.C:
+		}
+		pause = min(2*pause, w.cfg.RetryMax)
+	}
+}
+
+// PublishDue publishes the post of a PENDING publication whose time has
+// come, and returns how the publication ended: PUBLISHED, CANCELLED (the
+// post was cancelled), FAILED (the publisher refused it), or PENDING with an
+// error when it should be tried again. A publication that is not PENDING (a
+// duplicate timer) is left alone and its status returned. The publisher is
+// called before the post and the publication are recorded PUBLISHED in one
+// transaction, so a stop in between makes the next owner publish again with
+// the same key: at least once towards the publisher, exactly once in the
+// database.
+func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatus, error) {
+	db := w.db.WithContext(ctx)
+	var pub Publication
+	if err := db.Where("post_id = ?", postID).Take(&pub).Error; err != nil {
+		return PublicationPending, fmt.Errorf("load publication of post %d: %w", postID, err)
+	}
+	if pub.Status != PublicationPending {
+		return pub.Status, nil
+	}
+	if wait := pub.ScheduledAt.Sub(w.cfg.Now()); wait > 0 {
+		return PublicationPending, fmt.Errorf("publication of post %d is due in %s", postID, wait)
+	}
+	post, err := reservation.LoadPost(db, postID)
+	if err != nil {
+		if errors.Is(err, reservation.ErrNotFound) {
+			return w.settleNow(ctx, postID, PublicationCancelled, nil)
+		}
+		return PublicationPending, err
+	}
+	switch post.Status {
+	case reservation.StatusCancelled:
+		return w.settleNow(ctx, postID, PublicationCancelled, nil)
+	case reservation.StatusPublished:
+		return w.settleNow(ctx, postID, PublicationPublished, nil)
+	case reservation.StatusWorking:
+	default:
+		msg := fmt.Sprintf("post is %s, not %s", post.Status, reservation.StatusWorking)
+		return w.settleNow(ctx, postID, PublicationFailed, &msg)
+	}
+
+	at := outbox.Normalize(w.cfg.Now())
+	p := *post
+	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
+	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
+		msg := truncateError(err.Error())
+		if errors.Is(err, ErrRefused) {
+			return w.settleNow(ctx, postID, PublicationFailed, &msg)
+		}
+		// Visible to an operator while it is tried again.
+		_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+			Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": at}).Error
+		return PublicationPending, fmt.Errorf("publish post %d: %w", postID, err)
+	}
+
+	status := PublicationPublished
+	err = database.Transaction(ctx, w.db, func(tx *gorm.DB) error {
+		status = PublicationPublished
+		ok, err := reservation.MarkPublished(tx, postID, at)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Cancelled (or published) since it was read.
+			cur, err := reservation.LoadPost(tx, postID)
+			if err != nil {
+				return err
+			}
+			if cur.Status != reservation.StatusPublished {
+				status = PublicationCancelled
+			}
+			return settle(tx, postID, status, at, nil)
+		}
+		return tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+			Updates(map[string]any{"status": PublicationPublished, "published_at": at, "updated_at": at,
+				"attempts": gorm.Expr("attempts + 1"), "last_error": nil}).Error
+	})
+	if err != nil {
+		return PublicationPending, fmt.Errorf("record publication of post %d: %w", postID, err)
+	}
+	if status == PublicationPublished && w.cfg.ObservePublished != nil {
+		w.cfg.ObservePublished(at.Sub(pub.ScheduledAt))
+	}
+	return status, nil
+}
+
+// settleNow settles the post's PENDING publication in a statement of its own.
+func (w *Worker) settleNow(ctx context.Context, postID int64, status PublicationStatus, lastError *string) (PublicationStatus, error) {
+	if err := settle(w.db.WithContext(ctx), postID, status, outbox.Normalize(w.cfg.Now()), lastError); err != nil {
+		return PublicationPending, err
+	}
+	return status, nil
+}
+
+// settle ends the post's publication if it is still PENDING.
+func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, lastError *string) error {
+	changes := map[string]any{"status": status, "updated_at": at}
+	if lastError != nil {
+		changes["last_error"] = *lastError
+	}
+	if status == PublicationFailed {
+		changes["attempts"] = gorm.Expr("attempts + 1")
+	}
+	err := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).Updates(changes).Error
+	if err != nil {
+		return fmt.Errorf("settle publication of post %d as %s: %w", postID, status, err)
+	}
+	return nil
+}

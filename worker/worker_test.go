@@ -1,0 +1,385 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
+)
+
+// recorder is a Publisher that counts calls per post.
+type recorder struct {
+	mu    sync.Mutex
+	calls map[int64]int
+	keys  map[int64]string
+}
+
+func (r *recorder) Publish(_ context.Context, p worker.Publishing) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls == nil {
+		r.calls, r.keys = map[int64]int{}, map[int64]string{}
+	}
+	r.calls[p.Post.ID]++
+	r.keys[p.Post.ID] = p.Key
+	return nil
+}
+
+func (r *recorder) count(id int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[id]
+}
+
+func (r *recorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.calls {
+		n += c
+	}
+	return n
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func newWorker(t *testing.T, db *gorm.DB, pub worker.Publisher) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(db, worker.Config{Publisher: pub, Logger: quiet(), RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// insertWorking writes a WORKING post due at at, as the scheduler leaves it.
+func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
+	t.Helper()
+	now := outbox.Normalize(time.Now())
+	p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusWorking,
+		ScheduledAt: outbox.Normalize(at), CreatedAt: now, UpdatedAt: now}
+	require.NoError(t, db.Create(p).Error)
+	return p
+}
+
+// message builds the Kafka record of an event about post, as the relay sends it.
+func message(t *testing.T, typ outbox.EventType, post *reservation.Post, fields any) kafkatest.Record {
+	t.Helper()
+	m, err := outbox.NewMessage(outbox.Event{Type: typ, PostID: post.ID, OccurredAt: time.Now(), Fields: fields})
+	require.NoError(t, err)
+	return kafkatest.Record{Key: m.Key(), Value: []byte(m.Payload),
+		Headers: map[string]string{inbox.HeaderEventID: m.EventID, inbox.HeaderEventType: string(m.EventType)}}
+}
+
+func reservationRecord(t *testing.T, post *reservation.Post) kafkatest.Record {
+	return message(t, outbox.ReservationEvent, post, reservation.ReservationEventFields{ScheduledAt: post.ScheduledAt})
+}
+
+func cancelRecord(t *testing.T, post *reservation.Post) kafkatest.Record {
+	return message(t, outbox.PostingEvent, post, reservation.PostingEventFields{
+		Action: reservation.ActionCancelled, Status: reservation.StatusCancelled, ScheduledAt: post.ScheduledAt})
+}
+
+// decode turns a record into the event the consumer would hand over.
+func decode(t *testing.T, r kafkatest.Record, partition int32) inbox.Event {
+	t.Helper()
+	ev, err := inbox.Decode([]byte(r.Key), r.Headers, r.Value)
+	require.NoError(t, err)
+	ev.Topic, ev.Partition = "posting-events", partition
+	return ev
+}
+
+func loadPost(t *testing.T, db *gorm.DB, id int64) *reservation.Post {
+	t.Helper()
+	p, err := reservation.LoadPost(db, id)
+	require.NoError(t, err)
+	return p
+}
+
+func loadPublication(t *testing.T, db *gorm.DB, id int64) worker.Publication {
+	t.Helper()
+	var p worker.Publication
+	require.NoError(t, db.Where("post_id = ?", id).Take(&p).Error)
+	return p
+}
+
+// A reservation is published at its time, not before, once, with the time
+// recorded on the post and the publication; handing the worker the same
+// event again changes nothing.
+func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &recorder{}
+		var mu sync.Mutex
+		outcomes := map[string]int{}
+		var lags []time.Duration
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
+			ObserveConsumed: func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() },
+			ObservePublished: func(lag time.Duration) { mu.Lock(); lags = append(lags, lag); mu.Unlock() }})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+
+		post := insertWorking(t, db.DB, time.Now().Add(1500*time.Millisecond))
+		rec := reservationRecord(t, post)
+		ctx := context.Background()
+		require.NoError(t, w.Handle(ctx, decode(t, rec, 3)))
+		require.NoError(t, w.Handle(ctx, decode(t, rec, 3)))
+		require.Equal(t, 1, w.Pending())
+		p := loadPublication(t, db.DB, post.ID)
+		require.Equal(t, worker.PublicationPending, p.Status)
+		require.EqualValues(t, 3, p.PartitionID)
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, post.ID).Status, "published early")
+
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			10*time.Second, 20*time.Millisecond)
+		got := loadPost(t, db.DB, post.ID)
+		require.NotNil(t, got.PublishedAt)
+		require.False(t, got.PublishedAt.Before(post.ScheduledAt), "published at %s, before %s", got.PublishedAt, post.ScheduledAt)
+		p = loadPublication(t, db.DB, post.ID)
+		require.Equal(t, worker.PublicationPublished, p.Status)
+		require.True(t, p.PublishedAt.Equal(*got.PublishedAt))
+		require.Equal(t, 1, pub.count(post.ID))
+		require.Equal(t, rec.Headers[inbox.HeaderEventID], pub.keys[post.ID])
+		require.Eventually(t, func() bool { return w.Pending() == 0 }, 5*time.Second, 10*time.Millisecond)
+
+		// A redelivery after the publication, and a stray timer, change nothing.
+		require.NoError(t, w.Handle(ctx, decode(t, rec, 3)))
+		status, err := w.PublishDue(ctx, post.ID)
+		require.NoError(t, err)
+		require.Equal(t, worker.PublicationPublished, status)
+		require.Equal(t, 1, pub.count(post.ID))
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[string]int{worker.OutcomeProcessed: 1, worker.OutcomeDuplicate: 2}, outcomes)
+		require.Len(t, lags, 1)
+		require.GreaterOrEqual(t, lags[0], time.Duration(0))
+	})
+}
+
+// A post cancelled between WORKING and its time stays CANCELLED, whether the
+// worker hears of the cancel event first or finds the post cancelled when the
+// time comes.
+func TestWorkerCancelledPostIsNotPublished(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &recorder{}
+		w := newWorker(t, db.DB, pub)
+		ctx := context.Background()
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+		require.NoError(t, err)
+
+		heard := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		silent := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		for _, p := range []*reservation.Post{heard, silent} {
+			require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 0)))
+			_, err := svc.Cancel(ctx, p.ID)
+			require.NoError(t, err)
+		}
+		require.NoError(t, w.Handle(ctx, decode(t, cancelRecord(t, heard), 0)))
+		require.Equal(t, worker.PublicationCancelled, loadPublication(t, db.DB, heard.ID).Status)
+
+		require.Eventually(t, func() bool {
+			return loadPublication(t, db.DB, silent.ID).Status == worker.PublicationCancelled
+		}, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return w.Pending() == 0 }, 5*time.Second, 10*time.Millisecond)
+		for _, p := range []*reservation.Post{heard, silent} {
+			require.Equal(t, reservation.StatusCancelled, loadPost(t, db.DB, p.ID).Status)
+			require.Nil(t, loadPost(t, db.DB, p.ID).PublishedAt)
+		}
+		require.Zero(t, pub.total())
+	})
+}
+
+// Timers do not outlive their partition: a worker that loses the partition
+// (or stops) before the time publishes nothing, and the worker that is
+// assigned the partition next publishes the post, once.
+func TestWorkerRearmsPendingOnAssignment(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &recorder{}
+		ctx := context.Background()
+		w1 := newWorker(t, db.DB, pub)
+		onFive := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		onSix := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		require.NoError(t, w1.Handle(ctx, decode(t, reservationRecord(t, onFive), 5)))
+		require.NoError(t, w1.Handle(ctx, decode(t, reservationRecord(t, onSix), 6)))
+		w1.Revoked("posting-events", []int32{5})
+		require.Equal(t, 1, w1.Pending(), "partition 6 stays armed")
+		w1.Stop()
+		require.Zero(t, w1.Pending())
+
+		w2 := newWorker(t, db.DB, pub)
+		require.NoError(t, w2.Assigned(ctx, "posting-events", []int32{5}))
+		require.Equal(t, 1, w2.Pending())
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, onFive.ID).Status == reservation.StatusPublished },
+			10*time.Second, 20*time.Millisecond)
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, onSix.ID).Status, "partition 6 is nobody's")
+		require.NoError(t, w2.Assigned(ctx, "posting-events", []int32{6}))
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, onSix.ID).Status == reservation.StatusPublished },
+			10*time.Second, 20*time.Millisecond)
+		require.Equal(t, 1, pub.count(onFive.ID))
+		require.Equal(t, 1, pub.count(onSix.ID))
+	})
+}
+
+// The webhook publisher POSTs the post as the API shows it, with the
+// publication's key, and retries a 5xx; a 4xx is a refusal that leaves the
+// post WORKING and the publication FAILED with the answer.
+func TestWorkerWebhook(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	var (
+		mu       sync.Mutex
+		requests []*http.Request
+		bodies   []map[string]any
+		answers  = []int{http.StatusServiceUnavailable, http.StatusOK}
+		refuse   atomic.Bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		raw, _ := io.ReadAll(r.Body)
+		var body map[string]any
+		_ = json.Unmarshal(raw, &body)
+		requests, bodies = append(requests, r), append(bodies, body)
+		if refuse.Load() {
+			http.Error(rw, "no such channel", http.StatusUnprocessableEntity)
+			return
+		}
+		code := answers[0]
+		if len(answers) > 1 {
+			answers = answers[1:]
+		}
+		rw.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, RetryBase: 10 * time.Millisecond})
+	require.NoError(t, err)
+	w := newWorker(t, db.DB, hook)
+	ctx := context.Background()
+
+	post := insertWorking(t, db.DB, time.Now().Add(-time.Second)) // overdue: at once
+	rec := reservationRecord(t, post)
+	require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
+	require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+		10*time.Second, 20*time.Millisecond)
+	mu.Lock()
+	require.Len(t, requests, 2, "a 503, then a 200")
+	require.Equal(t, rec.Headers[inbox.HeaderEventID], requests[1].Header.Get("Idempotency-Key"))
+	require.Equal(t, "application/json", requests[1].Header.Get("Content-Type"))
+	require.Equal(t, float64(post.ID), bodies[1]["id"])
+	require.Equal(t, "PUBLISHED", bodies[1]["status"])
+	require.Equal(t, *loadPost(t, db.DB, post.ID).JSON().PublishedAt, bodies[1]["publishedAt"])
+	mu.Unlock()
+
+	refuse.Store(true)
+	refused := insertWorking(t, db.DB, time.Now())
+	require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, refused), 0)))
+	require.Eventually(t, func() bool { return loadPublication(t, db.DB, refused.ID).Status == worker.PublicationFailed },
+		10*time.Second, 20*time.Millisecond)
+	p := loadPublication(t, db.DB, refused.ID)
+	require.Contains(t, *p.LastError, "422")
+	require.Equal(t, 1, p.Attempts)
+	require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, refused.ID).Status)
+
+	for _, cfg := range []worker.WebhookConfig{{}, {URL: "ftp://x"}, {URL: "http://"}, {URL: srv.URL, MaxAttempts: 1000}} {
+		_, err := worker.NewWebhook(cfg)
+		require.ErrorContains(t, err, "invalid webhook config", "%+v", cfg)
+	}
+}
+
+// killOnce wraps a handler: after the first event it handled (its database
+// work committed), it kills the consumer before the offset can be marked.
+type killOnce struct {
+	inner inbox.Handler
+	kill  func()
+	done  atomic.Bool
+}
+
+func (k *killOnce) Handle(ctx context.Context, ev inbox.Event) error {
+	if err := k.inner.Handle(ctx, ev); err != nil || k.done.Swap(true) {
+		return err
+	}
+	k.kill()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func startWorker(t *testing.T, b *kafkatest.Broker, db *gorm.DB, pub worker.Publisher, wrap func(inbox.Handler) inbox.Handler) (*kafka.Consumer, *worker.Worker) {
+	t.Helper()
+	w := newWorker(t, db, pub)
+	var h inbox.Handler = w
+	if wrap != nil {
+		h = wrap(w)
+	}
+	c, err := kafka.NewConsumer(kafka.ConsumerConfig{Brokers: []string{b.Addr}, GroupID: "worker-test",
+		CommitInterval: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond}, h, quiet())
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(c.Stop)
+	return c, w
+}
+
+// Through the in-process broker: a worker killed after its database commit
+// and before its offset commit does not publish twice after a restart; a
+// malformed message between two good ones is skipped and both good ones are
+// processed.
+func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := kafkatest.Start(t)
+		pub := &recorder{}
+		first := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
+		second := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
+		rec := reservationRecord(t, first)
+		b.Produce(t, rec)
+
+		var c1 *kafka.Consumer
+		var w1 *worker.Worker
+		killed := make(chan struct{})
+		c1, w1 = startWorker(t, b, db.DB, pub, func(h inbox.Handler) inbox.Handler {
+			return &killOnce{inner: h, kill: func() { close(killed) }}
+		})
+		select {
+		case <-killed:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the first worker never handled the event")
+		}
+		// The process dies: its timers and its session go, the offset was
+		// never marked.
+		w1.Stop()
+		c1.Stop()
+		seen, err := inbox.Processed(context.Background(), db.DB, worker.DefaultConsumer, rec.Headers[inbox.HeaderEventID])
+		require.NoError(t, err)
+		require.True(t, seen, "the database work committed before the kill")
+
+		b.Produce(t, kafkatest.Record{Key: rec.Key, Value: []byte(`{"eventId":`), Headers: rec.Headers}, reservationRecord(t, second))
+		startWorker(t, b, db.DB, pub, nil)
+		require.Eventually(t, func() bool {
+			return loadPost(t, db.DB, first.ID).Status == reservation.StatusPublished &&
+				loadPost(t, db.DB, second.ID).Status == reservation.StatusPublished
+		}, 20*time.Second, 20*time.Millisecond)
+		require.Equal(t, 1, pub.count(first.ID))
+		require.Equal(t, 1, pub.count(second.ID))
+		var inboxRows int64
+		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&inboxRows).Error)
+		require.EqualValues(t, 2, inboxRows)
+	})
+}
