@@ -79,7 +79,9 @@ func TestProcessEffectivelyOnce(t *testing.T) {
 		require.NoError(t, db.DB.Exec("CREATE TABLE inbox_test_work (event_id VARCHAR(64) NOT NULL)").Error)
 		ev, err := inbox.Decode([]byte("42"), testHeaders(), []byte(testValue))
 		require.NoError(t, err)
-		work := func(tx *gorm.DB) error { return tx.Exec("INSERT INTO inbox_test_work (event_id) VALUES (?)", ev.EventID).Error }
+		work := func(tx *gorm.DB) error {
+			return tx.Exec("INSERT INTO inbox_test_work (event_id) VALUES (?)", ev.EventID).Error
+		}
 		count := func() (n int64) {
 			require.NoError(t, db.DB.Table("inbox_test_work").Count(&n).Error)
 			return n

@@ -131,7 +131,7 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 		outcomes := map[string]int{}
 		var lags []time.Duration
 		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
-			ObserveConsumed: func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() },
+			ObserveConsumed:  func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() },
 			ObservePublished: func(lag time.Duration) { mu.Lock(); lags = append(lags, lag); mu.Unlock() }})
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
