@@ -50,6 +50,9 @@ type settings struct {
 	Migrate           bool
 	OutboxRetention   time.Duration
 	ShutdownTimeout   time.Duration
+	WorkerGroup       string
+	PublishWebhookURL string
+	WorkerHTTPAddr    string
 }
 
 func defaultInstanceID() string {
@@ -186,7 +189,7 @@ func (s *settings) validateServe() error {
 	if s.KafkaTopic == "" {
 		return badSetting("POSTING_KAFKA_TOPIC", s.KafkaTopic, "must not be empty")
 	}
-	return nil
+	return s.validateWorkerParts()
 }
 
 // relayMaxRetries maps the setting to relay.Config, where 0 means "default".

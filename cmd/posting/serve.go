@@ -43,6 +43,7 @@ func newServeCommand() *cobra.Command {
 	}
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)
+	addWorkerFlags(cmd.Flags(), &s)
 	return cmd
 }
 
@@ -169,7 +170,6 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	st.onStop(sched.Stop)
-	log.Info("scheduler started", "component", "scheduler", "spec", s.SchedulerSpec, "lead", s.ReservationLead)
 	if err := rel.Start(bg); err != nil {
 		return err
 	}
@@ -178,6 +178,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	st.onStop(cleaner.Stop)
+	if embedded {
+		// One command shows the whole lifecycle: the downstream worker
+		// reads the embedded broker and publishes posts at their time.
+		if err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+			return err
+		}
+	}
 	if s.AdminToken == "" {
 		log.Info("admin endpoints off (no POSTING_ADMIN_TOKEN)", "component", "admin")
 	}

@@ -186,13 +186,25 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 	records := kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 2, 30*time.Second)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id))
 
+	// The embedded worker publishes a post at its time: the whole lifecycle
+	// in one process.
+	soonAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
+	soon := createPost(t, p.http, soonAt)
+	require.Eventually(t, func() bool { return getPost(t, p.http, soon["id"])["status"] == "PUBLISHED" },
+		30*time.Second, 100*time.Millisecond)
+	publishedAt, err := time.Parse(time.RFC3339Nano, getPost(t, p.http, soon["id"])["publishedAt"].(string))
+	require.NoError(t, err)
+	require.False(t, publishedAt.Before(soonAt), "published at %s, scheduled at %s", publishedAt, soonAt)
+	require.Equal(t, "WORKING", getPost(t, p.http, id)["status"], "the post of two minutes ahead waits")
+
 	// The operator surface is wired: admin behind the token, metrics counting the sends.
 	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, ""))
 	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, "wrong"))
 	require.Equal(t, http.StatusOK, adminGet(t, p.http, "s3cret"))
 	require.Eventually(t, func() bool {
-		return strings.Contains(scrape(t, p.http), `posting_relay_events_sent_total{instance_id="serve-test"} 2`)
-	}, 10*time.Second, 100*time.Millisecond, "metrics count both sends")
+		return strings.Contains(scrape(t, p.http), `posting_relay_events_sent_total{instance_id="serve-test"} 4`)
+	}, 10*time.Second, 100*time.Millisecond, "metrics count the two sends of each post")
+	require.Contains(t, scrape(t, p.http), `posting_worker_publications_total{instance_id="serve-test"} 1`)
 	p.terminate(t)
 
 	// Restart on the same data dir: the post and the topic's log are still
@@ -220,6 +232,8 @@ func TestBadSettingExits2(t *testing.T) {
 		"POSTING_SCHEDULER_SPEC=sometimes":       "POSTING_SCHEDULER_SPEC",
 		"POSTING_DATABASE_URL=postgres://x/y":    "POSTING_DATABASE_URL",
 		"POSTING_DATABASE_URL=mysql://host-only": "POSTING_DATABASE_URL",
+		"POSTING_PUBLISH_WEBHOOK_URL=ftp://x/y":  `POSTING_PUBLISH_WEBHOOK_URL="ftp://x/y"`,
+		"POSTING_WORKER_GROUP=":                  "POSTING_WORKER_GROUP",
 	} {
 		cmd := exec.Command(bin, "serve")
 		cmd.Env = append(os.Environ(), env, "POSTING_DATA_DIR="+t.TempDir(), "POSTING_HTTP_ADDR="+freeAddr(t),
@@ -227,6 +241,17 @@ func TestBadSettingExits2(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err, env)
 		require.Equal(t, 2, cmd.ProcessState.ExitCode(), "%s: %s", env, out)
+		require.Contains(t, string(out), want, env)
+	}
+	for env, want := range map[string]string{
+		"POSTING_PUBLISH_WEBHOOK_URL=http://": "POSTING_PUBLISH_WEBHOOK_URL",
+		"POSTING_LOG_FORMAT=xml":              "POSTING_LOG_FORMAT",
+	} {
+		cmd := exec.Command(bin, "worker")
+		cmd.Env = append(os.Environ(), env, "POSTING_DATA_DIR="+t.TempDir(), "POSTING_WORKER_HTTP_ADDR=")
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, env)
+		require.Equal(t, 2, cmd.ProcessState.ExitCode(), "worker %s: %s", env, out)
 		require.Contains(t, string(out), want, env)
 	}
 	cmd := exec.Command(bin, "serve", "--relay-interval", "soon")

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/worker"
+)
+
+// addWorkerFlags adds the settings of the downstream worker, which serve
+// runs too in embedded mode.
+func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
+	fs.StringVar(&s.WorkerGroup, "worker-group", kafka.DefaultConsumerGroup, "Kafka consumer group of the worker, also its name in the inbox table")
+	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "POST each published post's JSON here (with retries); empty: record the publication only")
+}
+
+func newWorkerCommand() *cobra.Command {
+	var s settings
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Consume posting-events and publish posts at their time",
+		Long: "Runs the downstream worker: a member of the consumer group that reads posting-events,\n" +
+			"records each event once (inbox), and publishes every reserved post at its scheduledAt,\n" +
+			"WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n" +
+			"on the embedded Kafka address; with no database URL it uses the same SQLite file.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			if err := s.validateWorker(); err != nil {
+				return err
+			}
+			return runWorker(cmd.Context(), &s, newLogger(cmd.ErrOrStderr(), &s))
+		},
+	}
+	fs := cmd.Flags()
+	addCommonFlags(fs, &s)
+	addWorkerFlags(fs, &s)
+	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: the embedded broker of a running serve")
+	fs.StringVar(&s.KafkaTopic, "kafka-topic", "posting-events", "topic for both event types")
+	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", kafka.DefaultEmbeddedAddr, "address of the embedded broker of a running serve")
+	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
+	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
+	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	return cmd
+}
+
+// validateWorker checks the settings of the worker command.
+func (s *settings) validateWorker() error {
+	if err := s.validateCommon(); err != nil {
+		return err
+	}
+	if s.KafkaTopic == "" {
+		return badSetting("POSTING_KAFKA_TOPIC", s.KafkaTopic, "must not be empty")
+	}
+	if s.ShutdownTimeout <= 0 {
+		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
+	}
+	return s.validateWorkerParts()
+}
+
+// validateWorkerParts checks the worker settings that serve shares.
+func (s *settings) validateWorkerParts() error {
+	if s.WorkerGroup == "" || len(s.WorkerGroup) > 100 {
+		return badSetting("POSTING_WORKER_GROUP", s.WorkerGroup, "want 1 to 100 characters")
+	}
+	if s.PublishWebhookURL != "" {
+		if _, err := worker.NewWebhook(worker.WebhookConfig{URL: s.PublishWebhookURL}); err != nil {
+			return badSetting("POSTING_PUBLISH_WEBHOOK_URL", s.PublishWebhookURL, err)
+		}
+	}
+	return nil
+}
+
+// startWorker starts the worker and its consumer on brokers and registers
+// their stops: the consumer first (it finishes the event in hand, commits,
+// and revokes its partitions from the worker), then the worker.
+func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *stack) error {
+	var pub worker.Publisher
+	if s.PublishWebhookURL != "" {
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: s.PublishWebhookURL})
+		if err != nil {
+			return badSetting("POSTING_PUBLISH_WEBHOOK_URL", s.PublishWebhookURL, err)
+		}
+		pub = hook
+	}
+	w, err := worker.New(db.DB, worker.Config{
+		Consumer: s.WorkerGroup, Publisher: pub, Logger: log,
+		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublication,
+	})
+	if err != nil {
+		return err
+	}
+	st.onStop(w.Stop)
+	c, err := kafka.NewConsumer(kafka.ConsumerConfig{
+		Brokers: brokers, Topic: s.KafkaTopic, GroupID: s.WorkerGroup, ClientID: s.InstanceID + "-worker",
+		Observe: m.ObserveConsumed,
+	}, w, log)
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	st.onStop(c.Stop)
+	publisher := "record only"
+	if s.PublishWebhookURL != "" {
+		publisher = "webhook " + s.PublishWebhookURL
+	}
+	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher)
+	return nil
+}
+
+// runWorker runs the worker until ctx ends, then stops it within the
+// shutdown timeout.
+func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
+	st := &stack{log: log}
+	db, err := openDB(s)
+	if err != nil {
+		return err
+	}
+	st.onStop(func() { _ = db.Close() })
+	defer st.stop()
+	if s.Migrate {
+		if _, err := db.Migrate(ctx, nil); err != nil {
+			return err
+		}
+	}
+	brokers := s.KafkaBrokers
+	if len(brokers) == 0 {
+		brokers = []string{s.EmbeddedKafkaAddr}
+	}
+	m := metrics.New(db.DB, s.InstanceID)
+	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBG()
+	if err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+		return err
+	}
+	if s.WorkerHTTPAddr != "" {
+		srv, err := workerHTTP(s, db, brokers, m)
+		if err != nil {
+			return err
+		}
+		st.onStop(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		})
+		log.Info("worker http listening", "component", "http", "addr", srv.Addr)
+	}
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", s.ShutdownTimeout)
+	done := make(chan struct{})
+	go func() { st.stop(); close(done) }()
+	select {
+	case <-done:
+		log.Info("stopped")
+		return nil
+	case <-time.After(s.ShutdownTimeout):
+		cancelBG()
+		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
+	}
+}
+
+// workerHTTP serves the worker's probes and metrics.
+func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics) (*http.Server, error) {
+	// A producer that never sends: its Ping asks the brokers for metadata.
+	probe, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: s.KafkaTopic}, nil)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		for name, check := range map[string]func(context.Context) error{"database": db.Ping, "kafka": probe.Ping} {
+			if err := check(ctx); err != nil {
+				http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", m.Handler())
+	ln, err := net.Listen("tcp", s.WorkerHTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on POSTING_WORKER_HTTP_ADDR=%s: %w", s.WorkerHTTPAddr, err)
+	}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }() // ends at Shutdown
+	return srv, nil
+}
