@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -82,13 +81,8 @@ func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
 
 // Validate reports the first setting out of its limits.
 func (cfg ConsumerConfig) Validate() error {
-	if len(cfg.Brokers) == 0 {
-		return errors.New("no brokers")
-	}
-	for _, b := range cfg.Brokers {
-		if _, _, err := net.SplitHostPort(b); err != nil {
-			return fmt.Errorf("broker %q: want host:port: %w", b, err)
-		}
+	if err := validateBrokers(cfg.Brokers); err != nil {
+		return err
 	}
 	switch {
 	case strings.TrimSpace(cfg.Topic) == "":

@@ -135,13 +135,8 @@ func (cfg ProducerConfig) withDefaults() ProducerConfig {
 
 // Validate reports the first setting out of its limits.
 func (cfg ProducerConfig) Validate() error {
-	if len(cfg.Brokers) == 0 {
-		return errors.New("no brokers")
-	}
-	for _, b := range cfg.Brokers {
-		if _, _, err := net.SplitHostPort(b); err != nil {
-			return fmt.Errorf("broker %q: want host:port: %w", b, err)
-		}
+	if err := validateBrokers(cfg.Brokers); err != nil {
+		return err
 	}
 	if strings.TrimSpace(cfg.Topic) == "" {
 		return errors.New("empty topic")
@@ -181,6 +176,19 @@ func (cfg ProducerConfig) Validate() error {
 	}
 	if !v.IsAtLeast(sarama.V0_11_0_0) {
 		return fmt.Errorf("kafka version %s: idempotent producers need at least 0.11.0", cfg.KafkaVersion)
+	}
+	return nil
+}
+
+// validateBrokers checks a bootstrap list: at least one host:port.
+func validateBrokers(brokers []string) error {
+	if len(brokers) == 0 {
+		return errors.New("no brokers")
+	}
+	for _, b := range brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("broker %q: want host:port: %w", b, err)
+		}
 	}
 	return nil
 }
