@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
@@ -88,7 +89,7 @@ type PartitionHandler interface {
 }
 
 // Decode checks a message against the contract and returns its event: the
-// headers event-id and event-type, a JSON object value whose eventId,
+// headers event-id (a UUID) and event-type, a JSON object value whose eventId,
 // eventType, postId and occurredAt agree with them, a known type, and the
 // postId in decimal as the key. Every failure wraps ErrMalformed.
 func Decode(key []byte, headers map[string]string, value []byte) (Event, error) {
@@ -98,6 +99,11 @@ func Decode(key []byte, headers map[string]string, value []byte) (Event, error) 
 	}
 	if typ == "" {
 		return Event{}, fmt.Errorf("%w: event %s: no %s header", ErrMalformed, id, HeaderEventType)
+	}
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		// The inbox keeps ids as CHAR(36): anything else would fail there,
+		// and be retried forever instead of skipped.
+		return Event{}, fmt.Errorf("%w: %s %q is not a UUID in its canonical form", ErrMalformed, HeaderEventID, id)
 	}
 	var env outbox.Envelope
 	if err := json.Unmarshal(value, &env); err != nil {

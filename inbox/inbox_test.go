@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +60,9 @@ func TestDecode(t *testing.T) {
 		"JSON array":           {"42", testHeaders(), "[1]"},
 		"unknown type":         {"42", with(inbox.HeaderEventType, "OTHER"), `{"eventId":"` + testID + `","eventType":"OTHER","postId":42,"occurredAt":"2026-12-03T10:00:00Z"}`},
 		"header type differs":  {"42", with(inbox.HeaderEventType, string(outbox.PostingEvent)), testValue},
-		"header id differs":    {"42", with(inbox.HeaderEventID, "other"), testValue},
+		"header id differs":    {"42", with(inbox.HeaderEventID, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c"), testValue},
+		"id not a UUID":        {"42", with(inbox.HeaderEventID, "other"), strings.Replace(testValue, testID, "other", 1)},
+		"id not canonical":     {"42", with(inbox.HeaderEventID, strings.ToUpper(testID)), strings.Replace(testValue, testID, strings.ToUpper(testID), 1)},
 		"key is not postId":    {"43", testHeaders(), testValue},
 		"no postId":            {"0", testHeaders(), `{"eventId":"` + testID + `","eventType":"POSTING_RESERVATION_EVENT","occurredAt":"2026-12-03T10:00:00Z"}`},
 		"no occurredAt":        {"42", testHeaders(), `{"eventId":"` + testID + `","eventType":"POSTING_RESERVATION_EVENT","postId":42}`},

@@ -278,10 +278,12 @@ func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 
 func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	parts := sess.Claims()[h.c.cfg.Topic]
-	sess.Commit() // what was marked, before another member may take over
+	// Let go first, so that no work of this member overlaps the next
+	// owner's; then commit what was marked.
 	if ph, ok := h.c.handler.(inbox.PartitionHandler); ok && len(parts) > 0 {
 		ph.Revoked(h.c.cfg.Topic, parts)
 	}
+	sess.Commit()
 	h.c.log.Info("partitions revoked", "partitions", parts)
 	return nil
 }

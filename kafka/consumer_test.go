@@ -147,8 +147,27 @@ func TestConsumerResumesFromCommittedOffsets(t *testing.T) {
 	for _, r := range recs[10:] {
 		require.True(t, seen[r.Headers[inbox.HeaderEventID]], "event %s", r.Headers[inbox.HeaderEventID])
 	}
-	time.Sleep(300 * time.Millisecond) // nothing on the topic may come again; give it the chance
-	require.Len(t, h2.snapshot(), 10, "events handled by the first consumer came again")
+	// A sentinel per partition: a partition is read in offset order, so
+	// anything handled before comes again, if at all, before its sentinel.
+	var sentinels []kafkatest.Record
+	for post := int64(100); len(sentinels) < int(b.Partitions); post++ {
+		if kafkatest.PartitionFor(strconv.FormatInt(post, 10), b.Partitions) == int32(len(sentinels)) {
+			sentinels = append(sentinels, consumerTestRecord(100+len(sentinels), post))
+		}
+	}
+	b.Produce(t, sentinels...)
+	require.Eventually(t, func() bool {
+		got := 0
+		for _, ev := range h2.snapshot() {
+			for _, r := range sentinels {
+				if ev.EventID == r.Headers[inbox.HeaderEventID] {
+					got++
+				}
+			}
+		}
+		return got == len(sentinels)
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Len(t, h2.snapshot(), 12, "events handled by the first consumer came again")
 }
 
 func TestConsumerConfigValidation(t *testing.T) {

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // PublicationStatus is where a publication stands.
@@ -41,9 +43,17 @@ func (Publication) TableName() string { return "publications" }
 // maxErrorLen keeps last_error readable.
 const maxErrorLen = 2000
 
+// truncateError makes s valid UTF-8 and cuts it to at most maxErrorLen
+// bytes on a character boundary: MySQL in strict mode refuses a TEXT value
+// with a broken character, and a webhook's answer may hold anything.
 func truncateError(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= maxErrorLen {
 		return s
 	}
-	return s[:maxErrorLen]
+	cut := maxErrorLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

@@ -149,7 +149,7 @@ func (w *Worker) Config() Config { return w.cfg }
 
 // Handle processes one event effectively once: the inbox row and the
 // event's effect on the publications table commit together, so a
-// redelivered event changes nothing. A reservation schedules the post's
+// redelivered event changes nothing in the database. A reservation schedules the post's
 // publication and arms its timer; a CANCELLED posting event settles a
 // pending publication as CANCELLED and disarms it; other posting events
 // are only recorded.
@@ -201,7 +201,11 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 	outcome := OutcomeProcessed
 	if dup {
 		outcome = OutcomeDuplicate
-	} else if after != nil {
+	}
+	// Also after a duplicate: the first delivery's commit may have
+	// succeeded with its answer lost, leaving no timer. Arming is a no-op
+	// for an armed post, and PublishDue reads the publication's state.
+	if after != nil {
 		after()
 	}
 	if w.cfg.ObserveConsumed != nil {
@@ -301,7 +305,9 @@ func (w *Worker) disarm(postIDs ...int64) {
 
 // fire runs a timer's publication until it is settled or the timer is
 // disarmed: database errors and a publisher's passing failures are tried
-// again after a pause.
+// again after a pause. A publication holds one of the Concurrency slots
+// while it runs, not while it pauses, so posts that keep failing cannot
+// starve the others.
 func (w *Worker) fire(ctx context.Context, t *timer) {
 	defer func() {
 		w.mu.Lock()
@@ -312,16 +318,16 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		t.cancel()
 		close(t.done)
 	}()
-	select {
-	case w.sem <- struct{}{}:
-		defer func() { <-w.sem }()
-	case <-ctx.Done():
-		return
-	}
 	log := w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID)
 	pause := w.cfg.RetryBase
 	for {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		res, err := w.PublishDue(ctx, t.pub.PostID)
+		<-w.sem
 		switch {
 		case err == nil:
 			if res == PublicationFailed {
@@ -396,8 +402,12 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 		return PublicationPending, fmt.Errorf("publish post %d: %w", postID, err)
 	}
 
+	// Published: record it even if the timer is being disarmed meanwhile,
+	// or the next owner would publish it again.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	status := PublicationPublished
-	err = database.Transaction(ctx, w.db, func(tx *gorm.DB) error {
+	err = database.Transaction(rctx, w.db, func(tx *gorm.DB) error {
 		status = PublicationPublished
 		ok, err := reservation.MarkPublished(tx, postID, at)
 		if err != nil {

@@ -3,10 +3,12 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,7 +138,7 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 
-		post := insertWorking(t, db.DB, time.Now().Add(1500*time.Millisecond))
+		post := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		rec := reservationRecord(t, post)
 		ctx := context.Background()
 		require.NoError(t, w.Handle(ctx, decode(t, rec, 3)))
@@ -185,8 +187,8 @@ func TestWorkerCancelledPostIsNotPublished(t *testing.T) {
 		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 		require.NoError(t, err)
 
-		heard := insertWorking(t, db.DB, time.Now().Add(time.Second))
-		silent := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		heard := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		silent := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		for _, p := range []*reservation.Post{heard, silent} {
 			require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 0)))
 			_, err := svc.Cancel(ctx, p.ID)
@@ -216,8 +218,8 @@ func TestWorkerRearmsPendingOnAssignment(t *testing.T) {
 		pub := &recorder{}
 		ctx := context.Background()
 		w1 := newWorker(t, db.DB, pub)
-		onFive := insertWorking(t, db.DB, time.Now().Add(time.Second))
-		onSix := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		onFive := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		onSix := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		require.NoError(t, w1.Handle(ctx, decode(t, reservationRecord(t, onFive), 5)))
 		require.NoError(t, w1.Handle(ctx, decode(t, reservationRecord(t, onSix), 6)))
 		w1.Revoked("posting-events", []int32{5})
@@ -244,65 +246,129 @@ func TestWorkerRearmsPendingOnAssignment(t *testing.T) {
 // post WORKING and the publication FAILED with the answer.
 func TestWorkerWebhook(t *testing.T) {
 	t.Parallel()
-	db := databasetest.NewSQLite(t)
-	var (
-		mu       sync.Mutex
-		requests []*http.Request
-		bodies   []map[string]any
-		answers  = []int{http.StatusServiceUnavailable, http.StatusOK}
-		refuse   atomic.Bool
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var (
+			mu       sync.Mutex
+			requests []*http.Request
+			bodies   []map[string]any
+			answers  = []int{http.StatusServiceUnavailable, http.StatusOK}
+			refuse   atomic.Bool
+		)
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			raw, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			requests, bodies = append(requests, r), append(bodies, body)
+			if refuse.Load() {
+				// Multi-byte characters, cut somewhere by the worker.
+				http.Error(rw, "kanal ikke funnet: "+strings.Repeat("ø", 400), http.StatusUnprocessableEntity)
+				return
+			}
+			code := answers[0]
+			if len(answers) > 1 {
+				answers = answers[1:]
+			}
+			rw.WriteHeader(code)
+		}))
+		t.Cleanup(srv.Close)
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, RetryBase: 10 * time.Millisecond})
+		require.NoError(t, err)
+		w := newWorker(t, db.DB, hook)
+		ctx := context.Background()
+
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second)) // overdue: at once
+		rec := reservationRecord(t, post)
+		require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			10*time.Second, 20*time.Millisecond)
 		mu.Lock()
-		defer mu.Unlock()
-		raw, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		_ = json.Unmarshal(raw, &body)
-		requests, bodies = append(requests, r), append(bodies, body)
-		if refuse.Load() {
-			http.Error(rw, "no such channel", http.StatusUnprocessableEntity)
-			return
-		}
-		code := answers[0]
-		if len(answers) > 1 {
-			answers = answers[1:]
-		}
-		rw.WriteHeader(code)
-	}))
-	t.Cleanup(srv.Close)
-	hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, RetryBase: 10 * time.Millisecond})
-	require.NoError(t, err)
-	w := newWorker(t, db.DB, hook)
-	ctx := context.Background()
+		require.Len(t, requests, 2, "a 503, then a 200")
+		require.Equal(t, rec.Headers[inbox.HeaderEventID], requests[1].Header.Get("Idempotency-Key"))
+		require.Equal(t, "application/json", requests[1].Header.Get("Content-Type"))
+		require.Equal(t, float64(post.ID), bodies[1]["id"])
+		require.Equal(t, "PUBLISHED", bodies[1]["status"])
+		require.Equal(t, *loadPost(t, db.DB, post.ID).JSON().PublishedAt, bodies[1]["publishedAt"])
+		mu.Unlock()
 
-	post := insertWorking(t, db.DB, time.Now().Add(-time.Second)) // overdue: at once
-	rec := reservationRecord(t, post)
-	require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
-	require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
-		10*time.Second, 20*time.Millisecond)
-	mu.Lock()
-	require.Len(t, requests, 2, "a 503, then a 200")
-	require.Equal(t, rec.Headers[inbox.HeaderEventID], requests[1].Header.Get("Idempotency-Key"))
-	require.Equal(t, "application/json", requests[1].Header.Get("Content-Type"))
-	require.Equal(t, float64(post.ID), bodies[1]["id"])
-	require.Equal(t, "PUBLISHED", bodies[1]["status"])
-	require.Equal(t, *loadPost(t, db.DB, post.ID).JSON().PublishedAt, bodies[1]["publishedAt"])
-	mu.Unlock()
-
-	refuse.Store(true)
-	refused := insertWorking(t, db.DB, time.Now())
-	require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, refused), 0)))
-	require.Eventually(t, func() bool { return loadPublication(t, db.DB, refused.ID).Status == worker.PublicationFailed },
-		10*time.Second, 20*time.Millisecond)
-	p := loadPublication(t, db.DB, refused.ID)
-	require.Contains(t, *p.LastError, "422")
-	require.Equal(t, 1, p.Attempts)
-	require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, refused.ID).Status)
-
-	for _, cfg := range []worker.WebhookConfig{{}, {URL: "ftp://x"}, {URL: "http://"}, {URL: srv.URL, MaxAttempts: 1000}} {
+		refuse.Store(true)
+		refused := insertWorking(t, db.DB, time.Now())
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, refused), 0)))
+		require.Eventually(t, func() bool { return loadPublication(t, db.DB, refused.ID).Status == worker.PublicationFailed },
+			10*time.Second, 20*time.Millisecond)
+		p := loadPublication(t, db.DB, refused.ID)
+		require.Contains(t, *p.LastError, "422")
+		require.Contains(t, *p.LastError, "kanal ikke funnet: øøø")
+		require.Equal(t, 1, p.Attempts)
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, refused.ID).Status)
+		mu.Lock()
+		require.Len(t, requests, 3, "a refusal is not retried")
+		mu.Unlock()
+	})
+	for _, cfg := range []worker.WebhookConfig{{}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://x", MaxAttempts: 1000}} {
 		_, err := worker.NewWebhook(cfg)
 		require.ErrorContains(t, err, "invalid webhook config", "%+v", cfg)
 	}
+}
+
+// blocking is a Publisher whose calls for one post block until their
+// context ends; it fails every call for another post; the rest succeed.
+type blocking struct {
+	recorder
+	block, fail int64
+	entered     chan struct{}
+}
+
+func (b *blocking) Publish(ctx context.Context, p worker.Publishing) error {
+	switch p.Post.ID {
+	case b.block:
+		b.entered <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	case b.fail:
+		return errors.New("receiver down for this post")
+	}
+	return b.recorder.Publish(ctx, p)
+}
+
+// Revoking a partition stops a publication in progress and leaves it
+// PENDING for the next owner; a post that keeps failing does not hold the
+// only publication slot, so others are published meanwhile.
+func TestWorkerRevokeDuringPublishAndFailingPosts(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		blocked := insertWorking(t, db.DB, time.Now())
+		failing := insertWorking(t, db.DB, time.Now())
+		pub := &blocking{block: blocked.ID, fail: failing.ID, entered: make(chan struct{}, 1)}
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), Concurrency: 1,
+			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, blocked), 1)))
+		select {
+		case <-pub.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the publication never started")
+		}
+		w.Revoked("posting-events", []int32{1}) // returns once the publication stopped
+		require.Zero(t, w.Pending())
+		require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, blocked.ID).Status)
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, blocked.ID).Status)
+
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, failing), 2)))
+		later := insertWorking(t, db.DB, time.Now())
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, later), 2)))
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, later.ID).Status == reservation.StatusPublished },
+			10*time.Second, 20*time.Millisecond, "a failing post starves the others")
+		require.Eventually(t, func() bool { return loadPublication(t, db.DB, failing.ID).Attempts >= 2 },
+			10*time.Second, 20*time.Millisecond)
+		p := loadPublication(t, db.DB, failing.ID)
+		require.Equal(t, worker.PublicationPending, p.Status, "a passing failure is tried again")
+		require.Contains(t, *p.LastError, "receiver down")
+	})
 }
 
 // killOnce wraps a handler: after the first event it handled (its database
@@ -346,8 +412,8 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := kafkatest.Start(t)
 		pub := &recorder{}
-		first := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
-		second := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
+		first := insertWorking(t, db.DB, time.Now().Add(6*time.Second))
+		second := insertWorking(t, db.DB, time.Now().Add(6*time.Second))
 		rec := reservationRecord(t, first)
 		b.Produce(t, rec)
 
@@ -369,6 +435,8 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 		seen, err := inbox.Processed(context.Background(), db.DB, worker.DefaultConsumer, rec.Headers[inbox.HeaderEventID])
 		require.NoError(t, err)
 		require.True(t, seen, "the database work committed before the kill")
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, first.ID).Status,
+			"the first worker published before it was killed; the restart is not tested")
 
 		b.Produce(t, kafkatest.Record{Key: rec.Key, Value: []byte(`{"eventId":`), Headers: rec.Headers}, reservationRecord(t, second))
 		startWorker(t, b, db.DB, pub, nil)

@@ -131,7 +131,12 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	st.onStop(func() { _ = db.Close() })
-	defer st.stop()
+	shuttingDown := false
+	defer func() {
+		if !shuttingDown { // a start-up failure: undo what was started
+			st.stop()
+		}
+	}()
 	if s.Migrate {
 		if _, err := db.Migrate(ctx, nil); err != nil {
 			return err
@@ -161,6 +166,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	<-ctx.Done()
 	log.Info("shutting down", "timeout", s.ShutdownTimeout)
+	shuttingDown = true
 	done := make(chan struct{})
 	go func() { st.stop(); close(done) }()
 	select {
