@@ -34,7 +34,9 @@ type ConsumerConfig struct {
 	// at least "0.10.2", the first with the group protocol sarama needs.
 	KafkaVersion string
 	// SessionTimeout is how long the group waits for a silent member before
-	// giving its partitions to the others. Default 10s; 1s to 5m.
+	// giving its partitions to the others. Default 10s; 6s to 5m (brokers
+	// refuse less than their group.min.session.timeout.ms, 6s by default).
+	// Heartbeats go every tenth of it, so members hear of a rebalance soon.
 	SessionTimeout time.Duration
 	// CommitInterval is how often marked offsets are committed; they are
 	// also committed when a session ends. Default 1s; 10ms to 1m.
@@ -89,8 +91,8 @@ func (cfg ConsumerConfig) Validate() error {
 		return errors.New("empty topic")
 	case strings.TrimSpace(cfg.GroupID) == "":
 		return errors.New("empty group id")
-	case cfg.SessionTimeout < time.Second || cfg.SessionTimeout > 5*time.Minute:
-		return fmt.Errorf("session timeout %s: want 1s to 5m", cfg.SessionTimeout)
+	case cfg.SessionTimeout < 6*time.Second || cfg.SessionTimeout > 5*time.Minute:
+		return fmt.Errorf("session timeout %s: want 6s to 5m", cfg.SessionTimeout)
 	case cfg.CommitInterval < 10*time.Millisecond || cfg.CommitInterval > time.Minute:
 		return fmt.Errorf("commit interval %s: want 10ms to 1m", cfg.CommitInterval)
 	case cfg.RetryBase <= 0 || cfg.RetryMax < cfg.RetryBase:
@@ -121,7 +123,7 @@ func (cfg ConsumerConfig) saramaConfig() *sarama.Config {
 	c.Consumer.Offsets.AutoCommit.Enable = true
 	c.Consumer.Offsets.AutoCommit.Interval = cfg.CommitInterval
 	c.Consumer.Group.Session.Timeout = cfg.SessionTimeout
-	c.Consumer.Group.Heartbeat.Interval = cfg.SessionTimeout / 3
+	c.Consumer.Group.Heartbeat.Interval = cfg.SessionTimeout / 10
 	c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategySticky()}
 	c.Consumer.Return.Errors = true
 	return c

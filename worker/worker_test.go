@@ -451,3 +451,48 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 		require.EqualValues(t, 2, inboxRows)
 	})
 }
+
+// A real rebalance: events consumed by one worker, a second worker joins
+// the group (the partitions are split), then the first leaves (the second
+// takes them all), all before the posts are due. Every post is published
+// once, by whichever worker holds its partition at its time.
+func TestWorkerPublicationsFollowPartitionsAcrossRebalances(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := kafkatest.Start(t)
+		pub := &recorder{}
+		var posts []*reservation.Post
+		var recs []kafkatest.Record
+		for range 24 {
+			p := insertWorking(t, db.DB, time.Now().Add(20*time.Second))
+			posts = append(posts, p)
+			recs = append(recs, reservationRecord(t, p))
+		}
+		b.Produce(t, recs...)
+		start := time.Now()
+		c1, w1 := startWorker(t, b, db.DB, pub, nil)
+		require.Eventually(t, func() bool { return w1.Pending() == len(posts) }, 20*time.Second, 20*time.Millisecond)
+		t.Logf("first worker holds all %d after %s", len(posts), time.Since(start).Round(time.Millisecond))
+
+		_, w2 := startWorker(t, b, db.DB, pub, nil)
+		require.Eventually(t, func() bool { return w2.Pending() > 0 && w1.Pending() > 0 && w1.Pending()+w2.Pending() == len(posts) },
+			20*time.Second, 20*time.Millisecond, "the second member never got partitions")
+		t.Logf("split %d/%d after %s", w1.Pending(), w2.Pending(), time.Since(start).Round(time.Millisecond))
+		c1.Stop()
+		w1.Stop()
+		require.Eventually(t, func() bool { return w2.Pending() == len(posts) }, 20*time.Second, 20*time.Millisecond)
+		t.Logf("second worker holds all after %s", time.Since(start).Round(time.Millisecond))
+		for _, p := range posts {
+			require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, p.ID).Status, "published before its time")
+		}
+
+		require.Eventually(t, func() bool {
+			var n int64
+			require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
+			return n == int64(len(posts))
+		}, 30*time.Second, 20*time.Millisecond)
+		for _, p := range posts {
+			require.Equal(t, 1, pub.count(p.ID), "post %d", p.ID)
+		}
+	})
+}
