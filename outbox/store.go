@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,62 +59,118 @@ func (s *Store) DB() *gorm.DB { return s.db }
 // instead of waiting; SQLite transactions are serialized by BEGIN IMMEDIATE)
 // re-checks their status, and one version-checked UPDATE takes them.
 func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Time) ([]Message, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
+	claimed, _, err := s.MarkSentAndClaim(ctx, nil, time.Time{}, owner, limit, now)
+	return claimed, err
+}
+
+// FoldsAcks reports whether a relay should leave the acknowledgements of a
+// full batch to MarkSentAndClaim of its next poll instead of writing them at
+// once. True on MySQL, where that saves a durable commit and two round trips
+// per batch. False on SQLite, where a commit in WAL mode is cheap and every
+// write transaction takes the one write lock: a relay that went straight from
+// one batch's send to its next claim would hold that lock back to back and
+// starve the other instances on the file.
+func (s *Store) FoldsAcks() bool { return s.dialect == migrations.MySQL }
+
+// MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
+// does, and claims the next batch, as Claim does, in one transaction: a relay
+// that moves full batches back to back pays one commit per batch instead of
+// two. The acknowledgements are written first, so the events that follow
+// them on their posts are claimable in the same transaction. It returns the
+// claimed rows and how many rows of sent were fenced; on error nothing was
+// written and the caller still holds sent.
+func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
+	now time.Time) (claimed []Message, fenced int, err error) {
 	now = Normalize(now)
-	// A plain read first: an idle poll then costs no write transaction (on
-	// SQLite every transaction takes the one write lock at BEGIN).
-	if ids, err := s.candidates(s.db.WithContext(ctx), 1, now); err != nil || len(ids) == 0 {
-		return nil, err
+	if len(sent) == 0 {
+		if limit <= 0 {
+			return nil, 0, nil
+		}
+		// Nothing to write: a plain read first, so that an idle poll costs no
+		// write transaction (on SQLite every transaction takes the one write
+		// lock at BEGIN).
+		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now); err != nil || len(ids) == 0 {
+			return nil, 0, err
+		}
 	}
-	var claimed []Message
-	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-		claimed = nil
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		claimed, fenced = nil, 0
+		if len(sent) > 0 {
+			var err error
+			if fenced, err = s.markSent(tx, sent, sentAt); err != nil {
+				return fmt.Errorf("mark sent: %w", err)
+			}
+		}
+		if limit <= 0 {
+			return nil
+		}
+		// Read inside the transaction, after the write: it sees the rows just
+		// marked SENT, so their successors are heads now, and on SQLite no
+		// other claimer can take the candidates before the lock below.
 		ids, err := s.candidates(tx, limit, now)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		lock := tx.Where("id IN ? AND status IN ?", ids, []Status{StatusPending, StatusRetry}).Order("created, id")
-		if s.dialect == migrations.MySQL {
-			// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
-			lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
-		}
-		var rows []Message
-		if err := lock.Find(&rows).Error; err != nil {
-			return fmt.Errorf("lock candidates: %w", err)
-		}
-		if len(rows) == 0 {
-			return nil
-		}
-		res := tx.Model(&Message{}).
-			Where("status IN ?", []Status{StatusPending, StatusRetry}).
-			Where(s.versionMatch(rows)).
-			Updates(map[string]any{
-				"status":     StatusProcessing,
-				"version":    gorm.Expr("version + 1"),
-				"claimed_by": owner,
-				"claimed_at": now,
-			})
-		if res.Error != nil {
-			return fmt.Errorf("claim rows: %w", res.Error)
-		}
-		if int(res.RowsAffected) != len(rows) {
-			return fmt.Errorf("%w: %d of %d rows changed under the lock", ErrClaimLost, res.RowsAffected, len(rows))
-		}
-		for i := range rows {
-			rows[i].Status = StatusProcessing
-			rows[i].Version++
-			rows[i].ClaimedBy = &owner
-			rows[i].ClaimedAt = &now
-		}
+		rows, err := s.claimRows(tx, ids, owner, now)
 		claimed = rows
-		return nil
+		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return claimed, nil
+	return claimed, fenced, nil
+}
+
+// claimRows takes the candidates ids that are still due and unclaimed:
+// locks them, then marks them PROCESSING under a version check. It returns
+// them ordered by (created, id).
+func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, error) {
+	// No ORDER BY: sorting whole rows is server work; the few hundred rows
+	// are put in order below. On MySQL the candidates come from the
+	// transaction's snapshot and this locking read sees the latest rows, so
+	// it checks again that they are due and unclaimed. A candidate stays the
+	// head of its post until it is itself claimed: the rows before it are
+	// SENT or discarded, and neither is ever undone.
+	lock := tx.Where("id IN ? AND status IN ? AND next_attempt_at <= ?", ids, []Status{StatusPending, StatusRetry}, now)
+	if s.dialect == migrations.MySQL {
+		// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
+		lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+	}
+	var rows []Message
+	if err := lock.Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("lock candidates: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	res := tx.Model(&Message{}).
+		Where("status IN ?", []Status{StatusPending, StatusRetry}).
+		Where(s.versionMatch(rows)).
+		Updates(map[string]any{
+			"status":     StatusProcessing,
+			"version":    gorm.Expr("version + 1"),
+			"claimed_by": owner,
+			"claimed_at": now,
+		})
+	if res.Error != nil {
+		return nil, fmt.Errorf("claim rows: %w", res.Error)
+	}
+	if int(res.RowsAffected) != len(rows) {
+		return nil, fmt.Errorf("%w: %d of %d rows changed under the lock", ErrClaimLost, res.RowsAffected, len(rows))
+	}
+	for i := range rows {
+		rows[i].Status = StatusProcessing
+		rows[i].Version++
+		rows[i].ClaimedBy = &owner
+		rows[i].ClaimedAt = &now
+	}
+	slices.SortFunc(rows, func(a, b Message) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return rows, nil
 }
 
 // candidates returns the ids of up to limit due rows that are the head of
@@ -147,9 +205,9 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, erro
 // sent_at. Rows whose claim is no longer current (recovered by another
 // instance) are left alone; their number is returned as fenced.
 func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fenced int, err error) {
-	fenced, err = s.updateClaimed(ctx, msgs, map[string]any{
-		"status":  StatusSent,
-		"sent_at": Normalize(at),
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		fenced, err = s.markSent(tx, msgs, at)
+		return err
 	})
 	if err != nil {
 		return fenced, fmt.Errorf("mark sent: %w", err)
@@ -157,27 +215,38 @@ func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fen
 	return fenced, nil
 }
 
+func (s *Store) markSent(tx *gorm.DB, msgs []Message, at time.Time) (fenced int, err error) {
+	return s.updateClaimedTx(tx, msgs, map[string]any{
+		"status":  StatusSent,
+		"sent_at": Normalize(at),
+	})
+}
+
 // updateClaimed applies changes to the rows of msgs that are still
 // PROCESSING under the version their claim gave them, bumping the version,
 // in one transaction of bounded statements; it returns how many rows were
 // fenced (no longer held by this claim).
 func (s *Store) updateClaimed(ctx context.Context, msgs []Message, changes map[string]any) (fenced int, err error) {
-	changes["version"] = gorm.Expr("version + 1")
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-		fenced = 0
-		for _, chunk := range chunks(msgs, maxPairsPerStatement) {
-			res := tx.Model(&Message{}).
-				Where("status = ?", StatusProcessing).
-				Where(s.versionMatch(chunk)).
-				Updates(changes)
-			if res.Error != nil {
-				return res.Error
-			}
-			fenced += len(chunk) - int(res.RowsAffected)
-		}
-		return nil
+		fenced, err = s.updateClaimedTx(tx, msgs, changes)
+		return err
 	})
 	return fenced, err
+}
+
+func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]any) (fenced int, err error) {
+	changes["version"] = gorm.Expr("version + 1")
+	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
+		res := tx.Model(&Message{}).
+			Where("status = ?", StatusProcessing).
+			Where(s.versionMatch(chunk)).
+			Updates(changes)
+		if res.Error != nil {
+			return 0, res.Error
+		}
+		fenced += len(chunk) - int(res.RowsAffected)
+	}
+	return fenced, nil
 }
 
 // Failure is a failed send attempt of one claimed row.

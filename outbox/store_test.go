@@ -227,3 +227,59 @@ func TestRecoverStaleFencesTheOldClaim(t *testing.T) {
 		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
 	})
 }
+
+// MarkSentAndClaim writes the acknowledgements first, so the events they
+// held are claimed in the same transaction; stale claims are fenced.
+func TestMarkSentAndClaim(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		store := outbox.NewStore(db)
+		rows := appendEvents(t, db.DB, t0, 1, 2, 1, 2, 3)
+		now := t0.Add(time.Second)
+		first, err := store.Claim(ctx, "a", 2, now)
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, ids(first))
+
+		// Post 2's head was recovered by another instance meanwhile.
+		rec, err := store.RecoverStale(ctx, now.Add(time.Millisecond), 3, now)
+		require.NoError(t, err)
+		require.Equal(t, 2, rec.Retried)
+		again, err := store.Claim(ctx, "b", 10, now)
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[4].ID}, ids(again))
+		_, err = store.MarkSent(ctx, again[1:2], now) // b sent post 2's head
+		require.NoError(t, err)
+		_, err = store.Release(ctx, []outbox.Message{again[0], again[2]})
+		require.NoError(t, err)
+
+		// a's late acknowledgement of both: post 1's is refused too, since b
+		// re-claimed it; post 2's second event is free now anyway.
+		next, fenced, err := store.MarkSentAndClaim(ctx, first, now, "a", 10, now)
+		require.NoError(t, err)
+		require.Equal(t, 2, fenced)
+		require.Equal(t, []int64{rows[0].ID, rows[3].ID, rows[4].ID}, ids(next))
+
+		// Now a clean one: the acknowledged head's successor is claimed in
+		// the same transaction.
+		more, fenced, err := store.MarkSentAndClaim(ctx, next[:1], now, "a", 10, now)
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		require.Equal(t, []int64{rows[2].ID}, ids(more))
+		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
+		for _, m := range append(more, next[1:]...) {
+			got := statusOf(t, db.DB, m.ID)
+			require.Equal(t, outbox.StatusProcessing, got.Status)
+			require.Equal(t, m.Version, got.Version)
+		}
+
+		// Acknowledgements with nothing left to claim are still written.
+		none, fenced, err := store.MarkSentAndClaim(ctx, append(more, next[1:]...), now, "a", 10, now)
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		require.Empty(t, none)
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, m.ID).Status)
+		}
+	})
+}
