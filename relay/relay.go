@@ -43,7 +43,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the loop's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Observe, if set, is called with the result of every poll (for metrics).
+	// Observe, if set, is called with the result of every poll, and of every
+	// write of deferred acknowledgements outside a poll (for metrics).
 	Observe func(Result, time.Duration, error)
 }
 
@@ -111,8 +112,15 @@ type Result struct {
 	Recovered, RecoveredFailed int
 	// Claimed rows this poll.
 	Claimed int
-	// Sent rows the broker acknowledged.
+	// Sent rows the broker acknowledged, counted when their SENT is written:
+	// a full batch's acknowledgements are written by the next poll (see
+	// Deferred), so they count in that poll's Sent.
 	Sent int
+	// Deferred rows the broker acknowledged this poll whose SENT write was
+	// left to the next poll's claim transaction: the batch was full, so the
+	// next poll follows at once, and one commit per batch is saved (on MySQL
+	// only, see outbox.Store.FoldsAcks). Stop (and Flush) write whatever is left.
+	Deferred int
 	// Retried rows the broker rejected, due again later.
 	Retried int
 	// Failed rows rejected for the last time, now FAIL.
@@ -136,6 +144,15 @@ type Relay struct {
 	// afterClaim, if set, runs between claim and send (tests simulate a crash there).
 	afterClaim func()
 
+	// pollMu serializes polls and flushes, which share acked.
+	pollMu sync.Mutex
+	// acked are rows the broker acknowledged whose SENT write is deferred to
+	// the next poll's claim transaction, acknowledged at ackedAt. They stay
+	// PROCESSING in the database until then, so a crash in between leaves
+	// them to stale recovery, like any row claimed and not yet recorded.
+	acked   []outbox.Message
+	ackedAt time.Time
+
 	mu      sync.Mutex
 	stop    chan struct{}
 	done    chan struct{}
@@ -158,7 +175,16 @@ func (r *Relay) Config() Config { return r.cfg }
 // record each result under the claim's version. When ctx ends between claim
 // and send the rows stay PROCESSING, as after a crash, and are recovered after
 // StaleAfter; once sent, results are recorded even if ctx ends meanwhile.
+//
+// On MySQL, when the batch was full and every row was acknowledged or
+// rejected, the SENT write of the acknowledged rows is deferred to the next
+// poll, which does it in the transaction of its claim (Result.Deferred); the
+// loop polls again at once after a full batch, and writes what is left when
+// it pauses or stops. A caller that drives RunOnce itself must call Flush
+// when it is done.
 func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
 	var res Result
 	now := r.cfg.Now()
 	rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
@@ -167,10 +193,13 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	}
 	res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 
-	msgs, err := r.store.Claim(ctx, r.cfg.InstanceID, r.cfg.BatchSize, now)
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, now)
 	if err != nil {
+		// Nothing was written: the acknowledgements wait for the next try.
 		return res, fmt.Errorf("claim: %w", err)
 	}
+	res.Sent, res.Fenced = len(r.acked)-fenced, fenced
+	r.acked, r.ackedAt = nil, time.Time{}
 	res.Claimed = len(msgs)
 	if len(msgs) == 0 {
 		return res, nil
@@ -191,6 +220,33 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	return r.record(wctx, msgs, errs, res)
+}
+
+// Flush writes the SENT of rows whose acknowledgement a full batch left for
+// the next poll (see RunOnce). The loop calls it when it stops or pauses; it
+// does nothing when nothing is left. On error the rows stay PROCESSING and
+// are recovered after StaleAfter, and may then be sent a second time.
+func (r *Relay) Flush(ctx context.Context) (Result, error) {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	var res Result
+	if len(r.acked) == 0 {
+		return res, nil
+	}
+	fenced, err := r.store.MarkSent(ctx, r.acked, r.ackedAt)
+	if err != nil {
+		return res, fmt.Errorf("record deferred acknowledgements: %w", err)
+	}
+	res.Sent, res.Fenced = len(r.acked)-fenced, fenced
+	r.acked, r.ackedAt = nil, time.Time{}
+	return res, nil
+}
+
+// pendingAcks reports whether acknowledgements wait for their SENT write.
+func (r *Relay) pendingAcks() bool {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	return len(r.acked) > 0
 }
 
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result) (Result, error) {
@@ -219,9 +275,16 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		}
 	}
 	var errsOut []error
-	if len(sent) > 0 {
+	switch {
+	case len(sent) == 0:
+	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && r.store.FoldsAcks():
+		// A full batch: the next poll follows at once and writes these in
+		// its claim transaction.
+		r.acked, r.ackedAt = sent, now
+		res.Deferred = len(sent)
+	default:
 		fenced, err := r.store.MarkSent(ctx, sent, now)
-		res.Sent, res.Fenced = len(sent)-fenced, res.Fenced+fenced
+		res.Sent, res.Fenced = res.Sent+len(sent)-fenced, res.Fenced+fenced
 		errsOut = append(errsOut, err)
 	}
 	if len(failures) > 0 {
@@ -256,6 +319,27 @@ func (r *Relay) retryDelay(retry int) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
+// flush writes deferred acknowledgements for the loop, even when ctx has
+// ended: the sends happened.
+func (r *Relay) flush(ctx context.Context, log *slog.Logger) {
+	if !r.pendingAcks() {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := r.Flush(fctx)
+	if r.cfg.Observe != nil {
+		r.cfg.Observe(res, time.Since(start), err)
+	}
+	switch {
+	case err != nil:
+		log.Error("recording acknowledged rows failed; stale recovery will send them again", "err", err)
+	case res.Fenced > 0:
+		log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
+	}
+}
+
 // Start runs the relay loop in one goroutine until Stop is called or ctx ends.
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
@@ -269,7 +353,7 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // Stop asks the loop to exit after the poll in progress, whose sends are
-// finished and recorded, and waits for it. It is safe to call twice and
+// finished and recorded (deferred acknowledgements included), and waits for it. It is safe to call twice and
 // without Start.
 func (r *Relay) Stop() {
 	r.mu.Lock()
@@ -297,6 +381,9 @@ func (r *Relay) loop(ctx context.Context) {
 	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize,
 		"max_retries", r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
 	defer log.Info("relay stopped")
+	// A full batch leaves its acknowledgements to the next poll: write them
+	// before the loop ends, whether by Stop or by ctx.
+	defer r.flush(ctx, log)
 	outage := time.Duration(0)
 	for {
 		start := time.Now()
@@ -319,7 +406,7 @@ func (r *Relay) loop(ctx context.Context) {
 		default:
 			outage = 0
 			if res.Claimed > 0 || res.Recovered > 0 || res.RecoveredFailed > 0 {
-				log.Debug("relay poll", "claimed", res.Claimed, "sent", res.Sent, "retried", res.Retried,
+				log.Debug("relay poll", "claimed", res.Claimed, "sent", res.Sent, "deferred", res.Deferred, "retried", res.Retried,
 					"failed", res.Failed, "recovered", res.Recovered, "fenced", res.Fenced)
 			}
 			if res.Failed > 0 || res.RecoveredFailed > 0 {
@@ -343,6 +430,8 @@ func (r *Relay) loop(ctx context.Context) {
 				continue
 			}
 		}
+		// Nothing is deferred over a pause (after an error or an outage).
+		r.flush(ctx, log)
 		t := time.NewTimer(wait)
 		select {
 		case <-r.stop:

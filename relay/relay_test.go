@@ -310,6 +310,130 @@ func TestLaterEventOfAPostWaitsForTheFailingOne(t *testing.T) {
 	})
 }
 
+// A full batch leaves its SENT write to the next poll, which makes it in the
+// transaction of its claim; the rows stay PROCESSING until then.
+func TestFullBatchDefersSentToTheNextClaim(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.append(t, 1, 2, 1)
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs())
+		if !b.store.FoldsAcks() {
+			// SQLite: written at once, as for any batch.
+			require.Equal(t, Result{Claimed: 2, Sent: 2}, res)
+			for _, m := range rows[:2] {
+				require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status)
+			}
+			return
+		}
+		require.Equal(t, Result{Claimed: 2, Deferred: 2}, res)
+		for _, m := range rows[:2] {
+			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "SENT is deferred")
+		}
+
+		// The next poll writes them and, in the same transaction, sees that
+		// post 1's second event is now its head.
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Result{Sent: 3, Claimed: 1}, res, "the two deferred and the one of this batch, not full, so recorded at once")
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.NotNil(t, got.SentAt)
+		}
+		res, err = r.Flush(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res, "nothing left to flush")
+	})
+}
+
+// Flush writes what a full batch deferred; a deferred write whose claim was
+// recovered meanwhile is refused like any late write.
+func TestFlushRecordsDeferredAndIsFenced(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		if !b.store.FoldsAcks() {
+			t.Skip("SQLite writes every acknowledgement at once")
+		}
+		rows := b.append(t, 1, 2)
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Deferred)
+		res, err = r.Flush(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Result{Sent: 2}, res)
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status)
+		}
+
+		// Deferred past the stale limit: another instance recovers the
+		// rows; the late write of the first claim is fenced.
+		more := b.append(t, 3, 4)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Deferred)
+		b.clock.Add(2 * time.Minute)
+		rec, err := b.store.RecoverStale(ctx, b.clock.Now().Add(-time.Minute), 3, b.clock.Now())
+		require.NoError(t, err)
+		require.Equal(t, 2, rec.Retried)
+		res, err = r.Flush(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Result{Fenced: 2}, res)
+		for _, m := range more {
+			require.Equal(t, outbox.StatusRetry, b.row(t, m.ID).Status)
+		}
+	})
+}
+
+// Stop during a full batch's send: the loop ends after that poll and writes
+// the acknowledgements it deferred before Stop returns.
+func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		b.clock = &testClock{now: time.Now()}
+		rows := b.append(t, 1, 2, 3)
+		b.pub.block = make(chan struct{})
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 3; c.Now = time.Now })
+		require.NoError(t, r.Start(context.Background()))
+		require.Eventually(t, func() bool {
+			b.pub.mu.Lock()
+			defer b.pub.mu.Unlock()
+			return b.pub.calls == 1
+		}, 10*time.Second, 5*time.Millisecond)
+
+		stopped := make(chan struct{})
+		go func() { r.Stop(); close(stopped) }()
+		require.Eventually(t, func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.stopped
+		}, 10*time.Second, time.Millisecond)
+		close(b.pub.block) // the send completes after Stop was asked
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Stop did not return")
+		}
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "recorded before Stop returned")
+		}
+		b.pub.mu.Lock()
+		defer b.pub.mu.Unlock()
+		require.Equal(t, 1, b.pub.calls, "no poll after Stop")
+	})
+}
+
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
