@@ -152,6 +152,8 @@ type Relay struct {
 	// them to stale recovery, like any row claimed and not yet recorded.
 	acked   []outbox.Message
 	ackedAt time.Time
+	// recoveredAt is when RunOnce last looked for stale claims.
+	recoveredAt time.Time
 
 	mu      sync.Mutex
 	stop    chan struct{}
@@ -171,10 +173,11 @@ func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
 // Config returns the relay's configuration with defaults filled in.
 func (r *Relay) Config() Config { return r.cfg }
 
-// RunOnce does one poll: recover stale claims, claim a batch, send it, and
-// record each result under the claim's version. When ctx ends between claim
-// and send the rows stay PROCESSING, as after a crash, and are recovered after
-// StaleAfter; once sent, results are recorded even if ctx ends meanwhile.
+// RunOnce does one poll: recover stale claims (at most once per Interval),
+// claim a batch, send it, and record each result under the claim's version.
+// When ctx ends between claim and send the rows stay PROCESSING, as after a
+// crash, and are recovered after StaleAfter; once sent, results are recorded
+// even if ctx ends meanwhile.
 //
 // On MySQL, when the batch was full and every row was acknowledged or
 // rejected, the SENT write of the acknowledged rows is deferred to the next
@@ -187,11 +190,18 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	defer r.pollMu.Unlock()
 	var res Result
 	now := r.cfg.Now()
-	rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
-	if err != nil {
-		return res, fmt.Errorf("recover stale claims: %w", err)
+	// Polls follow each other at once while full batches come; looking for
+	// stale claims once per interval is enough (a claim is stale only after
+	// StaleAfter, which is more than two intervals), and saves a read of
+	// every PROCESSING row per batch.
+	if r.recoveredAt.IsZero() || now.Sub(r.recoveredAt) >= r.cfg.Interval || now.Before(r.recoveredAt) {
+		rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
+		if err != nil {
+			return res, fmt.Errorf("recover stale claims: %w", err)
+		}
+		r.recoveredAt = now
+		res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 	}
-	res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 
 	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, now)
 	if err != nil {

@@ -434,6 +434,36 @@ func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
 	})
 }
 
+// Back-to-back polls look for stale claims once per interval, not each time.
+func TestStaleClaimsAreLookedForOncePerInterval(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		r := b.relay(t, "a", func(c *Config) { c.Interval = time.Second; c.StaleAfter = time.Minute })
+		rows := b.append(t, 1, 2)
+		dead, err := b.store.Claim(ctx, "dead", 10, b.clock.Now())
+		require.NoError(t, err)
+		require.Len(t, dead, 2)
+
+		b.clock.Add(time.Minute - 500*time.Millisecond)
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Result{}, res, "not stale yet")
+		b.clock.Add(600 * time.Millisecond) // stale now, but looked 0.6s ago
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, Result{}, res, "within the interval of the last look")
+		b.clock.Add(400 * time.Millisecond)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Recovered)
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusRetry, b.row(t, m.ID).Status)
+		}
+	})
+}
+
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
