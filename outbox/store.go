@@ -321,10 +321,11 @@ type Recovery struct {
 func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetries int, retryAt time.Time) (Recovery, error) {
 	staleBefore, retryAt = Normalize(staleBefore), Normalize(retryAt)
 	var rec Recovery
-	// Stale claims are rare: look before taking the write lock.
-	var n int64
+	// Stale claims are rare: look before taking the write lock. (A COUNT
+	// with LIMIT 1 would still count every match; this stops at the first.)
+	var found []int64
 	if err := s.db.WithContext(ctx).Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore).
-		Limit(1).Count(&n).Error; err != nil || n == 0 {
+		Limit(1).Pluck("id", &found).Error; err != nil || len(found) == 0 {
 		return rec, err
 	}
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
