@@ -24,12 +24,6 @@ var ErrClaimLost = errors.New("outbox claim lost")
 // below the placeholder limits of MySQL (65535) and SQLite (32766).
 const maxPairsPerStatement = 1000
 
-// unsentStatuses are the statuses of rows that still have to reach the broker
-// (or an operator): an event of a post waits while an earlier one is in them
-// and not discarded. Only FAIL rows are ever discarded (discarded_at set, see
-// Discard): an operator gave up on them, so they no longer hold their post.
-const unsentStatuses = "'PENDING','RETRY','PROCESSING','FAIL'"
-
 // Store claims, acknowledges and recovers outbox rows for the relay. Every
 // result write carries the version the claim produced, so a relay whose claim
 // was recovered by another instance cannot overwrite the newer state.
@@ -175,14 +169,19 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 
 // candidates returns the ids of up to limit due rows that are the head of
 // their post's unsent events. PENDING and RETRY are read by two index-ordered
-// scans of idx_outbox_status_created_id, merged, so neither needs a sort.
+// scans of idx_outbox_status_created_id, merged, so neither needs a sort. The
+// head check looks for an earlier row of the post that still holds it
+// (status in unsentStatuses, not discarded): unsent_aggregate_id, a generated
+// column (migration 00004), is the post id exactly for those rows, so the
+// check is one dive into idx_outbox_unsent_aggregate_id that skips the post's
+// SENT history.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, error) {
 	part := func(alias string) string {
 		return `SELECT id, created FROM (
 	SELECT o.id, o.created FROM outbox o
 	WHERE o.status = ? AND o.next_attempt_at <= ?
 	  AND NOT EXISTS (SELECT 1 FROM outbox e
-	    WHERE e.aggregate_id = o.aggregate_id AND e.status IN (` + unsentStatuses + `) AND e.discarded_at IS NULL AND e.id < o.id)
+	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
 	ORDER BY o.created, o.id LIMIT ?) ` + alias
 	}
 	q := part("p") + "\nUNION ALL\n" + part("r") + "\nORDER BY created, id LIMIT ?"

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
 	"time"
@@ -280,6 +281,48 @@ func TestMarkSentAndClaim(t *testing.T) {
 		require.Empty(t, none)
 		for _, m := range rows {
 			require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, m.ID).Status)
+		}
+	})
+}
+
+// unsent_aggregate_id (migration 00004), which the per-post order check
+// reads, is the post id exactly while a row holds its post: PENDING, RETRY,
+// PROCESSING, or FAIL not discarded; NULL once SENT or discarded.
+func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		m := appendEvents(t, db.DB, t0, 77)[0]
+		unsent := func() *int64 {
+			var v sql.NullInt64
+			require.NoError(t, db.DB.Raw("SELECT unsent_aggregate_id FROM outbox WHERE id = ?", m.ID).Row().Scan(&v))
+			if !v.Valid {
+				return nil
+			}
+			return &v.Int64
+		}
+		for _, c := range []struct {
+			status    outbox.Status
+			discarded bool
+			holds     bool
+		}{
+			{outbox.StatusPending, false, true},
+			{outbox.StatusProcessing, false, true},
+			{outbox.StatusRetry, false, true},
+			{outbox.StatusFail, false, true},
+			{outbox.StatusFail, true, false},
+			{outbox.StatusSent, false, false},
+		} {
+			changes := map[string]any{"status": c.status, "discarded_at": nil}
+			if c.discarded {
+				changes["discarded_at"] = t0
+			}
+			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(changes).Error)
+			if c.holds {
+				require.NotNil(t, unsent(), "%s discarded=%v", c.status, c.discarded)
+				require.Equal(t, int64(77), *unsent())
+			} else {
+				require.Nil(t, unsent(), "%s discarded=%v", c.status, c.discarded)
+			}
 		}
 	})
 }
