@@ -214,7 +214,7 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 	second := createPost(t, p2.http, time.Now().Add(3*time.Minute))
 	require.Eventually(t, func() bool { return getPost(t, p2.http, second["id"])["status"] == "WORKING" },
 		30*time.Second, 100*time.Millisecond)
-	records = kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 4, 30*time.Second)
+	records = kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 8, 30*time.Second) // three posts before the restart, one after
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id), "no event sent twice")
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, second["id"]))
 	p2.terminate(t)
