@@ -180,17 +180,18 @@ func Stats(ctx context.Context, db *gorm.DB, now time.Time) (Summary, error) {
 	}
 
 	// Both queries start from the FAIL rows, which are few, and look up the
-	// later rows of their post by idx_outbox_aggregate_status_id.
+	// later unsent rows of their post by idx_outbox_unsent_aggregate_id
+	// (migration 00004), which skips the post's SENT history.
 	err := db.Raw(`SELECT COUNT(*) FROM outbox w
 JOIN (SELECT aggregate_id, MIN(id) AS first_id FROM outbox
       WHERE status = ? AND discarded_at IS NULL GROUP BY aggregate_id) f
-  ON w.aggregate_id = f.aggregate_id AND w.id > f.first_id
+  ON w.unsent_aggregate_id = f.aggregate_id AND w.id > f.first_id
 WHERE w.status IN ?`, StatusFail, []Status{StatusPending, StatusRetry}).Scan(&st.Blocked).Error
 	if err != nil {
 		return st, fmt.Errorf("count blocked rows: %w", err)
 	}
 	err = db.Raw(`SELECT f.id, f.event_id, f.aggregate_id AS post_id, COUNT(w.id) AS blocked FROM outbox f
-JOIN outbox w ON w.aggregate_id = f.aggregate_id AND w.id > f.id AND w.status IN ?
+JOIN outbox w ON w.unsent_aggregate_id = f.aggregate_id AND w.id > f.id AND w.status IN ?
 WHERE f.status = ? AND f.discarded_at IS NULL
 GROUP BY f.id, f.event_id, f.aggregate_id
 ORDER BY f.id LIMIT ?`, []Status{StatusPending, StatusRetry}, StatusFail, MaxBlockingListed).Scan(&st.Blocking).Error
