@@ -171,7 +171,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 // their post's unsent events. PENDING and RETRY are read by two index-ordered
 // scans of idx_outbox_status_created_id, merged, so neither needs a sort. The
 // head check looks for an earlier row of the post that still holds it
-// (status in unsentStatuses, not discarded): unsent_aggregate_id, a generated
+// (PENDING, RETRY, PROCESSING or FAIL, not discarded): unsent_aggregate_id, a generated
 // column (migration 00004), is the post id exactly for those rows, so the
 // check is one dive into idx_outbox_unsent_aggregate_id that skips the post's
 // SENT history.

@@ -195,6 +195,18 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	// StaleAfter, which is more than two intervals), and saves a read of
 	// every PROCESSING row per batch.
 	if r.recoveredAt.IsZero() || now.Sub(r.recoveredAt) >= r.cfg.Interval || now.Before(r.recoveredAt) {
+		// Deferred acknowledgements first (one commit per interval): after
+		// a database outage longer than StaleAfter their rows would look
+		// stale, and this relay would recover, fence and resend its own
+		// acknowledged rows.
+		if len(r.acked) > 0 {
+			fenced, err := r.store.MarkSent(ctx, r.acked, r.ackedAt)
+			if err != nil {
+				return res, fmt.Errorf("record deferred acknowledgements: %w", err)
+			}
+			res.Sent, res.Fenced = len(r.acked)-fenced, fenced
+			r.acked, r.ackedAt = nil, time.Time{}
+		}
 		rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
 		if err != nil {
 			return res, fmt.Errorf("recover stale claims: %w", err)
@@ -208,7 +220,7 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 		// Nothing was written: the acknowledgements wait for the next try.
 		return res, fmt.Errorf("claim: %w", err)
 	}
-	res.Sent, res.Fenced = len(r.acked)-fenced, fenced
+	res.Sent, res.Fenced = res.Sent+len(r.acked)-fenced, res.Fenced+fenced
 	r.acked, r.ackedAt = nil, time.Time{}
 	res.Claimed = len(msgs)
 	if len(msgs) == 0 {

@@ -394,13 +394,42 @@ func TestFlushRecordsDeferredAndIsFenced(t *testing.T) {
 	})
 }
 
+// Acknowledgements deferred across a long pause (a database outage longer
+// than the stale limit) are written before this relay looks for stale
+// claims, so it does not recover, fence and resend its own acknowledged rows.
+func TestDeferredAcknowledgementsAreNotRecoveredAsStale(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.append(t, 1, 2)
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Deferred+res.Sent)
+
+		b.clock.Add(r.Config().StaleAfter + time.Minute)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Recovered, "its own acknowledged rows were recovered as stale")
+		require.Zero(t, res.Fenced)
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Zero(t, got.RetryCount)
+		}
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs(), "sent once each")
+	})
+}
+
 // Stop during a full batch's send: the loop ends after that poll and writes
 // the acknowledgements it deferred before Stop returns.
 func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
-		b.clock = &testClock{now: time.Now()}
+		// Rows written a second ago, so all three are due on the relay's real clock.
+		b.clock = &testClock{now: time.Now().Add(-time.Second)}
 		rows := b.append(t, 1, 2, 3)
 		b.pub.block = make(chan struct{})
 		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 3; c.Now = time.Now })
