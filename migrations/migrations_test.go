@@ -28,7 +28,7 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 			for table, cols := range map[string][]string{
 				"posts": {"id", "title", "content", "status", "scheduled_at", "created_at", "updated_at", "published_at", "version"},
 				"outbox": {"id", "event_id", "event_type", "aggregate_id", "payload", "created", "status", "retry_count",
-					"version", "next_attempt_at", "claimed_by", "claimed_at", "sent_at", "last_error"},
+					"version", "next_attempt_at", "claimed_by", "claimed_at", "sent_at", "last_error", "discarded_at", "unsent_aggregate_id"},
 				"inbox":        {"consumer", "event_id", "processed_at"},
 				"publications": {"post_id", "event_id", "partition_id", "scheduled_at", "status", "published_at"},
 			} {
@@ -37,7 +37,10 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 					require.True(t, m.HasColumn(table, c), "column %s.%s", table, c)
 				}
 			}
-			require.True(t, m.HasIndex("outbox", "idx_outbox_status_created_id"))
+			for _, idx := range []string{"idx_outbox_status_created_id", "idx_outbox_unsent_aggregate_id", "idx_outbox_aggregate_id"} {
+				require.True(t, m.HasIndex("outbox", idx), "index %s", idx)
+			}
+			require.True(t, m.HasIndex("publications", "idx_publications_status_partition"))
 		})
 	}
 }
