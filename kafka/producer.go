@@ -633,4 +633,7 @@ func producerFill(errs []error, err error) []error {
 	return errs
 }
 
-var _ relay.Publisher = (*Producer)(nil)
+var (
+	_ relay.Publisher = (*Producer)(nil)
+	_ relay.Pinger    = (*Producer)(nil)
+)

@@ -199,9 +199,23 @@ func (m *Metrics) ObserveRelay(res relay.Result, d time.Duration, err error) {
 
 // WrapPublisher returns p timed: each Publish is one observation of the
 // Kafka send duration, and each message's outcome is counted.
+// A p that is a relay.Pinger stays one.
 func (m *Metrics) WrapPublisher(p relay.Publisher) relay.Publisher {
-	return &timedPublisher{next: p, m: m}
+	t := &timedPublisher{next: p, m: m}
+	if pg, ok := p.(relay.Pinger); ok {
+		return &timedPinger{timedPublisher: t, pinger: pg}
+	}
+	return t
 }
+
+// timedPinger is a timedPublisher whose publisher can be pinged.
+type timedPinger struct {
+	*timedPublisher
+	pinger relay.Pinger
+}
+
+// Ping asks the wrapped publisher.
+func (t *timedPinger) Ping(ctx context.Context) error { return t.pinger.Ping(ctx) }
 
 type timedPublisher struct {
 	next relay.Publisher

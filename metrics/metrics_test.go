@@ -254,3 +254,24 @@ func TestHTTPRouteBehindWrapper(t *testing.T) {
 	require.Equal(t, 1.0, value(t, f, "posting_http_requests_total",
 		map[string]string{"route": "GET /admin/outbox/{id}", "code": "401"}))
 }
+
+// pinging is a publisher the relay can ping.
+type pinging struct {
+	rejecting
+	err error
+}
+
+func (p *pinging) Ping(context.Context) error { return p.err }
+
+// The timed wrapper keeps a publisher's Ping, so the relay can still end an
+// outage early, and adds none to a publisher without one.
+func TestWrapPublisherKeepsPing(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(databasetest.NewSQLite(t).DB, "test-1")
+	down := errors.New("connection refused")
+	pg, ok := m.WrapPublisher(&pinging{err: down}).(relay.Pinger)
+	require.True(t, ok)
+	require.ErrorIs(t, pg.Ping(context.Background()), down)
+	_, ok = m.WrapPublisher(&rejecting{}).(relay.Pinger)
+	require.False(t, ok)
+}

@@ -25,3 +25,13 @@ type Publisher interface {
 	// message has an outcome.
 	Publish(ctx context.Context, msgs []outbox.Message) []error
 }
+
+// Pinger is a Publisher that can tell cheaply whether the cluster answers
+// (kafka.Producer can). While the broker is unreachable the relay waits up
+// to OutageBackoffMax between polls; with a Pinger it asks every Interval
+// meanwhile and polls as soon as the broker answers, so events flow again
+// within an interval of its return instead of up to a whole backoff later.
+type Pinger interface {
+	// Ping returns nil when the cluster answers.
+	Ping(ctx context.Context) error
+}

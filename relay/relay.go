@@ -454,6 +454,12 @@ func (r *Relay) loop(ctx context.Context) {
 		}
 		// Nothing is deferred over a pause (after an error or an outage).
 		r.flush(ctx, log)
+		if pinger, ok := r.pub.(Pinger); ok && res.Unavailable {
+			if !r.waitOutage(ctx, wait, pinger, log) {
+				return
+			}
+			continue
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-r.stop:
@@ -463,6 +469,39 @@ func (r *Relay) loop(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// waitOutage waits out an outage backoff, asking pinger every Interval
+// whether the broker answers again; it returns early when it does, and
+// false when the relay is stopped meanwhile.
+func (r *Relay) waitOutage(ctx context.Context, wait time.Duration, pinger Pinger, log *slog.Logger) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		step := min(r.cfg.Interval, time.Until(deadline))
+		if step <= 0 {
+			return true
+		}
+		t := time.NewTimer(step)
+		select {
+		case <-r.stop:
+			t.Stop()
+			return false
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if time.Until(deadline) <= 0 {
+			return true
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(r.cfg.Interval, time.Second))
+		err := pinger.Ping(pctx)
+		cancel()
+		if err == nil {
+			log.Info("broker reachable again; polling before the backoff ends", "backoff_left", time.Until(deadline).Round(time.Millisecond))
+			return true
 		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -520,4 +522,50 @@ func TestConfigValidation(t *testing.T) {
 		_, err := New(nil, nil, c)
 		require.ErrorContains(t, err, "invalid relay config", "%+v", c)
 	}
+}
+
+// pingingPublisher is a fakePublisher the relay can ping: it answers while
+// the publisher is not down.
+type pingingPublisher struct{ *fakePublisher }
+
+func (p pingingPublisher) Ping(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
+	}
+	return nil
+}
+
+// While the broker is down the relay backs off, but with a publisher it can
+// ping it polls again within an interval of the broker's return, not at the
+// end of a backoff that has grown to seconds.
+func TestOutageEndsAtTheFirstSuccessfulPing(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	b := setup(t, db)
+	b.pub.down = true
+	b.clock = &testClock{now: time.Now().Add(-time.Second)}
+	rows := b.append(t, 1, 2)
+	var unavailable atomic.Int64
+	r, err := New(b.store, pingingPublisher{b.pub}, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
+		StaleAfter: time.Minute, OutageBackoffMax: time.Minute, Logger: slog.New(slog.DiscardHandler),
+		Observe: func(res Result, _ time.Duration, _ error) {
+			if res.Unavailable {
+				unavailable.Add(1)
+			}
+		}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	t.Cleanup(r.Stop)
+	// Eight polls in, the backoff is 20ms * 2^7 = 2.56s.
+	require.Eventually(t, func() bool { return unavailable.Load() >= 8 }, 30*time.Second, 5*time.Millisecond)
+	b.pub.mu.Lock()
+	b.pub.down = false
+	b.pub.mu.Unlock()
+	back := time.Now()
+	require.Eventually(t, func() bool {
+		return b.row(t, rows[0].ID).Status == outbox.StatusSent && b.row(t, rows[1].ID).Status == outbox.StatusSent
+	}, time.Second, 5*time.Millisecond, "the relay waited for its backoff instead of pinging")
+	t.Logf("sent %s after the broker came back", time.Since(back).Round(time.Millisecond))
 }
