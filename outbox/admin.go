@@ -310,7 +310,7 @@ func Discard(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []Row
 		if e.LastError != nil && *e.LastError != "" {
 			note += "; last error: " + *e.LastError
 		}
-		note = truncateError(note)
+		note = TruncateError(note)
 		e.DiscardedAt, e.LastError, e.Version = &now, &note, e.Version+1
 		return map[string]any{
 			"discarded_at": now,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -277,7 +278,7 @@ func (s *Store) MarkFailed(ctx context.Context, failures []Failure) (fenced int,
 					"status":          status,
 					"retry_count":     gorm.Expr("retry_count + 1"),
 					"next_attempt_at": Normalize(f.NextAttemptAt),
-					"last_error":      truncateError(f.Err),
+					"last_error":      TruncateError(f.Err),
 					"version":         gorm.Expr("version + 1"),
 				})
 			if res.Error != nil {
@@ -402,9 +403,18 @@ func chunks(msgs []Message, n int) [][]Message {
 // maxErrorLen keeps last_error readable and within a TEXT column.
 const maxErrorLen = 2000
 
-func truncateError(s string) string {
+// TruncateError makes s fit a last_error column: valid UTF-8 (MySQL in
+// strict mode refuses a TEXT value with a broken character, and an error
+// may quote a broker's or a webhook's answer), at most 2000 bytes, cut on a
+// character boundary.
+func TruncateError(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= maxErrorLen {
 		return s
 	}
-	return s[:maxErrorLen]
+	cut := maxErrorLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

@@ -1,10 +1,6 @@
 package worker
 
-import (
-	"strings"
-	"time"
-	"unicode/utf8"
-)
+import "time"
 
 // PublicationStatus is where a publication stands.
 type PublicationStatus string
@@ -39,21 +35,3 @@ type Publication struct {
 
 // TableName is the table of migration 00005.
 func (Publication) TableName() string { return "publications" }
-
-// maxErrorLen keeps last_error readable.
-const maxErrorLen = 2000
-
-// truncateError makes s valid UTF-8 and cuts it to at most maxErrorLen
-// bytes on a character boundary: MySQL in strict mode refuses a TEXT value
-// with a broken character, and a webhook's answer may hold anything.
-func truncateError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	cut := maxErrorLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}

@@ -392,7 +392,7 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 	p := *post
 	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
 	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
-		msg := truncateError(err.Error())
+		msg := outbox.TruncateError(err.Error())
 		if errors.Is(err, ErrRefused) {
 			return w.settleNow(ctx, postID, PublicationFailed, &msg)
 		}
