@@ -452,6 +452,10 @@ func (p *Producer) Close() error {
 	return nil
 }
 
+// SendBound is the longest one Publish takes (SendTimeout): the relay
+// refuses a stale limit that a healthy slow send could outlast.
+func (p *Producer) SendBound() time.Duration { return p.cfg.SendTimeout }
+
 // Ping reports whether a broker answers a metadata request within
 // ProbeTimeout (or ctx), for readiness checks. It does not use or disturb the
 // sending connections. A failure wraps relay.ErrUnavailable.

@@ -222,6 +222,14 @@ type timedPublisher struct {
 	m    *Metrics
 }
 
+// SendBound passes on the wrapped publisher's bound (0: unknown).
+func (t *timedPublisher) SendBound() time.Duration {
+	if b, ok := t.next.(relay.SendBounder); ok {
+		return b.SendBound()
+	}
+	return 0
+}
+
 func (t *timedPublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	start := time.Now()
 	errs := t.next.Publish(ctx, msgs)

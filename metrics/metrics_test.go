@@ -115,7 +115,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": t0.Add(-time.Hour)}).Error)
 
 		pub := m.WrapPublisher(&rejecting{reject: map[int64]bool{4: true, 5: true, 6: true}})
-		r, err := relay.New(outbox.NewStore(db), pub, relay.Config{
+		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return t0.Add(2 * time.Second) }), pub, relay.Config{
 			InstanceID: "test-1", Now: func() time.Time { return t0.Add(2 * time.Second) },
 		})
 		require.NoError(t, err)

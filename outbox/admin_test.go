@@ -79,7 +79,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		rows := appendEvents(t, db.DB, t0, 1, 2, 1)
 		now := t0.Add(time.Second)
 		pub := &opsPublisher{reject: map[string]bool{rows[0].EventID: true}}
-		r, err := relay.New(outbox.NewStore(db), pub, relay.Config{
+		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), pub, relay.Config{
 			InstanceID: "x", MaxRetries: -1, Now: func() time.Time { return now },
 		})
 		require.NoError(t, err)

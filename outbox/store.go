@@ -31,19 +31,40 @@ const maxPairsPerStatement = 1000
 type Store struct {
 	db      *gorm.DB
 	dialect migrations.Dialect
+	// clock is the time every instance compares against: the database's.
+	clock func(ctx context.Context) (time.Time, error)
 }
 
 // NewStore returns a Store on db.
 func NewStore(db *database.DB) *Store {
-	return &Store{db: db.DB, dialect: db.Dialect}
+	s := &Store{db: db.DB, dialect: db.Dialect}
+	s.clock = func(ctx context.Context) (time.Time, error) { return database.Now(ctx, s.db) }
+	return s
 }
+
+// WithClock returns a copy of the store whose Now reads now instead of the
+// database's clock: tests move the shared clock by hand with it.
+func (s *Store) WithClock(now func() time.Time) *Store {
+	c := *s
+	c.clock = func(context.Context) (time.Time, error) { return Normalize(now()), nil }
+	return &c
+}
+
+// Now returns the time that claims, retries and stale recovery are measured
+// in: the database's clock (database.Now), shared by every instance. A
+// claim's claimed_at and a retry's next_attempt_at are written by one
+// instance and compared by another, so neither may come from an instance's
+// own clock: a relay whose clock ran 3 minutes ahead took other relays' live
+// claims for stale and sent their rows twice.
+func (s *Store) Now(ctx context.Context) (time.Time, error) { return s.clock(ctx) }
 
 // DB returns the store's database handle.
 func (s *Store) DB() *gorm.DB { return s.db }
 
 // Claim marks up to limit due rows PROCESSING for owner and returns them,
 // oldest first by (created, id), with the versions of the claim. A row is due
-// when it is PENDING or RETRY with next_attempt_at <= now, and it is the
+// when it is PENDING, or RETRY with next_attempt_at <= now (now should come
+// from Now), and it is the
 // earliest unsent event of its post: a later event of a post is never claimed
 // while an earlier one is PENDING, RETRY, PROCESSING or FAIL, whoever holds
 // it, which keeps per-post order across retries, instances and crashes.
@@ -126,7 +147,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// it checks again that they are due and unclaimed. A candidate stays the
 	// head of its post until it is itself claimed: the rows before it are
 	// SENT or discarded, and neither is ever undone.
-	lock := tx.Where("id IN ? AND status IN ? AND next_attempt_at <= ?", ids, []Status{StatusPending, StatusRetry}, now)
+	lock := tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now)
 	if s.dialect == migrations.MySQL {
 		// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
 		lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
@@ -170,27 +191,32 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 
 // candidates returns the ids of up to limit due rows that are the head of
 // their post's unsent events. PENDING and RETRY are read by two index-ordered
-// scans of idx_outbox_status_created_id, merged, so neither needs a sort. The
+// scans of idx_outbox_status_created_id, merged, so neither needs a sort.
+// A PENDING row is always due: it is new, released after an outage (it was
+// due then) or requeued. Its next_attempt_at comes from the clock of the
+// instance that wrote it, so it is not compared: a row written by an
+// instance whose clock ran ahead would wait that far. The
 // head check looks for an earlier row of the post that still holds it
 // (PENDING, RETRY, PROCESSING or FAIL, not discarded): unsent_aggregate_id, a generated
 // column (migration 00004), is the post id exactly for those rows, so the
 // check is one dive into idx_outbox_unsent_aggregate_id that skips the post's
 // SENT history.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, error) {
-	part := func(alias string) string {
+	part := func(due, alias string) string {
 		return `SELECT id, created FROM (
 	SELECT o.id, o.created FROM outbox o
-	WHERE o.status = ? AND o.next_attempt_at <= ?
+	WHERE ` + due + `
 	  AND NOT EXISTS (SELECT 1 FROM outbox e
 	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
 	ORDER BY o.created, o.id LIMIT ?) ` + alias
 	}
-	q := part("p") + "\nUNION ALL\n" + part("r") + "\nORDER BY created, id LIMIT ?"
+	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= ?", "r") +
+		"\nORDER BY created, id LIMIT ?"
 	var rows []struct {
 		ID      int64
 		Created time.Time
 	}
-	err := tx.Raw(q, StatusPending, now, limit, StatusRetry, now, limit, limit).Scan(&rows).Error
+	err := tx.Raw(q, StatusPending, limit, StatusRetry, now, limit, limit).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("find claim candidates: %w", err)
 	}

@@ -235,7 +235,7 @@ func TestBrokerRejectionRetriesThenFails(t *testing.T) {
 		}
 		broker.RejectKey(strconv.Itoa(poison), kafkaInvalidRecord)
 
-		r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{InstanceID: "a",
+		r, err := relay.New(outbox.NewStore(db).WithClock(clock.Now), newProducer(t, broker), relay.Config{InstanceID: "a",
 			Interval: 20 * time.Millisecond, RetryBase: time.Second, RetryMax: time.Minute, Now: clock.Now})
 		require.NoError(t, err)
 
@@ -287,7 +287,7 @@ func TestFailingEventHoldsTheNextOfItsPost(t *testing.T) {
 		clock.Add(time.Millisecond)
 		second := appendEvent(t, db.DB, 9, clock.Now())
 		stopRejecting := broker.RejectKey("9", kafkaInvalidRecord)
-		r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{InstanceID: "a",
+		r, err := relay.New(outbox.NewStore(db).WithClock(clock.Now), newProducer(t, broker), relay.Config{InstanceID: "a",
 			Interval: 20 * time.Millisecond, RetryBase: time.Second, Now: clock.Now})
 		require.NoError(t, err)
 
@@ -319,7 +319,7 @@ func TestBrokerOutageLosesNothingAndSpendsNoRetries(t *testing.T) {
 		var polls, unavailable atomic.Int64
 		r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{InstanceID: "a",
 			Interval: 20 * time.Millisecond, RetryBase: 10 * time.Millisecond, RetryMax: 40 * time.Millisecond,
-			OutageBackoffMax: 100 * time.Millisecond, StaleAfter: time.Minute,
+			OutageBackoffMax: 100 * time.Millisecond, StaleAfter: 2 * time.Minute,
 			Logger: slog.New(slog.DiscardHandler),
 			Observe: func(res relay.Result, _ time.Duration, _ error) {
 				polls.Add(1)

@@ -6,6 +6,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/postingsvc/posting/outbox"
 )
@@ -34,4 +35,14 @@ type Publisher interface {
 type Pinger interface {
 	// Ping returns nil when the cluster answers.
 	Ping(ctx context.Context) error
+}
+
+// SendBounder is a Publisher that knows the longest one Publish can take
+// (kafka.Producer: its SendTimeout). The relay refuses a StaleAfter that a
+// healthy but slow send and the write of its results could outlast: another
+// instance would recover the claim while it is still being sent, and send
+// the rows again.
+type SendBounder interface {
+	// SendBound is the longest one Publish takes; 0 means unknown.
+	SendBound() time.Duration
 }

@@ -27,10 +27,14 @@ type Config struct {
 	// row FAIL. Default 3; 0..100. Use -1 for zero retries.
 	MaxRetries int
 	// StaleAfter is how long a claim may stay PROCESSING before another instance
-	// recovers it (POSTING_RELAY_STALE_AFTER). It must exceed the longest a
-	// Publish can take, or a slow send could be duplicated out of order.
-	// Default 2m; at least 1s and more than 2*Interval.
+	// recovers it. Default 2m; at least 1s and more than 2*Interval, and New
+	// refuses one that does not exceed the publisher's send bound (see
+	// SendBounder) plus WriteTimeout by a quarter (a *StaleLimitError): a
+	// healthy slow send would look dead and be sent again.
 	StaleAfter time.Duration
+	// WriteTimeout bounds the write of a batch's send results, which goes on
+	// even when the relay is being stopped. Default 30s.
+	WriteTimeout time.Duration
 	// RetryBase is the delay before the first retry of a rejected row; each
 	// further retry doubles it, with jitter, up to RetryMax. Default 1s.
 	RetryBase time.Duration
@@ -67,6 +71,9 @@ func (c *Config) setDefaults() {
 	if c.StaleAfter == 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
 	if c.RetryBase == 0 {
 		c.RetryBase = time.Second
 	}
@@ -97,6 +104,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max retries %d is outside 0..100", c.MaxRetries)
 	case c.StaleAfter < time.Second || c.StaleAfter <= 2*c.Interval:
 		return fmt.Errorf("stale after %s must be at least 1s and more than twice the interval %s", c.StaleAfter, c.Interval)
+	case c.WriteTimeout <= 0:
+		return fmt.Errorf("write timeout %s must be positive", c.WriteTimeout)
 	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
 		return fmt.Errorf("retry delays base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
 	case c.OutageBackoffMax < c.Interval:
@@ -161,11 +170,42 @@ type Relay struct {
 	stopped bool
 }
 
+// StaleLimitError is New's error for a StaleAfter that a healthy claim could
+// outlast: the publisher's send bound plus WriteTimeout, and a quarter more
+// for the claim's own transaction and the clocks' reading.
+type StaleLimitError struct {
+	// StaleAfter is the refused value; Min is the least StaleAfter above it.
+	StaleAfter, Min time.Duration
+	// SendBound and WriteTimeout are what Min is made of.
+	SendBound, WriteTimeout time.Duration
+}
+
+func (e *StaleLimitError) Error() string {
+	return fmt.Sprintf("stale after %s must be more than %s: a send may take %s and the write of its results %s, plus a quarter",
+		e.StaleAfter, e.Min, e.SendBound, e.WriteTimeout)
+}
+
+// MinStaleAfter returns the least StaleAfter a relay accepts for a
+// publisher whose sends take up to sendBound and the given WriteTimeout
+// (0: the default): StaleAfter must be more than it.
+func MinStaleAfter(sendBound, writeTimeout time.Duration) time.Duration {
+	if writeTimeout == 0 {
+		writeTimeout = 30 * time.Second
+	}
+	return (sendBound + writeTimeout) * 5 / 4
+}
+
 // New returns a relay that claims from store and sends to pub.
 func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid relay config: %w", err)
+	}
+	if b, ok := pub.(SendBounder); ok && b.SendBound() > 0 {
+		if min := MinStaleAfter(b.SendBound(), cfg.WriteTimeout); cfg.StaleAfter <= min {
+			return nil, fmt.Errorf("invalid relay config: %w", &StaleLimitError{StaleAfter: cfg.StaleAfter, Min: min,
+				SendBound: b.SendBound(), WriteTimeout: cfg.WriteTimeout})
+		}
 	}
 	return &Relay{cfg: cfg, store: store, pub: pub}, nil
 }
@@ -189,12 +229,20 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	var res Result
-	now := r.cfg.Now()
+	// Two clocks: the app's decides when this relay looks again; the
+	// database's (shared by every instance) is what claims, retries and
+	// stale recovery are written and compared in.
+	appNow := r.cfg.Now()
+	now, err := r.store.Now(ctx)
+	if err != nil {
+		return res, err
+	}
+	clock := newSharedClock(now)
 	// Polls follow each other at once while full batches come; looking for
 	// stale claims once per interval is enough (a claim is stale only after
 	// StaleAfter, which is more than two intervals), and saves a read of
 	// every PROCESSING row per batch.
-	if r.recoveredAt.IsZero() || now.Sub(r.recoveredAt) >= r.cfg.Interval || now.Before(r.recoveredAt) {
+	if r.recoveredAt.IsZero() || appNow.Sub(r.recoveredAt) >= r.cfg.Interval || appNow.Before(r.recoveredAt) {
 		// Deferred acknowledgements first (one commit per interval): after
 		// a database outage longer than StaleAfter their rows would look
 		// stale, and this relay would recover, fence and resend its own
@@ -211,7 +259,7 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("recover stale claims: %w", err)
 		}
-		r.recoveredAt = now
+		r.recoveredAt = appNow
 		res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 	}
 
@@ -239,10 +287,22 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
 	}
 	// The sends happened: record them even if we are being stopped.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	return r.record(wctx, msgs, errs, res)
+	return r.record(wctx, msgs, errs, res, clock.now())
 }
+
+// sharedClock is the database's time read at the start of a poll, moved on
+// by this process's monotonic clock: later times of the poll (sent_at, a
+// retry's next_attempt_at) need no second read, and no wall clock enters.
+type sharedClock struct {
+	at    time.Time // the database's time when read
+	since time.Time // this process's time then, with its monotonic reading
+}
+
+func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since: time.Now()} }
+
+func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
 
 // Flush writes the SENT of rows whose acknowledgement a full batch left for
 // the next poll (see RunOnce). The loop calls it when it stops or pauses; it
@@ -271,8 +331,7 @@ func (r *Relay) pendingAcks() bool {
 	return len(r.acked) > 0
 }
 
-func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result) (Result, error) {
-	now := r.cfg.Now()
+func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
 	var sent, released []outbox.Message
 	var failures []outbox.Failure
 	for i, m := range msgs {
@@ -306,8 +365,17 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		res.Deferred = len(sent)
 	default:
 		fenced, err := r.store.MarkSent(ctx, sent, now)
+		if err != nil {
+			// Nothing was written (one transaction). Keep the
+			// acknowledgements, as for a deferred write: the next poll (or
+			// the flush before the loop pauses) writes them, instead of
+			// stale recovery sending the rows again with an attempt spent
+			// and holding their posts' next events for StaleAfter.
+			r.acked, r.ackedAt = append(r.acked, sent...), now
+			errsOut = append(errsOut, fmt.Errorf("%w (%d acknowledgements kept for the next try)", err, len(sent)))
+			break
+		}
 		res.Sent, res.Fenced = res.Sent+len(sent)-fenced, res.Fenced+fenced
-		errsOut = append(errsOut, err)
 	}
 	if len(failures) > 0 {
 		fenced, err := r.store.MarkFailed(ctx, failures)

@@ -86,7 +86,9 @@ type bundle struct {
 }
 
 func setup(t *testing.T, db *database.DB) *bundle {
-	return &bundle{db: db, store: outbox.NewStore(db), clock: &testClock{now: t0}, pub: &fakePublisher{answers: map[string][]error{}}}
+	clock := &testClock{now: t0}
+	// The test moves the shared (database) clock and the relay's own together.
+	return &bundle{db: db, store: outbox.NewStore(db).WithClock(clock.Now), clock: clock, pub: &fakePublisher{answers: map[string][]error{}}}
 }
 
 func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay {

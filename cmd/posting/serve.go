@@ -100,6 +100,21 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return fmt.Errorf("kafka producer: %w", err)
 	}
 	st.onStop(func() { _ = producer.Close() })
+	m := metrics.New(db.DB, s.InstanceID)
+	// Before the topic check: a stale limit the sender could outlast is a
+	// bad setting, whether or not the cluster answers.
+	rel, err := relay.New(outbox.NewStore(db), m.WrapPublisher(producer), relay.Config{
+		InstanceID: s.InstanceID, Interval: s.RelayInterval, BatchSize: s.RelayBatchSize,
+		MaxRetries: s.relayMaxRetries(), StaleAfter: s.RelayStaleAfter, Logger: log,
+		Observe: m.ObserveRelay,
+	})
+	if sl := (*relay.StaleLimitError)(nil); errors.As(err, &sl) {
+		return badSetting("POSTING_RELAY_STALE_AFTER", s.RelayStaleAfter.String(), fmt.Sprintf(
+			"must be more than %s: a Kafka send may take %s and the write of its results %s, plus a quarter", sl.Min, sl.SendBound, sl.WriteTimeout))
+	}
+	if err != nil {
+		return err
+	}
 	if !embedded {
 		// Against a real cluster the topic must exist (or be auto-created by
 		// the cluster); serve creates nothing there.
@@ -111,7 +126,6 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}
 
-	m := metrics.New(db.DB, s.InstanceID)
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	if err != nil {
 		return err
@@ -121,14 +135,6 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Observe: func(r reservation.SchedulerResult, d time.Duration, err error) {
 			m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 		},
-	})
-	if err != nil {
-		return err
-	}
-	rel, err := relay.New(outbox.NewStore(db), m.WrapPublisher(producer), relay.Config{
-		InstanceID: s.InstanceID, Interval: s.RelayInterval, BatchSize: s.RelayBatchSize,
-		MaxRetries: s.relayMaxRetries(), StaleAfter: s.RelayStaleAfter, Logger: log,
-		Observe: m.ObserveRelay,
 	})
 	if err != nil {
 		return err

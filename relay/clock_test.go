@@ -1,0 +1,202 @@
+package relay
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// countingPublisher acknowledges everything after a pause and counts the
+// sends of each event.
+type countingPublisher struct {
+	pause time.Duration
+	bound time.Duration // SendBound; 0: not a SendBounder answer
+
+	mu    sync.Mutex
+	sends map[string]int
+}
+
+func (p *countingPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+	time.Sleep(p.pause) // a send that takes a while: claims stay in flight
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.sends[m.EventID]++
+	}
+	return make([]error, len(msgs))
+}
+
+func (p *countingPublisher) SendBound() time.Duration { return p.bound }
+
+// Two relays whose clocks are minutes apart share the database's clock for
+// claims, retries and stale recovery: neither takes the other's live claims
+// for stale, so every event is sent once and no retry is spent. (With each
+// relay's own clock, the one 3 minutes ahead recovered the other's claims
+// while they were being sent.)
+func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		const posts, perPost = 60, 5
+		var ids []int64
+		for range perPost {
+			for p := int64(1); p <= posts; p++ {
+				m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: p, OccurredAt: time.Now()})
+				require.NoError(t, err)
+				ids = append(ids, m.ID)
+			}
+		}
+		pub := &countingPublisher{pause: 15 * time.Millisecond, sends: map[string]int{}}
+		skews := map[string]time.Duration{"ahead": 3 * time.Minute, "behind": -3 * time.Minute, "on-time": 0}
+		var relays []*Relay
+		for id, skew := range skews {
+			r, err := New(outbox.NewStore(db), pub, Config{InstanceID: id, Interval: 10 * time.Millisecond,
+				BatchSize: 10, StaleAfter: 2 * time.Minute, RetryBase: time.Second,
+				Now: func() time.Time { return time.Now().Add(skew) }})
+			require.NoError(t, err)
+			relays = append(relays, r)
+		}
+		for _, r := range relays {
+			require.NoError(t, r.Start(ctx))
+		}
+		require.Eventually(t, func() bool {
+			var n int64
+			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("status = ?", outbox.StatusSent).Count(&n).Error)
+			return n == int64(len(ids))
+		}, 60*time.Second, 20*time.Millisecond, "every event SENT")
+		for _, r := range relays {
+			r.Stop()
+		}
+
+		var rows []outbox.Message
+		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, m.Status, "row %d", m.ID)
+			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", m.ID, m.LastError)
+			require.Equal(t, 1, pub.sends[m.EventID], "row %d sends", m.ID)
+		}
+	})
+}
+
+// An event written by an instance whose clock runs 10 minutes ahead does not
+// wait those 10 minutes, nor hold its post's later events.
+func TestEventFromAnInstanceAheadIsDueAtOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		first, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 7, OccurredAt: time.Now().Add(10 * time.Minute)})
+		require.NoError(t, err)
+		second, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 7, OccurredAt: time.Now()})
+		require.NoError(t, err)
+		pub := &fakePublisher{answers: map[string][]error{}}
+		r, err := New(outbox.NewStore(db), pub, Config{InstanceID: "r", Interval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		for range 2 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+		}
+		require.Equal(t, []int64{first.ID, second.ID}, pub.sentIDs())
+	})
+}
+
+// A write of SENT that fails keeps its acknowledgements: the next poll
+// writes them, so the event is sent once, ends SENT with no retry spent, and
+// the post's next event follows in that poll instead of after the stale
+// limit.
+func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.append(t, 1, 1)
+		var failed atomic.Bool
+		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("test:fail_sent_once", func(tx *gorm.DB) {
+			if m, ok := tx.Statement.Dest.(map[string]any); ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true) {
+				_ = tx.AddError(driver.ErrBadConn)
+			}
+		}))
+		r := b.relay(t, "a")
+
+		res, err := r.RunOnce(ctx)
+		require.ErrorIs(t, err, driver.ErrBadConn)
+		require.True(t, failed.Load())
+		require.Equal(t, 1, res.Claimed)
+		require.Equal(t, outbox.StatusProcessing, b.row(t, rows[0].ID).Status, "not written yet")
+
+		// The next poll: the first event's SENT, then its successor claimed,
+		// sent and written.
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Claimed)
+		require.Equal(t, 2, res.Sent)
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs(), "each sent once, in order")
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Zero(t, got.RetryCount)
+		}
+	})
+}
+
+// The loop writes kept acknowledgements before it pauses after the error,
+// so nothing waits for stale recovery even when no new row comes.
+func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		row := b.append(t, 1)[0]
+		var failed atomic.Bool
+		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("test:fail_sent_once", func(tx *gorm.DB) {
+			if m, ok := tx.Statement.Dest.(map[string]any); ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true) {
+				_ = tx.AddError(driver.ErrBadConn)
+			}
+		}))
+		r := b.relay(t, "a", func(c *Config) { c.Interval = time.Hour; c.OutageBackoffMax = time.Hour; c.StaleAfter = 3 * time.Hour })
+		require.NoError(t, r.Start(context.Background()))
+		t.Cleanup(r.Stop)
+		require.Eventually(t, func() bool { return b.row(t, row.ID).Status == outbox.StatusSent }, 10*time.Second, 10*time.Millisecond)
+		require.True(t, failed.Load())
+		require.Zero(t, b.row(t, row.ID).RetryCount)
+		require.Equal(t, []int64{row.ID}, b.pub.sentIDs())
+	})
+}
+
+// The relay refuses a stale limit that a healthy slow send and the write of
+// its results could outlast: another instance would send the rows again.
+func TestNewRefusesAStaleLimitTheSenderCouldOutlast(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	pub := &countingPublisher{bound: 30 * time.Second}
+	cfg := Config{InstanceID: "a", StaleAfter: 11 * time.Second}
+	_, err := New(outbox.NewStore(db), pub, cfg)
+	var sl *StaleLimitError
+	require.True(t, errors.As(err, &sl), "got %v", err)
+	require.Equal(t, 75*time.Second, sl.Min, "(30s send + 30s write) * 5/4")
+	require.Equal(t, 11*time.Second, sl.StaleAfter)
+
+	cfg.StaleAfter = 75 * time.Second
+	_, err = New(outbox.NewStore(db), pub, cfg)
+	require.ErrorAs(t, err, &sl, "the minimum itself is not more than the bound")
+
+	cfg.StaleAfter, cfg.WriteTimeout = 20*time.Second, 5*time.Second
+	pub.bound = 10 * time.Second
+	_, err = New(outbox.NewStore(db), pub, cfg)
+	require.NoError(t, err, "(10s + 5s) * 5/4 = 18.75s < 20s")
+
+	// A publisher that does not know its bound is not checked.
+	_, err = New(outbox.NewStore(db), &fakePublisher{}, Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond})
+	require.NoError(t, err)
+}
