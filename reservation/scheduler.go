@@ -32,7 +32,12 @@ type SchedulerConfig struct {
 	// off over several runs instead of one endless one. Default 10000; at
 	// least BatchSize.
 	MaxPerRun int
-	// Now is the clock. Default time.Now.
+	// Now is the clock that decides which posts are due, and the time of
+	// their updated_at and reservation event. Default: the database's clock
+	// (database.Now), which every instance shares: scheduledAt is compared
+	// by the worker against the database's clock too, and a scheduler whose
+	// host clock ran ahead would mark posts WORKING (no longer editable)
+	// early. Tests set it.
 	Now func() time.Time
 	// Logger receives the job's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -54,9 +59,6 @@ func (c SchedulerConfig) withDefaults() SchedulerConfig {
 	if c.MaxPerRun == 0 {
 		c.MaxPerRun = 10000
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -75,8 +77,6 @@ func (c SchedulerConfig) Validate() error {
 		return fmt.Errorf("batch size %d is outside 1..1000", c.BatchSize)
 	case c.MaxPerRun < c.BatchSize:
 		return fmt.Errorf("max per run %d is below the batch size %d", c.MaxPerRun, c.BatchSize)
-	case c.Now == nil:
-		return errors.New("no clock")
 	case c.Logger == nil:
 		return errors.New("no logger")
 	}
@@ -128,7 +128,10 @@ func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 // the counts after the run.
 func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 	var res SchedulerResult
-	now := outbox.Normalize(s.cfg.Now())
+	now, err := s.now(ctx)
+	if err != nil {
+		return res, err
+	}
 	horizon := now.Add(s.cfg.Lead)
 	var (
 		after    *Post // keyset cursor: skipped and failed posts stay RESERVED
@@ -164,6 +167,14 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 		return res, fmt.Errorf("%d posts could not be marked, first: %w", len(failures), failures[0])
 	}
 	return res, nil
+}
+
+// now reads the scheduler's clock: Config.Now, or the database's.
+func (s *Scheduler) now(ctx context.Context) (time.Time, error) {
+	if s.cfg.Now != nil {
+		return outbox.Normalize(s.cfg.Now()), nil
+	}
+	return database.Now(ctx, s.db)
 }
 
 // markBatch marks posts in one transaction: one commit per batch instead of
