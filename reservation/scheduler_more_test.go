@@ -84,7 +84,7 @@ func TestSchedulerStopWaitsForTheRunningJob(t *testing.T) {
 		}))
 		var ended atomic.Int64
 		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: schedQuietLogger(),
-			Now: func() time.Time { return schedT0 },
+			Now:     func() time.Time { return schedT0 },
 			Observe: func(reservation.SchedulerResult, time.Duration, error) { ended.Add(1) }})
 		require.NoError(t, err)
 		require.NoError(t, s.Start(context.Background()))
