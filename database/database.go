@@ -4,6 +4,7 @@ package database
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,10 @@ import (
 
 // ErrInvalidURL is returned for a database URL that cannot be used.
 var ErrInvalidURL = errors.New("invalid database URL")
+
+// sqliteBusyWait bounds how long opening a SQLite file waits for another
+// process that holds it (creating it, switching it to WAL, migrating).
+const sqliteBusyWait = 30 * time.Second
 
 // EmbeddedFileName is the SQLite file used under the data dir when no URL is set.
 const EmbeddedFileName = "posting.db"
@@ -171,12 +176,12 @@ func openMySQL(dsn, location string) (*DB, error) {
 }
 
 func openSQLite(path string) (*DB, error) {
-	// WAL lets readers run beside the one writer; immediate transactions take
-	// the write lock at BEGIN, so two writers queue on busy_timeout instead of
-	// one failing with SQLITE_BUSY when it upgrades a read lock.
+	// Immediate transactions take the write lock at BEGIN, so two writers
+	// queue on busy_timeout instead of one failing with SQLITE_BUSY when it
+	// upgrades a read lock. busy_timeout comes first: the pragmas after it
+	// and the first statements then wait for a process that holds the file.
 	dsn := "file:" + path + "?_txlock=immediate" +
 		"&_pragma=busy_timeout(10000)" +
-		"&_pragma=journal_mode(WAL)" +
 		"&_pragma=synchronous(NORMAL)" +
 		"&_pragma=foreign_keys(1)"
 	g, err := gorm.Open(sqlite.Open(dsn), gormConfig())
@@ -190,10 +195,42 @@ func openSQLite(path string) (*DB, error) {
 	// SQLite has one writer; a few connections serve readers under WAL.
 	sqlDB.SetMaxOpenConns(4)
 	sqlDB.SetConnMaxIdleTime(0)
+	if err := enableWAL(sqlDB, sqliteBusyWait); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	return &DB{DB: g, Dialect: migrations.SQLite, Location: "sqlite://" + path}, nil
 }
 
-// Migrate applies the schema migrations of the database's dialect.
+// enableWAL switches the file to WAL, which lets readers run beside the one
+// writer. The mode is stored in the file, so it is set once here rather than
+// by every new connection. Switching needs the file to itself: while
+// another process holds it (creating or migrating a fresh file, starting
+// at the same moment) SQLite answers busy, or keeps the old mode, without
+// waiting on busy_timeout; so this asks again until wait runs out.
+func enableWAL(db *sql.DB, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		var mode string
+		err := db.QueryRow("PRAGMA journal_mode=WAL").Scan(&mode)
+		if err == nil && (strings.EqualFold(mode, "wal") || strings.EqualFold(mode, "memory")) {
+			return nil // an in-memory database has no WAL and needs none
+		}
+		if err != nil && !IsRetryable(err) {
+			return fmt.Errorf("switch to WAL: %w", err)
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("journal mode is still %q", mode)
+			}
+			return fmt.Errorf("switch to WAL: the file stayed busy for %s: %w", wait, err)
+		}
+		time.Sleep(pause)
+	}
+}
+
+// Migrate applies the schema migrations of the database's dialect, under
+// the migration lock (see migrations.Up).
 func (db *DB) Migrate(ctx context.Context, logger *slog.Logger) (int, error) {
 	sqlDB, err := db.DB.DB()
 	if err != nil {
