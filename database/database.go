@@ -48,9 +48,6 @@ func Open(rawURL, dataDir string) (*DB, error) {
 		if dataDir == "" {
 			return nil, fmt.Errorf("%w: empty URL and no data dir", ErrInvalidURL)
 		}
-		if err := os.MkdirAll(dataDir, 0o750); err != nil {
-			return nil, fmt.Errorf("create data dir: %w", err)
-		}
 		return openSQLite(filepath.Join(dataDir, EmbeddedFileName))
 	}
 	u, err := url.Parse(rawURL)
@@ -65,19 +62,9 @@ func Open(rawURL, dataDir string) (*DB, error) {
 		}
 		return openMySQL(dsn, u.Host+u.Path)
 	case "sqlite":
-		// sqlite://relative/path.db keeps the host as the first path element;
-		// sqlite:///abs/path.db has an empty host.
-		path := u.Host + u.Path
-		if u.Opaque != "" {
-			path = u.Opaque
-		}
-		if path == "" {
-			return nil, fmt.Errorf("%w: sqlite URL without a path (want sqlite://path/to.db)", ErrInvalidURL)
-		}
-		if dir := filepath.Dir(path); dir != "." {
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return nil, fmt.Errorf("create sqlite dir: %w", err)
-			}
+		path, err := SQLitePath(u)
+		if err != nil {
+			return nil, err
 		}
 		return openSQLite(path)
 	default:
@@ -85,9 +72,29 @@ func Open(rawURL, dataDir string) (*DB, error) {
 	}
 }
 
+// SQLitePath returns the file of a sqlite:// URL: sqlite://relative/path.db
+// (relative to the working directory) or sqlite:///abs/path.db.
+func SQLitePath(u *url.URL) (string, error) {
+	// sqlite://relative/path.db keeps the host as the first path element;
+	// sqlite:///abs/path.db has an empty host.
+	path := u.Host + u.Path
+	if u.Opaque != "" {
+		path = u.Opaque
+	}
+	if path == "" {
+		return "", fmt.Errorf("%w: sqlite URL without a path (want sqlite://path/to.db)", ErrInvalidURL)
+	}
+	return path, nil
+}
+
 // MySQLDSN turns a mysql:// URL into a go-sql-driver DSN with the settings the
-// service relies on: parseTime, UTC, utf8mb4. Query parameters of the URL are
-// passed through and may override them.
+// service relies on: parseTime, UTC, utf8mb4, client-side placeholders.
+// Other query parameters of the URL are passed to the driver (and may
+// override charset and interpolateParams). The time zone is not the user's
+// to choose: every instance must read and write DATETIMEs in UTC, or two
+// instances in different zones misread each other's times; so a loc or
+// time_zone other than UTC, or parseTime=false, is ErrInvalidURL naming the
+// parameter.
 func MySQLDSN(u *url.URL) (string, error) {
 	if u.Host == "" {
 		return "", fmt.Errorf("%w: mysql URL without host (want mysql://user:pass@host:3306/db)", ErrInvalidURL)
@@ -113,8 +120,7 @@ func MySQLDSN(u *url.URL) (string, error) {
 	cfg.ReadTimeout = 30 * time.Second
 	cfg.WriteTimeout = 30 * time.Second
 	cfg.Params = map[string]string{
-		"charset":   "utf8mb4",
-		"time_zone": "'+00:00'",
+		"charset": "utf8mb4",
 		// Client-side placeholders: one round trip per statement instead of
 		// prepare + execute + close, which matters for batch statements.
 		"interpolateParams": "true",
@@ -123,18 +129,27 @@ func MySQLDSN(u *url.URL) (string, error) {
 		if len(vs) == 0 {
 			continue
 		}
+		v := vs[0]
 		switch k {
-		case "parseTime", "loc", "timeout", "readTimeout", "writeTimeout":
+		case "loc":
+			if !isUTCName(v) {
+				return "", fmt.Errorf("%w: mysql parameter loc=%s: the service reads and writes times in UTC only (omit loc, or loc=UTC)", ErrInvalidURL, v)
+			}
+		case "time_zone":
+			if !isUTCName(strings.Trim(v, `'"`)) {
+				return "", fmt.Errorf("%w: mysql parameter time_zone=%s: the service's sessions run in UTC only (omit time_zone, or time_zone='+00:00')", ErrInvalidURL, v)
+			}
+		case "parseTime", "timeout", "readTimeout", "writeTimeout":
 			// These are typed fields of the driver config: go through its parser.
-			parsed, err := mysqldriver.ParseDSN("u@tcp(h)/d?" + k + "=" + url.QueryEscape(vs[0]))
+			parsed, err := mysqldriver.ParseDSN("u@tcp(h)/d?" + k + "=" + url.QueryEscape(v))
 			if err != nil {
 				return "", fmt.Errorf("%w: mysql parameter %s: %v", ErrInvalidURL, k, err)
 			}
 			switch k {
 			case "parseTime":
-				cfg.ParseTime = parsed.ParseTime
-			case "loc":
-				cfg.Loc = parsed.Loc
+				if !parsed.ParseTime {
+					return "", fmt.Errorf("%w: mysql parameter parseTime=%s: the service needs parseTime=true (omit it)", ErrInvalidURL, v)
+				}
 			case "timeout":
 				cfg.Timeout = parsed.Timeout
 			case "readTimeout":
@@ -143,10 +158,24 @@ func MySQLDSN(u *url.URL) (string, error) {
 				cfg.WriteTimeout = parsed.WriteTimeout
 			}
 		default:
-			cfg.Params[k] = vs[0]
+			cfg.Params[k] = v
 		}
 	}
+	// A numeric offset, not 'UTC': a server without time zone tables
+	// refuses named zones.
+	cfg.Params["time_zone"] = "'+00:00'"
 	return cfg.FormatDSN(), nil
+}
+
+// isUTCName reports whether s names UTC as a Go location or a MySQL session
+// time zone: UTC, Etc/UTC, Z, +00:00, -00:00, +0:00 (any letter case).
+func isUTCName(s string) bool {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case "UTC", "ETC/UTC", "Z", "+00:00", "-00:00", "+0:00",
+		"00:00": // +00:00 with its '+' not escaped in the URL reads as " 00:00"
+		return true
+	}
+	return false
 }
 
 func gormConfig() *gorm.Config {
@@ -176,6 +205,11 @@ func openMySQL(dsn, location string) (*DB, error) {
 }
 
 func openSQLite(path string) (*DB, error) {
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create sqlite dir: %w", err)
+		}
+	}
 	// Immediate transactions take the write lock at BEGIN, so two writers
 	// queue on busy_timeout instead of one failing with SQLITE_BUSY when it
 	// upgrades a read lock. busy_timeout comes first: the pragmas after it
