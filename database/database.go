@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -26,6 +27,11 @@ import (
 // ErrInvalidURL is returned for a database URL that cannot be used.
 var ErrInvalidURL = errors.New("invalid database URL")
 
+// ErrNoDatabase is returned when the database to open does not exist: a
+// MySQL database not created yet, or, for OpenExisting, a missing SQLite
+// file. Its message says what to do.
+var ErrNoDatabase = errors.New("no database")
+
 // sqliteBusyWait bounds how long opening a SQLite file waits for another
 // process that holds it (creating it, switching it to WAL, migrating).
 const sqliteBusyWait = 30 * time.Second
@@ -39,16 +45,28 @@ type DB struct {
 	Dialect migrations.Dialect
 	// Location says where the data lives, without credentials, for logs.
 	Location string
+	name     string // the MySQL database, for messages
 }
 
 // Open opens rawURL: "mysql://user:pass@host:port/db?params", "sqlite://path",
-// or, when rawURL is empty, the embedded SQLite file in dataDir (created if needed).
-func Open(rawURL, dataDir string) (*DB, error) {
+// or, when rawURL is empty, the embedded SQLite file in dataDir. A missing
+// SQLite file (and its folder) is created; a missing MySQL database is
+// ErrNoDatabase, with the statement that creates it.
+func Open(rawURL, dataDir string) (*DB, error) { return open(rawURL, dataDir, true) }
+
+// OpenExisting opens rawURL like Open but never creates a database: a
+// missing SQLite file is ErrNoDatabase, and neither the file nor its folder
+// is created. Tools that only read or change existing data use it, so that
+// run from the wrong folder they say so instead of finding an empty
+// database without tables.
+func OpenExisting(rawURL, dataDir string) (*DB, error) { return open(rawURL, dataDir, false) }
+
+func open(rawURL, dataDir string, create bool) (*DB, error) {
 	if rawURL == "" {
 		if dataDir == "" {
 			return nil, fmt.Errorf("%w: empty URL and no data dir", ErrInvalidURL)
 		}
-		return openSQLite(filepath.Join(dataDir, EmbeddedFileName))
+		return openSQLite(filepath.Join(dataDir, EmbeddedFileName), create)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -60,13 +78,13 @@ func Open(rawURL, dataDir string) (*DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		return openMySQL(dsn, u.Host+u.Path)
+		return openMySQL(dsn, u.Host+u.Path, strings.TrimPrefix(u.Path, "/"))
 	case "sqlite":
 		path, err := SQLitePath(u)
 		if err != nil {
 			return nil, err
 		}
-		return openSQLite(path)
+		return openSQLite(path, create)
 	default:
 		return nil, fmt.Errorf("%w: scheme %q (want mysql:// or sqlite://)", ErrInvalidURL, u.Scheme)
 	}
@@ -188,10 +206,10 @@ func gormConfig() *gorm.Config {
 	}
 }
 
-func openMySQL(dsn, location string) (*DB, error) {
+func openMySQL(dsn, location, name string) (*DB, error) {
 	g, err := gorm.Open(mysql.New(mysql.Config{DSN: dsn}), gormConfig())
 	if err != nil {
-		return nil, fmt.Errorf("open mysql %s: %w", location, err)
+		return nil, fmt.Errorf("open mysql %s: %w", location, explainMySQL(err, name))
 	}
 	sqlDB, err := g.DB()
 	if err != nil {
@@ -201,11 +219,31 @@ func openMySQL(dsn, location string) (*DB, error) {
 	sqlDB.SetMaxIdleConns(10)
 	sqlDB.SetConnMaxLifetime(30 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	return &DB{DB: g, Dialect: migrations.MySQL, Location: "mysql://" + location}, nil
+	return &DB{DB: g, Dialect: migrations.MySQL, Location: "mysql://" + location, name: name}, nil
 }
 
-func openSQLite(path string) (*DB, error) {
-	if dir := filepath.Dir(path); dir != "." {
+// explainMySQL turns "Unknown database" (error 1049) into ErrNoDatabase with
+// the statement that creates it: the service creates tables, not databases.
+func explainMySQL(err error, name string) error {
+	var me *mysqldriver.MySQLError
+	if !errors.As(err, &me) || me.Number != 1049 {
+		return err
+	}
+	return fmt.Errorf("%w %q on this server (%v); create it first: CREATE DATABASE `%s` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci",
+		ErrNoDatabase, name, err, name)
+}
+
+func openSQLite(path string, create bool) (*DB, error) {
+	if !create {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			shown := path
+			if abs, err := filepath.Abs(path); err == nil {
+				shown = abs
+			}
+			return nil, fmt.Errorf("%w at %s; run from the folder of `posting serve` or set --database-url / POSTING_DATABASE_URL",
+				ErrNoDatabase, shown)
+		}
+	} else if dir := filepath.Dir(path); dir != "." {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create sqlite dir: %w", err)
 		}
@@ -218,6 +256,11 @@ func openSQLite(path string) (*DB, error) {
 		"&_pragma=busy_timeout(10000)" +
 		"&_pragma=synchronous(NORMAL)" +
 		"&_pragma=foreign_keys(1)"
+	if !create {
+		// Even if the file disappears after the check above, SQLite must
+		// not create it.
+		dsn += "&mode=rw"
+	}
 	g, err := gorm.Open(sqlite.Open(dsn), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
@@ -270,7 +313,11 @@ func (db *DB) Migrate(ctx context.Context, logger *slog.Logger) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return migrations.Up(ctx, sqlDB, db.Dialect, logger)
+	n, err := migrations.Up(ctx, sqlDB, db.Dialect, logger)
+	if err != nil && db.Dialect == migrations.MySQL {
+		err = explainMySQL(err, db.name)
+	}
+	return n, err
 }
 
 // Ping checks that the database answers within ctx.

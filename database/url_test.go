@@ -2,6 +2,7 @@ package database_test
 
 import (
 	"net/url"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
 )
 
 // dsnOf parses a mysql:// URL into the driver config it becomes.
@@ -182,4 +184,50 @@ func TestOpenSQLiteCreatesRelativeAndAbsolute(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = emb.Close() })
 	require.FileExists(t, filepath.Join(dir, "data", database.EmbeddedFileName))
+}
+
+// OpenExisting never creates a database: a missing file (embedded default or
+// sqlite:// URL) is ErrNoDatabase naming its absolute path, and neither the
+// file nor its folder appears. An existing file opens.
+func TestOpenExistingDoesNotCreate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	_, err := database.OpenExisting("", dataDir)
+	require.ErrorIs(t, err, database.ErrNoDatabase)
+	require.ErrorContains(t, err, "no database at "+filepath.Join(dataDir, database.EmbeddedFileName)+
+		"; run from the folder of `posting serve` or set --database-url / POSTING_DATABASE_URL")
+	require.NoDirExists(t, dataDir)
+
+	path := filepath.Join(dir, "sub", "x.db")
+	_, err = database.OpenExisting("sqlite://"+path, "")
+	require.ErrorIs(t, err, database.ErrNoDatabase)
+	require.ErrorContains(t, err, "no database at "+path)
+	require.NoDirExists(t, filepath.Join(dir, "sub"))
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing created")
+
+	db := databasetest.NewSQLite(t)
+	existing, err := database.OpenExisting("sqlite://"+db.Location[len("sqlite://"):], "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = existing.Close() })
+	require.True(t, existing.Migrator().HasTable("outbox"))
+}
+
+// A MySQL database that does not exist is ErrNoDatabase with the statement
+// that creates it, rather than the server's bare "Unknown database".
+func TestOpenMySQLUnknownDatabaseSaysCreateIt(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(databasetest.MySQLURL(t, "exists")) // skips without a server
+	require.NoError(t, err)
+	u.Path = "/newcomer_" + filepath.Base(t.TempDir())
+	name := u.Path[1:]
+	for _, open := range []func(string, string) (*database.DB, error){database.Open, database.OpenExisting} {
+		_, err = open(u.String(), "")
+		require.ErrorIs(t, err, database.ErrNoDatabase)
+		require.ErrorContains(t, err, "CREATE DATABASE `"+name+"`")
+		require.ErrorContains(t, err, "Unknown database", "the server's own words stay")
+	}
 }
