@@ -32,6 +32,11 @@ const lockPrefix = "posting_migrate"
 // belongs to its session, and goose runs the migrations on other
 // connections of the pool meanwhile.
 func lockMySQL(ctx context.Context, db *sql.DB, wait time.Duration) (func() error, error) {
+	if db.Stats().MaxOpenConnections == 1 {
+		// The lock's connection would be the only one, and goose would wait
+		// for another forever.
+		return nil, errors.New("migration lock: the pool needs at least 2 connections (SetMaxOpenConns(1))")
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migration lock: %w", err)
