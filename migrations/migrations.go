@@ -7,9 +7,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"time"
 
 	"github.com/pressly/goose/v3"
 )
@@ -28,11 +30,34 @@ const (
 
 // Up applies every migration not yet applied and returns how many it applied.
 // Running it on an up-to-date database is a no-op.
+//
+// It holds the migration lock of the database throughout (MySQL GET_LOCK,
+// a file lock beside a SQLite file), so processes started together on a
+// fresh database apply each migration once: the first applies them, the
+// others wait, then find nothing to do. Waiting longer than DefaultLockWait
+// is ErrLockTimeout.
 func Up(ctx context.Context, db *sql.DB, dialect Dialect, logger *slog.Logger) (int, error) {
+	return up(ctx, db, dialect, logger, DefaultLockWait)
+}
+
+func up(ctx context.Context, db *sql.DB, dialect Dialect, logger *slog.Logger, wait time.Duration) (n int, err error) {
 	p, err := provider(db, dialect, logger)
 	if err != nil {
 		return 0, err
 	}
+	lock := lockMySQL
+	if dialect == SQLite {
+		lock = lockSQLite
+	}
+	unlock, err := lock(ctx, db, wait)
+	if err != nil {
+		return 0, fmt.Errorf("apply %s migrations: %w", dialect, err)
+	}
+	defer func() {
+		if uerr := unlock(); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("apply %s migrations: %w", dialect, uerr))
+		}
+	}()
 	results, err := p.Up(ctx)
 	if err != nil {
 		return len(results), fmt.Errorf("apply %s migrations: %w", dialect, err)

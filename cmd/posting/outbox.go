@@ -253,7 +253,7 @@ func outboxWithDB(cmd *cobra.Command, s *settings, fn func(outboxCtx) error) err
 		return err
 	}
 	log := newLogger(cmd.ErrOrStderr(), s)
-	db, err := openDB(s)
+	db, err := openExistingDB(s)
 	if err != nil {
 		return err
 	}

@@ -55,10 +55,18 @@ func newLogger(w io.Writer, s *settings) *slog.Logger {
 	return slog.New(h).With("instance_id", s.InstanceID)
 }
 
-// openDB opens the configured database; a malformed URL is a usage error
-// naming the setting.
-func openDB(s *settings) (*database.DB, error) {
-	db, err := database.Open(s.DatabaseURL, s.DataDir)
+// openDB opens the configured database, creating a missing SQLite file
+// (serve, worker, migrate); a malformed URL is a usage error naming the
+// setting.
+func openDB(s *settings) (*database.DB, error) { return openWith(database.Open, s) }
+
+// openExistingDB opens the configured database for a command that only
+// reads or changes existing data: a missing SQLite file is an error saying
+// where it was looked for, and nothing is created.
+func openExistingDB(s *settings) (*database.DB, error) { return openWith(database.OpenExisting, s) }
+
+func openWith(open func(rawURL, dataDir string) (*database.DB, error), s *settings) (*database.DB, error) {
+	db, err := open(s.DatabaseURL, s.DataDir)
 	if err != nil {
 		if isInvalidURL(err) {
 			return nil, badSetting("POSTING_DATABASE_URL", redactURL(s.DatabaseURL), err)

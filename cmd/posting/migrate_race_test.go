@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database/databasetest"
+)
+
+// raceRounds is how many times each dialect starts the four processes
+// together on a fresh database.
+const raceRounds = 10
+
+// Two `posting migrate` and a `posting serve` + `posting worker` pair started
+// together on a fresh database all succeed: the migrations run under a lock
+// (GET_LOCK on MySQL, a file lock on SQLite) and opening SQLite waits out a
+// busy file instead of failing. Without the lock two migrators create the
+// same tables and one fails (issue 10, defect 5).
+func TestStartTogetherOnFreshDatabase(t *testing.T) {
+	t.Parallel()
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	for _, dialect := range []string{"mysql", "sqlite"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			for round := 1; round <= raceRounds; round++ {
+				ok := t.Run(fmt.Sprintf("round%02d", round), func(t *testing.T) {
+					dataDir := t.TempDir()
+					// SQLite: no URL, so all four share the embedded default
+					// file under the data dir, as `serve` and `worker` started
+					// in one folder do.
+					var url string
+					if dialect == "mysql" {
+						url = databasetest.MySQLURL(t, "race")
+					}
+					startTogether(t, bin, dataDir, url)
+					if dialect == "sqlite" {
+						_, err := os.Stat(filepath.Join(dataDir, "posting.db"))
+						require.NoError(t, err, "the embedded database was created")
+					}
+				})
+				if !ok {
+					return // one failed round says it; the rest would repeat it
+				}
+			}
+		})
+	}
+}
+
+// startTogether starts the four processes at once and requires every one of
+// them to succeed: the migrators exit 0, serve and worker become ready and
+// exit 0 on SIGTERM.
+func startTogether(t *testing.T, bin, dataDir, url string) {
+	t.Helper()
+	kafkaAddr := freeAddr(t)
+	httpAddr := freeAddr(t)
+	workerAddr := freeAddr(t)
+	common := []string{
+		"POSTING_DATA_DIR=" + dataDir,
+		"POSTING_DATABASE_URL=" + url,
+		"POSTING_EMBEDDED_KAFKA_ADDR=" + kafkaAddr,
+		"POSTING_SHUTDOWN_TIMEOUT=20s",
+	}
+	start := func(name string, env ...string) *proc {
+		p := &proc{out: &syncBuffer{}, done: make(chan error, 1)}
+		p.cmd = exec.Command(bin, name)
+		p.cmd.Env = append(append(os.Environ(), common...), env...)
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		require.NoError(t, p.cmd.Start())
+		exited := make(chan struct{})
+		go func() { err := p.cmd.Wait(); close(exited); p.done <- err }()
+		t.Cleanup(func() {
+			select {
+			case <-exited:
+			default:
+				_ = p.cmd.Process.Kill()
+				<-exited
+			}
+			if t.Failed() {
+				t.Logf("posting %s output:\n%s", name, p.out.String())
+			}
+		})
+		return p
+	}
+	procs := map[string]*proc{
+		"migrate 1": start("migrate"),
+		"migrate 2": start("migrate"),
+		"serve": start("serve", "POSTING_HTTP_ADDR="+httpAddr, "POSTING_INSTANCE_ID=race-serve",
+			"POSTING_RELAY_INTERVAL=200ms"),
+		"worker": start("worker", "POSTING_KAFKA_BROKERS="+kafkaAddr, "POSTING_WORKER_HTTP_ADDR="+workerAddr,
+			"POSTING_INSTANCE_ID=race-worker"),
+	}
+	for _, name := range []string{"migrate 1", "migrate 2"} {
+		p := procs[name]
+		select {
+		case err := <-p.done:
+			require.NoError(t, err, "%s: %s", name, p.out.String())
+			require.Regexp(t, `applied [0-9]+ migrations`, p.out.String(), name)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s did not exit within 60s", name)
+		}
+	}
+	for name, addr := range map[string]string{"serve": httpAddr, "worker": workerAddr} {
+		p := procs[name]
+		require.Eventually(t, func() bool {
+			select {
+			case err := <-p.done:
+				p.done <- err // keep it for the check below
+				return true
+			default:
+			}
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, 60*time.Second, 50*time.Millisecond, "%s never became ready", name)
+		select {
+		case err := <-p.done:
+			t.Fatalf("%s exited before it was ready (%v)", name, err)
+		default:
+		}
+	}
+	// The worker first: it reads serve's embedded broker.
+	for _, name := range []string{"worker", "serve"} {
+		p := procs[name]
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case err := <-p.done:
+			require.NoError(t, err, "%s exit status after SIGTERM", name)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s did not exit within 60s of SIGTERM", name)
+		}
+	}
+}

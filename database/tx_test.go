@@ -1,0 +1,121 @@
+package database_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+)
+
+// Two transactions lock two rows in opposite order: InnoDB picks one as the
+// deadlock victim (1213) and rolls it back; Transaction re-runs it, and both
+// end committed.
+func TestTransactionRetriesADeadlock(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewMySQL(t)
+	ctx := context.Background()
+	require.NoError(t, db.Exec("CREATE TABLE deadlock_rows (id INT PRIMARY KEY, n INT NOT NULL, last VARCHAR(10) NOT NULL DEFAULT '')").Error)
+	require.NoError(t, db.Exec("INSERT INTO deadlock_rows (id, n) VALUES (1, 0), (2, 0)").Error)
+
+	var holding sync.WaitGroup // each first attempt holds its first row
+	holding.Add(2)
+	var attempts [2]atomic.Int32
+	var deadlocked atomic.Bool
+	run := func(who int, first, second int) error {
+		return database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
+			attempt := attempts[who].Add(1)
+			if err := tx.Exec("UPDATE deadlock_rows SET n = n + 1, last = ? WHERE id = ?", who, first).Error; err != nil {
+				return err
+			}
+			if attempt == 1 {
+				// Both hold their first row before either asks for its
+				// second: the deadlock is certain, not a matter of timing.
+				holding.Done()
+				holding.Wait()
+			}
+			err := tx.Exec("UPDATE deadlock_rows SET n = n + 1, last = ? WHERE id = ?", who, second).Error
+			var me *mysqldriver.MySQLError
+			if errors.As(err, &me) && me.Number == 1213 {
+				deadlocked.Store(true)
+			}
+			return err
+		})
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- run(0, 1, 2) }()
+	go func() { errs <- run(1, 2, 1) }()
+	for range 2 {
+		select {
+		case err := <-errs:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the transactions did not finish within 60s")
+		}
+	}
+	require.True(t, deadlocked.Load(), "the server chose a deadlock victim")
+	require.Equal(t, int32(3), attempts[0].Load()+attempts[1].Load(), "the victim ran twice, the other once")
+
+	var ns []int
+	require.NoError(t, db.Raw("SELECT n FROM deadlock_rows ORDER BY id").Scan(&ns).Error)
+	require.Equal(t, []int{2, 2}, ns, "both transactions committed, the victim's first attempt did not")
+}
+
+// An error that is not a lock conflict is returned at once: fn runs once and
+// its writes are rolled back.
+func TestTransactionDoesNotRetryOtherErrors(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		require.NoError(t, db.Exec("CREATE TABLE once_rows (id INT PRIMARY KEY)").Error)
+		require.NoError(t, db.Exec("INSERT INTO once_rows (id) VALUES (1)").Error)
+
+		var calls atomic.Int32
+		err := database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
+			calls.Add(1)
+			if err := tx.Exec("INSERT INTO once_rows (id) VALUES (2)").Error; err != nil {
+				return err
+			}
+			return tx.Exec("INSERT INTO once_rows (id) VALUES (1)").Error // duplicate key
+		})
+		require.ErrorIs(t, err, gorm.ErrDuplicatedKey)
+		require.False(t, database.IsRetryable(err))
+		require.Equal(t, int32(1), calls.Load(), "not retried")
+
+		sentinel := errors.New("business rule")
+		calls.Store(0)
+		err = database.Transaction(ctx, db.DB, func(*gorm.DB) error { calls.Add(1); return sentinel })
+		require.ErrorIs(t, err, sentinel)
+		require.Equal(t, int32(1), calls.Load(), "not retried")
+
+		var n int64
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM once_rows").Scan(&n).Error)
+		require.Equal(t, int64(1), n, "the failed transaction's insert was rolled back")
+	})
+}
+
+// A retryable error that persists is given up after a bounded number of
+// attempts, and ctx ends the waits between them.
+func TestTransactionGivesUpOnPersistentConflicts(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	deadlock := &mysqldriver.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}
+	var calls atomic.Int32
+	err := database.Transaction(context.Background(), db.DB, func(*gorm.DB) error { calls.Add(1); return deadlock })
+	require.ErrorIs(t, err, deadlock)
+	require.Equal(t, int32(5), calls.Load(), "five attempts, then the error")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	calls.Store(0)
+	err = database.Transaction(ctx, db.DB, func(*gorm.DB) error { calls.Add(1); cancel(); return deadlock })
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, int32(1), calls.Load(), "no attempt after ctx ended")
+}

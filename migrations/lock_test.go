@@ -1,0 +1,124 @@
+package migrations_test
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
+)
+
+// freshURL returns the URL of a fresh, empty database of the dialect.
+func freshURL(t *testing.T, d migrations.Dialect) string {
+	t.Helper()
+	if d == migrations.MySQL {
+		return databasetest.MySQLURL(t, "migrate")
+	}
+	return "sqlite://" + filepath.Join(t.TempDir(), "fresh.db")
+}
+
+func migrationCount(t *testing.T, d migrations.Dialect) int {
+	t.Helper()
+	files, err := filepath.Glob(string(d) + "/*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return len(files)
+}
+
+// Several pools racing Up on one fresh database: every Up succeeds, the
+// migrations are applied once in all (the others find nothing to do), and
+// the schema is whole. Without the lock they create the same tables and
+// fail ("already exists", "missing zero version migration", "duplicate
+// column").
+func TestUpRacingPools(t *testing.T) {
+	t.Parallel()
+	for _, d := range databasetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			for round := range 3 {
+				url := freshURL(t, d)
+				const racers = 4
+				dbs := make([]*database.DB, racers)
+				for i := range dbs {
+					db, err := database.Open(url, "")
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = db.Close() })
+					dbs[i] = db
+				}
+				var wg sync.WaitGroup
+				applied := make([]int, racers)
+				errs := make([]error, racers)
+				start := make(chan struct{})
+				for i, db := range dbs {
+					wg.Go(func() {
+						<-start
+						applied[i], errs[i] = db.Migrate(context.Background(), nil)
+					})
+				}
+				close(start)
+				wg.Wait()
+				total := 0
+				for i := range racers {
+					require.NoError(t, errs[i], "round %d, racer %d", round, i)
+					total += applied[i]
+				}
+				require.Equal(t, migrationCount(t, d), total, "round %d: each migration applied once", round)
+				require.True(t, dbs[0].Migrator().HasColumn("outbox", "unsent_aggregate_id"), "the last migration's column")
+				var versions int
+				require.NoError(t, dbs[0].Raw("SELECT COUNT(*) FROM goose_db_version WHERE version_id > 0").Scan(&versions).Error)
+				require.Equal(t, total, versions, "one version row per migration")
+			}
+		})
+	}
+}
+
+// While another session holds the MySQL migration lock, Up waits for it and
+// gives up with ErrLockTimeout naming the lock; once it is released, Up runs.
+func TestUpWaitsForTheMySQLLock(t *testing.T) {
+	t.Parallel()
+	url := freshURL(t, migrations.MySQL)
+	db, err := database.Open(url, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+
+	other, err := database.Open(url, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	otherDB, err := other.DB.DB()
+	require.NoError(t, err)
+	conn, err := otherDB.Conn(context.Background())
+	require.NoError(t, err)
+	defer conn.Close()
+	var schema string
+	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&schema))
+	name := migrations.MySQLLockName(schema)
+	require.True(t, strings.HasPrefix(name, "posting_migrate:"), name)
+	var got int
+	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", name).Scan(&got))
+	require.Equal(t, 1, got)
+
+	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, migrations.MySQL, nil, time.Second)
+	require.ErrorIs(t, err, migrations.ErrLockTimeout)
+	require.ErrorContains(t, err, name)
+	require.False(t, db.Migrator().HasTable("posts"), "nothing applied without the lock")
+
+	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&got))
+	n, err := migrations.UpWithLockWait(context.Background(), sqlDB, migrations.MySQL, nil, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, migrationCount(t, migrations.MySQL), n)
+
+	// Up released the lock: another session takes it at once.
+	var free sql.NullInt64
+	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT IS_FREE_LOCK(?)", name).Scan(&free))
+	require.Equal(t, int64(1), free.Int64, "the lock is free after Up")
+}
