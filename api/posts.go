@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/postingsvc/posting/reservation"
 )
@@ -196,7 +198,62 @@ func stringField(name string, raw json.RawMessage) (*string, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fieldError(name, "must be a string")
 	}
+	// encoding/json turns invalid UTF-8 and lone surrogate escapes into
+	// U+FFFD without a word; the raw literal still shows them.
+	if !validUnicode(raw) {
+		return nil, fieldError(name, "must be valid UTF-8 text (invalid bytes or an unpaired surrogate escape)")
+	}
 	return &s, nil
+}
+
+// validUnicode reports whether a JSON string literal, as it appears in the
+// body, holds only valid UTF-8 and no \u escape of an unpaired UTF-16
+// surrogate (neither stands for a character).
+func validUnicode(lit []byte) bool {
+	if !utf8.Valid(lit) {
+		return false
+	}
+	for i := 0; i < len(lit); i++ {
+		if lit[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character; a backslash escape is two bytes
+		if i >= len(lit) || lit[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(lit[i+1:])
+		if !ok {
+			return false // the decoder refuses this before; stay safe anyway
+		}
+		i += 4
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xDC00:
+			// A high surrogate must be followed by an escaped low one.
+			if i+2 >= len(lit) || lit[i+1] != '\\' || lit[i+2] != 'u' {
+				return false
+			}
+			lo, ok := hex4(lit[i+3:])
+			if !ok || !utf16.IsSurrogate(lo) || lo < 0xDC00 {
+				return false
+			}
+			i += 6
+		case utf16.IsSurrogate(r):
+			return false // a low surrogate without its high one
+		}
+	}
+	return true
+}
+
+// hex4 reads the 4 hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	return rune(n), true
 }
 
 func timeField(name string, raw json.RawMessage) (*time.Time, error) {

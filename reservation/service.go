@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"gorm.io/gorm"
@@ -133,10 +134,10 @@ func (s *Service) now() time.Time { return outbox.Normalize(s.cfg.Now()) }
 // Create stores a RESERVED post and its CREATED event.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 	now := s.now()
-	if err := validateText("title", in.Title, MaxTitleLength); err != nil {
+	if err := validateText("title", in.Title, MaxTitleLength, titleControls); err != nil {
 		return nil, err
 	}
-	if err := validateText("content", in.Content, MaxContentLength); err != nil {
+	if err := validateText("content", in.Content, MaxContentLength, contentControls); err != nil {
 		return nil, err
 	}
 	if err := s.validateScheduledAt(in.ScheduledAt, now); err != nil {
@@ -224,12 +225,12 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		return nil, invalidField("body", "must set at least one of title, content, scheduledAt")
 	}
 	if in.Title != nil {
-		if err := validateText("title", *in.Title, MaxTitleLength); err != nil {
+		if err := validateText("title", *in.Title, MaxTitleLength, titleControls); err != nil {
 			return nil, err
 		}
 	}
 	if in.Content != nil {
-		if err := validateText("content", *in.Content, MaxContentLength); err != nil {
+		if err := validateText("content", *in.Content, MaxContentLength, contentControls); err != nil {
 			return nil, err
 		}
 	}
@@ -346,7 +347,13 @@ func postByID(db *gorm.DB, id int64) (*Post, error) {
 	return &p, nil
 }
 
-func validateText(field, v string, maxLen int) error {
+// validateText checks a text field: valid UTF-8, not blank, at most maxLen
+// characters, and no control characters (Unicode category Cc: C0, DEL, C1)
+// except those in allowed. A title allows none: it is one line, shown in
+// lists and logs, where a newline or an escape sequence would forge another
+// line. Content allows tab, line feed and carriage return (text from a form
+// arrives with CRLF line ends).
+func validateText(field, v string, maxLen int, allowed string) error {
 	if !utf8.ValidString(v) {
 		return invalidField(field, "must be valid UTF-8")
 	}
@@ -356,8 +363,21 @@ func validateText(field, v string, maxLen int) error {
 	if n := utf8.RuneCountInString(v); n > maxLen {
 		return invalidField(field, fmt.Sprintf("must be at most %d characters, got %d", maxLen, n))
 	}
+	pos := 0
+	for _, r := range v {
+		pos++
+		if unicode.IsControl(r) && !strings.ContainsRune(allowed, r) {
+			return invalidField(field, fmt.Sprintf("must not contain control characters, got %U at character %d", r, pos))
+		}
+	}
 	return nil
 }
+
+// Control characters a field may hold (see validateText).
+const (
+	titleControls   = ""
+	contentControls = "\t\n\r"
+)
 
 func (s *Service) validateScheduledAt(at, now time.Time) error {
 	if at.IsZero() {

@@ -240,6 +240,56 @@ func TestServiceCreateRejectsInvalidInput(t *testing.T) {
 	})
 }
 
+// TestServiceRefusesControlCharacters: a title holds no control character
+// (C0, DEL, C1); content holds tab, line feed and carriage return but no
+// other. Nothing is written for a refused input.
+func TestServiceRefusesControlCharacters(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		kept := e.create(t, "kept")
+		postsBefore, rowsBefore := svcCounts(t, db.DB)
+		at := svcStart.Add(time.Hour)
+		for _, tc := range []struct {
+			title, content, field string
+		}{
+			{"a\nb", "c", "title"},
+			{"a\tb", "c", "title"},
+			{"a\rb", "c", "title"},
+			{"\x00", "c", "title"},
+			{"a\x1b[0m", "c", "title"},
+			{"a\x7f", "c", "title"},
+			{"a\u0080", "c", "title"},
+			{"a\u009f", "c", "title"},
+			{"t", "a\x00", "content"},
+			{"t", "a\x0cb", "content"},
+			{"t", "a\x1b", "content"},
+			{"t", "a\x7f", "content"},
+			{"t", "a\u0085", "content"},
+		} {
+			_, err := e.svc.Create(ctx, reservation.CreateInput{Title: tc.title, Content: tc.content, ScheduledAt: at})
+			svcRequireInvalid(t, err, tc.field)
+			require.ErrorContains(t, err, "control characters", "%q %q", tc.title, tc.content)
+			in := reservation.UpdateInput{Title: &tc.title}
+			if tc.field == "content" {
+				in = reservation.UpdateInput{Content: &tc.content}
+			}
+			_, err = e.svc.Update(ctx, kept.ID, in)
+			svcRequireInvalid(t, err, tc.field)
+		}
+		postsAfter, rowsAfter := svcCounts(t, db.DB)
+		require.Equal(t, postsBefore, postsAfter)
+		require.Equal(t, rowsBefore, rowsAfter)
+		require.Equal(t, kept.Version.Int64, e.load(t, kept.ID).Version.Int64)
+
+		p, err := e.svc.Create(ctx, reservation.CreateInput{Title: "Tabs → ok", Content: "a\tb\r\nc\n", ScheduledAt: at})
+		require.NoError(t, err)
+		require.Equal(t, "a\tb\r\nc\n", e.load(t, p.ID).Content)
+	})
+}
+
 func TestServiceGetNotFound(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
