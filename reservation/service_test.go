@@ -535,6 +535,73 @@ func TestServiceListKeyset(t *testing.T) {
 	})
 }
 
+// TestServiceListByScheduledAt: pages in (scheduledAt, id) order within a
+// [ScheduledFrom, ScheduledTo) range; a cursor belongs to its order.
+func TestServiceListByScheduledAt(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		day := 24 * time.Hour
+		// Scheduled in days from svcStart; equal days tie on id.
+		offsets := []time.Duration{3 * day, day, 2 * day, day, 4 * day, 2 * day}
+		var ids []int64
+		for i, off := range offsets {
+			p, err := e.svc.Create(ctx, reservation.CreateInput{
+				Title: fmt.Sprintf("post %d", i), Content: "c", ScheduledAt: svcStart.Add(off),
+			})
+			require.NoError(t, err)
+			ids = append(ids, p.ID)
+		}
+		walk := func(q reservation.ListQuery) []int64 {
+			var got []int64
+			for pages := 1; ; pages++ {
+				page, err := e.svc.List(ctx, q)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(page.Items), q.Limit)
+				for _, p := range page.Items {
+					got = append(got, p.ID)
+				}
+				if page.NextCursor == "" {
+					return got
+				}
+				q.Cursor = page.NextCursor
+				require.Less(t, pages, 20, "pagination does not end")
+			}
+		}
+		byTime := reservation.ListQuery{Order: reservation.OrderByScheduledAt, Limit: 1}
+		require.Equal(t, []int64{ids[1], ids[3], ids[2], ids[5], ids[0], ids[4]}, walk(byTime))
+		byTime.Limit = 4
+		require.Equal(t, []int64{ids[1], ids[3], ids[2], ids[5], ids[0], ids[4]}, walk(byTime))
+		ranged := reservation.ListQuery{
+			Order: reservation.OrderByScheduledAt, Limit: 1,
+			ScheduledFrom: svcStart.Add(2 * day), ScheduledTo: svcStart.Add(4 * day),
+		}
+		require.Equal(t, []int64{ids[2], ids[5], ids[0]}, walk(ranged))
+		ranged.Order = ""
+		require.Equal(t, []int64{ids[0], ids[2], ids[5]}, walk(ranged))
+
+		idPage, err := e.svc.List(ctx, reservation.ListQuery{Limit: 1})
+		require.NoError(t, err)
+		timePage, err := e.svc.List(ctx, reservation.ListQuery{Limit: 1, Order: reservation.OrderByScheduledAt})
+		require.NoError(t, err)
+		for _, tc := range []struct {
+			q     reservation.ListQuery
+			field string
+		}{
+			{reservation.ListQuery{Order: "title"}, "order"},
+			{reservation.ListQuery{ScheduledFrom: svcStart, ScheduledTo: svcStart}, "scheduledTo"},
+			{reservation.ListQuery{ScheduledFrom: svcStart, ScheduledTo: svcStart.Add(-time.Microsecond)}, "scheduledTo"},
+			{reservation.ListQuery{Order: reservation.OrderByScheduledAt, Cursor: idPage.NextCursor}, "cursor"},
+			{reservation.ListQuery{Cursor: timePage.NextCursor}, "cursor"},
+		} {
+			_, err := e.svc.List(ctx, tc.q)
+			svcRequireInvalid(t, err, tc.field)
+		}
+	})
+}
+
 // TestServiceOptimisticLockSQL pins what the service relies on from the
 // optimisticlock plugin, on both dialects: an update through the model
 // carries "AND version = <loaded>" and sets version = version + 1.
