@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
 )
 
 // Defaults of CleanerConfig.
@@ -37,7 +39,10 @@ type CleanerConfig struct {
 	// backlog is removed without starving the relay of the database.
 	// Default 100ms; at most 1m. Use -1 for no pause.
 	Pause time.Duration
-	// Now is the clock. Default time.Now.
+	// Now is this instance's clock; it only times a run for the log. Which
+	// rows are old is decided by the database's clock (database.Now): other
+	// instances wrote the rows' times, and their clocks may differ from this
+	// one. Default time.Now.
 	Now func() time.Time
 	// Logger receives the loop's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -86,7 +91,8 @@ func (c CleanerConfig) Validate() error {
 type CleanResult struct {
 	// Deleted SENT rows.
 	Deleted int
-	// Cutoff is the moment before which rows were sent to be deleted.
+	// Cutoff is the database's time at the start of the run minus the
+	// retention: rows sent before it were deleted.
 	Cutoff time.Time
 }
 
@@ -115,9 +121,13 @@ func NewCleaner(db *gorm.DB, cfg CleanerConfig) (*Cleaner, error) {
 func (c *Cleaner) Config() CleanerConfig { return c.cfg }
 
 // RunOnce deletes, batch by batch, every SENT row sent more than Retention
-// before now.
+// before the database's current time.
 func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
-	cutoff := Normalize(c.cfg.Now().Add(-c.cfg.Retention))
+	now, err := database.Now(ctx, c.db)
+	if err != nil {
+		return CleanResult{}, err
+	}
+	cutoff := Normalize(now.Add(-c.cfg.Retention))
 	n, err := Purge(ctx, c.db, cutoff, c.cfg.BatchSize, c.cfg.Pause)
 	return CleanResult{Deleted: n, Cutoff: cutoff}, err
 }
@@ -158,15 +168,17 @@ func (c *Cleaner) loop(ctx context.Context) {
 		"batch_size", c.cfg.BatchSize, "pause", c.cfg.Pause)
 	defer log.Info("outbox cleaner stopped")
 	for {
+		start := c.cfg.Now()
 		res, err := c.RunOnce(ctx)
+		took := c.cfg.Now().Sub(start)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			log.Info("outbox cleaning interrupted", "deleted", res.Deleted)
 			return
 		case err != nil:
-			log.Error("outbox cleaning failed", "err", err, "deleted", res.Deleted)
+			log.Error("outbox cleaning failed", "err", err, "deleted", res.Deleted, "took", took)
 		case res.Deleted > 0:
-			log.Info("outbox cleaned", "deleted", res.Deleted, "sent_before", res.Cutoff)
+			log.Info("outbox cleaned", "deleted", res.Deleted, "sent_before", res.Cutoff, "took", took)
 		}
 		t := time.NewTimer(c.cfg.Interval)
 		select {

@@ -39,27 +39,28 @@ func (d *opsDeletes) statements() []int64 {
 	return append([]int64{}, d.rows...)
 }
 
-// opsRetentionRows writes 7 SENT rows sent long ago and rows the cleaner
-// must keep: recent SENT rows (one created long ago) and every other status,
-// old ones with a sent_at that would qualify.
-func opsRetentionRows(t *testing.T, db *gorm.DB) (old []int64, keep []int64) {
+// opsRetentionRows writes 7 SENT rows sent long ago (base + 1 minute) and
+// rows the cleaner must keep with a cutoff of base + 1 day: recent SENT rows
+// (one created long ago) and every other status, old ones with a sent_at
+// that would qualify.
+func opsRetentionRows(t *testing.T, db *gorm.DB, base time.Time) (old []int64, keep []int64) {
 	t.Helper()
-	rows := appendEvents(t, db, t0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
-	longAgo := t0.Add(time.Minute)
+	rows := appendEvents(t, db, base, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+	longAgo := base.Add(time.Minute)
 	for _, m := range rows[:7] {
 		opsSet(t, db, m.ID, outbox.StatusSent, &longAgo)
 		old = append(old, m.ID)
 	}
-	recent := t0.Add(2 * opsDay)
+	recent := base.Add(2 * opsDay)
 	opsSet(t, db, rows[7].ID, outbox.StatusSent, &recent) // created long ago, sent recently
-	fresh := appendEvents(t, db, t0.Add(7*opsDay), 14)[0]
-	sentFresh := t0.Add(7 * opsDay)
+	fresh := appendEvents(t, db, base.Add(7*opsDay), 14)[0]
+	sentFresh := base.Add(7 * opsDay)
 	opsSet(t, db, fresh.ID, outbox.StatusSent, &sentFresh)
 	opsSet(t, db, rows[8].ID, outbox.StatusRetry, &longAgo)
 	opsSet(t, db, rows[9].ID, outbox.StatusProcessing, &longAgo)
 	opsSet(t, db, rows[10].ID, outbox.StatusFail, &longAgo)
 	opsSet(t, db, rows[11].ID, outbox.StatusFail, &longAgo)
-	require.NoError(t, outbox.Discard(context.Background(), db, []int64{rows[11].ID}, t0)[0].Err)
+	require.NoError(t, outbox.Discard(context.Background(), db, []int64{rows[11].ID}, base)[0].Err)
 	// rows[12] stays PENDING.
 	keep = []int64{rows[7].ID, rows[8].ID, rows[9].ID, rows[10].ID, rows[11].ID, rows[12].ID, fresh.ID}
 	return old, keep
@@ -72,24 +73,39 @@ func opsRemaining(t *testing.T, db *gorm.DB) []int64 {
 	return got
 }
 
-// The cleaner deletes only SENT rows sent before now - retention, in
-// statements of at most BatchSize rows.
+// dbNow reads the database's clock.
+func dbNow(t *testing.T, db *gorm.DB) time.Time {
+	t.Helper()
+	now, err := database.Now(context.Background(), db)
+	require.NoError(t, err)
+	return now
+}
+
+// The cleaner deletes only SENT rows sent before the database's now -
+// retention, in statements of at most BatchSize rows, whatever this
+// instance's own clock says.
 func TestOpsCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		_, keep := opsRetentionRows(t, db.DB)
+		before := dbNow(t, db.DB)
+		base := before.Add(-8 * opsDay) // cutoff about base + 1 day
+		_, keep := opsRetentionRows(t, db.DB, base)
 		deletes := opsCountDeletes(t, db.DB)
-		now := t0.Add(8 * opsDay) // cutoff t0 + 1 day
+		// This instance's clock runs 30 days ahead: by it, every SENT row
+		// would be old.
+		skewed := func() time.Time { return time.Now().Add(30 * opsDay) }
 		c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
-			Retention: 7 * opsDay, BatchSize: 3, Pause: -1, Now: func() time.Time { return now },
+			Retention: 7 * opsDay, BatchSize: 3, Pause: -1, Now: skewed,
 		})
 		require.NoError(t, err)
 
 		res, err := c.RunOnce(ctx)
 		require.NoError(t, err)
+		after := dbNow(t, db.DB)
 		require.Equal(t, 7, res.Deleted)
-		require.True(t, res.Cutoff.Equal(t0.Add(opsDay)))
+		require.False(t, res.Cutoff.Before(before.Add(-7*opsDay)), "cutoff %s", res.Cutoff)
+		require.False(t, res.Cutoff.After(after.Add(-7*opsDay)), "cutoff %s", res.Cutoff)
 		require.Equal(t, []int64{3, 3, 1}, deletes.statements())
 		require.Equal(t, keep, opsRemaining(t, db.DB))
 
@@ -106,7 +122,7 @@ func TestOpsPurgeExactBatches(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		old, keep := opsRetentionRows(t, db.DB)
+		old, keep := opsRetentionRows(t, db.DB, t0)
 		deletes := opsCountDeletes(t, db.DB)
 		n, err := outbox.Purge(ctx, db.DB, t0.Add(opsDay), 7, time.Millisecond)
 		require.NoError(t, err)
@@ -152,11 +168,10 @@ func TestOpsConcurrentPurges(t *testing.T) {
 func TestOpsCleanerLoop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
-	old, keep := opsRetentionRows(t, db.DB)
+	old, keep := opsRetentionRows(t, db.DB, dbNow(t, db.DB).Add(-8*opsDay))
 	require.Len(t, old, 7)
 	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
 		Retention: 7 * opsDay, Interval: time.Hour, Pause: -1,
-		Now: func() time.Time { return t0.Add(8 * opsDay) },
 	})
 	require.NoError(t, err)
 	c.Stop() // safe before Start, and keeps it from starting
@@ -164,7 +179,6 @@ func TestOpsCleanerLoop(t *testing.T) {
 
 	c, err = outbox.NewCleaner(db.DB, outbox.CleanerConfig{
 		Retention: 7 * opsDay, Interval: time.Hour, Pause: -1,
-		Now: func() time.Time { return t0.Add(8 * opsDay) },
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
