@@ -9,9 +9,13 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/postingsvc/posting/reservation"
 )
@@ -81,16 +85,15 @@ func (p *posts) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
 }
 
+// listParams are the query parameters of GET /api/v1/posts; any other is
+// refused, so a misspelt filter is not silently read as "everything".
+var listParams = []string{"status", "scheduledFrom", "scheduledTo", "order", "limit", "cursor"}
+
 func (p *posts) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	query := reservation.ListQuery{Status: reservation.Status(q.Get("status")), Cursor: q.Get("cursor")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > reservation.MaxListLimit {
-			writeError(w, r, p.log, fieldError("limit", fmt.Sprintf("must be an integer from 1 to %d", reservation.MaxListLimit)))
-			return
-		}
-		query.Limit = n
+	query, err := listQuery(r)
+	if err != nil {
+		writeError(w, r, p.log, err)
+		return
 	}
 	page, err := p.svc.List(r.Context(), query)
 	if err != nil {
@@ -102,6 +105,60 @@ func (p *posts) list(w http.ResponseWriter, r *http.Request) {
 		out.Items = append(out.Items, postJSON(&page.Items[i]))
 	}
 	writeJSON(w, r, p.log, http.StatusOK, out)
+}
+
+// listQuery reads the query parameters of a list request. Each may appear
+// once, and an empty value is the same as none; the service checks what it
+// knows better (status, order, cursor, the range).
+func listQuery(r *http.Request) (reservation.ListQuery, error) {
+	var query reservation.ListQuery
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return query, &requestError{status: http.StatusBadRequest, detail: "malformed query string: " + err.Error()}
+	}
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same answer for the same request
+	for _, name := range names {
+		if !slices.Contains(listParams, name) {
+			return query, fieldError(name, fmt.Sprintf("unknown query parameter; known: %s", strings.Join(listParams, ", ")))
+		}
+		if len(q[name]) > 1 {
+			return query, fieldError(name, "must be given at most once")
+		}
+	}
+	query.Status = reservation.Status(q.Get("status"))
+	query.Order = reservation.ListOrder(q.Get("order"))
+	query.Cursor = q.Get("cursor")
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"scheduledFrom", &query.ScheduledFrom}, {"scheduledTo", &query.ScheduledTo}} {
+		s := q.Get(f.name)
+		if s == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			reason := fmt.Sprintf("must be an RFC 3339 date-time such as 2030-01-02T15:04:05Z, got %q", s)
+			if strings.Contains(s, " ") {
+				// A literal "+02:00" in a query string reads as " 02:00".
+				reason += "; write + as %2B in a URL"
+			}
+			return query, fieldError(f.name, reason)
+		}
+		*f.dst = t
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > reservation.MaxListLimit {
+			return query, fieldError("limit", fmt.Sprintf("must be an integer from 1 to %d", reservation.MaxListLimit))
+		}
+		query.Limit = n
+	}
+	return query, nil
 }
 
 func (p *posts) update(w http.ResponseWriter, r *http.Request) {
@@ -196,7 +253,62 @@ func stringField(name string, raw json.RawMessage) (*string, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fieldError(name, "must be a string")
 	}
+	// encoding/json turns invalid UTF-8 and lone surrogate escapes into
+	// U+FFFD without a word; the raw literal still shows them.
+	if !validUnicode(raw) {
+		return nil, fieldError(name, "must be valid UTF-8 text (invalid bytes or an unpaired surrogate escape)")
+	}
 	return &s, nil
+}
+
+// validUnicode reports whether a JSON string literal, as it appears in the
+// body, holds only valid UTF-8 and no \u escape of an unpaired UTF-16
+// surrogate (neither stands for a character).
+func validUnicode(lit []byte) bool {
+	if !utf8.Valid(lit) {
+		return false
+	}
+	for i := 0; i < len(lit); i++ {
+		if lit[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character; a backslash escape is two bytes
+		if i >= len(lit) || lit[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(lit[i+1:])
+		if !ok {
+			return false // the decoder refuses this before; stay safe anyway
+		}
+		i += 4
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xDC00:
+			// A high surrogate must be followed by an escaped low one.
+			if i+2 >= len(lit) || lit[i+1] != '\\' || lit[i+2] != 'u' {
+				return false
+			}
+			lo, ok := hex4(lit[i+3:])
+			if !ok || !utf16.IsSurrogate(lo) || lo < 0xDC00 {
+				return false
+			}
+			i += 6
+		case utf16.IsSurrogate(r):
+			return false // a low surrogate without its high one
+		}
+	}
+	return true
+}
+
+// hex4 reads the 4 hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	return rune(n), true
 }
 
 func timeField(name string, raw json.RawMessage) (*time.Time, error) {

@@ -23,7 +23,8 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 	// Field names the request field at fault of a 400, as the API spells it
-	// (title, content, scheduledAt, id, status, limit, cursor, ...).
+	// (title, content, scheduledAt, id, status, scheduledFrom, scheduledTo,
+	// order, limit, cursor, or an unknown query parameter, ...).
 	Field string `json:"field,omitempty"`
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"gorm.io/gorm"
@@ -93,17 +94,37 @@ type UpdateInput struct {
 	ScheduledAt    *time.Time
 }
 
+// ListOrder is the order of List's pages.
+type ListOrder string
+
+// The orders of List. Both are ascending and end on the id, so a page
+// boundary is one exact position.
+const (
+	// OrderByID lists posts by id (creation order); the default.
+	OrderByID ListOrder = "id"
+	// OrderByScheduledAt lists posts by scheduledAt, then id.
+	OrderByScheduledAt ListOrder = "scheduledAt"
+)
+
 // ListQuery selects a page of posts.
 type ListQuery struct {
 	// Status filters by status; "" lists all posts.
 	Status Status
+	// ScheduledFrom, when set, keeps posts scheduled at or after it.
+	ScheduledFrom time.Time
+	// ScheduledTo, when set, keeps posts scheduled before it; it must lie
+	// after ScheduledFrom.
+	ScheduledTo time.Time
+	// Order is OrderByID (also for "") or OrderByScheduledAt.
+	Order ListOrder
 	// Limit is the page size, 1..MaxListLimit; 0 means DefaultListLimit.
 	Limit int
-	// Cursor is the NextCursor of the previous page; "" starts at the first post.
+	// Cursor is the NextCursor of the previous page, made with the same
+	// Order; "" starts at the beginning.
 	Cursor string
 }
 
-// Page is one page of posts in id order.
+// Page is one page of posts in the query's order.
 type Page struct {
 	Items []Post
 	// NextCursor continues after the last item; "" when there are no more posts.
@@ -111,8 +132,9 @@ type Page struct {
 }
 
 // ValidationError is an input the rules refuse; Field names it the way the
-// API spells it (title, content, scheduledAt, status, limit, cursor, or body
-// for an update that changes nothing). It wraps ErrInvalidInput.
+// API spells it (title, content, scheduledAt, status, scheduledTo, order,
+// limit, cursor, or body for an update that changes nothing). It wraps
+// ErrInvalidInput.
 type ValidationError struct {
 	Field, Reason string
 }
@@ -133,10 +155,10 @@ func (s *Service) now() time.Time { return outbox.Normalize(s.cfg.Now()) }
 // Create stores a RESERVED post and its CREATED event.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 	now := s.now()
-	if err := validateText("title", in.Title, MaxTitleLength); err != nil {
+	if err := validateText("title", in.Title, MaxTitleLength, titleControls); err != nil {
 		return nil, err
 	}
-	if err := validateText("content", in.Content, MaxContentLength); err != nil {
+	if err := validateText("content", in.Content, MaxContentLength, contentControls); err != nil {
 		return nil, err
 	}
 	if err := s.validateScheduledAt(in.ScheduledAt, now); err != nil {
@@ -170,12 +192,24 @@ func (s *Service) Get(ctx context.Context, id int64) (*Post, error) {
 	return postByID(s.db.WithContext(ctx), id)
 }
 
-// List returns a page of posts in ascending id order (keyset pagination: a
-// page costs the same however deep it is, and posts created meanwhile never
-// shift a page).
+// List returns a page of posts in ascending id order, or scheduledAt then
+// id order (keyset pagination: a page costs the same however deep it is,
+// and posts created meanwhile never shift a page).
 func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	if q.Status != "" && !q.Status.Valid() {
 		return nil, invalidField("status", fmt.Sprintf("must be one of %s", statusNames()))
+	}
+	order := q.Order
+	switch order {
+	case "":
+		order = OrderByID
+	case OrderByID, OrderByScheduledAt:
+	default:
+		return nil, invalidField("order", fmt.Sprintf("must be %s or %s", OrderByID, OrderByScheduledAt))
+	}
+	from, to := outbox.Normalize(q.ScheduledFrom), outbox.Normalize(q.ScheduledTo)
+	if !q.ScheduledFrom.IsZero() && !q.ScheduledTo.IsZero() && !to.After(from) {
+		return nil, invalidField("scheduledTo", "must lie after scheduledFrom")
 	}
 	limit := q.Limit
 	if limit == 0 {
@@ -184,27 +218,57 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	if limit < 1 || limit > MaxListLimit {
 		return nil, invalidField("limit", fmt.Sprintf("must be between 1 and %d", MaxListLimit))
 	}
-	var after int64
+	var after listCursor
 	if q.Cursor != "" {
 		var ok bool
 		if after, ok = decodeCursor(q.Cursor); !ok {
 			return nil, invalidField("cursor", "is not a cursor returned by this API")
 		}
+		if after.order() != order {
+			return nil, invalidField("cursor", fmt.Sprintf("was made for order=%s, not order=%s", after.order(), order))
+		}
 	}
-	// With a status this walks idx_posts_status_id, without one the primary
-	// key; one row more than the page tells whether another page follows.
-	query := s.db.WithContext(ctx).Where("id > ?", after)
+	query := s.db.WithContext(ctx)
 	if q.Status != "" {
 		query = query.Where("status = ?", q.Status)
 	}
+	if !q.ScheduledFrom.IsZero() {
+		query = query.Where("scheduled_at >= ?", from)
+	}
+	if !q.ScheduledTo.IsZero() {
+		query = query.Where("scheduled_at < ?", to)
+	}
+	// By id with a status this walks idx_posts_status_id, without one the
+	// primary key; by time with a status it walks
+	// idx_posts_status_scheduled_at_id. The keyset condition is spelled out
+	// rather than as a row value, which MySQL uses an index for only in its
+	// newer versions.
+	switch order {
+	case OrderByScheduledAt:
+		if q.Cursor != "" {
+			query = query.Where("scheduled_at > ? OR (scheduled_at = ? AND id > ?)", after.at, after.at, after.id)
+		}
+		query = query.Order("scheduled_at ASC, id ASC")
+	default:
+		if q.Cursor != "" {
+			query = query.Where("id > ?", after.id)
+		}
+		query = query.Order("id ASC")
+	}
+	// One row more than the page tells whether another page follows.
 	var posts []Post
-	if err := query.Order("id ASC").Limit(limit + 1).Find(&posts).Error; err != nil {
+	if err := query.Limit(limit + 1).Find(&posts).Error; err != nil {
 		return nil, fmt.Errorf("list posts: %w", err)
 	}
 	page := &Page{Items: posts}
 	if len(posts) > limit {
 		page.Items = posts[:limit]
-		page.NextCursor = encodeCursor(page.Items[limit-1].ID)
+		last := page.Items[limit-1]
+		next := listCursor{id: last.ID}
+		if order == OrderByScheduledAt {
+			next.at = outbox.Normalize(last.ScheduledAt)
+		}
+		page.NextCursor = next.encode()
 	}
 	if page.Items == nil {
 		page.Items = []Post{}
@@ -224,12 +288,12 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		return nil, invalidField("body", "must set at least one of title, content, scheduledAt")
 	}
 	if in.Title != nil {
-		if err := validateText("title", *in.Title, MaxTitleLength); err != nil {
+		if err := validateText("title", *in.Title, MaxTitleLength, titleControls); err != nil {
 			return nil, err
 		}
 	}
 	if in.Content != nil {
-		if err := validateText("content", *in.Content, MaxContentLength); err != nil {
+		if err := validateText("content", *in.Content, MaxContentLength, contentControls); err != nil {
 			return nil, err
 		}
 	}
@@ -346,7 +410,13 @@ func postByID(db *gorm.DB, id int64) (*Post, error) {
 	return &p, nil
 }
 
-func validateText(field, v string, maxLen int) error {
+// validateText checks a text field: valid UTF-8, not blank, at most maxLen
+// characters, and no control characters (Unicode category Cc: C0, DEL, C1)
+// except those in allowed. A title allows none: it is one line, shown in
+// lists and logs, where a newline or an escape sequence would forge another
+// line. Content allows tab, line feed and carriage return (text from a form
+// arrives with CRLF line ends).
+func validateText(field, v string, maxLen int, allowed string) error {
 	if !utf8.ValidString(v) {
 		return invalidField(field, "must be valid UTF-8")
 	}
@@ -356,8 +426,21 @@ func validateText(field, v string, maxLen int) error {
 	if n := utf8.RuneCountInString(v); n > maxLen {
 		return invalidField(field, fmt.Sprintf("must be at most %d characters, got %d", maxLen, n))
 	}
+	pos := 0
+	for _, r := range v {
+		pos++
+		if unicode.IsControl(r) && !strings.ContainsRune(allowed, r) {
+			return invalidField(field, fmt.Sprintf("must not contain control characters, got %U at character %d", r, pos))
+		}
+	}
 	return nil
 }
+
+// Control characters a field may hold (see validateText).
+const (
+	titleControls   = ""
+	contentControls = "\t\n\r"
+)
 
 func (s *Service) validateScheduledAt(at, now time.Time) error {
 	if at.IsZero() {
@@ -391,21 +474,52 @@ func statusNames() string {
 	return strings.Join(names, ", ")
 }
 
-// encodeCursor makes the opaque cursor that continues after id.
-func encodeCursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(id, 10)))
+// listCursor is the position after the last post of a page: its id, and
+// its scheduledAt when the pages are in time order (at is zero otherwise).
+type listCursor struct {
+	at time.Time
+	id int64
 }
 
-// decodeCursor accepts only cursors encodeCursor makes, so a tampered one is
+func (c listCursor) order() ListOrder {
+	if c.at.IsZero() {
+		return OrderByID
+	}
+	return OrderByScheduledAt
+}
+
+// encode makes the opaque cursor: base64url of the decimal id in id order
+// (the form every earlier cursor has), of "<unix microseconds>:<id>" in
+// time order.
+func (c listCursor) encode() string {
+	s := strconv.FormatInt(c.id, 10)
+	if !c.at.IsZero() {
+		s = strconv.FormatInt(c.at.UnixMicro(), 10) + ":" + s
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+// decodeCursor accepts only cursors encode makes, so a tampered one is
 // refused rather than silently read as another position.
-func decodeCursor(c string) (int64, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
+func decodeCursor(s string) (listCursor, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return 0, false
+		return listCursor{}, false
 	}
-	id, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil || id <= 0 || encodeCursor(id) != c {
-		return 0, false
+	var c listCursor
+	idPart := string(raw)
+	if atPart, rest, ok := strings.Cut(idPart, ":"); ok {
+		micros, err := strconv.ParseInt(atPart, 10, 64)
+		if err != nil {
+			return listCursor{}, false
+		}
+		c.at, idPart = time.UnixMicro(micros).UTC(), rest
+		if c.at.IsZero() {
+			return listCursor{}, false
+		}
 	}
-	return id, true
+	if c.id, err = strconv.ParseInt(idPart, 10, 64); err != nil || c.id <= 0 || c.encode() != s {
+		return listCursor{}, false
+	}
+	return c, true
 }

@@ -240,6 +240,56 @@ func TestServiceCreateRejectsInvalidInput(t *testing.T) {
 	})
 }
 
+// TestServiceRefusesControlCharacters: a title holds no control character
+// (C0, DEL, C1); content holds tab, line feed and carriage return but no
+// other. Nothing is written for a refused input.
+func TestServiceRefusesControlCharacters(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		kept := e.create(t, "kept")
+		postsBefore, rowsBefore := svcCounts(t, db.DB)
+		at := svcStart.Add(time.Hour)
+		for _, tc := range []struct {
+			title, content, field string
+		}{
+			{"a\nb", "c", "title"},
+			{"a\tb", "c", "title"},
+			{"a\rb", "c", "title"},
+			{"\x00", "c", "title"},
+			{"a\x1b[0m", "c", "title"},
+			{"a\x7f", "c", "title"},
+			{"a\u0080", "c", "title"},
+			{"a\u009f", "c", "title"},
+			{"t", "a\x00", "content"},
+			{"t", "a\x0cb", "content"},
+			{"t", "a\x1b", "content"},
+			{"t", "a\x7f", "content"},
+			{"t", "a\u0085", "content"},
+		} {
+			_, err := e.svc.Create(ctx, reservation.CreateInput{Title: tc.title, Content: tc.content, ScheduledAt: at})
+			svcRequireInvalid(t, err, tc.field)
+			require.ErrorContains(t, err, "control characters", "%q %q", tc.title, tc.content)
+			in := reservation.UpdateInput{Title: &tc.title}
+			if tc.field == "content" {
+				in = reservation.UpdateInput{Content: &tc.content}
+			}
+			_, err = e.svc.Update(ctx, kept.ID, in)
+			svcRequireInvalid(t, err, tc.field)
+		}
+		postsAfter, rowsAfter := svcCounts(t, db.DB)
+		require.Equal(t, postsBefore, postsAfter)
+		require.Equal(t, rowsBefore, rowsAfter)
+		require.Equal(t, kept.Version.Int64, e.load(t, kept.ID).Version.Int64)
+
+		p, err := e.svc.Create(ctx, reservation.CreateInput{Title: "Tabs → ok", Content: "a\tb\r\nc\n", ScheduledAt: at})
+		require.NoError(t, err)
+		require.Equal(t, "a\tb\r\nc\n", e.load(t, p.ID).Content)
+	})
+}
+
 func TestServiceGetNotFound(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
@@ -478,6 +528,73 @@ func TestServiceListKeyset(t *testing.T) {
 			{reservation.ListQuery{Limit: 101}, "limit"},
 			{reservation.ListQuery{Limit: -1}, "limit"},
 			{reservation.ListQuery{Status: "DONE"}, "status"},
+		} {
+			_, err := e.svc.List(ctx, tc.q)
+			svcRequireInvalid(t, err, tc.field)
+		}
+	})
+}
+
+// TestServiceListByScheduledAt: pages in (scheduledAt, id) order within a
+// [ScheduledFrom, ScheduledTo) range; a cursor belongs to its order.
+func TestServiceListByScheduledAt(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := svcSetup(t, db)
+		ctx := context.Background()
+		day := 24 * time.Hour
+		// Scheduled in days from svcStart; equal days tie on id.
+		offsets := []time.Duration{3 * day, day, 2 * day, day, 4 * day, 2 * day}
+		var ids []int64
+		for i, off := range offsets {
+			p, err := e.svc.Create(ctx, reservation.CreateInput{
+				Title: fmt.Sprintf("post %d", i), Content: "c", ScheduledAt: svcStart.Add(off),
+			})
+			require.NoError(t, err)
+			ids = append(ids, p.ID)
+		}
+		walk := func(q reservation.ListQuery) []int64 {
+			var got []int64
+			for pages := 1; ; pages++ {
+				page, err := e.svc.List(ctx, q)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(page.Items), q.Limit)
+				for _, p := range page.Items {
+					got = append(got, p.ID)
+				}
+				if page.NextCursor == "" {
+					return got
+				}
+				q.Cursor = page.NextCursor
+				require.Less(t, pages, 20, "pagination does not end")
+			}
+		}
+		byTime := reservation.ListQuery{Order: reservation.OrderByScheduledAt, Limit: 1}
+		require.Equal(t, []int64{ids[1], ids[3], ids[2], ids[5], ids[0], ids[4]}, walk(byTime))
+		byTime.Limit = 4
+		require.Equal(t, []int64{ids[1], ids[3], ids[2], ids[5], ids[0], ids[4]}, walk(byTime))
+		ranged := reservation.ListQuery{
+			Order: reservation.OrderByScheduledAt, Limit: 1,
+			ScheduledFrom: svcStart.Add(2 * day), ScheduledTo: svcStart.Add(4 * day),
+		}
+		require.Equal(t, []int64{ids[2], ids[5], ids[0]}, walk(ranged))
+		ranged.Order = ""
+		require.Equal(t, []int64{ids[0], ids[2], ids[5]}, walk(ranged))
+
+		idPage, err := e.svc.List(ctx, reservation.ListQuery{Limit: 1})
+		require.NoError(t, err)
+		timePage, err := e.svc.List(ctx, reservation.ListQuery{Limit: 1, Order: reservation.OrderByScheduledAt})
+		require.NoError(t, err)
+		for _, tc := range []struct {
+			q     reservation.ListQuery
+			field string
+		}{
+			{reservation.ListQuery{Order: "title"}, "order"},
+			{reservation.ListQuery{ScheduledFrom: svcStart, ScheduledTo: svcStart}, "scheduledTo"},
+			{reservation.ListQuery{ScheduledFrom: svcStart, ScheduledTo: svcStart.Add(-time.Microsecond)}, "scheduledTo"},
+			{reservation.ListQuery{Order: reservation.OrderByScheduledAt, Cursor: idPage.NextCursor}, "cursor"},
+			{reservation.ListQuery{Cursor: timePage.NextCursor}, "cursor"},
 		} {
 			_, err := e.svc.List(ctx, tc.q)
 			svcRequireInvalid(t, err, tc.field)
