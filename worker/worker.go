@@ -13,6 +13,9 @@
 // workers never hold the same one. A POSTING_EVENT CANCELLED settles a
 // pending publication as CANCELLED; a publication whose post turns out
 // CANCELLED when its time comes is not published either.
+//
+// The worker owns the retry schedule and asks its Publisher for one attempt
+// at a time; an attempt holds one of Concurrency slots, a wait holds none.
 package worker
 
 import (
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -43,6 +47,14 @@ const (
 	OutcomeDuplicate = "duplicate"
 )
 
+// DefaultConcurrency is Config.Concurrency's default. A slot is held only
+// while one attempt runs (a few queries and at most one webhook request of
+// WebhookConfig.Timeout), never while a publication waits, so slots are
+// cheap: 64 keeps a minute's spike of posts flowing even while dozens of
+// receivers hang for their whole timeout, and stays well below what one
+// process can have in flight (database work still queues on the pool).
+const DefaultConcurrency = 64
+
 // Config configures a Worker. Zero fields take defaults.
 type Config struct {
 	// Consumer is the worker's name in the inbox table; workers of one
@@ -50,14 +62,18 @@ type Config struct {
 	Consumer string
 	// Publisher makes posts public. Default RecordOnly, logging to Logger.
 	Publisher Publisher
-	// Concurrency bounds the publications in progress at once. Default 4;
-	// 1 to 256.
+	// Concurrency bounds the publication attempts in progress at once: an
+	// attempt holds a slot while it reads the post, makes one publisher
+	// call (one webhook request) and records the result, never while it
+	// waits for its time or for its next try. Default DefaultConcurrency
+	// (64); 1 to 256.
 	Concurrency int
 	// RetryBase is the pause before trying a publication again after a
 	// database error or a publisher's passing failure, doubled per failure
 	// up to RetryMax. Default 1s.
 	RetryBase time.Duration
-	// RetryMax caps that pause. Default 1m; at least RetryBase.
+	// RetryMax caps that pause. Default 1m; at least RetryBase. A pause the
+	// publisher asks for (RetryLaterError) may be longer.
 	RetryMax time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -82,7 +98,7 @@ func (c *Config) setDefaults() {
 		c.Publisher = RecordOnly{Logger: c.Logger}
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.RetryBase == 0 {
 		c.RetryBase = time.Second
@@ -114,7 +130,7 @@ type Worker struct {
 	db  *gorm.DB
 	cfg Config
 	log *slog.Logger
-	sem chan struct{} // one token per publication in progress
+	sem chan struct{} // one token per publication attempt in progress
 
 	base   context.Context // ends at Stop: every timer's publication stops
 	cancel context.CancelFunc
@@ -141,7 +157,8 @@ func New(db *gorm.DB, cfg Config) (*Worker, error) {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
-		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel, armed: map[int64]*timer{}}, nil
+		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel,
+		armed: map[int64]*timer{}}, nil
 }
 
 // Config returns the worker's configuration with defaults filled in.
@@ -304,10 +321,12 @@ func (w *Worker) disarm(postIDs ...int64) {
 }
 
 // fire runs a timer's publication until it is settled or the timer is
-// disarmed: database errors and a publisher's passing failures are tried
-// again after a pause. A publication holds one of the Concurrency slots
-// while it runs, not while it pauses, so posts that keep failing cannot
-// starve the others.
+// disarmed, one attempt at a time. The worker owns the retry schedule: a
+// database error or a publisher's passing failure is tried again after a
+// pause (RetryBase doubling to RetryMax, with jitter, or longer if the
+// publisher asks), and a publication not yet due waits the time left. An
+// attempt holds one of the Concurrency slots; the waits hold none, so posts
+// that keep failing or hanging cannot starve the others.
 func (w *Worker) fire(ctx context.Context, t *timer) {
 	defer func() {
 		w.mu.Lock()
@@ -326,80 +345,129 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		case <-ctx.Done():
 			return
 		}
-		res, err := w.PublishDue(ctx, t.pub.PostID)
+		res, err := w.attempt(ctx, t.pub.PostID)
 		<-w.sem
+		var wait time.Duration
 		switch {
-		case err == nil:
-			if res == PublicationFailed {
-				log.Error("publication refused for good; the post stays WORKING for an operator")
-			}
-			return
 		case ctx.Err() != nil:
 			return
-		}
-		log.Warn("publication failed; trying again", "err", err, "pause", pause)
-		tm := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			tm.Stop()
+		case err != nil:
+			wait = max(jitter(pause), res.retryAfter)
+			pause = min(2*pause, w.cfg.RetryMax)
+			log.Warn("publication failed; trying again", "err", err, "pause", wait)
+		case res.status == PublicationPending: // not due yet
+			wait = res.due
+		case res.status == PublicationFailed:
+			log.Error("publication refused for good; the post stays WORKING for an operator",
+				"last_error", res.reason)
 			return
-		case <-tm.C:
+		default:
+			return
 		}
-		pause = min(2*pause, w.cfg.RetryMax)
+		if !sleep(ctx, wait) {
+			return
+		}
 	}
 }
 
-// PublishDue publishes the post of a PENDING publication whose time has
-// come, and returns how the publication ended: PUBLISHED, CANCELLED (the
-// post was cancelled), FAILED (the publisher refused it), or PENDING with an
-// error when it should be tried again. A publication that is not PENDING (a
-// duplicate timer) is left alone and its status returned. The publisher is
-// called before the post and the publication are recorded PUBLISHED in one
-// transaction, so a stop in between makes the next owner publish again with
-// the same key: at least once towards the publisher, exactly once in the
-// database.
+// jitter returns a pause between half of d and d, so that publications that
+// failed together do not all come back at once.
+func jitter(d time.Duration) time.Duration {
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits for d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ErrNotDue is returned by PublishDue for a publication whose scheduledAt
+// has not come.
+var ErrNotDue = errors.New("publication not due")
+
+// result is how one attempt at a publication ended.
+type result struct {
+	status     PublicationStatus
+	due        time.Duration // PENDING without error: due in this long
+	reason     string        // FAILED: the publication's last_error
+	retryAfter time.Duration // after a passing failure: the least pause the publisher asked for
+}
+
+// PublishDue makes one attempt at the post's PENDING publication if it is
+// due, and returns how the publication ended:
+// PUBLISHED, CANCELLED (the post was cancelled), FAILED (the publisher
+// refused it), or PENDING with an error when it should be tried again
+// (wrapping ErrNotDue when it is not due yet). A publication that is not
+// PENDING (a duplicate timer) is left alone and its status returned. The
+// publisher is called before the post and the publication are recorded
+// PUBLISHED in one transaction, so a stop in between makes the next owner
+// publish again with the same key: at least once towards the publisher,
+// exactly once in the database.
 func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatus, error) {
+	res, err := w.attempt(ctx, postID)
+	if err == nil && res.status == PublicationPending {
+		return res.status, fmt.Errorf("%w: post %d is due in %s", ErrNotDue, postID, res.due)
+	}
+	return res.status, err
+}
+
+// attempt is PublishDue's body: one call to the publisher at most.
+func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
+	pending := result{status: PublicationPending}
 	db := w.db.WithContext(ctx)
 	var pub Publication
 	if err := db.Where("post_id = ?", postID).Take(&pub).Error; err != nil {
-		return PublicationPending, fmt.Errorf("load publication of post %d: %w", postID, err)
+		return pending, fmt.Errorf("load publication of post %d: %w", postID, err)
 	}
 	if pub.Status != PublicationPending {
-		return pub.Status, nil
+		return result{status: pub.Status}, nil
 	}
-	if wait := pub.ScheduledAt.Sub(w.cfg.Now()); wait > 0 {
-		return PublicationPending, fmt.Errorf("publication of post %d is due in %s", postID, wait)
+	now := outbox.Normalize(w.cfg.Now())
+	if wait := pub.ScheduledAt.Sub(now); wait > 0 {
+		return result{status: PublicationPending, due: wait}, nil
 	}
 	post, err := reservation.LoadPost(db, postID)
 	if err != nil {
 		if errors.Is(err, reservation.ErrNotFound) {
-			return w.settleNow(ctx, postID, PublicationCancelled, nil)
+			return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 		}
-		return PublicationPending, err
+		return pending, err
 	}
 	switch post.Status {
 	case reservation.StatusCancelled:
-		return w.settleNow(ctx, postID, PublicationCancelled, nil)
+		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 	case reservation.StatusPublished:
-		return w.settleNow(ctx, postID, PublicationPublished, nil)
+		return w.settleNow(ctx, postID, PublicationPublished, now, "")
 	case reservation.StatusWorking:
 	default:
 		msg := fmt.Sprintf("post is %s, not %s", post.Status, reservation.StatusWorking)
-		return w.settleNow(ctx, postID, PublicationFailed, &msg)
+		return w.settleNow(ctx, postID, PublicationFailed, now, msg)
 	}
 
-	at := outbox.Normalize(w.cfg.Now())
+	at := now
 	p := *post
 	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
 	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
 		msg := outbox.TruncateError(err.Error())
 		if errors.Is(err, ErrRefused) {
-			return w.settleNow(ctx, postID, PublicationFailed, &msg)
+			return w.settleNow(ctx, postID, PublicationFailed, now, msg)
+		}
+		res := pending
+		if rl := (*RetryLaterError)(nil); errors.As(err, &rl) {
+			res.retryAfter = rl.After
 		}
 		// Visible to an operator while it is tried again.
 		_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
-			Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": at}).Error
-		return PublicationPending, fmt.Errorf("publish post %d: %w", postID, err)
+			Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": outbox.Normalize(w.cfg.Now())}).Error
+		return res, fmt.Errorf("publish post %d: %w", postID, err)
 	}
 
 	// Published: record it even if the timer is being disarmed meanwhile,
@@ -429,20 +497,25 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 				"attempts": gorm.Expr("attempts + 1"), "last_error": nil}).Error
 	})
 	if err != nil {
-		return PublicationPending, fmt.Errorf("record publication of post %d: %w", postID, err)
+		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
 	}
 	if status == PublicationPublished && w.cfg.ObservePublished != nil {
 		w.cfg.ObservePublished(at.Sub(pub.ScheduledAt))
 	}
-	return status, nil
+	return result{status: status}, nil
 }
 
-// settleNow settles the post's PENDING publication in a statement of its own.
-func (w *Worker) settleNow(ctx context.Context, postID int64, status PublicationStatus, lastError *string) (PublicationStatus, error) {
-	if err := settle(w.db.WithContext(ctx), postID, status, outbox.Normalize(w.cfg.Now()), lastError); err != nil {
-		return PublicationPending, err
+// settleNow settles the post's PENDING publication in a statement of its
+// own, with reason as its last_error if not empty.
+func (w *Worker) settleNow(ctx context.Context, postID int64, status PublicationStatus, at time.Time, reason string) (result, error) {
+	var lastError *string
+	if reason != "" {
+		lastError = &reason
 	}
-	return status, nil
+	if err := settle(w.db.WithContext(ctx), postID, status, at, lastError); err != nil {
+		return result{status: PublicationPending}, err
+	}
+	return result{status: status, reason: reason}, nil
 }
 
 // settle ends the post's publication if it is still PENDING.
