@@ -14,8 +14,11 @@
 // pending publication as CANCELLED; a publication whose post turns out
 // CANCELLED when its time comes is not published either.
 //
-// The worker owns the retry schedule and asks its Publisher for one attempt
-// at a time; an attempt holds one of Concurrency slots, a wait holds none.
+// Timers run on the worker's clock, but a publication is taken only when it
+// is due by the database's clock (database.Now), so a worker whose clock
+// runs ahead never publishes early: it waits the time left. The worker owns
+// the retry schedule and asks its Publisher for one attempt at a time; an
+// attempt holds one of Concurrency slots, a wait holds none.
 package worker
 
 import (
@@ -75,7 +78,9 @@ type Config struct {
 	// RetryMax caps that pause. Default 1m; at least RetryBase. A pause the
 	// publisher asks for (RetryLaterError) may be longer.
 	RetryMax time.Duration
-	// Now is the clock. Default time.Now.
+	// Now is the worker's own clock, for its timers only: whether a
+	// publication is due, and the times written to the database, come from
+	// the database's clock (database.Now). Default time.Now.
 	Now func() time.Time
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -171,7 +176,12 @@ func (w *Worker) Config() Config { return w.cfg }
 // pending publication as CANCELLED and disarms it; other posting events
 // are only recorded.
 func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
-	now := outbox.Normalize(w.cfg.Now())
+	// The inbox and publication times are compared with the database's
+	// clock by others (the cleaner's retention cutoff), so they are its.
+	now, err := database.Now(ctx, w.db)
+	if err != nil {
+		return fmt.Errorf("process event %s: %w", ev.EventID, err)
+	}
 	var (
 		effect func(tx *gorm.DB) error
 		after  func()
@@ -293,6 +303,8 @@ func (w *Worker) arm(pub Publication) {
 	}
 	ctx, cancel := context.WithCancel(w.base)
 	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
+	// The worker's clock only sets the alarm: PublishDue asks the
+	// database whether the post is due and says how long is left if not.
 	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(w.cfg.Now()), 0), func() { w.fire(ctx, t) })
 	w.armed[pub.PostID] = t
 }
@@ -324,9 +336,10 @@ func (w *Worker) disarm(postIDs ...int64) {
 // disarmed, one attempt at a time. The worker owns the retry schedule: a
 // database error or a publisher's passing failure is tried again after a
 // pause (RetryBase doubling to RetryMax, with jitter, or longer if the
-// publisher asks), and a publication not yet due waits the time left. An
-// attempt holds one of the Concurrency slots; the waits hold none, so posts
-// that keep failing or hanging cannot starve the others.
+// publisher asks), and a publication not yet due by the database's clock
+// waits the time left. An attempt holds one of the Concurrency slots; the
+// waits hold none, so posts that keep failing or hanging cannot starve the
+// others.
 func (w *Worker) fire(ctx context.Context, t *timer) {
 	defer func() {
 		w.mu.Lock()
@@ -355,7 +368,7 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 			wait = max(jitter(pause), res.retryAfter)
 			pause = min(2*pause, w.cfg.RetryMax)
 			log.Warn("publication failed; trying again", "err", err, "pause", wait)
-		case res.status == PublicationPending: // not due yet
+		case res.status == PublicationPending: // not due by the database's clock
 			wait = res.due
 		case res.status == PublicationFailed:
 			log.Error("publication refused for good; the post stays WORKING for an operator",
@@ -390,19 +403,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // ErrNotDue is returned by PublishDue for a publication whose scheduledAt
-// has not come.
+// the database's clock has not reached.
 var ErrNotDue = errors.New("publication not due")
 
 // result is how one attempt at a publication ended.
 type result struct {
 	status     PublicationStatus
-	due        time.Duration // PENDING without error: due in this long
+	due        time.Duration // PENDING without error: due in this long, by the database's clock
 	reason     string        // FAILED: the publication's last_error
 	retryAfter time.Duration // after a passing failure: the least pause the publisher asked for
 }
 
 // PublishDue makes one attempt at the post's PENDING publication if it is
-// due, and returns how the publication ended:
+// due by the database's clock, and returns how the publication ended:
 // PUBLISHED, CANCELLED (the post was cancelled), FAILED (the publisher
 // refused it), or PENDING with an error when it should be tried again
 // (wrapping ErrNotDue when it is not due yet). A publication that is not
@@ -430,7 +443,12 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	if pub.Status != PublicationPending {
 		return result{status: pub.Status}, nil
 	}
-	now := outbox.Normalize(w.cfg.Now())
+	// The worker's clock may run ahead of the one that wrote scheduledAt:
+	// the database's decides, and every time written below is its.
+	now, err := database.Now(ctx, w.db)
+	if err != nil {
+		return pending, err
+	}
 	if wait := pub.ScheduledAt.Sub(now); wait > 0 {
 		return result{status: PublicationPending, due: wait}, nil
 	}
@@ -465,8 +483,10 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 			res.retryAfter = rl.After
 		}
 		// Visible to an operator while it is tried again.
-		_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
-			Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": outbox.Normalize(w.cfg.Now())}).Error
+		if failedAt, nerr := database.Now(ctx, w.db); nerr == nil {
+			_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+				Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": failedAt}).Error
+		}
 		return res, fmt.Errorf("publish post %d: %w", postID, err)
 	}
 
