@@ -18,7 +18,10 @@
 // is due by the database's clock (database.Now), so a worker whose clock
 // runs ahead never publishes early: it waits the time left. The worker owns
 // the retry schedule and asks its Publisher for one attempt at a time; an
-// attempt holds one of Concurrency slots, a wait holds none.
+// attempt holds one of Concurrency slots, a wait holds none. Every
+// SweepInterval the worker also arms the PENDING publications of its
+// partitions that have no timer, such as a FAILED one an operator set back
+// to PENDING.
 package worker
 
 import (
@@ -78,6 +81,10 @@ type Config struct {
 	// RetryMax caps that pause. Default 1m; at least RetryBase. A pause the
 	// publisher asks for (RetryLaterError) may be longer.
 	RetryMax time.Duration
+	// SweepInterval is how often the worker arms the PENDING publications
+	// of its partitions that have no timer: rows an operator set back to
+	// PENDING (a retry of a FAILED publication). Default 30s; 10ms to 1h.
+	SweepInterval time.Duration
 	// Now is the worker's own clock, for its timers only: whether a
 	// publication is due, and the times written to the database, come from
 	// the database's clock (database.Now). Default time.Now.
@@ -111,6 +118,9 @@ func (c *Config) setDefaults() {
 	if c.RetryMax == 0 {
 		c.RetryMax = time.Minute
 	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 30 * time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -125,6 +135,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("concurrency %d: want 1 to 256", c.Concurrency)
 	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
 		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
+	case c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour:
+		return fmt.Errorf("sweep interval %s: want 10ms to 1h", c.SweepInterval)
 	}
 	return nil
 }
@@ -140,9 +152,11 @@ type Worker struct {
 	base   context.Context // ends at Stop: every timer's publication stops
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	armed   map[int64]*timer // by post id
-	stopped bool
+	mu        sync.Mutex
+	armed     map[int64]*timer   // by post id
+	owned     map[int32]struct{} // partitions assigned and not revoked
+	stopped   bool
+	sweepDone chan struct{} // closed when the sweep loop ends; nil until the first assignment
 }
 
 // timer is one armed publication.
@@ -163,7 +177,7 @@ func New(db *gorm.DB, cfg Config) (*Worker, error) {
 	base, cancel := context.WithCancel(context.Background())
 	return &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
 		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel,
-		armed: map[int64]*timer{}}, nil
+		armed: map[int64]*timer{}, owned: map[int32]struct{}{}}, nil
 }
 
 // Config returns the worker's configuration with defaults filled in.
@@ -202,7 +216,7 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 			// the post is this event's, written before.
 			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&pub).Error
 		}
-		after = func() { w.arm(pub) }
+		after = func() { w.arm(pub, false) }
 	case outbox.PostingEvent:
 		var f reservation.PostingEventFields
 		if err := ev.Fields(&f); err != nil {
@@ -241,21 +255,46 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 	return nil
 }
 
-// Assigned arms the timers of the partitions' PENDING publications.
+// Assigned arms the timers of the partitions' PENDING publications. The
+// worker owns the partitions until they are revoked: its sweep arms their
+// PENDING publications that have no timer every SweepInterval.
 func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) error {
+	w.mu.Lock()
+	for _, p := range partitions {
+		w.owned[p] = struct{}{}
+	}
+	w.startSweep()
+	w.mu.Unlock()
+	n, err := w.armPending(ctx, partitions)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", n)
+	}
+	return nil
+}
+
+// armPending arms a timer for every PENDING publication of the partitions
+// that has none, as long as the worker owns its partition, and returns how
+// many it armed.
+func (w *Worker) armPending(ctx context.Context, partitions []int32) (int, error) {
+	if len(partitions) == 0 {
+		return 0, nil
+	}
 	var pending []Publication
 	err := w.db.WithContext(ctx).Where("status = ? AND partition_id IN ?", PublicationPending, partitions).
 		Order("scheduled_at").Find(&pending).Error
 	if err != nil {
-		return fmt.Errorf("load pending publications: %w", err)
+		return 0, fmt.Errorf("load pending publications: %w", err)
 	}
+	n := 0
 	for _, p := range pending {
-		w.arm(p)
+		if w.arm(p, true) {
+			n++
+		}
 	}
-	if len(pending) > 0 {
-		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", len(pending))
-	}
-	return nil
+	return n, nil
 }
 
 // Revoked disarms the timers of the partitions and waits for their
@@ -263,6 +302,9 @@ func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) err
 // never works on a publication at the same time as this worker.
 func (w *Worker) Revoked(_ string, partitions []int32) {
 	w.mu.Lock()
+	for _, p := range partitions {
+		delete(w.owned, p)
+	}
 	var ids []int64
 	for id, t := range w.armed {
 		if slices.Contains(partitions, t.pub.PartitionID) {
@@ -280,8 +322,8 @@ func (w *Worker) Pending() int {
 	return len(w.armed)
 }
 
-// Stop disarms every timer and waits for the publications in progress to
-// stop; later events arm nothing. It is safe to call twice.
+// Stop disarms every timer, ends the sweep and waits for the publications
+// in progress to stop; later events arm nothing. It is safe to call twice.
 func (w *Worker) Stop() {
 	w.mu.Lock()
 	w.stopped = true
@@ -289,17 +331,27 @@ func (w *Worker) Stop() {
 	for id := range w.armed {
 		ids = append(ids, id)
 	}
+	sweepDone := w.sweepDone
 	w.mu.Unlock()
 	w.cancel()
 	w.disarm(ids...)
+	if sweepDone != nil {
+		<-sweepDone
+	}
 }
 
-// arm starts the timer of pub, unless one runs for its post already.
-func (w *Worker) arm(pub Publication) {
+// arm starts the timer of pub, unless one runs for its post already, and
+// reports whether it did. With owned, only while the worker owns pub's
+// partition: a sweep that read the row before a revocation must not arm it
+// after.
+func (w *Worker) arm(pub Publication, owned bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped || w.armed[pub.PostID] != nil {
-		return
+		return false
+	}
+	if _, ok := w.owned[pub.PartitionID]; owned && !ok {
+		return false
 	}
 	ctx, cancel := context.WithCancel(w.base)
 	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
@@ -307,6 +359,7 @@ func (w *Worker) arm(pub Publication) {
 	// database whether the post is due and says how long is left if not.
 	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(w.cfg.Now()), 0), func() { w.fire(ctx, t) })
 	w.armed[pub.PostID] = t
+	return true
 }
 
 // disarm stops the timers of the posts and waits until none of them can act.
