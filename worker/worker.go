@@ -53,6 +53,13 @@ const (
 	OutcomeDuplicate = "duplicate"
 )
 
+// Outcomes of settled publications, as given to Config.ObserveSettled.
+const (
+	OutcomePublished = "published" // the post is PUBLISHED
+	OutcomeCancelled = "cancelled" // the post was cancelled (or deleted) first
+	OutcomeFailed    = "failed"    // refused for good; the post stays WORKING
+)
+
 // DefaultConcurrency is Config.Concurrency's default. A slot is held only
 // while one attempt runs (a few queries and at most one webhook request of
 // WebhookConfig.Timeout), never while a publication waits, so slots are
@@ -97,6 +104,9 @@ type Config struct {
 	// ObservePublished, if set, is told of every post the worker published,
 	// with how long after its scheduledAt.
 	ObservePublished func(lag time.Duration)
+	// ObserveSettled, if set, is told of every publication this worker
+	// settled: OutcomePublished, OutcomeCancelled or OutcomeFailed.
+	ObserveSettled func(outcome string)
 }
 
 func (c *Config) setDefaults() {
@@ -197,8 +207,9 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
 	var (
-		effect func(tx *gorm.DB) error
-		after  func()
+		effect    func(tx *gorm.DB) error
+		after     func()
+		cancelled bool // the effect settled a pending publication CANCELLED
 	)
 	switch ev.Type {
 	case outbox.ReservationEvent:
@@ -226,7 +237,9 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 			break
 		}
 		effect = func(tx *gorm.DB) error {
-			return settle(tx, ev.PostID, PublicationCancelled, now, nil)
+			var err error
+			cancelled, err = settle(tx, ev.PostID, PublicationCancelled, now, nil)
+			return err
 		}
 		after = func() { w.disarm(ev.PostID) }
 	}
@@ -248,6 +261,9 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 	// for an armed post, and PublishDue reads the publication's state.
 	if after != nil {
 		after()
+	}
+	if cancelled {
+		w.observeSettled(PublicationCancelled)
 	}
 	if w.cfg.ObserveConsumed != nil {
 		w.cfg.ObserveConsumed(string(ev.Type), outcome)
@@ -547,7 +563,7 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	// or the next owner would publish it again.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	status := PublicationPublished
+	status, changed := PublicationPublished, false
 	err = database.Transaction(rctx, w.db, func(tx *gorm.DB) error {
 		status = PublicationPublished
 		ok, err := reservation.MarkPublished(tx, postID, at)
@@ -563,17 +579,23 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 			if cur.Status != reservation.StatusPublished {
 				status = PublicationCancelled
 			}
-			return settle(tx, postID, status, at, nil)
+			changed, err = settle(tx, postID, status, at, nil)
+			return err
 		}
-		return tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+		res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
 			Updates(map[string]any{"status": PublicationPublished, "published_at": at, "updated_at": at,
-				"attempts": gorm.Expr("attempts + 1"), "last_error": nil}).Error
+				"attempts": gorm.Expr("attempts + 1"), "last_error": nil})
+		changed = res.RowsAffected == 1
+		return res.Error
 	})
 	if err != nil {
 		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
 	}
-	if status == PublicationPublished && w.cfg.ObservePublished != nil {
+	if status == PublicationPublished && changed && w.cfg.ObservePublished != nil {
 		w.cfg.ObservePublished(at.Sub(pub.ScheduledAt))
+	}
+	if changed {
+		w.observeSettled(status)
 	}
 	return result{status: status}, nil
 }
@@ -585,14 +607,34 @@ func (w *Worker) settleNow(ctx context.Context, postID int64, status Publication
 	if reason != "" {
 		lastError = &reason
 	}
-	if err := settle(w.db.WithContext(ctx), postID, status, at, lastError); err != nil {
+	changed, err := settle(w.db.WithContext(ctx), postID, status, at, lastError)
+	if err != nil {
 		return result{status: PublicationPending}, err
+	}
+	if changed {
+		w.observeSettled(status)
 	}
 	return result{status: status, reason: reason}, nil
 }
 
-// settle ends the post's publication if it is still PENDING.
-func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, lastError *string) error {
+// observeSettled tells Config.ObserveSettled of a publication settled as status.
+func (w *Worker) observeSettled(status PublicationStatus) {
+	if w.cfg.ObserveSettled == nil {
+		return
+	}
+	switch status {
+	case PublicationPublished:
+		w.cfg.ObserveSettled(OutcomePublished)
+	case PublicationCancelled:
+		w.cfg.ObserveSettled(OutcomeCancelled)
+	case PublicationFailed:
+		w.cfg.ObserveSettled(OutcomeFailed)
+	}
+}
+
+// settle ends the post's publication if it is still PENDING, and reports
+// whether it did.
+func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, lastError *string) (bool, error) {
 	changes := map[string]any{"status": status, "updated_at": at}
 	if lastError != nil {
 		changes["last_error"] = *lastError
@@ -600,9 +642,9 @@ func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, l
 	if status == PublicationFailed {
 		changes["attempts"] = gorm.Expr("attempts + 1")
 	}
-	err := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).Updates(changes).Error
-	if err != nil {
-		return fmt.Errorf("settle publication of post %d as %s: %w", postID, status, err)
+	res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).Updates(changes)
+	if res.Error != nil {
+		return false, fmt.Errorf("settle publication of post %d as %s: %w", postID, status, res.Error)
 	}
-	return nil
+	return res.RowsAffected == 1, nil
 }
