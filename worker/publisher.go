@@ -38,10 +38,12 @@ type RetryLaterError struct {
 	Err   error
 }
 
+// Error names the failure and the pause asked for.
 func (e *RetryLaterError) Error() string {
 	return fmt.Sprintf("%v (retry after %s)", e.Err, e.After)
 }
 
+// Unwrap returns the failure, so errors.Is and errors.As see through the pause.
 func (e *RetryLaterError) Unwrap() error { return e.Err }
 
 // Publisher makes a post public at its time.
