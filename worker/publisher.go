@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/postingsvc/posting/reservation"
@@ -30,12 +30,32 @@ type Publishing struct {
 	Key string
 }
 
+// RetryLaterError is a passing failure after which the receiver asked for a
+// pause (an HTTP Retry-After): the worker waits at least After before it
+// tries the publication again.
+type RetryLaterError struct {
+	After time.Duration
+	Err   error
+}
+
+// Error names the failure and the pause asked for.
+func (e *RetryLaterError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", e.Err, e.After)
+}
+
+// Unwrap returns the failure, so errors.Is and errors.As see through the pause.
+func (e *RetryLaterError) Unwrap() error { return e.Err }
+
 // Publisher makes a post public at its time.
 type Publisher interface {
-	// Publish makes p public. nil means done; an error wrapping ErrRefused
-	// means never; any other error means try again later. It may be called
-	// again for a post it already published (the worker stopped between
-	// publishing and recording it), always with the same Key.
+	// Publish makes one attempt at making p public (one webhook request):
+	// the worker owns the retry schedule, and holds a concurrency slot only
+	// while Publish runs, so Publish must not wait to try again itself.
+	// nil means done; an error wrapping ErrRefused means never; any other
+	// error means try again later (after at least RetryLaterError.After if
+	// it wraps one). It may be called again for a post it already
+	// published (the worker stopped between publishing and recording it),
+	// always with the same Key.
 	Publish(ctx context.Context, p Publishing) error
 }
 
@@ -62,16 +82,9 @@ type WebhookConfig struct {
 	// URL receives a POST per publication (POSTING_PUBLISH_WEBHOOK_URL).
 	// Required; http or https.
 	URL string
-	// Timeout bounds one request. Default 10s; 100ms to 5m.
+	// Timeout bounds one request, and so how long a hanging receiver holds
+	// one of the worker's slots. Default 10s; 100ms to 5m.
 	Timeout time.Duration
-	// MaxAttempts bounds the requests of one Publish; the worker calls
-	// Publish again later if all fail. Default 5; 1 to 100.
-	MaxAttempts int
-	// RetryBase is the pause after the first failed request, doubled per
-	// failure (with jitter) up to RetryMax. Default 500ms.
-	RetryBase time.Duration
-	// RetryMax caps the pause. Default 30s; at least RetryBase.
-	RetryMax time.Duration
 	// Client sends the requests. Default a client with no overall timeout
 	// (Timeout bounds each request).
 	Client *http.Client
@@ -80,15 +93,6 @@ type WebhookConfig struct {
 func (c WebhookConfig) withDefaults() WebhookConfig {
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = 500 * time.Millisecond
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = 30 * time.Second
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{}
@@ -110,20 +114,20 @@ func (c WebhookConfig) Validate() error {
 		return fmt.Errorf("URL %q: no host", c.URL)
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
 		return fmt.Errorf("timeout %s: want 100ms to 5m", c.Timeout)
-	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
-		return fmt.Errorf("max attempts %d: want 1 to 100", c.MaxAttempts)
-	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
-		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
 	}
 	return nil
 }
 
+// maxRetryAfter bounds the pause a receiver's Retry-After can impose.
+const maxRetryAfter = time.Hour
+
 // Webhook publishes by POSTing the post's JSON (as the API shows it, status
 // PUBLISHED) to a URL, with the headers Idempotency-Key (the publication's
 // Key) and Content-Type: application/json. A 2xx answer is success; 408, 429
-// and 5xx answers and network errors are retried with exponential backoff;
-// any other answer is a refusal (ErrRefused). Delivery is at least once:
-// the receiver drops repeats by Idempotency-Key.
+// and 5xx answers and network errors are passing failures, which the worker
+// tries again later (a 429 or 503 with Retry-After not before it says, up
+// to an hour); any other answer is a refusal (ErrRefused). Delivery is at
+// least once: the receiver drops repeats by Idempotency-Key.
 type Webhook struct {
 	cfg WebhookConfig
 }
@@ -137,37 +141,12 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	return &Webhook{cfg: cfg}, nil
 }
 
-// Publish POSTs p until the receiver accepts or refuses it, MaxAttempts
-// requests have failed, or ctx ends.
+// Publish POSTs p once, bounded by Timeout.
 func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	body, err := json.Marshal(p.Post.JSON())
 	if err != nil {
 		return fmt.Errorf("%w: encode post %d: %v", ErrRefused, p.Post.ID, err)
 	}
-	pause := h.cfg.RetryBase
-	var last error
-	for attempt := 1; attempt <= h.cfg.MaxAttempts; attempt++ {
-		if attempt > 1 {
-			half := pause / 2
-			t := time.NewTimer(half + rand.N(pause-half+1))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("webhook: %w (after: %w)", ctx.Err(), last)
-			case <-t.C:
-			}
-			pause = min(2*pause, h.cfg.RetryMax)
-		}
-		last = h.post(ctx, body, p.Key)
-		if last == nil || errors.Is(last, ErrRefused) {
-			return last
-		}
-	}
-	return fmt.Errorf("webhook: %d attempts failed, last: %w", h.cfg.MaxAttempts, last)
-}
-
-// post sends one request.
-func (h *Webhook) post(ctx context.Context, body []byte, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.URL, bytes.NewReader(body))
@@ -175,7 +154,7 @@ func (h *Webhook) post(ctx context.Context, body []byte, key string) error {
 		return fmt.Errorf("%w: webhook request: %v", ErrRefused, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Idempotency-Key", p.Key)
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		return fmt.Errorf("webhook %s: %w", h.cfg.URL, err)
@@ -186,8 +165,30 @@ func (h *Webhook) post(ctx context.Context, body []byte, key string) error {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
-		return fmt.Errorf("webhook %s answered %d: %s", h.cfg.URL, code, bytes.TrimSpace(snippet))
+		err := fmt.Errorf("webhook %s answered %d: %s", h.cfg.URL, code, bytes.TrimSpace(snippet))
+		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok &&
+			(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
+			return &RetryLaterError{After: after, Err: err}
+		}
+		return err
 	default:
 		return fmt.Errorf("%w: webhook %s answered %d: %s", ErrRefused, h.cfg.URL, code, bytes.TrimSpace(snippet))
 	}
+}
+
+// retryAfter reads a Retry-After header (RFC 9110: delay-seconds or an
+// HTTP-date), capped at maxRetryAfter.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		d = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	} else {
+		return 0, false
+	}
+	return min(max(d, 0), maxRetryAfter), true
 }

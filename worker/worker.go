@@ -13,6 +13,15 @@
 // workers never hold the same one. A POSTING_EVENT CANCELLED settles a
 // pending publication as CANCELLED; a publication whose post turns out
 // CANCELLED when its time comes is not published either.
+//
+// Timers run on the worker's clock, but a publication is taken only when it
+// is due by the database's clock (database.Now), so a worker whose clock
+// runs ahead never publishes early: it waits the time left. The worker owns
+// the retry schedule and asks its Publisher for one attempt at a time; an
+// attempt holds one of Concurrency slots, a wait holds none. Every
+// SweepInterval the worker also arms the PENDING publications of its
+// partitions that have no timer, such as a FAILED one an operator set back
+// to PENDING.
 package worker
 
 import (
@@ -20,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -43,6 +53,21 @@ const (
 	OutcomeDuplicate = "duplicate"
 )
 
+// Outcomes of settled publications, as given to Config.ObserveSettled.
+const (
+	OutcomePublished = "published" // the post is PUBLISHED
+	OutcomeCancelled = "cancelled" // the post was cancelled (or deleted) first
+	OutcomeFailed    = "failed"    // refused for good; the post stays WORKING
+)
+
+// DefaultConcurrency is Config.Concurrency's default. A slot is held only
+// while one attempt runs (a few queries and at most one webhook request of
+// WebhookConfig.Timeout), never while a publication waits, so slots are
+// cheap: 64 keeps a minute's spike of posts flowing even while dozens of
+// receivers hang for their whole timeout, and stays well below what one
+// process can have in flight (database work still queues on the pool).
+const DefaultConcurrency = 64
+
 // Config configures a Worker. Zero fields take defaults.
 type Config struct {
 	// Consumer is the worker's name in the inbox table; workers of one
@@ -50,16 +75,26 @@ type Config struct {
 	Consumer string
 	// Publisher makes posts public. Default RecordOnly, logging to Logger.
 	Publisher Publisher
-	// Concurrency bounds the publications in progress at once. Default 4;
-	// 1 to 256.
+	// Concurrency bounds the publication attempts in progress at once: an
+	// attempt holds a slot while it reads the post, makes one publisher
+	// call (one webhook request) and records the result, never while it
+	// waits for its time or for its next try. Default DefaultConcurrency
+	// (64); 1 to 256.
 	Concurrency int
 	// RetryBase is the pause before trying a publication again after a
 	// database error or a publisher's passing failure, doubled per failure
 	// up to RetryMax. Default 1s.
 	RetryBase time.Duration
-	// RetryMax caps that pause. Default 1m; at least RetryBase.
+	// RetryMax caps that pause. Default 1m; at least RetryBase. A pause the
+	// publisher asks for (RetryLaterError) may be longer.
 	RetryMax time.Duration
-	// Now is the clock. Default time.Now.
+	// SweepInterval is how often the worker arms the PENDING publications
+	// of its partitions that have no timer: rows an operator set back to
+	// PENDING (a retry of a FAILED publication). Default 30s; 10ms to 1h.
+	SweepInterval time.Duration
+	// Now is the worker's own clock, for its timers only: whether a
+	// publication is due, and the times written to the database, come from
+	// the database's clock (database.Now). Default time.Now.
 	Now func() time.Time
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -69,6 +104,9 @@ type Config struct {
 	// ObservePublished, if set, is told of every post the worker published,
 	// with how long after its scheduledAt.
 	ObservePublished func(lag time.Duration)
+	// ObserveSettled, if set, is told of every publication this worker
+	// settled: OutcomePublished, OutcomeCancelled or OutcomeFailed.
+	ObserveSettled func(outcome string)
 }
 
 func (c *Config) setDefaults() {
@@ -82,13 +120,16 @@ func (c *Config) setDefaults() {
 		c.Publisher = RecordOnly{Logger: c.Logger}
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.RetryBase == 0 {
 		c.RetryBase = time.Second
 	}
 	if c.RetryMax == 0 {
 		c.RetryMax = time.Minute
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 30 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -104,6 +145,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("concurrency %d: want 1 to 256", c.Concurrency)
 	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
 		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
+	case c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour:
+		return fmt.Errorf("sweep interval %s: want 10ms to 1h", c.SweepInterval)
 	}
 	return nil
 }
@@ -114,14 +157,16 @@ type Worker struct {
 	db  *gorm.DB
 	cfg Config
 	log *slog.Logger
-	sem chan struct{} // one token per publication in progress
+	sem chan struct{} // one token per publication attempt in progress
 
 	base   context.Context // ends at Stop: every timer's publication stops
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	armed   map[int64]*timer // by post id
-	stopped bool
+	mu        sync.Mutex
+	armed     map[int64]*timer   // by post id
+	owned     map[int32]struct{} // partitions assigned and not revoked
+	stopped   bool
+	sweepDone chan struct{} // closed when the sweep loop ends; nil until the first assignment
 }
 
 // timer is one armed publication.
@@ -141,7 +186,8 @@ func New(db *gorm.DB, cfg Config) (*Worker, error) {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
-		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel, armed: map[int64]*timer{}}, nil
+		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel,
+		armed: map[int64]*timer{}, owned: map[int32]struct{}{}}, nil
 }
 
 // Config returns the worker's configuration with defaults filled in.
@@ -154,10 +200,16 @@ func (w *Worker) Config() Config { return w.cfg }
 // pending publication as CANCELLED and disarms it; other posting events
 // are only recorded.
 func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
-	now := outbox.Normalize(w.cfg.Now())
+	// The inbox and publication times are compared with the database's
+	// clock by others (the cleaner's retention cutoff), so they are its.
+	now, err := database.Now(ctx, w.db)
+	if err != nil {
+		return fmt.Errorf("process event %s: %w", ev.EventID, err)
+	}
 	var (
-		effect func(tx *gorm.DB) error
-		after  func()
+		effect    func(tx *gorm.DB) error
+		after     func()
+		cancelled bool // the effect settled a pending publication CANCELLED
 	)
 	switch ev.Type {
 	case outbox.ReservationEvent:
@@ -175,7 +227,7 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 			// the post is this event's, written before.
 			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&pub).Error
 		}
-		after = func() { w.arm(pub) }
+		after = func() { w.arm(pub, false) }
 	case outbox.PostingEvent:
 		var f reservation.PostingEventFields
 		if err := ev.Fields(&f); err != nil {
@@ -185,7 +237,9 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 			break
 		}
 		effect = func(tx *gorm.DB) error {
-			return settle(tx, ev.PostID, PublicationCancelled, now, nil)
+			var err error
+			cancelled, err = settle(tx, ev.PostID, PublicationCancelled, now, nil)
+			return err
 		}
 		after = func() { w.disarm(ev.PostID) }
 	}
@@ -208,27 +262,55 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 	if after != nil {
 		after()
 	}
+	if cancelled {
+		w.observeSettled(PublicationCancelled)
+	}
 	if w.cfg.ObserveConsumed != nil {
 		w.cfg.ObserveConsumed(string(ev.Type), outcome)
 	}
 	return nil
 }
 
-// Assigned arms the timers of the partitions' PENDING publications.
+// Assigned arms the timers of the partitions' PENDING publications. The
+// worker owns the partitions until they are revoked: its sweep arms their
+// PENDING publications that have no timer every SweepInterval.
 func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) error {
+	w.mu.Lock()
+	for _, p := range partitions {
+		w.owned[p] = struct{}{}
+	}
+	w.startSweep()
+	w.mu.Unlock()
+	n, err := w.armPending(ctx, partitions)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", n)
+	}
+	return nil
+}
+
+// armPending arms a timer for every PENDING publication of the partitions
+// that has none, as long as the worker owns its partition, and returns how
+// many it armed.
+func (w *Worker) armPending(ctx context.Context, partitions []int32) (int, error) {
+	if len(partitions) == 0 {
+		return 0, nil
+	}
 	var pending []Publication
 	err := w.db.WithContext(ctx).Where("status = ? AND partition_id IN ?", PublicationPending, partitions).
 		Order("scheduled_at").Find(&pending).Error
 	if err != nil {
-		return fmt.Errorf("load pending publications: %w", err)
+		return 0, fmt.Errorf("load pending publications: %w", err)
 	}
+	n := 0
 	for _, p := range pending {
-		w.arm(p)
+		if w.arm(p, true) {
+			n++
+		}
 	}
-	if len(pending) > 0 {
-		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", len(pending))
-	}
-	return nil
+	return n, nil
 }
 
 // Revoked disarms the timers of the partitions and waits for their
@@ -236,6 +318,9 @@ func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) err
 // never works on a publication at the same time as this worker.
 func (w *Worker) Revoked(_ string, partitions []int32) {
 	w.mu.Lock()
+	for _, p := range partitions {
+		delete(w.owned, p)
+	}
 	var ids []int64
 	for id, t := range w.armed {
 		if slices.Contains(partitions, t.pub.PartitionID) {
@@ -253,8 +338,8 @@ func (w *Worker) Pending() int {
 	return len(w.armed)
 }
 
-// Stop disarms every timer and waits for the publications in progress to
-// stop; later events arm nothing. It is safe to call twice.
+// Stop disarms every timer, ends the sweep and waits for the publications
+// in progress to stop; later events arm nothing. It is safe to call twice.
 func (w *Worker) Stop() {
 	w.mu.Lock()
 	w.stopped = true
@@ -262,22 +347,35 @@ func (w *Worker) Stop() {
 	for id := range w.armed {
 		ids = append(ids, id)
 	}
+	sweepDone := w.sweepDone
 	w.mu.Unlock()
 	w.cancel()
 	w.disarm(ids...)
+	if sweepDone != nil {
+		<-sweepDone
+	}
 }
 
-// arm starts the timer of pub, unless one runs for its post already.
-func (w *Worker) arm(pub Publication) {
+// arm starts the timer of pub, unless one runs for its post already, and
+// reports whether it did. With owned, only while the worker owns pub's
+// partition: a sweep that read the row before a revocation must not arm it
+// after.
+func (w *Worker) arm(pub Publication, owned bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped || w.armed[pub.PostID] != nil {
-		return
+		return false
+	}
+	if _, ok := w.owned[pub.PartitionID]; owned && !ok {
+		return false
 	}
 	ctx, cancel := context.WithCancel(w.base)
 	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
+	// The worker's clock only sets the alarm: PublishDue asks the
+	// database whether the post is due and says how long is left if not.
 	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(w.cfg.Now()), 0), func() { w.fire(ctx, t) })
 	w.armed[pub.PostID] = t
+	return true
 }
 
 // disarm stops the timers of the posts and waits until none of them can act.
@@ -304,10 +402,13 @@ func (w *Worker) disarm(postIDs ...int64) {
 }
 
 // fire runs a timer's publication until it is settled or the timer is
-// disarmed: database errors and a publisher's passing failures are tried
-// again after a pause. A publication holds one of the Concurrency slots
-// while it runs, not while it pauses, so posts that keep failing cannot
-// starve the others.
+// disarmed, one attempt at a time. The worker owns the retry schedule: a
+// database error or a publisher's passing failure is tried again after a
+// pause (RetryBase doubling to RetryMax, with jitter, or longer if the
+// publisher asks), and a publication not yet due by the database's clock
+// waits the time left. An attempt holds one of the Concurrency slots; the
+// waits hold none, so posts that keep failing or hanging cannot starve the
+// others.
 func (w *Worker) fire(ctx context.Context, t *timer) {
 	defer func() {
 		w.mu.Lock()
@@ -326,87 +427,143 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		case <-ctx.Done():
 			return
 		}
-		res, err := w.PublishDue(ctx, t.pub.PostID)
+		res, err := w.attempt(ctx, t.pub.PostID)
 		<-w.sem
+		var wait time.Duration
 		switch {
-		case err == nil:
-			if res == PublicationFailed {
-				log.Error("publication refused for good; the post stays WORKING for an operator")
-			}
-			return
 		case ctx.Err() != nil:
 			return
-		}
-		log.Warn("publication failed; trying again", "err", err, "pause", pause)
-		tm := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			tm.Stop()
+		case err != nil:
+			wait = max(jitter(pause), res.retryAfter)
+			pause = min(2*pause, w.cfg.RetryMax)
+			log.Warn("publication failed; trying again", "err", err, "pause", wait)
+		case res.status == PublicationPending: // not due by the database's clock
+			wait = res.due
+		case res.status == PublicationFailed:
+			log.Error("publication refused for good; the post stays WORKING for an operator",
+				"last_error", res.reason)
 			return
-		case <-tm.C:
+		default:
+			return
 		}
-		pause = min(2*pause, w.cfg.RetryMax)
+		if !sleep(ctx, wait) {
+			return
+		}
 	}
 }
 
-// PublishDue publishes the post of a PENDING publication whose time has
-// come, and returns how the publication ended: PUBLISHED, CANCELLED (the
-// post was cancelled), FAILED (the publisher refused it), or PENDING with an
-// error when it should be tried again. A publication that is not PENDING (a
-// duplicate timer) is left alone and its status returned. The publisher is
-// called before the post and the publication are recorded PUBLISHED in one
-// transaction, so a stop in between makes the next owner publish again with
-// the same key: at least once towards the publisher, exactly once in the
-// database.
+// jitter returns a pause between half of d and d, so that publications that
+// failed together do not all come back at once.
+func jitter(d time.Duration) time.Duration {
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits for d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ErrNotDue is returned by PublishDue for a publication whose scheduledAt
+// the database's clock has not reached.
+var ErrNotDue = errors.New("publication not due")
+
+// result is how one attempt at a publication ended.
+type result struct {
+	status     PublicationStatus
+	due        time.Duration // PENDING without error: due in this long, by the database's clock
+	reason     string        // FAILED: the publication's last_error
+	retryAfter time.Duration // after a passing failure: the least pause the publisher asked for
+}
+
+// PublishDue makes one attempt at the post's PENDING publication if it is
+// due by the database's clock, and returns how the publication ended:
+// PUBLISHED, CANCELLED (the post was cancelled), FAILED (the publisher
+// refused it), or PENDING with an error when it should be tried again
+// (wrapping ErrNotDue when it is not due yet). A publication that is not
+// PENDING (a duplicate timer) is left alone and its status returned. The
+// publisher is called before the post and the publication are recorded
+// PUBLISHED in one transaction, so a stop in between makes the next owner
+// publish again with the same key: at least once towards the publisher,
+// exactly once in the database.
 func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatus, error) {
+	res, err := w.attempt(ctx, postID)
+	if err == nil && res.status == PublicationPending {
+		return res.status, fmt.Errorf("%w: post %d is due in %s", ErrNotDue, postID, res.due)
+	}
+	return res.status, err
+}
+
+// attempt is PublishDue's body: one call to the publisher at most.
+func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
+	pending := result{status: PublicationPending}
 	db := w.db.WithContext(ctx)
 	var pub Publication
 	if err := db.Where("post_id = ?", postID).Take(&pub).Error; err != nil {
-		return PublicationPending, fmt.Errorf("load publication of post %d: %w", postID, err)
+		return pending, fmt.Errorf("load publication of post %d: %w", postID, err)
 	}
 	if pub.Status != PublicationPending {
-		return pub.Status, nil
+		return result{status: pub.Status}, nil
 	}
-	if wait := pub.ScheduledAt.Sub(w.cfg.Now()); wait > 0 {
-		return PublicationPending, fmt.Errorf("publication of post %d is due in %s", postID, wait)
+	// The worker's clock may run ahead of the one that wrote scheduledAt:
+	// the database's decides, and every time written below is its.
+	now, err := database.Now(ctx, w.db)
+	if err != nil {
+		return pending, err
+	}
+	if wait := pub.ScheduledAt.Sub(now); wait > 0 {
+		return result{status: PublicationPending, due: wait}, nil
 	}
 	post, err := reservation.LoadPost(db, postID)
 	if err != nil {
 		if errors.Is(err, reservation.ErrNotFound) {
-			return w.settleNow(ctx, postID, PublicationCancelled, nil)
+			return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 		}
-		return PublicationPending, err
+		return pending, err
 	}
 	switch post.Status {
 	case reservation.StatusCancelled:
-		return w.settleNow(ctx, postID, PublicationCancelled, nil)
+		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 	case reservation.StatusPublished:
-		return w.settleNow(ctx, postID, PublicationPublished, nil)
+		return w.settleNow(ctx, postID, PublicationPublished, now, "")
 	case reservation.StatusWorking:
 	default:
 		msg := fmt.Sprintf("post is %s, not %s", post.Status, reservation.StatusWorking)
-		return w.settleNow(ctx, postID, PublicationFailed, &msg)
+		return w.settleNow(ctx, postID, PublicationFailed, now, msg)
 	}
 
-	at := outbox.Normalize(w.cfg.Now())
+	at := now
 	p := *post
 	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
 	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
 		msg := outbox.TruncateError(err.Error())
 		if errors.Is(err, ErrRefused) {
-			return w.settleNow(ctx, postID, PublicationFailed, &msg)
+			return w.settleNow(ctx, postID, PublicationFailed, now, msg)
+		}
+		res := pending
+		if rl := (*RetryLaterError)(nil); errors.As(err, &rl) {
+			res.retryAfter = rl.After
 		}
 		// Visible to an operator while it is tried again.
-		_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
-			Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": at}).Error
-		return PublicationPending, fmt.Errorf("publish post %d: %w", postID, err)
+		if failedAt, nerr := database.Now(ctx, w.db); nerr == nil {
+			_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+				Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": failedAt}).Error
+		}
+		return res, fmt.Errorf("publish post %d: %w", postID, err)
 	}
 
 	// Published: record it even if the timer is being disarmed meanwhile,
 	// or the next owner would publish it again.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	status := PublicationPublished
+	status, changed := PublicationPublished, false
 	err = database.Transaction(rctx, w.db, func(tx *gorm.DB) error {
 		status = PublicationPublished
 		ok, err := reservation.MarkPublished(tx, postID, at)
@@ -422,31 +579,62 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 			if cur.Status != reservation.StatusPublished {
 				status = PublicationCancelled
 			}
-			return settle(tx, postID, status, at, nil)
+			changed, err = settle(tx, postID, status, at, nil)
+			return err
 		}
-		return tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+		res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
 			Updates(map[string]any{"status": PublicationPublished, "published_at": at, "updated_at": at,
-				"attempts": gorm.Expr("attempts + 1"), "last_error": nil}).Error
+				"attempts": gorm.Expr("attempts + 1"), "last_error": nil})
+		changed = res.RowsAffected == 1
+		return res.Error
 	})
 	if err != nil {
-		return PublicationPending, fmt.Errorf("record publication of post %d: %w", postID, err)
+		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
 	}
-	if status == PublicationPublished && w.cfg.ObservePublished != nil {
+	if status == PublicationPublished && changed && w.cfg.ObservePublished != nil {
 		w.cfg.ObservePublished(at.Sub(pub.ScheduledAt))
 	}
-	return status, nil
-}
-
-// settleNow settles the post's PENDING publication in a statement of its own.
-func (w *Worker) settleNow(ctx context.Context, postID int64, status PublicationStatus, lastError *string) (PublicationStatus, error) {
-	if err := settle(w.db.WithContext(ctx), postID, status, outbox.Normalize(w.cfg.Now()), lastError); err != nil {
-		return PublicationPending, err
+	if changed {
+		w.observeSettled(status)
 	}
-	return status, nil
+	return result{status: status}, nil
 }
 
-// settle ends the post's publication if it is still PENDING.
-func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, lastError *string) error {
+// settleNow settles the post's PENDING publication in a statement of its
+// own, with reason as its last_error if not empty.
+func (w *Worker) settleNow(ctx context.Context, postID int64, status PublicationStatus, at time.Time, reason string) (result, error) {
+	var lastError *string
+	if reason != "" {
+		lastError = &reason
+	}
+	changed, err := settle(w.db.WithContext(ctx), postID, status, at, lastError)
+	if err != nil {
+		return result{status: PublicationPending}, err
+	}
+	if changed {
+		w.observeSettled(status)
+	}
+	return result{status: status, reason: reason}, nil
+}
+
+// observeSettled tells Config.ObserveSettled of a publication settled as status.
+func (w *Worker) observeSettled(status PublicationStatus) {
+	if w.cfg.ObserveSettled == nil {
+		return
+	}
+	switch status {
+	case PublicationPublished:
+		w.cfg.ObserveSettled(OutcomePublished)
+	case PublicationCancelled:
+		w.cfg.ObserveSettled(OutcomeCancelled)
+	case PublicationFailed:
+		w.cfg.ObserveSettled(OutcomeFailed)
+	}
+}
+
+// settle ends the post's publication if it is still PENDING, and reports
+// whether it did.
+func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, lastError *string) (bool, error) {
 	changes := map[string]any{"status": status, "updated_at": at}
 	if lastError != nil {
 		changes["last_error"] = *lastError
@@ -454,9 +642,9 @@ func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, l
 	if status == PublicationFailed {
 		changes["attempts"] = gorm.Expr("attempts + 1")
 	}
-	err := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).Updates(changes).Error
-	if err != nil {
-		return fmt.Errorf("settle publication of post %d as %s: %w", postID, status, err)
+	res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).Updates(changes)
+	if res.Error != nil {
+		return false, fmt.Errorf("settle publication of post %d as %s: %w", postID, status, res.Error)
 	}
-	return nil
+	return res.RowsAffected == 1, nil
 }

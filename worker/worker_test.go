@@ -273,7 +273,7 @@ func TestWorkerWebhook(t *testing.T) {
 			rw.WriteHeader(code)
 		}))
 		t.Cleanup(srv.Close)
-		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, RetryBase: 10 * time.Millisecond})
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL})
 		require.NoError(t, err)
 		w := newWorker(t, db.DB, hook)
 		ctx := context.Background()
@@ -306,7 +306,7 @@ func TestWorkerWebhook(t *testing.T) {
 		require.Len(t, requests, 3, "a refusal is not retried")
 		mu.Unlock()
 	})
-	for _, cfg := range []worker.WebhookConfig{{}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://x", MaxAttempts: 1000}} {
+	for _, cfg := range []worker.WebhookConfig{{}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://x", Timeout: time.Hour}} {
 		_, err := worker.NewWebhook(cfg)
 		require.ErrorContains(t, err, "invalid webhook config", "%+v", cfg)
 	}
