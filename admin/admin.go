@@ -20,6 +20,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/worker"
 )
@@ -34,7 +35,10 @@ type Config struct {
 	DB *gorm.DB
 	// Token is the bearer token (POSTING_ADMIN_TOKEN). Empty: no routes.
 	Token string
-	// Now is the clock of requeue, discard and purge. Default time.Now.
+	// Now, if set, replaces the database's clock (database.Now) for
+	// requeue, discard, purge and the stats' ages; tests set it. The
+	// default is the database's clock because those times meet times the
+	// relays wrote (next_attempt_at, sent_at, created).
 	Now func() time.Time
 	// Logger receives an audit line per change and internal errors.
 	// Default slog.Default().
@@ -48,9 +52,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -158,7 +159,12 @@ type server struct {
 }
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
-	st, err := outbox.Stats(r.Context(), s.cfg.DB, s.cfg.Now())
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	st, err := outbox.Stats(r.Context(), s.cfg.DB, now)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -218,7 +224,12 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
 		return
 	}
-	res := fn(r.Context(), s.cfg.DB, []int64{id}, s.cfg.Now())[0]
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	res := fn(r.Context(), s.cfg.DB, []int64{id}, now)[0]
 	switch {
 	case res.Err == nil:
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "outbox row "+verb+" by an operator",
@@ -241,7 +252,12 @@ type countResponse struct {
 }
 
 func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
-	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, s.cfg.Now(), 0)
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, now, 0)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -262,7 +278,12 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	cutoff := outbox.Normalize(s.cfg.Now().Add(-d))
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	cutoff := outbox.Normalize(now.Add(-d))
 	n, err := outbox.Purge(r.Context(), s.cfg.DB, cutoff, s.cfg.PurgeBatchSize, s.cfg.PurgePause)
 	if err != nil {
 		s.internal(w, r, err)
@@ -339,6 +360,14 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.internal(w, r, res.Err)
 	}
+}
+
+// now is Config.Now if set, else the database's clock.
+func (s *server) now(r *http.Request) (time.Time, error) {
+	if s.cfg.Now != nil {
+		return s.cfg.Now(), nil
+	}
+	return database.Now(r.Context(), s.cfg.DB)
 }
 
 // internal logs err and answers a bare 500: its text may name tables or hosts.

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -325,4 +326,50 @@ func TestPublications(t *testing.T) {
 			require.Equal(t, bad.field, body["field"], bad.path)
 		}
 	})
+}
+
+// Without Config.Now the routes use the database's clock: requeue's
+// next_attempt_at and purge's cutoff meet times the relays wrote. MariaDB's
+// clock is moved an hour ahead for the one connection of the pool.
+func TestDatabaseClock(t *testing.T) {
+	t.Parallel()
+	db, err := database.Open(databasetest.MySQLURL(t, "posting_admin"), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	sqlDB.SetMaxOpenConns(1)
+	sqlDB.SetMaxIdleConns(1)
+	_, err = db.Migrate(context.Background(), nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Exec("SET @@timestamp = UNIX_TIMESTAMP(NOW(6)) + 3600").Error)
+	dbNow, err := database.Now(context.Background(), db.DB)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Hour), dbNow, 5*time.Minute, "the session clock is an hour ahead")
+
+	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, PurgePause: -1})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	f := &fixture{db: db, h: mux}
+	auth := "Bearer " + token
+
+	failed := f.append(t, 1)
+	f.set(t, failed.ID, outbox.StatusFail)
+	rec, body := f.do(t, "POST", "/admin/outbox/"+id(failed)+"/requeue", auth)
+	require.Equal(t, http.StatusOK, rec.Code, body)
+	var m outbox.Message
+	require.NoError(t, db.First(&m, failed.ID).Error)
+	require.WithinDuration(t, dbNow, m.NextAttemptAt, 5*time.Minute, "next_attempt_at from the database's clock")
+
+	// Sent 30 minutes ago by this host's clock, 90 by the database's.
+	sent := f.append(t, 2)
+	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", sent.ID).Updates(map[string]any{
+		"status": outbox.StatusSent, "created": outbox.Normalize(time.Now().Add(-time.Hour)),
+		"sent_at": outbox.Normalize(time.Now().Add(-30 * time.Minute))}).Error)
+	rec, body = f.do(t, "POST", "/admin/outbox/purge?olderThan=1h", auth)
+	require.Equal(t, http.StatusOK, rec.Code, body)
+	require.EqualValues(t, 1, body["deleted"])
 }
