@@ -1,5 +1,5 @@
-// Package admin serves the outbox operator tools over HTTP under
-// /admin/outbox, for mounting into the API (api.Config.Routes). Every route
+// Package admin serves the operator tools over HTTP under /admin/outbox and
+// /admin/publications, for mounting into the API (api.Config.Routes). Every route
 // requires "Authorization: Bearer <POSTING_ADMIN_TOKEN>"; with no token
 // configured the routes do not exist at all. Answers are JSON (camelCase);
 // errors are RFC 9457 problem+json like the rest of the API.
@@ -20,7 +20,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/worker"
 )
 
 // ProblemContentType is the media type of every error answer (RFC 9457).
@@ -28,12 +30,15 @@ const ProblemContentType = "application/problem+json"
 
 // Config configures the admin routes.
 type Config struct {
-	// DB is the database whose outbox the routes operate on. Required when
-	// Token is set.
+	// DB is the database whose outbox and publications the routes operate
+	// on. Required when Token is set.
 	DB *gorm.DB
 	// Token is the bearer token (POSTING_ADMIN_TOKEN). Empty: no routes.
 	Token string
-	// Now is the clock of requeue, discard and purge. Default time.Now.
+	// Now, if set, replaces the database's clock (database.Now) for
+	// requeue, discard, purge and the stats' ages; tests set it. The
+	// default is the database's clock because those times meet times the
+	// relays wrote (next_attempt_at, sent_at, created).
 	Now func() time.Time
 	// Logger receives an audit line per change and internal errors.
 	// Default slog.Default().
@@ -47,9 +52,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -86,7 +88,10 @@ func (c Config) Validate() error {
 //	POST /admin/outbox/{id}/requeue       FAIL → PENDING with retries reset
 //	POST /admin/outbox/{id}/discard       give up on a FAIL row; it stays in the history
 //	POST /admin/outbox/requeue-failed     requeue every FAIL row not discarded
-//	POST /admin/outbox/purge?olderThan=   delete SENT rows sent longer ago than a duration
+//	POST /admin/outbox/purge?olderThan=   delete SENT rows sent longer ago than a duration (default 168h)
+//	GET  /admin/publications?status=FAILED&limit=&after=
+//	                                      publications of a status by post id (default FAILED, limit 50, max 1000)
+//	POST /admin/publications/{id}/retry   FAILED → PENDING for the worker, while the post is WORKING
 func Routes(cfg Config) (map[string]http.Handler, error) {
 	if cfg.Token == "" {
 		return map[string]http.Handler{}, nil
@@ -99,12 +104,14 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 	tokenSum := sha256.Sum256([]byte(cfg.Token))
 	protect := func(h http.HandlerFunc) http.Handler { return &authorized{tokenSum: tokenSum, next: h} }
 	return map[string]http.Handler{
-		"GET /admin/outbox/stats":           protect(s.stats),
-		"GET /admin/outbox":                 protect(s.list),
-		"POST /admin/outbox/{id}/requeue":   protect(s.requeue),
-		"POST /admin/outbox/{id}/discard":   protect(s.discard),
-		"POST /admin/outbox/requeue-failed": protect(s.requeueFailed),
-		"POST /admin/outbox/purge":          protect(s.purge),
+		"GET /admin/outbox/stats":             protect(s.stats),
+		"GET /admin/outbox":                   protect(s.list),
+		"POST /admin/outbox/{id}/requeue":     protect(s.requeue),
+		"POST /admin/outbox/{id}/discard":     protect(s.discard),
+		"POST /admin/outbox/requeue-failed":   protect(s.requeueFailed),
+		"POST /admin/outbox/purge":            protect(s.purge),
+		"GET /admin/publications":             protect(s.publications),
+		"POST /admin/publications/{id}/retry": protect(s.retryPublication),
 	}, nil
 }
 
@@ -152,7 +159,12 @@ type server struct {
 }
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
-	st, err := outbox.Stats(r.Context(), s.cfg.DB, s.cfg.Now())
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	st, err := outbox.Stats(r.Context(), s.cfg.DB, now)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -212,7 +224,12 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
 		return
 	}
-	res := fn(r.Context(), s.cfg.DB, []int64{id}, s.cfg.Now())[0]
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	res := fn(r.Context(), s.cfg.DB, []int64{id}, now)[0]
 	switch {
 	case res.Err == nil:
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "outbox row "+verb+" by an operator",
@@ -235,7 +252,12 @@ type countResponse struct {
 }
 
 func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
-	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, s.cfg.Now(), 0)
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, now, 0)
 	if err != nil {
 		s.internal(w, r, err)
 		return
@@ -245,13 +267,23 @@ func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) purge(w http.ResponseWriter, r *http.Request) {
-	raw := r.URL.Query().Get("olderThan")
-	d, err := time.ParseDuration(raw)
-	if err != nil || d <= 0 {
-		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("olderThan: %q is not a positive Go duration such as 168h", raw), "olderThan")
+	// Without olderThan, the default of `posting outbox purge --older-than`
+	// and of the cleaner's POSTING_OUTBOX_RETENTION.
+	d := outbox.DefaultRetention
+	if raw := r.URL.Query().Get("olderThan"); raw != "" {
+		var err error
+		d, err = time.ParseDuration(raw)
+		if err != nil || d <= 0 {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("olderThan: %q is not a positive Go duration such as 168h", raw), "olderThan")
+			return
+		}
+	}
+	now, err := s.now(r)
+	if err != nil {
+		s.internal(w, r, err)
 		return
 	}
-	cutoff := outbox.Normalize(s.cfg.Now().Add(-d))
+	cutoff := outbox.Normalize(now.Add(-d))
 	n, err := outbox.Purge(r.Context(), s.cfg.DB, cutoff, s.cfg.PurgeBatchSize, s.cfg.PurgePause)
 	if err != nil {
 		s.internal(w, r, err)
@@ -260,6 +292,82 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "SENT outbox rows purged by an operator",
 		slog.Int("deleted", n), slog.Time("sent_before", cutoff))
 	writeJSON(w, http.StatusOK, countResponse{Deleted: &n, Before: &cutoff})
+}
+
+// publicationsResponse is the answer of GET /admin/publications.
+type publicationsResponse struct {
+	Items []worker.PublicationEntry `json:"items"`
+}
+
+func (s *server) publications(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	status := worker.PublicationFailed
+	if v := q.Get("status"); v != "" {
+		st, err := worker.ParsePublicationStatus(v)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
+			return
+		}
+		status = st
+	}
+	limit := worker.DefaultPublicationListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > worker.MaxPublicationListLimit {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, worker.MaxPublicationListLimit), "limit")
+			return
+		}
+		limit = n
+	}
+	var after int64
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("after: %q is not a post id", v), "after")
+			return
+		}
+		after = n
+	}
+	items, err := worker.ListPublications(r.Context(), s.cfg.DB, status, limit, after)
+	if err != nil {
+		s.internal(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, publicationsResponse{Items: items})
+}
+
+// retryPublication hands the FAILED publication of the path's post back to
+// the worker and answers it, 404 for an unknown post id and 409 when it is
+// not FAILED, its post is not WORKING, or it changed meanwhile.
+func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+		return
+	}
+	res := worker.RetryPublications(r.Context(), s.cfg.DB, []int64{id})[0]
+	switch {
+	case res.Err == nil:
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "publication retried by an operator",
+			slog.Int64("post_id", id), slog.String("event_id", res.Publication.EventID))
+		writeJSON(w, http.StatusOK, res.Publication)
+	case errors.Is(res.Err, worker.ErrPublicationNotFound):
+		writeProblem(w, http.StatusNotFound, res.Err.Error(), "")
+	case errors.Is(res.Err, worker.ErrPublicationNotFailed), errors.Is(res.Err, worker.ErrPostNotWorking),
+		errors.Is(res.Err, worker.ErrPublicationConflict):
+		writeProblem(w, http.StatusConflict, res.Err.Error(), "")
+	default:
+		s.internal(w, r, res.Err)
+	}
+}
+
+// now is Config.Now if set, else the database's clock.
+func (s *server) now(r *http.Request) (time.Time, error) {
+	if s.cfg.Now != nil {
+		return s.cfg.Now(), nil
+	}
+	return database.Now(r.Context(), s.cfg.DB)
 }
 
 // internal logs err and answers a bare 500: its text may name tables or hosts.

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -109,6 +112,8 @@ func TestUnauthorized(t *testing.T) {
 				{"POST", "/admin/outbox/" + id(m) + "/discard"},
 				{"POST", "/admin/outbox/requeue-failed"},
 				{"POST", "/admin/outbox/purge?olderThan=1s"},
+				{"GET", "/admin/publications?status=FAILED"},
+				{"POST", "/admin/publications/" + id(m) + "/retry"},
 			} {
 				rec, body := f.do(t, target.method, target.path, auth)
 				require.Equal(t, http.StatusUnauthorized, rec.Code, "%s %s with %q", target.method, target.path, auth)
@@ -199,6 +204,14 @@ func TestOperatorFlow(t *testing.T) {
 		require.Equal(t, outbox.StatusPending, f.status(t, held.ID))
 		require.Equal(t, outbox.StatusFail, f.status(t, other.ID), "a discarded row is not requeued")
 
+		// Without olderThan: 168h, as the CLI and the cleaner; the row sent
+		// 59 minutes ago stays.
+		rec, body = f.do(t, "POST", "/admin/outbox/purge", auth)
+		require.Equal(t, http.StatusOK, rec.Code, body)
+		require.EqualValues(t, 0, body["deleted"])
+		require.Equal(t, "2026-11-24T13:00:00Z", body["sentBefore"])
+		require.Equal(t, outbox.StatusSent, f.status(t, sent.ID))
+
 		rec, body = f.do(t, "POST", "/admin/outbox/purge?olderThan=30m", auth)
 		require.Equal(t, http.StatusOK, rec.Code)
 		require.EqualValues(t, 1, body["deleted"])
@@ -211,7 +224,7 @@ func TestOperatorFlow(t *testing.T) {
 			{"GET", "/admin/outbox?status=DONE", "status"},
 			{"GET", "/admin/outbox?limit=0", "limit"},
 			{"GET", "/admin/outbox?limit=1001", "limit"},
-			{"POST", "/admin/outbox/purge", "olderThan"},
+			{"POST", "/admin/outbox/purge?olderThan=soon", "olderThan"},
 			{"POST", "/admin/outbox/purge?olderThan=-1h", "olderThan"},
 		} {
 			rec, body = f.do(t, bad.method, bad.path, auth)
@@ -219,4 +232,144 @@ func TestOperatorFlow(t *testing.T) {
 			require.Equal(t, bad.field, body["field"], bad.path)
 		}
 	})
+}
+
+// publication writes a post of status and its publication of pubStatus,
+// refused once when FAILED, and returns the post id.
+func (f *fixture) publication(t *testing.T, post reservation.Status, pub worker.PublicationStatus) int64 {
+	t.Helper()
+	p := &reservation.Post{Title: "t", Content: "c", Status: post, ScheduledAt: t0, CreatedAt: t0, UpdatedAt: t0}
+	require.NoError(t, f.db.Create(p).Error)
+	row := worker.Publication{PostID: p.ID, EventID: "0193a1b2-0000-7000-8000-0000000000" + strconv.FormatInt(p.ID+10, 10),
+		ScheduledAt: t0, Status: pub, CreatedAt: t0, UpdatedAt: t0}
+	if pub == worker.PublicationFailed {
+		msg := "webhook refused: 422 Unprocessable Entity"
+		row.Attempts, row.LastError = 1, &msg
+	}
+	require.NoError(t, f.db.Create(&row).Error)
+	return p.ID
+}
+
+func (f *fixture) publicationStatus(t *testing.T, postID int64) worker.PublicationStatus {
+	t.Helper()
+	var p worker.Publication
+	require.NoError(t, f.db.Where("post_id = ?", postID).Take(&p).Error)
+	return p.Status
+}
+
+func TestPublications(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		f := setup(t, db)
+		auth := "Bearer " + token
+		refused := f.publication(t, reservation.StatusWorking, worker.PublicationFailed)
+		cancelled := f.publication(t, reservation.StatusCancelled, worker.PublicationFailed)
+		pending := f.publication(t, reservation.StatusWorking, worker.PublicationPending)
+		post := func(n int64) string { return strconv.FormatInt(n, 10) }
+
+		rec, body := f.do(t, "GET", "/admin/publications", auth) // status defaults to FAILED
+		require.Equal(t, http.StatusOK, rec.Code, body)
+		require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+		items := body["items"].([]any)
+		require.Len(t, items, 2)
+		first := items[0].(map[string]any)
+		require.EqualValues(t, refused, first["postId"])
+		require.Equal(t, "FAILED", first["status"])
+		require.Equal(t, "WORKING", first["postStatus"])
+		require.EqualValues(t, 1, first["attempts"])
+		require.Equal(t, "webhook refused: 422 Unprocessable Entity", first["lastError"])
+		require.Equal(t, "2026-12-01T12:00:00Z", first["scheduledAt"])
+		require.EqualValues(t, cancelled, items[1].(map[string]any)["postId"])
+
+		_, body = f.do(t, "GET", "/admin/publications?status=failed&limit=1&after="+post(refused), auth)
+		require.Len(t, body["items"], 1)
+		require.EqualValues(t, cancelled, body["items"].([]any)[0].(map[string]any)["postId"])
+		_, body = f.do(t, "GET", "/admin/publications?status=PENDING", auth)
+		require.Len(t, body["items"], 1)
+		_, body = f.do(t, "GET", "/admin/publications?status=PUBLISHED", auth)
+		require.Equal(t, []any{}, body["items"])
+
+		rec, body = f.do(t, "POST", "/admin/publications/"+post(refused)+"/retry", auth)
+		require.Equal(t, http.StatusOK, rec.Code, body)
+		require.Equal(t, "PENDING", body["status"])
+		require.EqualValues(t, 0, body["attempts"])
+		require.Nil(t, body["lastError"])
+		require.Equal(t, worker.PublicationPending, f.publicationStatus(t, refused))
+
+		for _, c := range []struct {
+			post   string
+			code   int
+			detail string
+		}{
+			{post(refused), http.StatusConflict, "post " + post(refused) + ": publication is PENDING, only FAILED ones can be retried"},
+			{post(cancelled), http.StatusConflict, "post " + post(cancelled) + ": post is CANCELLED, only a WORKING post is published"},
+			{post(pending), http.StatusConflict, "post " + post(pending) + ": publication is PENDING, only FAILED ones can be retried"},
+			{"999999", http.StatusNotFound, "post 999999: not found"},
+		} {
+			rec, body = f.do(t, "POST", "/admin/publications/"+c.post+"/retry", auth)
+			require.Equal(t, c.code, rec.Code, c.post)
+			require.Equal(t, admin.ProblemContentType, rec.Header().Get("Content-Type"))
+			require.Equal(t, c.detail, body["detail"])
+		}
+		require.Equal(t, worker.PublicationFailed, f.publicationStatus(t, cancelled))
+
+		for _, bad := range []struct{ method, path, field string }{
+			{"GET", "/admin/publications?status=FAIL", "status"},
+			{"GET", "/admin/publications?limit=0", "limit"},
+			{"GET", "/admin/publications?limit=1001", "limit"},
+			{"GET", "/admin/publications?after=x", "after"},
+			{"POST", "/admin/publications/abc/retry", "id"},
+			{"POST", "/admin/publications/0/retry", "id"},
+		} {
+			rec, body = f.do(t, bad.method, bad.path, auth)
+			require.Equal(t, http.StatusBadRequest, rec.Code, bad.path)
+			require.Equal(t, bad.field, body["field"], bad.path)
+		}
+	})
+}
+
+// Without Config.Now the routes use the database's clock: requeue's
+// next_attempt_at and purge's cutoff meet times the relays wrote. MariaDB's
+// clock is moved an hour ahead for the one connection of the pool.
+func TestDatabaseClock(t *testing.T) {
+	t.Parallel()
+	db, err := database.Open(databasetest.MySQLURL(t, "posting_admin"), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	sqlDB.SetMaxOpenConns(1)
+	sqlDB.SetMaxIdleConns(1)
+	_, err = db.Migrate(context.Background(), nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Exec("SET @@timestamp = UNIX_TIMESTAMP(NOW(6)) + 3600").Error)
+	dbNow, err := database.Now(context.Background(), db.DB)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Hour), dbNow, 5*time.Minute, "the session clock is an hour ahead")
+
+	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, PurgePause: -1})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	f := &fixture{db: db, h: mux}
+	auth := "Bearer " + token
+
+	failed := f.append(t, 1)
+	f.set(t, failed.ID, outbox.StatusFail)
+	rec, body := f.do(t, "POST", "/admin/outbox/"+id(failed)+"/requeue", auth)
+	require.Equal(t, http.StatusOK, rec.Code, body)
+	var m outbox.Message
+	require.NoError(t, db.First(&m, failed.ID).Error)
+	require.WithinDuration(t, dbNow, m.NextAttemptAt, 5*time.Minute, "next_attempt_at from the database's clock")
+
+	// Sent 30 minutes ago by this host's clock, 90 by the database's.
+	sent := f.append(t, 2)
+	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", sent.ID).Updates(map[string]any{
+		"status": outbox.StatusSent, "created": outbox.Normalize(time.Now().Add(-time.Hour)),
+		"sent_at": outbox.Normalize(time.Now().Add(-30 * time.Minute))}).Error)
+	rec, body = f.do(t, "POST", "/admin/outbox/purge?olderThan=1h", auth)
+	require.Equal(t, http.StatusOK, rec.Code, body)
+	require.EqualValues(t, 1, body["deleted"])
 }

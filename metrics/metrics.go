@@ -70,7 +70,7 @@ type Metrics struct {
 	schedDuration   prometheus.Histogram
 	schedPosts      *prometheus.CounterVec
 	workerLag       prometheus.Histogram
-	workerPublished prometheus.Counter
+	workerPublished *prometheus.CounterVec
 	workerConsumed  *prometheus.CounterVec
 	httpRequests    *prometheus.CounterVec
 	httpDuration    *prometheus.HistogramVec
@@ -134,8 +134,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		workerLag: histogram("posting_worker_publication_lag_seconds",
 			"How long after its scheduledAt a post was published.",
 			[]float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}),
-		workerPublished: counter("posting_worker_publications_total",
-			"Posts the worker published."),
+		workerPublished: counterVec("posting_worker_publications_total",
+			"Publications the worker settled by outcome: published, cancelled (the post was cancelled first), "+
+				"failed (the publisher refused it; the post stays WORKING for an operator).", "outcome"),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
 			"Events the worker consumed by event_type and outcome: processed, duplicate, malformed, error.", "event_type", "outcome"),
 		httpRequests: counterVec("posting_http_requests_total",
@@ -158,6 +159,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	}
 	for _, res := range []string{"marked", "skipped", "failed"} {
 		m.schedPosts.WithLabelValues(res)
+	}
+	for _, res := range publicationOutcomes {
+		m.workerPublished.WithLabelValues(res)
 	}
 	if db != nil {
 		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout))
@@ -265,10 +269,37 @@ func (m *Metrics) ObserveScheduler(marked, skipped, failed int, d time.Duration,
 	m.schedPosts.WithLabelValues("failed").Add(float64(failed))
 }
 
+// publicationOutcomes are the outcome label values of
+// posting_worker_publications_total, all exported from the start at 0.
+var publicationOutcomes = []string{"published", "cancelled", "failed"}
+
 // ObservePublication records a post the worker published, lag after its
-// scheduledAt (a negative lag, from clock skew, counts as 0).
+// scheduledAt: outcome "published" and one lag observation. It has the
+// signature of worker.Config.ObservePublished. A worker hook that reports
+// every outcome should call ObservePublicationOutcome and
+// ObservePublicationLag instead, so a publication is counted once.
 func (m *Metrics) ObservePublication(lag time.Duration) {
-	m.workerPublished.Inc()
+	m.ObservePublicationOutcome("published")
+	m.ObservePublicationLag(lag)
+}
+
+// ObservePublicationOutcome counts a publication the worker settled, by
+// outcome: "published", "cancelled" (the post was cancelled, or gone, when
+// its time came) or "failed" (the publisher refused it for good). Other
+// values are counted as "other", so a caller's typo cannot create label
+// values.
+func (m *Metrics) ObservePublicationOutcome(outcome string) {
+	switch outcome {
+	case "published", "cancelled", "failed":
+	default:
+		outcome = "other"
+	}
+	m.workerPublished.WithLabelValues(outcome).Inc()
+}
+
+// ObservePublicationLag records how long after its scheduledAt a post was
+// published (a negative lag, from clock skew, counts as 0).
+func (m *Metrics) ObservePublicationLag(lag time.Duration) {
 	m.workerLag.Observe(max(lag, 0).Seconds())
 }
 

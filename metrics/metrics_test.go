@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,7 +158,6 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			"posting_relay_claim_conflicts_total":    0,
 			"posting_relay_batch_duration_seconds":   1, // only the poll that claimed
 			"posting_kafka_send_duration_seconds":    1,
-			"posting_worker_publications_total":      2,
 			"posting_worker_publication_lag_seconds": 2,
 			"posting_scheduler_run_duration_seconds": 2,
 		} {
@@ -181,6 +181,9 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			{"posting_scheduler_posts_total", map[string]string{"result": "marked"}, 2},
 			{"posting_scheduler_posts_total", map[string]string{"result": "skipped"}, 1},
 			{"posting_scheduler_posts_total", map[string]string{"result": "failed"}, 1},
+			{"posting_worker_publications_total", map[string]string{"outcome": "published"}, 2},
+			{"posting_worker_publications_total", map[string]string{"outcome": "cancelled"}, 0},
+			{"posting_worker_publications_total", map[string]string{"outcome": "failed"}, 0},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "processed"}, 1},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "duplicate"}, 1},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_RESERVATION_EVENT", "outcome": "processed"}, 1},
@@ -274,4 +277,58 @@ func TestWrapPublisherKeepsPing(t *testing.T) {
 	require.ErrorIs(t, pg.Ping(context.Background()), down)
 	_, ok = m.WrapPublisher(&rejecting{}).(relay.Pinger)
 	require.False(t, ok)
+}
+
+// The worker's publications are counted by outcome; an unknown outcome is
+// "other", and the lag is observed for published posts only.
+func TestPublicationOutcomes(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	f := scrape(t, m.Handler())
+	for _, o := range []string{"published", "cancelled", "failed"} {
+		require.Zero(t, value(t, f, "posting_worker_publications_total", map[string]string{"outcome": o}), o)
+	}
+
+	m.ObservePublication(2 * time.Second)
+	m.ObservePublicationOutcome("published")
+	m.ObservePublicationLag(time.Second)
+	m.ObservePublicationOutcome("cancelled")
+	m.ObservePublicationOutcome("failed")
+	m.ObservePublicationOutcome("failed")
+	m.ObservePublicationOutcome("exploded")
+
+	f = scrape(t, m.Handler())
+	for o, want := range map[string]float64{"published": 2, "cancelled": 1, "failed": 2, "other": 1} {
+		require.Equal(t, want, value(t, f, "posting_worker_publications_total", map[string]string{"outcome": o}), o)
+	}
+	require.Len(t, f["posting_worker_publications_total"].GetMetric(), 4)
+	lag := f["posting_worker_publication_lag_seconds"].GetMetric()[0].GetHistogram()
+	require.EqualValues(t, 2, lag.GetSampleCount())
+	require.Equal(t, 3.0, lag.GetSampleSum())
+}
+
+// Every posting_* series this package exports; the README's metrics list
+// names each of them, so a new one here belongs there too.
+func TestMetricNames(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(databasetest.NewSQLite(t).DB, "test-1")
+	m.ObserveConsumed("POSTING_EVENT", "processed")
+	m.HTTP(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	var got []string
+	for name := range scrape(t, m.Handler()) {
+		if strings.HasPrefix(name, "posting_") {
+			got = append(got, name)
+		}
+	}
+	require.ElementsMatch(t, []string{
+		"posting_outbox_stats_up", "posting_outbox_rows", "posting_outbox_oldest_pending_age_seconds",
+		"posting_outbox_discarded_rows", "posting_outbox_blocked_rows",
+		"posting_relay_polls_total", "posting_relay_events_sent_total", "posting_relay_events_retried_total",
+		"posting_relay_events_failed_total", "posting_relay_events_recovered_total", "posting_relay_events_released_total",
+		"posting_relay_claim_conflicts_total", "posting_relay_batch_duration_seconds",
+		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
+		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
+		"posting_http_requests_total", "posting_http_request_duration_seconds",
+		"posting_worker_events_consumed_total", "posting_worker_publications_total", "posting_worker_publication_lag_seconds",
+	}, got)
 }

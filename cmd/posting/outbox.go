@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -44,7 +46,11 @@ func outboxStatsCommand() *cobra.Command {
 		Args:  outboxNoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				st, err := outbox.Stats(cmd.Context(), c.db, time.Now())
+				now, err := c.now(cmd.Context())
+				if err != nil {
+					return err
+				}
+				st, err := outbox.Stats(cmd.Context(), c.db, now)
 				if err != nil {
 					return err
 				}
@@ -111,7 +117,11 @@ func outboxRequeueCommand() *cobra.Command {
 			}
 			if all {
 				return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-					n, err := outbox.RequeueAllFailed(cmd.Context(), c.db, time.Now(), 0)
+					now, err := c.now(cmd.Context())
+					if err != nil {
+						return err
+					}
+					n, err := outbox.RequeueAllFailed(cmd.Context(), c.db, now, 0)
 					if err != nil {
 						return err
 					}
@@ -125,7 +135,11 @@ func outboxRequeueCommand() *cobra.Command {
 				return err
 			}
 			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				return outboxReport(c, cmd.OutOrStdout(), "requeued", outbox.Requeue(cmd.Context(), c.db, ids, time.Now()))
+				now, err := c.now(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return outboxReport(c, cmd.OutOrStdout(), "requeued", outbox.Requeue(cmd.Context(), c.db, ids, now))
 			})
 		},
 	}
@@ -148,7 +162,11 @@ func outboxDiscardCommand() *cobra.Command {
 				return err
 			}
 			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				return outboxReport(c, cmd.OutOrStdout(), "discarded", outbox.Discard(cmd.Context(), c.db, ids, time.Now()))
+				now, err := c.now(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return outboxReport(c, cmd.OutOrStdout(), "discarded", outbox.Discard(cmd.Context(), c.db, ids, now))
 			})
 		},
 	}
@@ -178,7 +196,11 @@ func outboxPurgeCommand() *cobra.Command {
 				return outboxBadFlag("--pause", pause.String(), "must not be negative")
 			}
 			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				cutoff := outbox.Normalize(time.Now().Add(-olderThan))
+				now, err := c.now(cmd.Context())
+				if err != nil {
+					return err
+				}
+				cutoff := outbox.Normalize(now.Add(-olderThan))
 				n, err := outbox.Purge(cmd.Context(), c.db, cutoff, batch, pause)
 				if n > 0 {
 					c.log.Info("SENT outbox rows purged by an operator", "deleted", n, "sent_before", cutoff)
@@ -245,6 +267,12 @@ type outboxCtx struct {
 	db  *gorm.DB
 	log *slog.Logger
 }
+
+// now is the database's clock: the times an operator command writes
+// (next_attempt_at of a requeue) or compares (the purge cutoff against
+// sent_at, a waiting row's age) meet times the relays wrote, so they come
+// from the one clock every instance shares, not the operator's machine.
+func (c outboxCtx) now(ctx context.Context) (time.Time, error) { return database.Now(ctx, c.db) }
 
 // outboxWithDB prepares the settings, opens the database, runs fn and
 // closes the database.

@@ -211,6 +211,13 @@ func TestOutboxDiscard(t *testing.T) {
 		require.Equal(t, 1, code)
 		require.Contains(t, out, "not requeued: discarded at ")
 
+		out, errOut, code = outboxRun(t, "outbox", "discard", outboxID(f.sent), outboxID(f.failed), "--database-url", f.url)
+		require.Equal(t, 1, code, "a refused id makes the exit status 1")
+		require.Regexp(t, `(?m)^`+outboxID(f.sent)+`\s+not discarded: status SENT, only FAIL rows can be discarded$`, out)
+		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+not discarded: already discarded at \S+Z$`, out)
+		require.Contains(t, errOut, "posting: 2 of 2 ids not discarded")
+		require.Equal(t, outbox.StatusSent, f.status(t, f.sent.ID))
+
 		_, errOut, code = outboxRun(t, "outbox", "discard", "--database-url", f.url)
 		require.Equal(t, 2, code)
 		require.Contains(t, errOut, "discard needs at least one ID")

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
+)
+
+// publicationsRun runs the command line as main does and returns stdout,
+// stderr and the exit status. It mounts the publications command itself
+// until root.go registers it.
+func publicationsRun(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	if c, _, err := root.Find([]string{"publications"}); err != nil || c == root {
+		root.AddCommand(newPublicationsCommand())
+	}
+	root.SetArgs(args)
+	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
+	return out.String(), errOut.String(), code
+}
+
+type publicationsFixture struct {
+	db  *database.DB
+	url string
+	// refused: FAILED, post WORKING; cancelled: FAILED, post CANCELLED;
+	// pending: PENDING, post WORKING.
+	refused, cancelled, pending int64
+}
+
+func publicationsSetup(t *testing.T, dialect migrations.Dialect) *publicationsFixture {
+	t.Helper()
+	db, url := outboxTestDB(t, dialect)
+	now := outbox.Normalize(time.Now())
+	write := func(post reservation.Status, pub worker.PublicationStatus, lastError string) int64 {
+		p := &reservation.Post{Title: "t", Content: "c", Status: post, ScheduledAt: now.Add(-time.Minute), CreatedAt: now, UpdatedAt: now}
+		require.NoError(t, db.Create(p).Error)
+		row := worker.Publication{PostID: p.ID, EventID: "0193a1b2-0000-7000-8000-00000000000" + strconv.FormatInt(p.ID, 10),
+			ScheduledAt: p.ScheduledAt, Status: pub, CreatedAt: now, UpdatedAt: now}
+		if lastError != "" {
+			row.Attempts, row.LastError = 1, &lastError
+		}
+		require.NoError(t, db.Create(&row).Error)
+		return p.ID
+	}
+	return &publicationsFixture{db: db, url: url,
+		refused:   write(reservation.StatusWorking, worker.PublicationFailed, "webhook refused: 422 Unprocessable Entity\n{\"error\":\"title\"}"),
+		cancelled: write(reservation.StatusCancelled, worker.PublicationFailed, "webhook refused: 410 Gone"),
+		pending:   write(reservation.StatusWorking, worker.PublicationPending, ""),
+	}
+}
+
+func (f *publicationsFixture) status(t *testing.T, id int64) worker.PublicationStatus {
+	t.Helper()
+	var p worker.Publication
+	require.NoError(t, f.db.Where("post_id = ?", id).Take(&p).Error)
+	return p.Status
+}
+
+func publicationsEachDialect(t *testing.T, fn func(t *testing.T, f *publicationsFixture)) {
+	for _, d := range databasetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			fn(t, publicationsSetup(t, d))
+		})
+	}
+}
+
+func TestPublicationsList(t *testing.T) {
+	t.Parallel()
+	publicationsEachDialect(t, func(t *testing.T, f *publicationsFixture) {
+		out, errOut, code := publicationsRun(t, "publications", "list", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3, out)
+		require.Regexp(t, `^POST ID\s+POST STATUS\s+ATTEMPTS\s+SCHEDULED AT\s+UPDATED AT\s+LAST ERROR$`, lines[0])
+		require.Regexp(t, `^`+strconv.FormatInt(f.refused, 10)+`\s+WORKING\s+1\s+\S+Z\s+\S+Z\s+`+
+			regexp.QuoteMeta(`webhook refused: 422 Unprocessable Entity {"error":"title"}`)+`$`, lines[1])
+		require.Regexp(t, `^`+strconv.FormatInt(f.cancelled, 10)+`\s+CANCELLED\s+1\s+`, lines[2])
+		require.Empty(t, errOut, "a read-only listing logs nothing")
+
+		out, errOut, code = publicationsRun(t, "publications", "list", "--status", "failed", "--limit", "1",
+			"--after", strconv.FormatInt(f.refused, 10), "--json", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		var got struct {
+			Items []map[string]any `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		require.Len(t, got.Items, 1)
+		require.EqualValues(t, f.cancelled, got.Items[0]["postId"])
+		require.Equal(t, "FAILED", got.Items[0]["status"])
+		require.Equal(t, "CANCELLED", got.Items[0]["postStatus"])
+		require.Equal(t, "webhook refused: 410 Gone", got.Items[0]["lastError"])
+
+		out, _, code = publicationsRun(t, "publications", "list", "--status", "PUBLISHED", "--database-url", f.url)
+		require.Equal(t, 0, code)
+		require.Equal(t, "no PUBLISHED publications\n", out)
+
+		for _, bad := range [][]string{{"--status", "FAIL"}, {"--limit", "0"}, {"--limit", "1001"}, {"--after", "-1"}} {
+			_, errOut, code = publicationsRun(t, append([]string{"publications", "list", "--database-url", f.url}, bad...)...)
+			require.Equal(t, 2, code, "%v: %s", bad, errOut)
+			require.Contains(t, errOut, bad[0])
+		}
+	})
+}
+
+func TestPublicationsRetry(t *testing.T) {
+	t.Parallel()
+	publicationsEachDialect(t, func(t *testing.T, f *publicationsFixture) {
+		id := func(n int64) string { return strconv.FormatInt(n, 10) }
+		out, errOut, code := publicationsRun(t, "publications", "retry", id(f.refused), id(f.cancelled), id(f.pending), "999999",
+			"--database-url", f.url)
+		require.Equal(t, 1, code, "a refused id makes the exit status 1")
+		require.Regexp(t, `(?m)^`+id(f.refused)+`\s+retried \(now PENDING\)$`, out)
+		require.Regexp(t, `(?m)^`+id(f.cancelled)+`\s+not retried: post is CANCELLED, only a WORKING post is published$`, out)
+		require.Regexp(t, `(?m)^`+id(f.pending)+`\s+not retried: publication is PENDING, only FAILED ones can be retried$`, out)
+		require.Regexp(t, `(?m)^999999\s+not retried: not found$`, out)
+		require.Contains(t, errOut, "posting: 3 of 4 ids not retried")
+		require.Equal(t, worker.PublicationPending, f.status(t, f.refused))
+		require.Equal(t, worker.PublicationFailed, f.status(t, f.cancelled))
+		var p worker.Publication
+		require.NoError(t, f.db.Where("post_id = ?", f.refused).Take(&p).Error)
+		require.Zero(t, p.Attempts)
+		require.Nil(t, p.LastError)
+
+		for _, bad := range []struct {
+			args []string
+			says string
+		}{
+			{[]string{"abc"}, `"abc"`},
+			{[]string{"-5"}, "-5"},
+			{nil, "at least one ID"},
+		} {
+			_, errOut, code = publicationsRun(t, append([]string{"publications", "retry", "--database-url", f.url}, bad.args...)...)
+			require.Equal(t, 2, code, "%v: %s", bad.args, errOut)
+			require.Contains(t, errOut, bad.says)
+		}
+	})
+}
+
+// Operator commands print their result on stdout and their log lines on
+// stderr, so `posting ... > result` holds the result alone.
+func TestOperatorCommandsLogOnStderrOnly(t *testing.T) {
+	t.Parallel()
+	f := publicationsSetup(t, migrations.SQLite)
+	out, errOut, code := publicationsRun(t, "publications", "retry", strconv.FormatInt(f.refused, 10), "--database-url", f.url)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^POST ID\s+RESULT\n\d+\s+retried \(now PENDING\)\n$`, out)
+	require.Contains(t, errOut, `level=INFO msg="publication retried by an operator"`)
+	require.Contains(t, errOut, "post_id="+strconv.FormatInt(f.refused, 10))
+
+	o := outboxSetup(t, migrations.SQLite)
+	out, errOut, code = outboxRun(t, "outbox", "requeue", outboxID(o.failed), "--log-format", "json", "--database-url", o.url)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^ID\s+RESULT\n\d+\s+requeued \(now PENDING\)\n$`, out)
+	require.Contains(t, errOut, `"msg":"outbox row requeued by an operator"`)
+
+	out, errOut, code = outboxRun(t, "outbox", "purge", "--pause", "0s", "--database-url", o.url)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^deleted 1 SENT rows sent before \S+Z\n$`, out)
+	require.Contains(t, errOut, `msg="SENT outbox rows purged by an operator"`)
+	require.NotContains(t, out, "level=")
+
+	out, errOut, code = outboxRun(t, "migrate", "--database-url", o.url)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `^applied 0 migrations to \S+\n$`, out)
+	require.Contains(t, errOut, `msg="migrations applied"`)
+}
