@@ -97,7 +97,8 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	}
 	w, err := worker.New(db.DB, worker.Config{
 		Consumer: s.WorkerGroup, Publisher: pub, Logger: log,
-		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublication,
+		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublicationLag,
+		ObserveSettled: m.ObservePublicationOutcome,
 	})
 	if err != nil {
 		return err
