@@ -338,10 +338,10 @@ func TestDatabaseClock(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
+	_, err = db.Migrate(context.Background(), nil) // the migration lock wants a second connection
+	require.NoError(t, err)
 	sqlDB.SetMaxOpenConns(1)
 	sqlDB.SetMaxIdleConns(1)
-	_, err = db.Migrate(context.Background(), nil)
-	require.NoError(t, err)
 	require.NoError(t, db.Exec("SET @@timestamp = UNIX_TIMESTAMP(NOW(6)) + 3600").Error)
 	dbNow, err := database.Now(context.Background(), db.DB)
 	require.NoError(t, err)
