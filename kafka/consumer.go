@@ -19,6 +19,9 @@ import (
 // DefaultConsumerGroup is the consumer group of the worker.
 const DefaultConsumerGroup = "posting-worker"
 
+// consumerErrorWarnEvery spaces the warnings of sarama's consumer errors.
+const consumerErrorWarnEvery = time.Second
+
 // ConsumerConfig configures a Consumer. The zero value of every field but
 // Brokers means its default.
 type ConsumerConfig struct {
@@ -258,8 +261,19 @@ func (c *Consumer) run(ctx context.Context) {
 // consume runs sessions on group until ctx ends or the group breaks.
 func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, b *rejoinBackoff) {
 	go func() { // ends when the group is closed
+		// A broker that goes away mid-session makes every partition's
+		// consumer report every retry: one warning a second is enough to
+		// see it, the rest go to debug, counted in the next warning.
+		var warned time.Time
+		suppressed := 0
 		for err := range group.Errors() {
-			c.log.Warn("consumer error", "err", err)
+			if time.Since(warned) < consumerErrorWarnEvery {
+				suppressed++
+				c.log.Debug("consumer error", "err", err)
+				continue
+			}
+			c.log.Warn("consumer error", "err", err, "suppressed", suppressed)
+			warned, suppressed = time.Now(), 0
 		}
 	}()
 	h := &groupHandler{c: c}

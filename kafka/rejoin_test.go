@@ -17,6 +17,8 @@ import (
 type rejoinTestLog struct {
 	mu    sync.Mutex
 	lines []rejoinTestLine
+	// consumerErrors are the times of "consumer error" warnings.
+	consumerErrors []time.Time
 }
 
 type rejoinTestLine struct {
@@ -30,7 +32,13 @@ func (l *rejoinTestLog) Enabled(context.Context, slog.Level) bool { return true 
 func (l *rejoinTestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *rejoinTestLog) WithGroup(string) slog.Handler            { return l }
 func (l *rejoinTestLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Level < slog.LevelWarn || r.Message == "consumer error" {
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
+	if r.Message == "consumer error" {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.consumerErrors = append(l.consumerErrors, time.Now())
 		return nil
 	}
 	line := rejoinTestLine{at: time.Now(), msg: r.Message}
@@ -111,4 +119,15 @@ func TestConsumerRejoinPauseGrowsWhileBrokersAreDown(t *testing.T) {
 	require.Eventually(t, func() bool { return len(log.snapshot()) > before }, time.Minute, 10*time.Millisecond)
 	first := log.snapshot()[before]
 	require.LessOrEqual(t, first.retryIn, base, "the pause was reset by the session: %s", first.msg)
+
+	// Meanwhile every partition's consumer failed again and again; they
+	// warned at most once a second.
+	log.mu.Lock()
+	warnings := append([]time.Time(nil), log.consumerErrors...)
+	log.mu.Unlock()
+	if len(warnings) > 1 {
+		span := warnings[len(warnings)-1].Sub(warnings[0])
+		require.LessOrEqual(t, len(warnings), 1+int(span/consumerErrorWarnEvery),
+			"%d consumer error warnings in %s", len(warnings), span)
+	}
 }

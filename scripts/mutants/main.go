@@ -138,6 +138,14 @@ var mutations = []mutation{
 		new:  "",
 	},
 	{
+		name: "kafka-consumer-error-flood",
+		file: "kafka/consumer.go",
+		pkg:  "./kafka/",
+		why:  "a broker lost mid-session makes every partition report every retry: at most one warning a second",
+		old:  "if time.Since(warned) < consumerErrorWarnEvery {",
+		new:  "if false && time.Since(warned) < consumerErrorWarnEvery {",
+	},
+	{
 		name: "relay-stop-no-wait",
 		file: "relay/relay.go",
 		pkg:  "./relay/",
