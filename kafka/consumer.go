@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -16,6 +18,9 @@ import (
 
 // DefaultConsumerGroup is the consumer group of the worker.
 const DefaultConsumerGroup = "posting-worker"
+
+// consumerErrorWarnEvery spaces the warnings of sarama's consumer errors.
+const consumerErrorWarnEvery = time.Second
 
 // ConsumerConfig configures a Consumer. The zero value of every field but
 // Brokers means its default.
@@ -42,11 +47,21 @@ type ConsumerConfig struct {
 	// also committed when a session ends. Default 1s; 10ms to 1m.
 	CommitInterval time.Duration
 	// RetryBase is the pause before handling an event again after the
-	// handler failed, doubled per failure up to RetryMax; also the pause
-	// before reconnecting. Default 100ms.
+	// handler failed, doubled per failure up to RetryMax; also sarama's
+	// pause between metadata retries. Default 100ms.
 	RetryBase time.Duration
 	// RetryMax caps those pauses. Default 5s; at least RetryBase.
 	RetryMax time.Duration
+	// RejoinBase is the pause after a failed attempt to reach the cluster
+	// or join the group; it doubles with every failure in a row, jittered
+	// into its upper half, up to RejoinMax, and starts again from
+	// RejoinBase once a session was set up. Without it a worker whose
+	// brokers are down tries (and logs) several times a second. Default
+	// 250ms; more than 0.
+	RejoinBase time.Duration
+	// RejoinMax caps the pause between failed joins. Default 30s; at least
+	// RejoinBase, at most 10m.
+	RejoinMax time.Duration
 	// Observe, if set, is told of events the consumer itself settles:
 	// "malformed" (skipped) and "error" (the handler failed; tried again).
 	// eventType is the header's value, "" when missing.
@@ -78,6 +93,12 @@ func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
 	if cfg.RetryMax == 0 {
 		cfg.RetryMax = 5 * time.Second
 	}
+	if cfg.RejoinBase == 0 {
+		cfg.RejoinBase = 250 * time.Millisecond
+	}
+	if cfg.RejoinMax == 0 {
+		cfg.RejoinMax = 30 * time.Second
+	}
 	return cfg
 }
 
@@ -97,6 +118,8 @@ func (cfg ConsumerConfig) Validate() error {
 		return fmt.Errorf("commit interval %s: want 10ms to 1m", cfg.CommitInterval)
 	case cfg.RetryBase <= 0 || cfg.RetryMax < cfg.RetryBase:
 		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", cfg.RetryBase, cfg.RetryMax)
+	case cfg.RejoinBase <= 0 || cfg.RejoinMax < cfg.RejoinBase || cfg.RejoinMax > 10*time.Minute:
+		return fmt.Errorf("rejoin pauses base %s, max %s: need 0 < base <= max <= 10m", cfg.RejoinBase, cfg.RejoinMax)
 	}
 	v, err := sarama.ParseKafkaVersion(cfg.KafkaVersion)
 	if err != nil {
@@ -212,21 +235,23 @@ func (c *Consumer) Stop() {
 }
 
 // run keeps a group member alive: connect, consume sessions one after
-// another (a rebalance ends a session), reconnect after failures.
+// another (a rebalance ends a session), reconnect after failures. Failed
+// joins in a row wait longer and longer (see ConsumerConfig.RejoinBase),
+// across new clients too: building a client does not reach the cluster, so
+// it says nothing about whether the brokers are back.
 func (c *Consumer) run(ctx context.Context) {
 	c.log.Info("consumer started", "brokers", strings.Join(c.cfg.Brokers, ","))
 	defer c.log.Info("consumer stopped")
-	pause := c.cfg.RetryBase
+	b := &rejoinBackoff{base: c.cfg.RejoinBase, max: c.cfg.RejoinMax}
 	for ctx.Err() == nil {
 		group, err := sarama.NewConsumerGroup(c.cfg.Brokers, c.cfg.GroupID, c.sconf)
 		if err != nil {
-			c.log.Warn("cannot reach the kafka cluster; retrying", "err", err, "pause", pause)
-			sleepCtx(ctx, pause)
-			pause = min(2*pause, c.cfg.RetryMax)
+			if !c.waitRejoin(ctx, b, err) {
+				return
+			}
 			continue
 		}
-		pause = c.cfg.RetryBase
-		c.consume(ctx, group)
+		c.consume(ctx, group, b)
 		if err := group.Close(); err != nil {
 			c.log.Debug("consumer group closed", "err", err)
 		}
@@ -234,38 +259,87 @@ func (c *Consumer) run(ctx context.Context) {
 }
 
 // consume runs sessions on group until ctx ends or the group breaks.
-func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup) {
+func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, b *rejoinBackoff) {
 	go func() { // ends when the group is closed
+		// A broker that goes away mid-session makes every partition's
+		// consumer report every retry: one warning a second is enough to
+		// see it, the rest go to debug, counted in the next warning.
+		var warned time.Time
+		suppressed := 0
 		for err := range group.Errors() {
-			c.log.Warn("consumer error", "err", err)
+			if time.Since(warned) < consumerErrorWarnEvery {
+				suppressed++
+				c.log.Debug("consumer error", "err", err)
+				continue
+			}
+			c.log.Warn("consumer error", "err", err, "suppressed", suppressed)
+			warned, suppressed = time.Now(), 0
 		}
 	}()
 	h := &groupHandler{c: c}
-	pause := c.cfg.RetryBase
 	for ctx.Err() == nil {
+		joined := h.sessions.Load()
 		err := group.Consume(ctx, []string{c.cfg.Topic}, h)
+		if h.sessions.Load() != joined {
+			b.reset() // a session was set up: the cluster answered
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, sarama.ErrClosedConsumerGroup):
 			return
 		case err != nil:
-			c.log.Warn("consumer session failed; rejoining", "err", err, "pause", pause)
-			if !sleepCtx(ctx, pause) {
+			if !c.waitRejoin(ctx, b, err) {
 				return
 			}
-			pause = min(2*pause, c.cfg.RetryMax)
 			if errors.Is(err, sarama.ErrOutOfBrokers) {
 				return // a new client, with fresh metadata
 			}
 		default:
-			pause = c.cfg.RetryBase // a rebalance: join again at once
+			// A rebalance: join again at once.
 		}
 	}
 }
 
+// waitRejoin logs a failed join, with what the consumer waits for and how
+// long, and waits; it reports false when ctx ended first.
+func (c *Consumer) waitRejoin(ctx context.Context, b *rejoinBackoff, err error) bool {
+	pause := b.next()
+	brokers := strings.Join(c.cfg.Brokers, ",")
+	c.log.Warn(fmt.Sprintf("cannot join consumer group %s on kafka brokers %s; retrying in %s", c.cfg.GroupID, brokers, pause),
+		"brokers", brokers, "retry_in", pause, "failures", b.failures, "err", err)
+	return sleepCtx(ctx, pause)
+}
+
+// rejoinBackoff is the pause between failed joins of the group: base
+// doubled per failure in a row, capped at max, jittered into [d/2, d] so
+// that the workers of a group cut off together do not come back together.
+type rejoinBackoff struct {
+	base, max time.Duration
+	// failures counts the failed joins since the last session.
+	failures int
+}
+
+func (b *rejoinBackoff) next() time.Duration {
+	d := b.base
+	for i := 0; i < b.failures && d < b.max; i++ {
+		d *= 2
+	}
+	d = min(d, b.max)
+	b.failures++
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+func (b *rejoinBackoff) reset() { b.failures = 0 }
+
 // groupHandler adapts the handler to sarama's session callbacks.
-type groupHandler struct{ c *Consumer }
+type groupHandler struct {
+	c *Consumer
+	// sessions counts the sessions set up (joined and assigned), which
+	// tells consume that the cluster answered.
+	sessions atomic.Int64
+}
 
 func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	parts := sess.Claims()[h.c.cfg.Topic]
@@ -275,6 +349,7 @@ func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 			return fmt.Errorf("assign partitions %v: %w", parts, err)
 		}
 	}
+	h.sessions.Add(1)
 	return nil
 }
 

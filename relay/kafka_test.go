@@ -146,6 +146,12 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 
 			ctx := context.Background()
 			claimed := make([]atomic.Int64, instances)
+			// Every poll must succeed and nothing may be retried, recovered
+			// or fenced: with no crash and a healthy broker, anything else
+			// is a defect, even if the events get through in the end.
+			var mu sync.Mutex
+			var pollErrs []string
+			var unexpected relay.Result
 			var relays []*relay.Relay
 			for i, db := range pools {
 				r, err := relay.New(outbox.NewStore(db), newProducer(t, broker), relay.Config{
@@ -153,9 +159,17 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 					Logger: slog.New(slog.DiscardHandler),
 					Observe: func(res relay.Result, _ time.Duration, err error) {
 						claimed[i].Add(int64(res.Claimed))
+						mu.Lock()
+						defer mu.Unlock()
 						if err != nil {
-							t.Logf("relay-%d: %v", i, err)
+							pollErrs = append(pollErrs, fmt.Sprintf("relay-%d: %v", i, err))
 						}
+						unexpected.Retried += res.Retried
+						unexpected.Failed += res.Failed
+						unexpected.Released += res.Released
+						unexpected.Recovered += res.Recovered
+						unexpected.RecoveredFailed += res.RecoveredFailed
+						unexpected.Fenced += res.Fenced
 					},
 				})
 				require.NoError(t, err)
@@ -171,6 +185,10 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 			for _, r := range relays {
 				r.Stop()
 			}
+			mu.Lock()
+			require.Empty(t, pollErrs, "relay polls failed")
+			require.Equal(t, relay.Result{}, unexpected, "retried, failed, released, recovered or fenced rows")
+			mu.Unlock()
 
 			require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, countByStatus(t, pools[0].DB))
 			records := broker.Records(t, len(rows), 30*time.Second)

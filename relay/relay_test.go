@@ -497,6 +497,8 @@ func TestStaleClaimsAreLookedForOncePerInterval(t *testing.T) {
 	})
 }
 
+// The loop sends and records every due row; Stop ends it (Stop waiting for
+// a poll in flight is TestStopWaitsForThePollInFlight).
 func TestStartStop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
@@ -504,12 +506,26 @@ func TestStartStop(t *testing.T) {
 	b.clock = &testClock{now: time.Now()}
 	rows := b.append(t, 1, 2, 3)
 	r := b.relay(t, "loop", func(c *Config) { c.Now = time.Now })
-	r.Stop() // without Start
+	require.True(t, returnsWithin(r.Stop, 10*time.Second), "Stop without Start")
 	r2 := b.relay(t, "loop2", func(c *Config) { c.Now = time.Now })
 	require.NoError(t, r2.Start(context.Background()))
-	require.Eventually(t, func() bool { return len(b.pub.sentIDs()) == len(rows) }, 10*time.Second, 10*time.Millisecond)
-	r2.Stop()
-	r2.Stop()
+	require.Error(t, r2.Start(context.Background()), "started twice")
+	require.Eventually(t, func() bool {
+		for _, m := range rows {
+			if b.row(t, m.ID).Status != outbox.StatusSent {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+	require.True(t, returnsWithin(r2.Stop, 30*time.Second), "Stop")
+	select {
+	case <-r2.done:
+	default:
+		t.Fatal("Stop returned before the loop exited")
+	}
+	require.True(t, returnsWithin(r2.Stop, 10*time.Second), "Stop twice")
 }
 
 func TestConfigValidation(t *testing.T) {
