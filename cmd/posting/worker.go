@@ -22,6 +22,7 @@ import (
 func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.WorkerGroup, "worker-group", kafka.DefaultConsumerGroup, "Kafka consumer group of the worker, also its name in the inbox table")
 	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "POST each published post's JSON here (with retries); empty: record the publication only")
+	showEnvTwins(fs)
 }
 
 func newWorkerCommand() *cobra.Command {
@@ -53,6 +54,7 @@ func newWorkerCommand() *cobra.Command {
 	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	showEnvTwins(fs)
 	return cmd
 }
 
