@@ -53,6 +53,7 @@ type settings struct {
 	WorkerGroup       string
 	PublishWebhookURL string
 	WorkerHTTPAddr    string
+	WorkerConcurrency int
 }
 
 func defaultInstanceID() string {

@@ -22,8 +22,12 @@ import (
 func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.WorkerGroup, "worker-group", kafka.DefaultConsumerGroup, "Kafka consumer group of the worker, also its name in the inbox table")
 	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "POST each published post's JSON here (with retries); empty: record the publication only")
+	fs.IntVar(&s.WorkerConcurrency, "worker-concurrency", 0, fmt.Sprintf("publications in progress at once (1..%d); 0: the worker's default", maxWorkerConcurrency))
 	showEnvTwins(fs)
 }
+
+// maxWorkerConcurrency is worker.Config's upper limit on Concurrency.
+const maxWorkerConcurrency = 256
 
 func newWorkerCommand() *cobra.Command {
 	var s settings
@@ -82,7 +86,20 @@ func (s *settings) validateWorkerParts() error {
 			return badSetting("POSTING_PUBLISH_WEBHOOK_URL", s.PublishWebhookURL, err)
 		}
 	}
+	if s.WorkerConcurrency < 0 || s.WorkerConcurrency > maxWorkerConcurrency {
+		return badSetting("POSTING_WORKER_CONCURRENCY", fmt.Sprint(s.WorkerConcurrency),
+			fmt.Sprintf("want 1..%d, or 0 for the default", maxWorkerConcurrency))
+	}
 	return nil
+}
+
+// workerConfig is the worker's configuration from the settings, shared by
+// worker and embedded serve.
+func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *slog.Logger) worker.Config {
+	return worker.Config{
+		Consumer: s.WorkerGroup, Publisher: pub, Logger: log, Concurrency: s.WorkerConcurrency,
+		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublication,
+	}
 }
 
 // startWorker starts the worker and its consumer on brokers and registers
@@ -97,10 +114,7 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 		}
 		pub = hook
 	}
-	w, err := worker.New(db.DB, worker.Config{
-		Consumer: s.WorkerGroup, Publisher: pub, Logger: log,
-		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublication,
-	})
+	w, err := worker.New(db.DB, s.workerConfig(pub, m, log))
 	if err != nil {
 		return err
 	}
@@ -120,7 +134,12 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	if s.PublishWebhookURL != "" {
 		publisher = "webhook " + s.PublishWebhookURL
 	}
-	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher)
+	concurrency := "default"
+	if s.WorkerConcurrency > 0 {
+		concurrency = fmt.Sprint(s.WorkerConcurrency)
+	}
+	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher,
+		"concurrency", concurrency)
 	return nil
 }
 
