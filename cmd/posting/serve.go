@@ -92,6 +92,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", n)
 	} else {
+		if err := requireSchema(db, "posts", "outbox", "inbox", "publications"); err != nil {
+			return err
+		}
 		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
 	}
 
@@ -275,4 +278,21 @@ func brokerDatabase(s *settings, db *database.DB) string {
 		}
 		return db.Location
 	}
+}
+
+// requireSchema fails when a table the command needs is missing: with
+// POSTING_MIGRATE=false nobody else creates them, and a missing table found
+// later by a background loop would only be a repeated log line.
+func requireSchema(db *database.DB, tables ...string) error {
+	var missing []string
+	for _, t := range tables {
+		if !db.Migrator().HasTable(t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("database %s has no table %s and POSTING_MIGRATE=false: run `posting migrate` first, or leave POSTING_MIGRATE unset",
+			db.Location, strings.Join(missing, ", "))
+	}
+	return nil
 }

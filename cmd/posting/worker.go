@@ -162,6 +162,8 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		if _, err := db.Migrate(ctx, nil); err != nil {
 			return err
 		}
+	} else if err := requireSchema(db, "posts", "inbox", "publications"); err != nil {
+		return err
 	}
 	brokers := s.KafkaBrokers
 	if len(brokers) == 0 {
