@@ -194,6 +194,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	if s.AdminToken == "" {
 		log.Info("admin endpoints off (no POSTING_ADMIN_TOKEN)", "component", "admin")
+	} else {
+		log.Info("admin endpoints on", "component", "admin", "path", "/admin/", "auth", "Authorization: Bearer $POSTING_ADMIN_TOKEN")
 	}
 
 	serveErr := make(chan error, 1)
