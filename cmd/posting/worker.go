@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -176,7 +177,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	if s.WorkerHTTPAddr != "" {
-		srv, err := workerHTTP(s, db, brokers, m)
+		srv, err := workerHTTP(s, db, brokers, m, log)
 		if err != nil {
 			return err
 		}
@@ -203,22 +204,35 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 }
 
 // workerHTTP serves the worker's probes and metrics.
-func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics) (*http.Server, error) {
+func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
 	// A producer that never sends: its Ping asks the brokers for metadata.
 	probe, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: s.KafkaTopic}, nil)
 	if err != nil {
 		return nil, err
 	}
+	checks := []struct {
+		name string
+		fn   func(context.Context) error
+	}{{"database", db.Ping}, {"kafka", probe.Ping}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		for name, check := range map[string]func(context.Context) error{"database": db.Ping, "kafka": probe.Ping} {
-			if err := check(ctx); err != nil {
-				http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)
-				return
+		// Every check runs, in a fixed order and with its own bound, so the
+		// answer names each failing one; their errors can name hosts and
+		// go to the log only.
+		var failed []string
+		for _, c := range checks {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			err := c.fn(ctx)
+			cancel()
+			if err != nil {
+				failed = append(failed, c.name)
+				log.Warn("readiness check failed", "component", "http", "check", c.name, "err", err)
 			}
+		}
+		if len(failed) > 0 {
+			http.Error(w, "not ready: check "+strings.Join(failed, ", ")+" failed", http.StatusServiceUnavailable)
+			return
 		}
 		_, _ = fmt.Fprintln(w, "ready")
 	})
