@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +25,34 @@ const DefaultEmbeddedAddr = "127.0.0.1:9092"
 
 // embeddedSetupTimeout bounds creating the topic at start.
 const embeddedSetupTimeout = 10 * time.Second
+
+// EmbeddedDatabaseFile is the marker file in the embedded broker's data dir
+// that names the database whose events its log holds.
+const EmbeddedDatabaseFile = "posting-database"
+
+// ErrOtherDatabase is returned by StartEmbedded when the log in its data dir
+// was written for another database than EmbeddedConfig.Database. It is
+// wrapped by an *OtherDatabaseError.
+var ErrOtherDatabase = errors.New("embedded kafka log belongs to another database")
+
+// OtherDatabaseError says which database an embedded broker's log belongs to.
+// Sharing one log between two databases would put two different posts with
+// the same id on the topic, and a worker would take one for the other.
+type OtherDatabaseError struct {
+	// DataDir is the broker's data dir.
+	DataDir string
+	// LogDatabase is the database recorded in the data dir.
+	LogDatabase string
+	// Database is the database the broker was started for.
+	Database string
+}
+
+func (e *OtherDatabaseError) Error() string {
+	return fmt.Sprintf("the embedded kafka log in %s belongs to database %s, not %s", e.DataDir, e.LogDatabase, e.Database)
+}
+
+// Is makes errors.Is(err, ErrOtherDatabase) true.
+func (e *OtherDatabaseError) Is(target error) bool { return target == ErrOtherDatabase }
 
 // EmbeddedConfig configures the in-process broker of embedded mode.
 type EmbeddedConfig struct {
@@ -39,6 +70,12 @@ type EmbeddedConfig struct {
 	// Partitions is the partition count of a topic we create; an existing
 	// topic keeps its count. Default 8; 1 to 1000.
 	Partitions int32
+	// Database names the database whose events the log holds, without
+	// credentials (such as "mysql://db1:3306/posting"). With a DataDir it is
+	// recorded there (file EmbeddedDatabaseFile) on the first start, and a
+	// start with another value fails with an *OtherDatabaseError. Default
+	// empty: not recorded, not checked.
+	Database string
 	// SyncWrites fsyncs every batch before acknowledging it. Default false:
 	// writes reach the OS at once and survive a crash of the process, but
 	// not of the machine, as with Kafka's default flush settings.
@@ -116,6 +153,9 @@ func StartEmbedded(cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
 		kfake.WithLogger(embeddedLogger{logger}),
 	}
 	if cfg.DataDir != "" {
+		if err := claimDataDir(cfg.DataDir, cfg.Database); err != nil {
+			return nil, err
+		}
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
 	}
 	if cfg.SyncWrites {
@@ -135,6 +175,38 @@ func StartEmbedded(cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
 		"addr", e.addr, "data_dir", cfg.DataDir, "topic", cfg.Topic, "partitions", partitions,
 		"hint", fmt.Sprintf("kcat -b %s -t %s -C -f '%%k %%h %%s\\n'", e.addr, cfg.Topic))
 	return e, nil
+}
+
+// claimDataDir records database as the owner of the log in dir, or checks
+// that it is the owner already recorded. A log from before the marker
+// existed is adopted: nothing tells which database it was written for.
+func claimDataDir(dir, database string) error {
+	if database == "" {
+		return nil
+	}
+	path := filepath.Join(dir, EmbeddedDatabaseFile)
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if recorded := strings.TrimSpace(string(raw)); recorded != database {
+			return &OtherDatabaseError{DataDir: dir, LogDatabase: recorded, Database: database}
+		}
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("embedded kafka: read %s: %w", path, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("embedded kafka: create data dir: %w", err)
+	}
+	// Write then rename, so a crash leaves either no marker or a whole one.
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(database+"\n"), 0o640); err != nil {
+		return fmt.Errorf("embedded kafka: record database: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("embedded kafka: record database: %w", err)
+	}
+	return nil
 }
 
 // ensureTopic creates the topic unless it exists and returns its partition

@@ -2,7 +2,10 @@ package kafka
 
 import (
 	"context"
+	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +90,51 @@ func TestEmbeddedCreatesMissingTopicInExistingDataDir(t *testing.T) {
 	for _, r := range recs {
 		require.Less(t, r.Partition, int32(3))
 	}
+}
+
+// A log is recorded as the log of the database it was started for; a start
+// for another database is refused, saying which database the log belongs
+// to, and its records stay as they were.
+func TestEmbeddedRefusesALogOfAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const first, second = "sqlite://<data dir>/posting.db", "mysql://127.0.0.1:3306/other"
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: dir, Database: first})
+	addr := e.Addr()
+	msgs := producerTestMessages(1, 3, 1)
+	embeddedTestPublish(t, addr, e.Topic(), msgs)
+	e.Close()
+	raw, err := os.ReadFile(filepath.Join(dir, EmbeddedDatabaseFile))
+	require.NoError(t, err)
+	require.Equal(t, first+"\n", string(raw))
+
+	_, err = StartEmbedded(EmbeddedConfig{Addr: addr, DataDir: dir, Database: second}, nil)
+	require.ErrorIs(t, err, ErrOtherDatabase)
+	var ode *OtherDatabaseError
+	require.True(t, errors.As(err, &ode))
+	require.Equal(t, OtherDatabaseError{DataDir: dir, LogDatabase: first, Database: second}, *ode)
+	require.ErrorContains(t, err, "belongs to database "+first+", not "+second)
+
+	// Its own database still opens it, with every record kept.
+	e2 := embeddedTestStart(t, EmbeddedConfig{Addr: addr, DataDir: dir, Database: first})
+	require.Len(t, kafkatest.ReadTopic(t, e2.Addr(), e2.Topic(), len(msgs), 10*time.Second), len(msgs))
+}
+
+// A data dir written before databases were recorded is adopted by the first
+// database that starts on it, and is then that database's.
+func TestEmbeddedAdoptsALogWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: dir})
+	addr := e.Addr()
+	e.Close()
+	_, err := os.Stat(filepath.Join(dir, EmbeddedDatabaseFile))
+	require.ErrorIs(t, err, os.ErrNotExist, "no database given, none recorded")
+
+	e = embeddedTestStart(t, EmbeddedConfig{Addr: addr, DataDir: dir, Database: "sqlite://a.db"})
+	e.Close()
+	_, err = StartEmbedded(EmbeddedConfig{Addr: addr, DataDir: dir, Database: "sqlite://b.db"}, nil)
+	require.ErrorIs(t, err, ErrOtherDatabase)
 }
 
 func TestEmbeddedRejectsBadConfigAndBusyPort(t *testing.T) {

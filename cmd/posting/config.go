@@ -53,6 +53,7 @@ type settings struct {
 	WorkerGroup       string
 	PublishWebhookURL string
 	WorkerHTTPAddr    string
+	WorkerConcurrency int
 }
 
 func defaultInstanceID() string {
@@ -70,6 +71,7 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.DataDir, "data-dir", "./data", "where embedded state lives (SQLite file, embedded Kafka log)")
 	fs.StringVar(&s.InstanceID, "instance-id", defaultInstanceID(), "written into claims, logs and metrics")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text or json")
+	showEnvTwins(fs)
 }
 
 // addServeFlags adds the settings of the long-running commands.
@@ -88,6 +90,20 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.OutboxRetention, "outbox-retention", outbox.DefaultRetention, "SENT outbox rows older than this are deleted by the cleaner")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	showEnvTwins(fs)
+}
+
+// showEnvTwins names the environment twin in the usage of every flag of fs
+// defined so far, so --help shows both spellings of a setting. The flag
+// helpers call it after adding flags that have twins; flags added later
+// (a subcommand's own, such as outbox list --status) have none.
+func showEnvTwins(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" || strings.Contains(f.Usage, "(env POSTING_") {
+			return
+		}
+		f.Usage += " (env " + envName(f.Name) + ")"
+	})
 }
 
 // envName is the environment twin of a flag.

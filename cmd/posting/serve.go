@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
@@ -88,10 +92,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", n)
 	} else {
+		if err := requireSchema(db, "posts", "outbox", "inbox", "publications"); err != nil {
+			return err
+		}
 		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
 	}
 
-	brokers, embedded, err := startKafka(s, log, st)
+	brokers, embedded, err := startKafka(s, db, log, st)
 	if err != nil {
 		return err
 	}
@@ -193,6 +200,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	if s.AdminToken == "" {
 		log.Info("admin endpoints off (no POSTING_ADMIN_TOKEN)", "component", "admin")
+	} else {
+		log.Info("admin endpoints on", "component", "admin", "path", "/admin/", "auth", "Authorization: Bearer $POSTING_ADMIN_TOKEN")
 	}
 
 	serveErr := make(chan error, 1)
@@ -228,17 +237,70 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 
 // startKafka returns the bootstrap list: the configured brokers, or the
 // address of an embedded broker it starts with its log under the data dir.
-func startKafka(s *settings, log *slog.Logger, st *stack) (brokers []string, embedded bool, err error) {
+func startKafka(s *settings, db *database.DB, log *slog.Logger, st *stack) (brokers []string, embedded bool, err error) {
 	if len(s.KafkaBrokers) > 0 {
 		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
 		return s.KafkaBrokers, false, nil
 	}
 	e, err := kafka.StartEmbedded(kafka.EmbeddedConfig{
 		Addr: s.EmbeddedKafkaAddr, DataDir: filepath.Join(s.DataDir, "kafka"), Topic: s.KafkaTopic,
+		Database: brokerDatabase(s, db),
 	}, log)
+	var other *kafka.OtherDatabaseError
+	if errors.As(err, &other) {
+		// Starting anyway would mix two databases' events (two different
+		// post 1) on one topic; the operator has to choose.
+		return nil, false, usageError{fmt.Errorf("%w: POSTING_DATABASE_URL changed but POSTING_DATA_DIR did not. "+
+			"Use another POSTING_DATA_DIR for %s (or set POSTING_DATABASE_URL back), "+
+			"or delete %s to start the embedded broker with an empty log (the events in it are lost)",
+			err, other.Database, other.DataDir)}
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
 	}
 	st.onStop(e.Close)
 	return []string{e.Addr()}, true, nil
+}
+
+// brokerDatabase names db for the embedded broker's record of which database
+// its log belongs to: the location without credentials. A SQLite file inside
+// the data dir is named relative to it, so the data dir can move as a whole.
+func brokerDatabase(s *settings, db *database.DB) string {
+	switch db.Dialect {
+	case migrations.SQLite:
+		path := strings.TrimPrefix(db.Location, "sqlite://")
+		abs, err1 := filepath.Abs(path)
+		dir, err2 := filepath.Abs(s.DataDir)
+		if err1 != nil || err2 != nil {
+			return db.Location
+		}
+		if rel, err := filepath.Rel(dir, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return "sqlite://<data dir>/" + filepath.ToSlash(rel)
+		}
+		return "sqlite://" + abs
+	default:
+		u, err := url.Parse(db.Location)
+		if err == nil && u.Port() == "" && u.Host != "" {
+			u.Host += ":3306" // the driver's default: one database, one name
+			return u.String()
+		}
+		return db.Location
+	}
+}
+
+// requireSchema fails when a table the command needs is missing: with
+// POSTING_MIGRATE=false nobody else creates them, and a missing table found
+// later by a background loop would only be a repeated log line.
+func requireSchema(db *database.DB, tables ...string) error {
+	var missing []string
+	for _, t := range tables {
+		if !db.Migrator().HasTable(t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("database %s has no table %s and POSTING_MIGRATE=false: run `posting migrate` first, or leave POSTING_MIGRATE unset",
+			db.Location, strings.Join(missing, ", "))
+	}
+	return nil
 }

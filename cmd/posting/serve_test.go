@@ -183,7 +183,7 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 
 	require.Eventually(t, func() bool { return getPost(t, p.http, id)["status"] == "WORKING" },
 		30*time.Second, 100*time.Millisecond)
-	records := kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 2, 30*time.Second)
+	records := readExactly(t, kafkaAddr, "posting-events", 2)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id))
 
 	// The embedded worker publishes a post at its time: the whole lifecycle
@@ -214,7 +214,9 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 	second := createPost(t, p2.http, time.Now().Add(3*time.Minute))
 	require.Eventually(t, func() bool { return getPost(t, p2.http, second["id"])["status"] == "WORKING" },
 		30*time.Second, 100*time.Millisecond)
-	records = kafkatest.ReadTopic(t, kafkaAddr, "posting-events", 8, 30*time.Second) // three posts before the restart, one after
+	// Two posts before the restart and one after, two events each: a
+	// missing event fails here, and so does one sent twice.
+	records = readExactly(t, kafkaAddr, "posting-events", 6)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id), "no event sent twice")
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, second["id"]))
 	p2.terminate(t)
@@ -270,6 +272,15 @@ func TestMigrateCommandTwice(t *testing.T) {
 	out.Reset()
 	require.NoError(t, Run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut))
 	require.Contains(t, out.String(), "applied 0 migrations")
+}
+
+// readExactly reads the whole topic once n records are there and fails
+// the test unless it holds exactly n.
+func readExactly(t *testing.T, addr, topic string, n int) []kafkatest.Record {
+	t.Helper()
+	records := kafkatest.ReadTopic(t, addr, topic, n, 30*time.Second)
+	require.Len(t, records, n, "records on topic %s", topic)
+	return records
 }
 
 func adminGet(t *testing.T, addr, token string) int {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,7 +23,12 @@ import (
 func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.WorkerGroup, "worker-group", kafka.DefaultConsumerGroup, "Kafka consumer group of the worker, also its name in the inbox table")
 	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "POST each published post's JSON here (with retries); empty: record the publication only")
+	fs.IntVar(&s.WorkerConcurrency, "worker-concurrency", 0, fmt.Sprintf("publications in progress at once (1..%d); 0: the worker's default", maxWorkerConcurrency))
+	showEnvTwins(fs)
 }
+
+// maxWorkerConcurrency is worker.Config's upper limit on Concurrency.
+const maxWorkerConcurrency = 256
 
 func newWorkerCommand() *cobra.Command {
 	var s settings
@@ -53,6 +59,7 @@ func newWorkerCommand() *cobra.Command {
 	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	showEnvTwins(fs)
 	return cmd
 }
 
@@ -80,7 +87,21 @@ func (s *settings) validateWorkerParts() error {
 			return badSetting("POSTING_PUBLISH_WEBHOOK_URL", s.PublishWebhookURL, err)
 		}
 	}
+	if s.WorkerConcurrency < 0 || s.WorkerConcurrency > maxWorkerConcurrency {
+		return badSetting("POSTING_WORKER_CONCURRENCY", fmt.Sprint(s.WorkerConcurrency),
+			fmt.Sprintf("want 1..%d, or 0 for the default", maxWorkerConcurrency))
+	}
 	return nil
+}
+
+// workerConfig is the worker's configuration from the settings, shared by
+// worker and embedded serve.
+func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *slog.Logger) worker.Config {
+	return worker.Config{
+		Consumer: s.WorkerGroup, Publisher: pub, Logger: log, Concurrency: s.WorkerConcurrency,
+		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublicationLag,
+		ObserveSettled: m.ObservePublicationOutcome,
+	}
 }
 
 // startWorker starts the worker and its consumer on brokers and registers
@@ -95,11 +116,7 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 		}
 		pub = hook
 	}
-	w, err := worker.New(db.DB, worker.Config{
-		Consumer: s.WorkerGroup, Publisher: pub, Logger: log,
-		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublicationLag,
-		ObserveSettled: m.ObservePublicationOutcome,
-	})
+	w, err := worker.New(db.DB, s.workerConfig(pub, m, log))
 	if err != nil {
 		return err
 	}
@@ -119,7 +136,12 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	if s.PublishWebhookURL != "" {
 		publisher = "webhook " + s.PublishWebhookURL
 	}
-	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher)
+	concurrency := "default"
+	if s.WorkerConcurrency > 0 {
+		concurrency = fmt.Sprint(s.WorkerConcurrency)
+	}
+	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher,
+		"concurrency", concurrency)
 	return nil
 }
 
@@ -142,6 +164,8 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		if _, err := db.Migrate(ctx, nil); err != nil {
 			return err
 		}
+	} else if err := requireSchema(db, "posts", "inbox", "publications"); err != nil {
+		return err
 	}
 	brokers := s.KafkaBrokers
 	if len(brokers) == 0 {
@@ -154,7 +178,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	if s.WorkerHTTPAddr != "" {
-		srv, err := workerHTTP(s, db, brokers, m)
+		srv, err := workerHTTP(s, db, brokers, m, log)
 		if err != nil {
 			return err
 		}
@@ -181,22 +205,35 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 }
 
 // workerHTTP serves the worker's probes and metrics.
-func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics) (*http.Server, error) {
+func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
 	// A producer that never sends: its Ping asks the brokers for metadata.
 	probe, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: s.KafkaTopic}, nil)
 	if err != nil {
 		return nil, err
 	}
+	checks := []struct {
+		name string
+		fn   func(context.Context) error
+	}{{"database", db.Ping}, {"kafka", probe.Ping}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		for name, check := range map[string]func(context.Context) error{"database": db.Ping, "kafka": probe.Ping} {
-			if err := check(ctx); err != nil {
-				http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)
-				return
+		// Every check runs, in a fixed order and with its own bound, so the
+		// answer names each failing one; their errors can name hosts and
+		// go to the log only.
+		var failed []string
+		for _, c := range checks {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			err := c.fn(ctx)
+			cancel()
+			if err != nil {
+				failed = append(failed, c.name)
+				log.Warn("readiness check failed", "component", "http", "check", c.name, "err", err)
 			}
+		}
+		if len(failed) > 0 {
+			http.Error(w, "not ready: check "+strings.Join(failed, ", ")+" failed", http.StatusServiceUnavailable)
+			return
 		}
 		_, _ = fmt.Fprintln(w, "ready")
 	})
