@@ -159,6 +159,9 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	if len(rows) == 0 {
 		return nil, nil
 	}
+	// The version check cannot fail while the rows are locked (FOR UPDATE
+	// on MySQL, BEGIN IMMEDIATE on SQLite): it stays as the guard for a
+	// dialect that would claim without the lock, with the count below.
 	res := tx.Model(&Message{}).
 		Where("status IN ?", []Status{StatusPending, StatusRetry}).
 		Where(s.versionMatch(rows)).
