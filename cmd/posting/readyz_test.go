@@ -130,7 +130,7 @@ func TestWorkerHTTPEndpoints(t *testing.T) {
 	require.Equal(t, "ready\n", body)
 	code, body = httpGet(addr, "/metrics")
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `posting_worker_publications_total{instance_id="worker-http"} 0`)
+	require.Contains(t, body, `posting_worker_publications_total{instance_id="worker-http",outcome="published"} 0`)
 	require.Contains(t, body, "go_goroutines")
 
 	b.Stop()
