@@ -263,7 +263,10 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 		res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 	}
 
-	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, now)
+	// A zero time: the claim is stamped by the database's clock inside its
+	// transaction, not with now, which the work above (or a wait for a
+	// lock) may have made old enough to look stale to other instances.
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, time.Time{})
 	if err != nil {
 		// Nothing was written: the acknowledgements wait for the next try.
 		return res, fmt.Errorf("claim: %w", err)
