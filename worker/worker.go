@@ -590,8 +590,8 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	status, changed := PublicationPublished, false
-	err = database.Transaction(rctx, w.db, func(tx *gorm.DB) error {
-		status = PublicationPublished
+	record := func(tx *gorm.DB) error {
+		status, changed = PublicationPublished, false
 		ok, err := reservation.MarkPublished(tx, postID, at)
 		if err != nil {
 			return err
@@ -613,7 +613,15 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 				"attempts": gorm.Expr("attempts + 1"), "last_error": nil})
 		changed = res.RowsAffected == 1
 		return res.Error
-	})
+	}
+	// The publisher has said yes: a failed write (a dropped connection, a
+	// database restart) is tried again here, for up to rctx's 30 s, rather
+	// than by the timer's next attempt, which would call the publisher again.
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		if err = database.Transaction(rctx, w.db, record); err == nil || !sleep(rctx, pause) {
+			break
+		}
+	}
 	if err != nil {
 		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
 	}

@@ -1,0 +1,48 @@
+package worker_test
+
+import (
+	"context"
+	"database/sql/driver"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
+)
+
+// A database blip after the publisher said yes (the connection dropped while
+// the worker recorded PUBLISHED) must not make the worker call the
+// publisher again: the post went out; only its record is missing. The README
+// promises a second webhook POST only when the worker is killed or loses its
+// partition between the POST and the commit.
+func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var failed atomic.Int32
+		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("review:fail_mark_published", func(tx *gorm.DB) {
+			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && failed.Add(1) == 1 {
+				_ = tx.AddError(driver.ErrBadConn)
+			}
+		}))
+		pub := &recorder{}
+		w := newWorker(t, db.DB, pub)
+		ctx := context.Background()
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
+
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			20*time.Second, 10*time.Millisecond, "never published")
+		require.GreaterOrEqual(t, failed.Load(), int32(2), "the record failed once, then was written")
+		require.Equal(t, 1, pub.count(post.ID), "the publisher was called again after a failed record")
+		p := loadPublication(t, db.DB, post.ID)
+		require.Equal(t, worker.PublicationPublished, p.Status)
+		require.Equal(t, 1, p.Attempts)
+	})
+}
