@@ -558,7 +558,13 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	case reservation.StatusCancelled:
 		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 	case reservation.StatusPublished:
-		return w.settleNow(ctx, postID, PublicationPublished, now, "")
+		// Published before this row was written: its first publication
+		// row was deleted by the cleaner and the event delivered again.
+		// Settled, but not counted as a publication a second time.
+		if _, err := settle(db, postID, PublicationPublished, now, nil); err != nil {
+			return pending, err
+		}
+		return result{status: PublicationPublished}, nil
 	case reservation.StatusWorking:
 	default:
 		msg := fmt.Sprintf("post is %s, not %s", post.Status, reservation.StatusWorking)
