@@ -623,8 +623,14 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	// The publisher has said yes: a failed write (a dropped connection, a
 	// database restart) is tried again here, for up to rctx's 30 s, rather
 	// than by the timer's next attempt, which would call the publisher again.
+	// A timer disarmed meanwhile (Stop, a revoked partition) gets one last
+	// try, so that a stop does not wait on a database that is down.
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
-		if err = database.Transaction(rctx, w.db, record); err == nil || !sleep(rctx, pause) {
+		if err = database.Transaction(rctx, w.db, record); err == nil || rctx.Err() != nil {
+			break
+		}
+		if !sleep(ctx, pause) {
+			err = database.Transaction(rctx, w.db, record)
 			break
 		}
 	}
