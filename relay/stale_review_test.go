@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,28 @@ import (
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 )
+
+// gatedPublisher acknowledges everything; its first call waits for proceed
+// after telling entered, so that a test acts while a send is in flight.
+type gatedPublisher struct {
+	entered, proceed chan struct{}
+	mu               sync.Mutex
+	sends            map[string]int
+}
+
+func (p *gatedPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	<-p.proceed
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.sends[m.EventID]++
+	}
+	return make([]error, len(msgs))
+}
 
 // holdWrites makes the next write of row wait until release: on MySQL a
 // row lock on it, on SQLite the file's write lock.
@@ -68,7 +91,7 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 			"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": time.Now().Add(-time.Hour),
 			"retry_count": 3, "version": gorm.Expr("version + 1")}).Error)
 
-		pub := &countingPublisher{pause: 500 * time.Millisecond, sends: map[string]int{}}
+		pub := &gatedPublisher{entered: make(chan struct{}, 1), proceed: make(chan struct{}), sends: map[string]int{}}
 		newRelay := func(id string) *Relay {
 			r, err := New(outbox.NewStore(db), pub, Config{InstanceID: id, Interval: 10 * time.Millisecond,
 				StaleAfter: 2 * time.Second, RetryBase: 10 * time.Millisecond})
@@ -84,13 +107,14 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 		release()
 
 		// b polls while a sends the rows it has just claimed.
-		require.Eventually(t, func() bool {
-			var n int64
-			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("claimed_by = ? AND status = ?", "a", outbox.StatusProcessing).Count(&n).Error)
-			return n == int64(len(ids))
-		}, 30*time.Second, 5*time.Millisecond, "a claims the rows")
+		select {
+		case <-pub.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a never sent")
+		}
 		resB, err := b.RunOnce(ctx)
 		require.NoError(t, err)
+		close(pub.proceed)
 		require.NoError(t, <-aDone)
 		for range 50 { // let b finish whatever it took
 			if _, err := b.RunOnce(ctx); err != nil {
