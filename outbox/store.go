@@ -31,22 +31,21 @@ const maxPairsPerStatement = 1000
 type Store struct {
 	db      *gorm.DB
 	dialect migrations.Dialect
-	// clock is the time every instance compares against: the database's.
-	clock func(ctx context.Context) (time.Time, error)
+	// clock is the time every instance compares against: the database's,
+	// read through db (the pool, or a transaction of it).
+	clock func(ctx context.Context, db *gorm.DB) (time.Time, error)
 }
 
 // NewStore returns a Store on db.
 func NewStore(db *database.DB) *Store {
-	s := &Store{db: db.DB, dialect: db.Dialect}
-	s.clock = func(ctx context.Context) (time.Time, error) { return database.Now(ctx, s.db) }
-	return s
+	return &Store{db: db.DB, dialect: db.Dialect, clock: database.Now}
 }
 
 // WithClock returns a copy of the store whose Now reads now instead of the
 // database's clock: tests move the shared clock by hand with it.
 func (s *Store) WithClock(now func() time.Time) *Store {
 	c := *s
-	c.clock = func(context.Context) (time.Time, error) { return Normalize(now()), nil }
+	c.clock = func(context.Context, *gorm.DB) (time.Time, error) { return Normalize(now()), nil }
 	return &c
 }
 
@@ -56,7 +55,7 @@ func (s *Store) WithClock(now func() time.Time) *Store {
 // instance and compared by another, so neither may come from an instance's
 // own clock: a relay whose clock ran 3 minutes ahead took other relays' live
 // claims for stale and sent their rows twice.
-func (s *Store) Now(ctx context.Context) (time.Time, error) { return s.clock(ctx) }
+func (s *Store) Now(ctx context.Context) (time.Time, error) { return s.clock(ctx, s.db) }
 
 // DB returns the store's database handle.
 func (s *Store) DB() *gorm.DB { return s.db }
@@ -95,12 +94,24 @@ func (s *Store) FoldsAcks() bool { return s.dialect == migrations.MySQL }
 // them on their posts are claimable in the same transaction. It returns the
 // claimed rows and how many rows of sent were fenced; on error nothing was
 // written and the caller still holds sent.
+//
+// A zero now means the store's clock (Now), read inside the transaction once
+// its locks are held: the claim is stamped with the time it is taken, not
+// the time its caller started, which a wait for the database (a lock held by
+// another transaction, a busy SQLite file) would have made older than it is,
+// up to stale for other instances before the send has begun.
 func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
 	now time.Time) (claimed []Message, fenced int, err error) {
+	fresh := now.IsZero()
 	now = Normalize(now)
 	if len(sent) == 0 {
 		if limit <= 0 {
 			return nil, 0, nil
+		}
+		if fresh {
+			if now, err = s.Now(ctx); err != nil {
+				return nil, 0, err
+			}
 		}
 		// Nothing to write: a plain read first, so that an idle poll costs no
 		// write transaction (on SQLite every transaction takes the one write
@@ -119,6 +130,13 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		}
 		if limit <= 0 {
 			return nil
+		}
+		now := now
+		if fresh {
+			var err error
+			if now, err = s.clock(ctx, tx); err != nil {
+				return err
+			}
 		}
 		// Read inside the transaction, after the write: it sees the rows just
 		// marked SENT, so their successors are heads now, and on SQLite no

@@ -161,6 +161,11 @@ type Relay struct {
 	// them to stale recovery, like any row claimed and not yet recorded.
 	acked   []outbox.Message
 	ackedAt time.Time
+	// unreleased are rows the broker could not be reached for whose release
+	// failed too (the database was unreachable as well). They are released
+	// before anything else, like acked, so that the outage spends none of
+	// their attempts through stale recovery.
+	unreleased []outbox.Message
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
 
@@ -238,6 +243,9 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	clock := newSharedClock(now)
+	if err := r.releaseKept(ctx, &res); err != nil {
+		return res, err
+	}
 	// Polls follow each other at once while full batches come; looking for
 	// stale claims once per interval is enough (a claim is stale only after
 	// StaleAfter, which is more than two intervals), and saves a read of
@@ -263,7 +271,10 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 		res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 	}
 
-	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, now)
+	// A zero time: the claim is stamped by the database's clock inside its
+	// transaction, not with now, which the work above (or a wait for a
+	// lock) may have made old enough to look stale to other instances.
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, time.Time{})
 	if err != nil {
 		// Nothing was written: the acknowledgements wait for the next try.
 		return res, fmt.Errorf("claim: %w", err)
@@ -305,13 +316,17 @@ func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since
 func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
 
 // Flush writes the SENT of rows whose acknowledgement a full batch left for
-// the next poll (see RunOnce). The loop calls it when it stops or pauses; it
-// does nothing when nothing is left. On error the rows stay PROCESSING and
+// the next poll (see RunOnce), and releases rows whose release failed. The
+// loop calls it when it stops or pauses; it does nothing when nothing is
+// left. On error the rows stay PROCESSING and
 // are recovered after StaleAfter, and may then be sent a second time.
 func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	var res Result
+	if err := r.releaseKept(ctx, &res); err != nil {
+		return res, err
+	}
 	if len(r.acked) == 0 {
 		return res, nil
 	}
@@ -324,11 +339,27 @@ func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// pendingAcks reports whether acknowledgements wait for their SENT write.
+// releaseKept hands back the rows whose release failed in an earlier poll.
+// r.pollMu must be held.
+func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
+	if len(r.unreleased) == 0 {
+		return nil
+	}
+	fenced, err := r.store.Release(ctx, r.unreleased)
+	if err != nil {
+		return fmt.Errorf("release rows kept from an outage: %w", err)
+	}
+	res.Released, res.Fenced = res.Released+len(r.unreleased)-fenced, res.Fenced+fenced
+	r.unreleased = nil
+	return nil
+}
+
+// pendingAcks reports whether acknowledgements wait for their SENT write,
+// or rows for their release.
 func (r *Relay) pendingAcks() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.acked) > 0
+	return len(r.acked) > 0 || len(r.unreleased) > 0
 }
 
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
@@ -386,6 +417,14 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		fenced, err := r.store.Release(ctx, released)
 		res.Released, res.Fenced = len(released)-fenced, res.Fenced+fenced
 		res.Unavailable = true
+		if err != nil {
+			// Nothing was written (one transaction): release them at the
+			// next poll or flush instead of spending an attempt of each
+			// through stale recovery.
+			r.unreleased = append(r.unreleased, released...)
+			res.Released = 0
+			err = fmt.Errorf("%w (%d rows kept to release at the next try)", err, len(released))
+		}
 		errsOut = append(errsOut, err)
 	}
 	if err := errors.Join(errsOut...); err != nil {

@@ -14,9 +14,11 @@
 // pending publication as CANCELLED; a publication whose post turns out
 // CANCELLED when its time comes is not published either.
 //
-// Timers run on the worker's clock, but a publication is taken only when it
-// is due by the database's clock (database.Now), so a worker whose clock
-// runs ahead never publishes early: it waits the time left. The worker owns
+// Timers run on the worker's clock, shifted by its difference from the
+// database's clock as last read, so a worker whose clock runs behind does
+// not publish late; and a publication is taken only when it is due by the
+// database's clock (database.Now), so a worker whose clock runs ahead never
+// publishes early: it waits the time left. The worker owns
 // the retry schedule and asks its Publisher for one attempt at a time; an
 // attempt holds one of Concurrency slots, a wait holds none. Every
 // SweepInterval the worker also arms the PENDING publications of its
@@ -32,6 +34,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -92,9 +95,10 @@ type Config struct {
 	// of its partitions that have no timer: rows an operator set back to
 	// PENDING (a retry of a FAILED publication). Default 30s; 10ms to 1h.
 	SweepInterval time.Duration
-	// Now is the worker's own clock, for its timers only: whether a
-	// publication is due, and the times written to the database, come from
-	// the database's clock (database.Now). Default time.Now.
+	// Now is the worker's own clock, for its timers only (shifted by its
+	// difference from the database's clock): whether a publication is due,
+	// and the times written to the database, come from the database's
+	// clock (database.Now). Default time.Now.
 	Now func() time.Time
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -162,6 +166,11 @@ type Worker struct {
 	base   context.Context // ends at Stop: every timer's publication stops
 	cancel context.CancelFunc
 
+	// skew is the database's clock minus the worker's (nanoseconds), as
+	// last read: timers are set on the worker's clock, shifted by it, so a
+	// worker whose clock runs behind does not publish late by its lag.
+	skew atomic.Int64
+
 	mu        sync.Mutex
 	armed     map[int64]*timer   // by post id
 	owned     map[int32]struct{} // partitions assigned and not revoked
@@ -202,7 +211,7 @@ func (w *Worker) Config() Config { return w.cfg }
 func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 	// The inbox and publication times are compared with the database's
 	// clock by others (the cleaner's retention cutoff), so they are its.
-	now, err := database.Now(ctx, w.db)
+	now, err := w.dbNow(ctx)
 	if err != nil {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
@@ -298,6 +307,10 @@ func (w *Worker) armPending(ctx context.Context, partitions []int32) (int, error
 	if len(partitions) == 0 {
 		return 0, nil
 	}
+	// Learn the clocks' difference before setting timers by it.
+	if _, err := w.dbNow(ctx); err != nil {
+		return 0, fmt.Errorf("load pending publications: %w", err)
+	}
 	var pending []Publication
 	err := w.db.WithContext(ctx).Where("status = ? AND partition_id IN ?", PublicationPending, partitions).
 		Order("scheduled_at").Find(&pending).Error
@@ -371,9 +384,11 @@ func (w *Worker) arm(pub Publication, owned bool) bool {
 	}
 	ctx, cancel := context.WithCancel(w.base)
 	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
-	// The worker's clock only sets the alarm: PublishDue asks the
-	// database whether the post is due and says how long is left if not.
-	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(w.cfg.Now()), 0), func() { w.fire(ctx, t) })
+	// The worker's clock only sets the alarm, shifted to the database's
+	// time as last read: PublishDue asks the database whether the post is
+	// due and says how long is left if not.
+	dbNow := w.cfg.Now().Add(time.Duration(w.skew.Load()))
+	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(dbNow), 0), func() { w.fire(ctx, t) })
 	w.armed[pub.PostID] = t
 	return true
 }
@@ -452,6 +467,17 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 	}
 }
 
+// dbNow reads the database's clock and notes how far it is from the
+// worker's, for the timers armed next.
+func (w *Worker) dbNow(ctx context.Context) (time.Time, error) {
+	now, err := database.Now(ctx, w.db)
+	if err != nil {
+		return now, err
+	}
+	w.skew.Store(int64(now.Sub(w.cfg.Now())))
+	return now, nil
+}
+
 // jitter returns a pause between half of d and d, so that publications that
 // failed together do not all come back at once.
 func jitter(d time.Duration) time.Duration {
@@ -514,7 +540,7 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	}
 	// The worker's clock may run ahead of the one that wrote scheduledAt:
 	// the database's decides, and every time written below is its.
-	now, err := database.Now(ctx, w.db)
+	now, err := w.dbNow(ctx)
 	if err != nil {
 		return pending, err
 	}
@@ -532,7 +558,13 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	case reservation.StatusCancelled:
 		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 	case reservation.StatusPublished:
-		return w.settleNow(ctx, postID, PublicationPublished, now, "")
+		// Published before this row was written: its first publication
+		// row was deleted by the cleaner and the event delivered again.
+		// Settled, but not counted as a publication a second time.
+		if _, err := settle(db, postID, PublicationPublished, now, nil); err != nil {
+			return pending, err
+		}
+		return result{status: PublicationPublished}, nil
 	case reservation.StatusWorking:
 	default:
 		msg := fmt.Sprintf("post is %s, not %s", post.Status, reservation.StatusWorking)
@@ -564,8 +596,8 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	status, changed := PublicationPublished, false
-	err = database.Transaction(rctx, w.db, func(tx *gorm.DB) error {
-		status = PublicationPublished
+	record := func(tx *gorm.DB) error {
+		status, changed = PublicationPublished, false
 		ok, err := reservation.MarkPublished(tx, postID, at)
 		if err != nil {
 			return err
@@ -587,7 +619,21 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 				"attempts": gorm.Expr("attempts + 1"), "last_error": nil})
 		changed = res.RowsAffected == 1
 		return res.Error
-	})
+	}
+	// The publisher has said yes: a failed write (a dropped connection, a
+	// database restart) is tried again here, for up to rctx's 30 s, rather
+	// than by the timer's next attempt, which would call the publisher again.
+	// A timer disarmed meanwhile (Stop, a revoked partition) gets one last
+	// try, so that a stop does not wait on a database that is down.
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		if err = database.Transaction(rctx, w.db, record); err == nil || rctx.Err() != nil {
+			break
+		}
+		if !sleep(ctx, pause) {
+			err = database.Transaction(rctx, w.db, record)
+			break
+		}
+	}
 	if err != nil {
 		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
 	}

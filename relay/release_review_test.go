@@ -1,0 +1,107 @@
+package relay
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// reviewBroker acknowledges everything while up and answers unavailable
+// while down.
+type reviewBroker struct {
+	down  atomic.Bool
+	mu    sync.Mutex
+	sends map[string]int
+}
+
+func (p *reviewBroker) Publish(_ context.Context, msgs []outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, m := range msgs {
+		if p.down.Load() {
+			errs[i] = fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
+			continue
+		}
+		p.sends[m.EventID]++
+	}
+	return errs
+}
+
+// A relay cut off from the broker and the database at once (its host's
+// network fails) cannot hand its claimed rows back. When the network returns
+// it must hand them back itself, with no attempt spent, rather than leave
+// them PROCESSING until stale recovery spends one of their retries and holds
+// their posts for the whole stale limit: an outage is not the rows' fault.
+func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+		store := outbox.NewStore(db).WithClock(clock)
+		row, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 1, OccurredAt: clock()})
+		require.NoError(t, err)
+
+		broker := &reviewBroker{sends: map[string]int{}}
+		broker.down.Store(true)
+		var dbDown atomic.Bool
+		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
+			if dbDown.Load() {
+				_ = tx.AddError(driver.ErrBadConn)
+			}
+		}))
+		publish := &downAfterClaim{Publisher: broker, after: func() { dbDown.Store(true) }}
+		r, err := New(store, publish, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: clock})
+		require.NoError(t, err)
+
+		// Claimed, then broker and database unreachable: the release fails.
+		res, err := r.RunOnce(ctx)
+		require.Error(t, err)
+		require.Equal(t, 1, res.Claimed)
+
+		// The network returns, and the broker with it, within the stale limit.
+		dbDown.Store(false)
+		broker.down.Store(false)
+		for range 3 {
+			advance(30 * time.Second) // past the stale limit by the second poll
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+		}
+		require.NoError(t, func() error { _, err := r.Flush(ctx); return err }())
+
+		var got outbox.Message
+		require.NoError(t, db.DB.First(&got, row.ID).Error)
+		require.Equal(t, outbox.StatusSent, got.Status)
+		require.Zero(t, got.RetryCount, "an outage spent a retry (last_error %v)", got.LastError)
+		broker.mu.Lock()
+		defer broker.mu.Unlock()
+		require.Equal(t, 1, broker.sends[row.EventID])
+	})
+}
+
+// downAfterClaim cuts the database off once the rows are claimed, before the
+// send, like a host losing its network mid-poll.
+type downAfterClaim struct {
+	Publisher
+	after func()
+}
+
+func (p *downAfterClaim) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	p.after()
+	p.after = func() {}
+	return p.Publisher.Publish(ctx, msgs)
+}
