@@ -45,3 +45,8 @@ func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("read the database clock: unknown dialect %q", name)
 	}
 }
+
+// Normalize returns t as the database keeps it: UTC, microsecond precision.
+// Every time written to the database goes through it, so values read back
+// compare equal to the ones written, on MySQL and SQLite alike.
+func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,8 +19,6 @@ import (
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
-
-	"github.com/postingsvc/posting/migrations"
 )
 
 // ErrInvalidURL is returned for a database URL that cannot be used.
@@ -42,7 +39,7 @@ const EmbeddedFileName = "posting.db"
 // DB is an open database with the dialect it speaks.
 type DB struct {
 	*gorm.DB
-	Dialect migrations.Dialect
+	Dialect Dialect
 	// Location says where the data lives, without credentials, for logs.
 	Location string
 	name     string // the MySQL database, for messages
@@ -200,7 +197,7 @@ func gormConfig() *gorm.Config {
 	return &gorm.Config{
 		Logger: logger.Discard,
 		// Timestamps come from the services' injected clocks, never from GORM.
-		NowFunc:                func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+		NowFunc:                func() time.Time { return Normalize(time.Now()) },
 		SkipDefaultTransaction: true,
 		TranslateError:         true,
 	}
@@ -219,7 +216,7 @@ func openMySQL(dsn, location, name string) (*DB, error) {
 	sqlDB.SetMaxIdleConns(10)
 	sqlDB.SetConnMaxLifetime(30 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	return &DB{DB: g, Dialect: migrations.MySQL, Location: "mysql://" + location, name: name}, nil
+	return &DB{DB: g, Dialect: MySQL, Location: "mysql://" + location, name: name}, nil
 }
 
 // explainMySQL turns "Unknown database" (error 1049) into ErrNoDatabase with
@@ -276,7 +273,7 @@ func openSQLite(path string, create bool) (*DB, error) {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	return &DB{DB: g, Dialect: migrations.SQLite, Location: "sqlite://" + path}, nil
+	return &DB{DB: g, Dialect: SQLite, Location: "sqlite://" + path}, nil
 }
 
 // enableWAL switches the file to WAL, which lets readers run beside the one
@@ -306,18 +303,14 @@ func enableWAL(db *sql.DB, wait time.Duration) error {
 	}
 }
 
-// Migrate applies the schema migrations of the database's dialect, under
-// the migration lock (see migrations.Up).
-func (db *DB) Migrate(ctx context.Context, logger *slog.Logger) (int, error) {
-	sqlDB, err := db.DB.DB()
-	if err != nil {
-		return 0, err
+// Explain returns err with what to do about it when the operator can fix
+// its cause (a MySQL database that does not exist is ErrNoDatabase with the
+// statement that creates it), and err unchanged otherwise, nil for nil.
+func (db *DB) Explain(err error) error {
+	if err != nil && db.Dialect == MySQL {
+		return explainMySQL(err, db.name)
 	}
-	n, err := migrations.Up(ctx, sqlDB, db.Dialect, logger)
-	if err != nil && db.Dialect == migrations.MySQL {
-		err = explainMySQL(err, db.name)
-	}
-	return n, err
+	return err
 }
 
 // Ping checks that the database answers within ctx.

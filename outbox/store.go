@@ -8,13 +8,11 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/migrations"
 )
 
 // ErrClaimLost is returned when a claimed batch could not be written as a
@@ -30,7 +28,7 @@ const maxPairsPerStatement = 1000
 // was recovered by another instance cannot overwrite the newer state.
 type Store struct {
 	db      *gorm.DB
-	dialect migrations.Dialect
+	dialect database.Dialect
 	// clock is the time every instance compares against: the database's.
 	clock func(ctx context.Context) (time.Time, error)
 }
@@ -46,7 +44,7 @@ func NewStore(db *database.DB) *Store {
 // database's clock: tests move the shared clock by hand with it.
 func (s *Store) WithClock(now func() time.Time) *Store {
 	c := *s
-	c.clock = func(context.Context) (time.Time, error) { return Normalize(now()), nil }
+	c.clock = func(context.Context) (time.Time, error) { return database.Normalize(now()), nil }
 	return &c
 }
 
@@ -86,7 +84,7 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Tim
 // write transaction takes the one write lock: a relay that went straight from
 // one batch's send to its next claim would hold that lock back to back and
 // starve the other instances on the file.
-func (s *Store) FoldsAcks() bool { return s.dialect == migrations.MySQL }
+func (s *Store) FoldsAcks() bool { return s.dialect == database.MySQL }
 
 // MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
 // does, and claims the next batch, as Claim does, in one transaction: a relay
@@ -97,7 +95,7 @@ func (s *Store) FoldsAcks() bool { return s.dialect == migrations.MySQL }
 // written and the caller still holds sent.
 func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
 	now time.Time) (claimed []Message, fenced int, err error) {
-	now = Normalize(now)
+	now = database.Normalize(now)
 	if len(sent) == 0 {
 		if limit <= 0 {
 			return nil, 0, nil
@@ -148,7 +146,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// head of its post until it is itself claimed: the rows before it are
 	// SENT or discarded, and neither is ever undone.
 	lock := tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now)
-	if s.dialect == migrations.MySQL {
+	if s.dialect == database.MySQL {
 		// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
 		lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
 	}
@@ -247,7 +245,7 @@ func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fen
 func (s *Store) markSent(tx *gorm.DB, msgs []Message, at time.Time) (fenced int, err error) {
 	return s.updateClaimedTx(tx, msgs, map[string]any{
 		"status":  StatusSent,
-		"sent_at": Normalize(at),
+		"sent_at": database.Normalize(at),
 	})
 }
 
@@ -306,8 +304,8 @@ func (s *Store) MarkFailed(ctx context.Context, failures []Failure) (fenced int,
 				Updates(map[string]any{
 					"status":          status,
 					"retry_count":     gorm.Expr("retry_count + 1"),
-					"next_attempt_at": Normalize(f.NextAttemptAt),
-					"last_error":      TruncateError(f.Err),
+					"next_attempt_at": database.Normalize(f.NextAttemptAt),
+					"last_error":      database.TruncateError(f.Err),
 					"version":         gorm.Expr("version + 1"),
 				})
 			if res.Error != nil {
@@ -348,7 +346,7 @@ type Recovery struct {
 // that already used maxRetries retries become FAIL, the others RETRY, due at
 // retryAt. Bumping the version fences any late write of the old claim.
 func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetries int, retryAt time.Time) (Recovery, error) {
-	staleBefore, retryAt = Normalize(staleBefore), Normalize(retryAt)
+	staleBefore, retryAt = database.Normalize(staleBefore), database.Normalize(retryAt)
 	var rec Recovery
 	// Stale claims are rare: look before taking the write lock. (A COUNT
 	// with LIMIT 1 would still count every match; this stops at the first.)
@@ -396,7 +394,7 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 func (s *Store) versionMatch(msgs []Message) clause.Expr {
 	var b strings.Builder
 	args := make([]any, 0, 2*len(msgs)+1)
-	if s.dialect == migrations.SQLite {
+	if s.dialect == database.SQLite {
 		ids := make([]int64, len(msgs))
 		for i, m := range msgs {
 			ids[i] = m.ID
@@ -427,23 +425,4 @@ func chunks(msgs []Message, n int) [][]Message {
 		out = append(out, msgs)
 	}
 	return out
-}
-
-// maxErrorLen keeps last_error readable and within a TEXT column.
-const maxErrorLen = 2000
-
-// TruncateError makes s fit a last_error column: valid UTF-8 (MySQL in
-// strict mode refuses a TEXT value with a broken character, and an error
-// may quote a broker's or a webhook's answer), at most 2000 bytes, cut on a
-// character boundary.
-func TruncateError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	cut := maxErrorLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
 }
