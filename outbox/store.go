@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
 )
@@ -28,14 +26,15 @@ const maxPairsPerStatement = 1000
 // was recovered by another instance cannot overwrite the newer state.
 type Store struct {
 	db      *gorm.DB
-	dialect database.Dialect
+	dialect dialect
 	// clock is the time every instance compares against: the database's.
 	clock func(ctx context.Context) (time.Time, error)
 }
 
-// NewStore returns a Store on db.
+// NewStore returns a Store on db. It panics on a dialect the outbox has no
+// statements for, which database.Open never returns.
 func NewStore(db *database.DB) *Store {
-	s := &Store{db: db.DB, dialect: db.Dialect}
+	s := &Store{db: db.DB, dialect: dialectFor(db.Dialect)}
 	s.clock = func(ctx context.Context) (time.Time, error) { return database.Now(ctx, s.db) }
 	return s
 }
@@ -77,14 +76,13 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Tim
 	return claimed, err
 }
 
-// FoldsAcks reports whether a relay should leave the acknowledgements of a
-// full batch to MarkSentAndClaim of its next poll instead of writing them at
-// once. True on MySQL, where that saves a durable commit and two round trips
-// per batch. False on SQLite, where a commit in WAL mode is cheap and every
-// write transaction takes the one write lock: a relay that went straight from
-// one batch's send to its next claim would hold that lock back to back and
-// starve the other instances on the file.
-func (s *Store) FoldsAcks() bool { return s.dialect == database.MySQL }
+// DefersAcksToNextClaim reports whether a relay should leave the
+// acknowledgements of a full batch to MarkSentAndClaim of its next poll
+// instead of writing them at once. True on MySQL, where that saves a durable
+// commit and two round trips per batch; false on SQLite, where back-to-back
+// write transactions of one relay would starve the others on the file (see
+// each dialect's defersAcksToNextClaim).
+func (s *Store) DefersAcksToNextClaim() bool { return s.dialect.defersAcksToNextClaim() }
 
 // MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
 // does, and claims the next batch, as Claim does, in one transaction: a relay
@@ -145,11 +143,8 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// it checks again that they are due and unclaimed. A candidate stays the
 	// head of its post until it is itself claimed: the rows before it are
 	// SENT or discarded, and neither is ever undone.
-	lock := tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now)
-	if s.dialect == database.MySQL {
-		// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
-		lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
-	}
+	lock := s.dialect.lockForClaim(
+		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
 	var rows []Message
 	if err := lock.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("lock candidates: %w", err)
@@ -162,7 +157,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// dialect that would claim without the lock, with the count below.
 	res := tx.Model(&Message{}).
 		Where("status IN ?", []Status{StatusPending, StatusRetry}).
-		Where(s.versionMatch(rows)).
+		Where(s.dialect.versionMatch(rows)).
 		Updates(map[string]any{
 			"status":     StatusProcessing,
 			"version":    gorm.Expr("version + 1"),
@@ -266,7 +261,7 @@ func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]
 	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
 		res := tx.Model(&Message{}).
 			Where("status = ?", StatusProcessing).
-			Where(s.versionMatch(chunk)).
+			Where(s.dialect.versionMatch(chunk)).
 			Updates(changes)
 		if res.Error != nil {
 			return 0, res.Error
@@ -384,35 +379,6 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 		return nil
 	})
 	return rec, err
-}
-
-// versionMatch is the set-based optimistic lock over msgs: "this row still
-// has the version I hold", as a row-value IN that both databases resolve by
-// primary key. MySQL takes a list of row constructors; SQLite wants the list
-// as a VALUES subquery, and gets the plain id list too so that it looks the
-// rows up by key instead of scanning.
-func (s *Store) versionMatch(msgs []Message) clause.Expr {
-	var b strings.Builder
-	args := make([]any, 0, 2*len(msgs)+1)
-	if s.dialect == database.SQLite {
-		ids := make([]int64, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-		}
-		b.WriteString("id IN ? AND (id, version) IN (VALUES ")
-		args = append(args, ids)
-	} else {
-		b.WriteString("(id, version) IN (")
-	}
-	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		b.WriteString("(?,?)")
-		args = append(args, m.ID, m.Version)
-	}
-	b.WriteString(")")
-	return clause.Expr{SQL: b.String(), Vars: args}
 }
 
 func chunks(msgs []Message, n int) [][]Message {
