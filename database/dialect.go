@@ -1,6 +1,10 @@
 package database
 
-import "gorm.io/gorm"
+import (
+	"time"
+
+	"gorm.io/gorm"
+)
 
 // Dialect names the SQL dialect a database speaks: "mysql" or "sqlite". It
 // is also the name of the GORM dialector that speaks it, and of the folder of
@@ -16,3 +20,36 @@ const (
 // DialectOf returns the dialect of db, a pool or a transaction: what a
 // function that takes a *gorm.DB branches on.
 func DialectOf(db *gorm.DB) Dialect { return Dialect(db.Dialector.Name()) }
+
+// dialect is what this package does differently per database, one
+// implementation per file with the database's URL parsing and opening
+// (mysql.go, sqlite.go). A new database is one more file, one more case in
+// dialectFor and in the URL schemes of open.
+type dialect interface {
+	// now reads the database's clock through db (see Now).
+	now(db *gorm.DB) (time.Time, error)
+	// isRetryable reports whether err, if it comes from this database's
+	// driver, is a transient lock conflict (see IsRetryable).
+	isRetryable(err error) bool
+	// explain returns err with what the operator should do about it when
+	// its cause is theirs to fix, and err otherwise; name is the database's
+	// name on its server, if it has one.
+	explain(err error, name string) error
+}
+
+// dialectFor returns the implementation of d, nil for a dialect the package
+// does not know.
+func dialectFor(d Dialect) dialect {
+	switch d {
+	case MySQL:
+		return mysqlDialect{}
+	case SQLite:
+		return sqliteDialect{}
+	default:
+		return nil
+	}
+}
+
+// dialects lists the implementation of every Dialect, for what does not
+// know which database an error came from.
+func dialects() []dialect { return []dialect{mysqlDialect{}, sqliteDialect{}} }
