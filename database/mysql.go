@@ -139,7 +139,7 @@ func (mysqlDialect) now(db *gorm.DB) (time.Time, error) {
 	if err := db.Raw("SELECT CURRENT_TIMESTAMP(6)").Scan(&t).Error; err != nil {
 		return time.Time{}, err
 	}
-	return t.UTC().Truncate(time.Microsecond), nil
+	return Normalize(t), nil
 }
 
 // isRetryable: the transaction was chosen as a deadlock victim (1213) or a
