@@ -23,8 +23,8 @@ func DialectOf(db *gorm.DB) Dialect { return Dialect(db.Dialector.Name()) }
 
 // dialect is what this package does differently per database, one
 // implementation per file with the database's URL parsing and opening
-// (mysql.go, sqlite.go). A new database is one more file, one more case in
-// dialectFor and in the URL schemes of open.
+// (mysql.go, sqlite.go). A new database is one more file, one more entry in
+// dialects and one more URL scheme in open.
 type dialect interface {
 	// now reads the database's clock through db (see Now).
 	now(db *gorm.DB) (time.Time, error)
@@ -39,17 +39,10 @@ type dialect interface {
 
 // dialectFor returns the implementation of d, nil for a dialect the package
 // does not know.
-func dialectFor(d Dialect) dialect {
-	switch d {
-	case MySQL:
-		return mysqlDialect{}
-	case SQLite:
-		return sqliteDialect{}
-	default:
-		return nil
-	}
-}
+func dialectFor(d Dialect) dialect { return dialects()[d] }
 
-// dialects lists the implementation of every Dialect, for what does not
-// know which database an error came from.
-func dialects() []dialect { return []dialect{mysqlDialect{}, sqliteDialect{}} }
+// dialects maps every Dialect to its implementation: the one list a new
+// database is added to.
+func dialects() map[Dialect]dialect {
+	return map[Dialect]dialect{MySQL: mysqlDialect{}, SQLite: sqliteDialect{}}
+}
