@@ -283,7 +283,7 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	cutoff := outbox.Normalize(now.Add(-d))
+	cutoff := database.Normalize(now.Add(-d))
 	n, err := outbox.Purge(r.Context(), s.cfg.DB, cutoff, s.cfg.PurgeBatchSize, s.cfg.PurgePause)
 	if err != nil {
 		s.internal(w, r, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
@@ -338,7 +339,7 @@ func TestDatabaseClock(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
-	_, err = db.Migrate(context.Background(), nil) // the migration lock wants a second connection
+	_, err = migrations.Apply(context.Background(), db, nil) // the migration lock wants a second connection
 	require.NoError(t, err)
 	sqlDB.SetMaxOpenConns(1)
 	sqlDB.SetMaxIdleConns(1)
@@ -367,8 +368,8 @@ func TestDatabaseClock(t *testing.T) {
 	// Sent 30 minutes ago by this host's clock, 90 by the database's.
 	sent := f.append(t, 2)
 	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", sent.ID).Updates(map[string]any{
-		"status": outbox.StatusSent, "created": outbox.Normalize(time.Now().Add(-time.Hour)),
-		"sent_at": outbox.Normalize(time.Now().Add(-30 * time.Minute))}).Error)
+		"status": outbox.StatusSent, "created": database.Normalize(time.Now().Add(-time.Hour)),
+		"sent_at": database.Normalize(time.Now().Add(-30 * time.Minute))}).Error)
 	rec, body = f.do(t, "POST", "/admin/outbox/purge?olderThan=1h", auth)
 	require.Equal(t, http.StatusOK, rec.Code, body)
 	require.EqualValues(t, 1, body["deleted"])

@@ -23,25 +23,19 @@ import (
 // by SQLite itself (millisecond precision), which every process on the file
 // shares.
 func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
-	db = db.WithContext(ctx)
-	switch name := db.Dialector.Name(); name {
-	case "mysql":
-		var t time.Time
-		if err := db.Raw("SELECT CURRENT_TIMESTAMP(6)").Scan(&t).Error; err != nil {
-			return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-		}
-		return t.UTC().Truncate(time.Microsecond), nil
-	case "sqlite":
-		var s string
-		if err := db.Raw("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").Scan(&s).Error; err != nil {
-			return time.Time{}, fmt.Errorf("read the database clock: %w", err)
-		}
-		t, err := time.ParseInLocation("2006-01-02 15:04:05.000", s, time.UTC)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("read the database clock: %q: %w", s, err)
-		}
-		return t, nil
-	default:
+	name := DialectOf(db)
+	d := dialectFor(name)
+	if d == nil {
 		return time.Time{}, fmt.Errorf("read the database clock: unknown dialect %q", name)
 	}
+	t, err := d.now(db.WithContext(ctx))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return t, nil
 }
+
+// Normalize returns t as the database keeps it: UTC, microsecond precision.
+// Every time written to the database goes through it, so values read back
+// compare equal to the ones written, on MySQL and SQLite alike.
+func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

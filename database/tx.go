@@ -3,10 +3,8 @@ package database
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 )
 
@@ -36,12 +34,10 @@ func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) e
 // IsRetryable reports whether err is a transient lock conflict after which the
 // same transaction may succeed when run again.
 func IsRetryable(err error) bool {
-	var me *mysqldriver.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1213 || me.Number == 1205
+	for _, d := range dialects() {
+		if d.isRetryable(err) {
+			return true
+		}
 	}
-	// The SQLite driver reports SQLITE_BUSY / SQLITE_LOCKED only in its text.
-	msg := err.Error()
-	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked") ||
-		strings.Contains(msg, "SQLITE_LOCKED")
+	return false
 }

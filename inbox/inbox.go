@@ -146,7 +146,7 @@ func (Record) TableName() string { return "inbox" }
 func Process(ctx context.Context, db *gorm.DB, consumer string, ev Event, at time.Time, fn func(tx *gorm.DB) error) (duplicate bool, err error) {
 	err = database.Transaction(ctx, db, func(tx *gorm.DB) error {
 		duplicate = false
-		rec := Record{Consumer: consumer, EventID: ev.EventID, EventType: string(ev.Type), ProcessedAt: outbox.Normalize(at)}
+		rec := Record{Consumer: consumer, EventID: ev.EventID, EventType: string(ev.Type), ProcessedAt: database.Normalize(at)}
 		if err := tx.Create(&rec).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
 				duplicate = true

@@ -57,11 +57,11 @@ func TestReviewHoldMigrationLock(t *testing.T) {
 // a short wait instead of timing out.
 func TestMigrationLockOfAKilledProcessIsFreed(t *testing.T) {
 	t.Parallel()
-	for _, d := range []migrations.Dialect{migrations.MySQL, migrations.SQLite} {
+	for _, d := range []database.Dialect{database.MySQL, database.SQLite} {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			url := freshURL(t, d)
-			if d == migrations.SQLite {
+			if d == database.SQLite {
 				url = "sqlite://" + filepath.Join(t.TempDir(), "killed.db")
 			}
 			db, err := database.Open(url, "")

@@ -17,15 +17,15 @@ import (
 )
 
 // freshURL returns the URL of a fresh, empty database of the dialect.
-func freshURL(t *testing.T, d migrations.Dialect) string {
+func freshURL(t *testing.T, d database.Dialect) string {
 	t.Helper()
-	if d == migrations.MySQL {
+	if d == database.MySQL {
 		return databasetest.MySQLURL(t, "migrate")
 	}
 	return "sqlite://" + filepath.Join(t.TempDir(), "fresh.db")
 }
 
-func migrationCount(t *testing.T, d migrations.Dialect) int {
+func migrationCount(t *testing.T, d database.Dialect) int {
 	t.Helper()
 	files, err := filepath.Glob(string(d) + "/*.sql")
 	require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestUpRacingPools(t *testing.T) {
 				for i, db := range dbs {
 					wg.Go(func() {
 						<-start
-						applied[i], errs[i] = db.Migrate(context.Background(), nil)
+						applied[i], errs[i] = migrations.Apply(context.Background(), db, nil)
 					})
 				}
 				close(start)
@@ -84,7 +84,7 @@ func TestUpRacingPools(t *testing.T) {
 // gives up with ErrLockTimeout naming the lock; once it is released, Up runs.
 func TestUpWaitsForTheMySQLLock(t *testing.T) {
 	t.Parallel()
-	url := freshURL(t, migrations.MySQL)
+	url := freshURL(t, database.MySQL)
 	db, err := database.Open(url, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
@@ -107,15 +107,15 @@ func TestUpWaitsForTheMySQLLock(t *testing.T) {
 	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", name).Scan(&got))
 	require.Equal(t, 1, got)
 
-	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, migrations.MySQL, nil, time.Second)
+	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, database.MySQL, nil, time.Second)
 	require.ErrorIs(t, err, migrations.ErrLockTimeout)
 	require.ErrorContains(t, err, name)
 	require.False(t, db.Migrator().HasTable("posts"), "nothing applied without the lock")
 
 	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&got))
-	n, err := migrations.UpWithLockWait(context.Background(), sqlDB, migrations.MySQL, nil, time.Second)
+	n, err := migrations.UpWithLockWait(context.Background(), sqlDB, database.MySQL, nil, time.Second)
 	require.NoError(t, err)
-	require.Equal(t, migrationCount(t, migrations.MySQL), n)
+	require.Equal(t, migrationCount(t, database.MySQL), n)
 
 	// Up released the lock: another session takes it at once.
 	var free sql.NullInt64

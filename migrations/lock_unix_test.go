@@ -32,15 +32,15 @@ func TestUpWaitsForTheSQLiteLock(t *testing.T) {
 	defer f.Close()
 	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
 
-	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, migrations.SQLite, nil, 300*time.Millisecond)
+	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, database.SQLite, nil, 300*time.Millisecond)
 	require.ErrorIs(t, err, migrations.ErrLockTimeout)
 	require.ErrorContains(t, err, path+".migrate.lock")
 	require.False(t, db.Migrator().HasTable("posts"), "nothing applied without the lock")
 
 	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_UN))
-	n, err := migrations.UpWithLockWait(context.Background(), sqlDB, migrations.SQLite, nil, time.Second)
+	n, err := migrations.UpWithLockWait(context.Background(), sqlDB, database.SQLite, nil, time.Second)
 	require.NoError(t, err)
-	require.Equal(t, migrationCount(t, migrations.SQLite), n)
+	require.Equal(t, migrationCount(t, database.SQLite), n)
 	// Released: the file lock can be taken again at once.
 	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
 }

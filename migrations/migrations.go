@@ -14,19 +14,12 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
+
+	"github.com/postingsvc/posting/database"
 )
 
 //go:embed mysql/*.sql sqlite/*.sql
 var files embed.FS
-
-// Dialect names a folder of migrations: "mysql" or "sqlite".
-type Dialect string
-
-// The dialects the service runs on.
-const (
-	MySQL  Dialect = "mysql"
-	SQLite Dialect = "sqlite"
-)
 
 // Up applies every migration not yet applied and returns how many it applied.
 // Running it on an up-to-date database is a no-op.
@@ -36,20 +29,53 @@ const (
 // fresh database apply each migration once: the first applies them, the
 // others wait, then find nothing to do. Waiting longer than DefaultLockWait
 // is ErrLockTimeout.
-func Up(ctx context.Context, db *sql.DB, dialect Dialect, logger *slog.Logger) (int, error) {
+func Up(ctx context.Context, db *sql.DB, dialect database.Dialect, logger *slog.Logger) (int, error) {
 	return up(ctx, db, dialect, logger, DefaultLockWait)
 }
 
-func up(ctx context.Context, db *sql.DB, dialect Dialect, logger *slog.Logger, wait time.Duration) (n int, err error) {
-	p, err := provider(db, dialect, logger)
+// Apply applies the migrations of db's dialect with Up, and explains an
+// error the operator can fix (a MySQL database that is gone) as db does
+// when it opens.
+func Apply(ctx context.Context, db *database.DB, logger *slog.Logger) (int, error) {
+	sqlDB, err := db.DB.DB()
 	if err != nil {
 		return 0, err
 	}
-	lock := lockMySQL
-	if dialect == SQLite {
-		lock = lockSQLite
+	n, err := Up(ctx, sqlDB, db.Dialect, logger)
+	return n, db.Explain(err)
+}
+
+// dialectMigrations is what applying migrations does differently per
+// dialect: goose's name for the dialect, and how the migration lock is taken.
+// A dialect's SQL files are in the folder named after it.
+type dialectMigrations struct {
+	goose goose.Dialect
+	// lock takes the migration lock, waiting at most wait, and returns the
+	// function that releases it.
+	lock func(ctx context.Context, db *sql.DB, wait time.Duration) (unlock func() error, err error)
+}
+
+func migrationsOf(dialect database.Dialect) (dialectMigrations, error) {
+	switch dialect {
+	case database.MySQL:
+		return dialectMigrations{goose: goose.DialectMySQL, lock: lockMySQL}, nil
+	case database.SQLite:
+		return dialectMigrations{goose: goose.DialectSQLite3, lock: lockSQLite}, nil
+	default:
+		return dialectMigrations{}, fmt.Errorf("unknown migration dialect %q", dialect)
 	}
-	unlock, err := lock(ctx, db, wait)
+}
+
+func up(ctx context.Context, db *sql.DB, dialect database.Dialect, logger *slog.Logger, wait time.Duration) (n int, err error) {
+	dm, err := migrationsOf(dialect)
+	if err != nil {
+		return 0, err
+	}
+	p, err := provider(db, dialect, dm.goose, logger)
+	if err != nil {
+		return 0, err
+	}
+	unlock, err := dm.lock(ctx, db, wait)
 	if err != nil {
 		return 0, fmt.Errorf("apply %s migrations: %w", dialect, err)
 	}
@@ -65,16 +91,7 @@ func up(ctx context.Context, db *sql.DB, dialect Dialect, logger *slog.Logger, w
 	return len(results), nil
 }
 
-func provider(db *sql.DB, dialect Dialect, logger *slog.Logger) (*goose.Provider, error) {
-	var gd goose.Dialect
-	switch dialect {
-	case MySQL:
-		gd = goose.DialectMySQL
-	case SQLite:
-		gd = goose.DialectSQLite3
-	default:
-		return nil, fmt.Errorf("unknown migration dialect %q", dialect)
-	}
+func provider(db *sql.DB, dialect database.Dialect, gd goose.Dialect, logger *slog.Logger) (*goose.Provider, error) {
 	sub, err := fs.Sub(files, string(dialect))
 	if err != nil {
 		return nil, err

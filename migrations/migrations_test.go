@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/migrations"
 )
@@ -20,7 +21,7 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 			t.Parallel()
 			db := databasetest.New(t, d)
 			ctx := context.Background()
-			n, err := db.Migrate(ctx, nil)
+			n, err := migrations.Apply(ctx, db, nil)
 			require.NoError(t, err)
 			require.Equal(t, 0, n, "second run applied migrations")
 
@@ -53,7 +54,7 @@ func TestUpOnEmptyDatabase(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sqlDB.Exec("DROP TABLE publications; DROP TABLE inbox; DROP TABLE outbox; DROP TABLE posts; DROP TABLE goose_db_version")
 	require.NoError(t, err)
-	n, err := migrations.Up(context.Background(), sqlDB, migrations.SQLite, nil)
+	n, err := migrations.Up(context.Background(), sqlDB, database.SQLite, nil)
 	require.NoError(t, err)
 	files, err := filepath.Glob("sqlite/*.sql")
 	require.NoError(t, err)

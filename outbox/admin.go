@@ -287,7 +287,7 @@ type RowResult struct {
 // later events may have been sent after it was discarded; sending it now
 // would deliver it out of order.
 func Requeue(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []RowResult {
-	now = Normalize(now)
+	now = database.Normalize(now)
 	return eachRow(ctx, db, ids, "requeued", func(e Entry) (map[string]any, Entry) {
 		e.Status, e.RetryCount, e.NextAttemptAt, e.Version = StatusPending, 0, now, e.Version+1
 		return map[string]any{
@@ -304,13 +304,13 @@ func Requeue(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []Row
 // no longer holds the later events of its post, which the relay then sends.
 // Each id is reported on its own, as by Requeue.
 func Discard(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []RowResult {
-	now = Normalize(now)
+	now = database.Normalize(now)
 	return eachRow(ctx, db, ids, "discarded", func(e Entry) (map[string]any, Entry) {
 		note := "discarded by an operator at " + now.Format(time.RFC3339)
 		if e.LastError != nil && *e.LastError != "" {
 			note += "; last error: " + *e.LastError
 		}
-		note = TruncateError(note)
+		note = database.TruncateError(note)
 		e.DiscardedAt, e.LastError, e.Version = &now, &note, e.Version+1
 		return map[string]any{
 			"discarded_at": now,
@@ -380,7 +380,7 @@ func RequeueAllFailed(ctx context.Context, db *gorm.DB, now time.Time, batchSize
 	if batchSize < 1 || batchSize > MaxPurgeBatchSize {
 		return 0, fmt.Errorf("requeue batch size %d is outside 1..%d", batchSize, MaxPurgeBatchSize)
 	}
-	now = Normalize(now)
+	now = database.Normalize(now)
 	db = db.WithContext(ctx)
 	total, after := 0, int64(0)
 	for {
@@ -430,7 +430,7 @@ func Purge(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int,
 	if pause < 0 {
 		return 0, fmt.Errorf("purge pause %s is negative", pause)
 	}
-	cutoff := Normalize(olderThan)
+	cutoff := database.Normalize(olderThan)
 	deleted := 0
 	for {
 		var ids []int64

@@ -140,7 +140,7 @@ func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Cutoff = Normalize(now.Add(-c.cfg.Retention))
+	res.Cutoff = database.Normalize(now.Add(-c.cfg.Retention))
 	var errs []error
 	for _, step := range []struct {
 		n     *int
@@ -191,7 +191,7 @@ var settledPublications = []string{"PUBLISHED", "CANCELLED"}
 // says PUBLISHED), and by then Kafka's own retention (7 days by default) has
 // usually dropped the message. Safe with several cleaners at once.
 func PurgeInbox(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int, pause time.Duration) (int, error) {
-	cutoff := Normalize(olderThan)
+	cutoff := database.Normalize(olderThan)
 	return purgeBatches(ctx, db, "inbox rows", batchSize, pause,
 		func(db *gorm.DB) ([]inboxRow, error) {
 			var rows []inboxRow
@@ -229,7 +229,7 @@ func PurgeInbox(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize
 // publications are kept (see settledPublications). Safe with several
 // cleaners at once.
 func PurgePublications(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int, pause time.Duration) (int, error) {
-	cutoff := Normalize(olderThan)
+	cutoff := database.Normalize(olderThan)
 	return purgeBatches(ctx, db, "settled publications", batchSize, pause,
 		func(db *gorm.DB) ([]int64, error) {
 			var ids []int64

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
 )
 
 // EventType is the kind of an event; it is also the Kafka header event-type.
@@ -132,7 +134,7 @@ func NewMessage(ev Event) (*Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new event id: %w", err)
 	}
-	at := Normalize(ev.OccurredAt)
+	at := database.Normalize(ev.OccurredAt)
 	payload, err := payloadJSON(Envelope{EventID: id.String(), EventType: ev.Type, PostID: ev.PostID, OccurredAt: at}, ev.Fields)
 	if err != nil {
 		return nil, err
@@ -185,8 +187,3 @@ func payloadJSON(env Envelope, fields any) (string, error) {
 	}
 	return string(out), nil
 }
-
-// Normalize returns t as the database keeps it: UTC, microsecond precision.
-// Every time written to the outbox goes through it, so values read back
-// compare equal to the ones written, on MySQL and SQLite alike.
-func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

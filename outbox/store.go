@@ -6,15 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/migrations"
 )
 
 // ErrClaimLost is returned when a claimed batch could not be written as a
@@ -30,22 +26,23 @@ const maxPairsPerStatement = 1000
 // was recovered by another instance cannot overwrite the newer state.
 type Store struct {
 	db      *gorm.DB
-	dialect migrations.Dialect
+	dialect dialect
 	// clock is the time every instance compares against: the database's,
 	// read through db (the pool, or a transaction of it).
 	clock func(ctx context.Context, db *gorm.DB) (time.Time, error)
 }
 
-// NewStore returns a Store on db.
+// NewStore returns a Store on db. It panics on a dialect the outbox has no
+// statements for, which database.Open never returns.
 func NewStore(db *database.DB) *Store {
-	return &Store{db: db.DB, dialect: db.Dialect, clock: database.Now}
+	return &Store{db: db.DB, dialect: dialectFor(db.Dialect), clock: database.Now}
 }
 
 // WithClock returns a copy of the store whose Now reads now instead of the
 // database's clock: tests move the shared clock by hand with it.
 func (s *Store) WithClock(now func() time.Time) *Store {
 	c := *s
-	c.clock = func(context.Context, *gorm.DB) (time.Time, error) { return Normalize(now()), nil }
+	c.clock = func(context.Context, *gorm.DB) (time.Time, error) { return database.Normalize(now()), nil }
 	return &c
 }
 
@@ -78,14 +75,13 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Tim
 	return claimed, err
 }
 
-// FoldsAcks reports whether a relay should leave the acknowledgements of a
-// full batch to MarkSentAndClaim of its next poll instead of writing them at
-// once. True on MySQL, where that saves a durable commit and two round trips
-// per batch. False on SQLite, where a commit in WAL mode is cheap and every
-// write transaction takes the one write lock: a relay that went straight from
-// one batch's send to its next claim would hold that lock back to back and
-// starve the other instances on the file.
-func (s *Store) FoldsAcks() bool { return s.dialect == migrations.MySQL }
+// DefersAcksToNextClaim reports whether a relay should leave the
+// acknowledgements of a full batch to MarkSentAndClaim of its next poll
+// instead of writing them at once. True on MySQL, where that saves a durable
+// commit and two round trips per batch; false on SQLite, where back-to-back
+// write transactions of one relay would starve the others on the file (see
+// each dialect's defersAcksToNextClaim).
+func (s *Store) DefersAcksToNextClaim() bool { return s.dialect.defersAcksToNextClaim() }
 
 // MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
 // does, and claims the next batch, as Claim does, in one transaction: a relay
@@ -103,7 +99,7 @@ func (s *Store) FoldsAcks() bool { return s.dialect == migrations.MySQL }
 func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
 	now time.Time) (claimed []Message, fenced int, err error) {
 	fresh := now.IsZero()
-	now = Normalize(now)
+	now = database.Normalize(now)
 	if len(sent) == 0 {
 		if limit <= 0 {
 			return nil, 0, nil
@@ -165,11 +161,8 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// it checks again that they are due and unclaimed. A candidate stays the
 	// head of its post until it is itself claimed: the rows before it are
 	// SENT or discarded, and neither is ever undone.
-	lock := tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now)
-	if s.dialect == migrations.MySQL {
-		// Concurrent claimers skip each other's rows instead of waiting (MariaDB 10.6+, MySQL 8.0.1+).
-		lock = lock.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
-	}
+	lock := s.dialect.lockForClaim(
+		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
 	var rows []Message
 	if err := lock.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("lock candidates: %w", err)
@@ -182,7 +175,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// dialect that would claim without the lock, with the count below.
 	res := tx.Model(&Message{}).
 		Where("status IN ?", []Status{StatusPending, StatusRetry}).
-		Where(s.versionMatch(rows)).
+		Where(s.dialect.versionMatch(rows)).
 		Updates(map[string]any{
 			"status":     StatusProcessing,
 			"version":    gorm.Expr("version + 1"),
@@ -265,7 +258,7 @@ func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fen
 func (s *Store) markSent(tx *gorm.DB, msgs []Message, at time.Time) (fenced int, err error) {
 	return s.updateClaimedTx(tx, msgs, map[string]any{
 		"status":  StatusSent,
-		"sent_at": Normalize(at),
+		"sent_at": database.Normalize(at),
 	})
 }
 
@@ -286,7 +279,7 @@ func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]
 	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
 		res := tx.Model(&Message{}).
 			Where("status = ?", StatusProcessing).
-			Where(s.versionMatch(chunk)).
+			Where(s.dialect.versionMatch(chunk)).
 			Updates(changes)
 		if res.Error != nil {
 			return 0, res.Error
@@ -324,8 +317,8 @@ func (s *Store) MarkFailed(ctx context.Context, failures []Failure) (fenced int,
 				Updates(map[string]any{
 					"status":          status,
 					"retry_count":     gorm.Expr("retry_count + 1"),
-					"next_attempt_at": Normalize(f.NextAttemptAt),
-					"last_error":      TruncateError(f.Err),
+					"next_attempt_at": database.Normalize(f.NextAttemptAt),
+					"last_error":      database.TruncateError(f.Err),
 					"version":         gorm.Expr("version + 1"),
 				})
 			if res.Error != nil {
@@ -366,7 +359,7 @@ type Recovery struct {
 // that already used maxRetries retries become FAIL, the others RETRY, due at
 // retryAt. Bumping the version fences any late write of the old claim.
 func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetries int, retryAt time.Time) (Recovery, error) {
-	staleBefore, retryAt = Normalize(staleBefore), Normalize(retryAt)
+	staleBefore, retryAt = database.Normalize(staleBefore), database.Normalize(retryAt)
 	var rec Recovery
 	// Stale claims are rare: look before taking the write lock. (A COUNT
 	// with LIMIT 1 would still count every match; this stops at the first.)
@@ -406,35 +399,6 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 	return rec, err
 }
 
-// versionMatch is the set-based optimistic lock over msgs: "this row still
-// has the version I hold", as a row-value IN that both databases resolve by
-// primary key. MySQL takes a list of row constructors; SQLite wants the list
-// as a VALUES subquery, and gets the plain id list too so that it looks the
-// rows up by key instead of scanning.
-func (s *Store) versionMatch(msgs []Message) clause.Expr {
-	var b strings.Builder
-	args := make([]any, 0, 2*len(msgs)+1)
-	if s.dialect == migrations.SQLite {
-		ids := make([]int64, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-		}
-		b.WriteString("id IN ? AND (id, version) IN (VALUES ")
-		args = append(args, ids)
-	} else {
-		b.WriteString("(id, version) IN (")
-	}
-	for i, m := range msgs {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		b.WriteString("(?,?)")
-		args = append(args, m.ID, m.Version)
-	}
-	b.WriteString(")")
-	return clause.Expr{SQL: b.String(), Vars: args}
-}
-
 func chunks(msgs []Message, n int) [][]Message {
 	var out [][]Message
 	for len(msgs) > n {
@@ -445,23 +409,4 @@ func chunks(msgs []Message, n int) [][]Message {
 		out = append(out, msgs)
 	}
 	return out
-}
-
-// maxErrorLen keeps last_error readable and within a TEXT column.
-const maxErrorLen = 2000
-
-// TruncateError makes s fit a last_error column: valid UTF-8 (MySQL in
-// strict mode refuses a TEXT value with a broken character, and an error
-// may quote a broker's or a webhook's answer), at most 2000 bytes, cut on a
-// character boundary.
-func TruncateError(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxErrorLen {
-		return s
-	}
-	cut := maxErrorLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
 }

@@ -29,10 +29,10 @@ const kafkaInvalidRecord int16 = 87
 
 // openPools opens n separate connection pools on one fresh migrated database,
 // as n relay processes would.
-func openPools(t *testing.T, dialect migrations.Dialect, n int) []*database.DB {
+func openPools(t *testing.T, dialect database.Dialect, n int) []*database.DB {
 	t.Helper()
 	var url string
-	if dialect == migrations.MySQL {
+	if dialect == database.MySQL {
 		url = databasetest.MySQLURL(t, "relay")
 	} else {
 		url = "sqlite://" + filepath.Join(t.TempDir(), "relay.db")
@@ -43,7 +43,7 @@ func openPools(t *testing.T, dialect migrations.Dialect, n int) []*database.DB {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
 		if i == 0 {
-			_, err := db.Migrate(context.Background(), nil)
+			_, err := migrations.Apply(context.Background(), db, nil)
 			require.NoError(t, err)
 		}
 		pools = append(pools, db)
@@ -132,7 +132,7 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 			// one file only queue on its lock (about 80 s for 10,000 events under
 			// -race): 2,000 events prove the same guarantees there.
 			posts, batch := 2000, 500
-			if dialect == migrations.SQLite {
+			if dialect == database.SQLite {
 				// Smaller batches so that each round of heads is shared out:
 				// SQLite's busy handler is not fair (a relay that just
 				// released the write lock often takes it again before one

@@ -128,7 +128,8 @@ type Result struct {
 	// Deferred rows the broker acknowledged this poll whose SENT write was
 	// left to the next poll's claim transaction: the batch was full, so the
 	// next poll follows at once, and one commit per batch is saved (on MySQL
-	// only, see outbox.Store.FoldsAcks). Stop (and Flush) write whatever is left.
+	// only, see outbox.Store.DefersAcksToNextClaim). Stop (and Flush) write
+	// whatever is left.
 	Deferred int
 	// Retried rows the broker rejected, due again later.
 	Retried int
@@ -389,7 +390,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	var errsOut []error
 	switch {
 	case len(sent) == 0:
-	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && r.store.FoldsAcks():
+	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && r.store.DefersAcksToNextClaim():
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
 		r.acked, r.ackedAt = sent, now

@@ -327,7 +327,7 @@ func TestFullBatchDefersSentToTheNextClaim(t *testing.T) {
 		res, err := r.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs())
-		if !b.store.FoldsAcks() {
+		if !b.store.DefersAcksToNextClaim() {
 			// SQLite: written at once, as for any batch.
 			require.Equal(t, Result{Claimed: 2, Sent: 2}, res)
 			for _, m := range rows[:2] {
@@ -364,7 +364,7 @@ func TestFlushRecordsDeferredAndIsFenced(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		b := setup(t, db)
-		if !b.store.FoldsAcks() {
+		if !b.store.DefersAcksToNextClaim() {
 			t.Skip("SQLite writes every acknowledgement at once")
 		}
 		rows := b.append(t, 1, 2)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -46,7 +45,7 @@ func holdWrites(t *testing.T, db *database.DB, row int64) (release func()) {
 	require.NoError(t, err)
 	conn, err := sqlDB.Conn(ctx)
 	require.NoError(t, err)
-	if db.Dialect == migrations.SQLite {
+	if db.Dialect == database.SQLite {
 		_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
 		require.NoError(t, err)
 	} else {

@@ -6,7 +6,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/database"
 )
 
 // LoadPost reads the post with id through db (a DB or the caller's
@@ -20,7 +20,7 @@ func LoadPost(db *gorm.DB, id int64) (*Post, error) { return postByID(db, id) }
 // PUBLISHED emits no event: the contract's POSTING_EVENT actions are
 // CREATED, UPDATED and CANCELLED.
 func MarkPublished(tx *gorm.DB, id int64, at time.Time) (bool, error) {
-	at = outbox.Normalize(at)
+	at = database.Normalize(at)
 	res := tx.Exec("UPDATE posts SET status = ?, published_at = ?, updated_at = ?, version = version + 1 WHERE id = ? AND status = ?",
 		StatusPublished, at, at, id, StatusWorking)
 	if res.Error != nil {

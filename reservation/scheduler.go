@@ -172,7 +172,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 // now reads the scheduler's clock: Config.Now, or the database's.
 func (s *Scheduler) now(ctx context.Context) (time.Time, error) {
 	if s.cfg.Now != nil {
-		return outbox.Normalize(s.cfg.Now()), nil
+		return database.Normalize(s.cfg.Now()), nil
 	}
 	return database.Now(ctx, s.db)
 }
@@ -251,7 +251,7 @@ func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
 		Type:       outbox.ReservationEvent,
 		PostID:     p.ID,
 		OccurredAt: now,
-		Fields:     ReservationEventFields{ScheduledAt: outbox.Normalize(p.ScheduledAt)},
+		Fields:     ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt)},
 		DedupKey:   ReservationDedupKey(p.ID),
 	}); err != nil {
 		return false, fmt.Errorf("post %d: %w", p.ID, err)

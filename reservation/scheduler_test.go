@@ -17,6 +17,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -256,7 +257,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 		t.Cleanup(func() { _ = db.Close() })
 		pools = append(pools, db)
 	}
-	_, err := pools[0].Migrate(context.Background(), nil)
+	_, err := migrations.Apply(context.Background(), pools[0], nil)
 	require.NoError(t, err)
 
 	offsets := make([]time.Duration, 1000)

@@ -150,7 +150,7 @@ func (e *ValidationError) Unwrap() error { return ErrInvalidInput }
 func invalidField(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
 
 // now is the service clock as the database keeps time.
-func (s *Service) now() time.Time { return outbox.Normalize(s.cfg.Now()) }
+func (s *Service) now() time.Time { return database.Normalize(s.cfg.Now()) }
 
 // Create stores a RESERVED post and its CREATED event.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
@@ -172,7 +172,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 			Title:       in.Title,
 			Content:     in.Content,
 			Status:      StatusReserved,
-			ScheduledAt: outbox.Normalize(in.ScheduledAt),
+			ScheduledAt: database.Normalize(in.ScheduledAt),
 			CreatedAt:   now,
 			UpdatedAt:   now,
 		}
@@ -207,7 +207,7 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	default:
 		return nil, invalidField("order", fmt.Sprintf("must be %s or %s", OrderByID, OrderByScheduledAt))
 	}
-	from, to := outbox.Normalize(q.ScheduledFrom), outbox.Normalize(q.ScheduledTo)
+	from, to := database.Normalize(q.ScheduledFrom), database.Normalize(q.ScheduledTo)
 	if !q.ScheduledFrom.IsZero() && !q.ScheduledTo.IsZero() && !to.After(from) {
 		return nil, invalidField("scheduledTo", "must lie after scheduledFrom")
 	}
@@ -266,7 +266,7 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 		last := page.Items[limit-1]
 		next := listCursor{id: last.ID}
 		if order == OrderByScheduledAt {
-			next.at = outbox.Normalize(last.ScheduledAt)
+			next.at = database.Normalize(last.ScheduledAt)
 		}
 		page.NextCursor = next.encode()
 	}
@@ -316,7 +316,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		changes["content"] = next.Content
 	}
 	if in.ScheduledAt != nil {
-		at := outbox.Normalize(*in.ScheduledAt)
+		at := database.Normalize(*in.ScheduledAt)
 		// Only a new time must lie ahead: resending the stored one with
 		// another change is no reschedule.
 		if !at.Equal(current.ScheduledAt) {
@@ -446,7 +446,7 @@ func (s *Service) validateScheduledAt(at, now time.Time) error {
 	if at.IsZero() {
 		return invalidField("scheduledAt", "is required")
 	}
-	at = outbox.Normalize(at)
+	at = database.Normalize(at)
 	if !at.After(now) {
 		return invalidField("scheduledAt", "must lie in the future")
 	}

@@ -115,7 +115,7 @@ func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, acti
 	require.True(t, scheduled.Equal(p.ScheduledAt), "scheduledAt %s, want %s", scheduled, p.ScheduledAt)
 	occurred, err := time.Parse(time.RFC3339Nano, payload["occurredAt"].(string))
 	require.NoError(t, err)
-	require.True(t, occurred.Equal(outbox.Normalize(at)), "occurredAt %s, want %s", occurred, at)
+	require.True(t, occurred.Equal(database.Normalize(at)), "occurredAt %s, want %s", occurred, at)
 }
 
 func svcRequireInvalid(t *testing.T, err error, field string) {
@@ -173,9 +173,9 @@ func TestServiceCreateWritesPostAndEvent(t *testing.T) {
 		require.Positive(t, p.ID)
 		require.Equal(t, reservation.StatusReserved, p.Status)
 		require.Equal(t, int64(1), p.Version.Int64)
-		require.Equal(t, outbox.Normalize(at), p.ScheduledAt)
-		require.Equal(t, outbox.Normalize(svcStart), p.CreatedAt)
-		require.Equal(t, outbox.Normalize(svcStart), p.UpdatedAt)
+		require.Equal(t, database.Normalize(at), p.ScheduledAt)
+		require.Equal(t, database.Normalize(svcStart), p.CreatedAt)
+		require.Equal(t, database.Normalize(svcStart), p.UpdatedAt)
 		require.Nil(t, p.PublishedAt)
 
 		stored := e.load(t, p.ID)
@@ -318,9 +318,9 @@ func TestServiceUpdate(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "second", got.Title)
 		require.Equal(t, p.Content, got.Content)
-		require.Equal(t, outbox.Normalize(at), got.ScheduledAt)
+		require.Equal(t, database.Normalize(at), got.ScheduledAt)
 		require.Equal(t, int64(2), got.Version.Int64)
-		require.Equal(t, outbox.Normalize(svcStart.Add(time.Minute)), got.UpdatedAt)
+		require.Equal(t, database.Normalize(svcStart.Add(time.Minute)), got.UpdatedAt)
 		require.Equal(t, p.CreatedAt, got.CreatedAt)
 
 		stored := e.load(t, p.ID)
@@ -394,7 +394,7 @@ func TestServiceCancel(t *testing.T) {
 			stored := e.load(t, p.ID)
 			require.Equal(t, reservation.StatusCancelled, stored.Status)
 			require.Equal(t, int64(2), stored.Version.Int64)
-			require.True(t, stored.UpdatedAt.Equal(outbox.Normalize(svcStart.Add(time.Hour))))
+			require.True(t, stored.UpdatedAt.Equal(database.Normalize(svcStart.Add(time.Hour))))
 			events := svcEvents(t, db.DB, p.ID)
 			require.Len(t, events, 2)
 			svcRequireEvent(t, events[1], got, reservation.ActionCancelled, svcStart.Add(time.Hour))

@@ -14,7 +14,6 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -22,7 +21,7 @@ import (
 // minute ago, as the worker leaves a refused one: attempts 1, last_error set.
 func adminPost(t *testing.T, db *gorm.DB, status reservation.Status, pubStatus PublicationStatus) int64 {
 	t.Helper()
-	now := outbox.Normalize(time.Now())
+	now := database.Normalize(time.Now())
 	due := now.Add(-time.Minute)
 	p := &reservation.Post{Title: "t", Content: "c", Status: status, ScheduledAt: due, CreatedAt: now, UpdatedAt: now}
 	require.NoError(t, db.Create(p).Error)
@@ -167,7 +166,7 @@ func TestRetryPublicationsFenced(t *testing.T) {
 		read, err := GetPublication(ctx, db.DB, id)
 		require.NoError(t, err)
 		require.NoError(t, db.Model(&Publication{}).Where("post_id = ?", id).
-			Update("updated_at", outbox.Normalize(read.UpdatedAt.Add(time.Second))).Error)
+			Update("updated_at", database.Normalize(read.UpdatedAt.Add(time.Second))).Error)
 		changed := adminLoad(t, db.DB, id)
 		_, err = retryAsRead(ctx, db.DB, read, now())
 		require.ErrorIs(t, err, ErrPublicationConflict)

@@ -230,7 +230,7 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 			return fmt.Errorf("%w: reservation event %s has no scheduledAt", inbox.ErrMalformed, ev.EventID)
 		}
 		pub := Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
-			ScheduledAt: outbox.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
+			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
 		effect = func(tx *gorm.DB) error {
 			// A post has one reservation event (its dedup key), so a row for
 			// the post is this event's, written before.
@@ -575,7 +575,7 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	p := *post
 	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
 	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
-		msg := outbox.TruncateError(err.Error())
+		msg := database.TruncateError(err.Error())
 		if errors.Is(err, ErrRefused) {
 			return w.settleNow(ctx, postID, PublicationFailed, now, msg)
 		}

@@ -74,9 +74,9 @@ func newWorker(t *testing.T, db *gorm.DB, pub worker.Publisher) *worker.Worker {
 // insertWorking writes a WORKING post due at at, as the scheduler leaves it.
 func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
 	t.Helper()
-	now := outbox.Normalize(time.Now())
+	now := database.Normalize(time.Now())
 	p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusWorking,
-		ScheduledAt: outbox.Normalize(at), CreatedAt: now, UpdatedAt: now}
+		ScheduledAt: database.Normalize(at), CreatedAt: now, UpdatedAt: now}
 	require.NoError(t, db.Create(p).Error)
 	return p
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/migrations"
 )
 
 // The embedded broker's log belongs to the database it was written for:
@@ -42,11 +41,11 @@ func TestBrokerDatabaseName(t *testing.T) {
 		db   database.DB
 		want string
 	}{
-		{database.DB{Dialect: migrations.SQLite, Location: "sqlite://" + filepath.Join(dir, "posting.db")}, "sqlite://<data dir>/posting.db"},
-		{database.DB{Dialect: migrations.SQLite, Location: "sqlite://" + filepath.Join(dir, "..", filepath.Base(dir), "x", "p.db")}, "sqlite://<data dir>/x/p.db"},
-		{database.DB{Dialect: migrations.SQLite, Location: "sqlite:///elsewhere/p.db"}, "sqlite:///elsewhere/p.db"},
-		{database.DB{Dialect: migrations.MySQL, Location: "mysql://db1/posting"}, "mysql://db1:3306/posting"},
-		{database.DB{Dialect: migrations.MySQL, Location: "mysql://db1:3307/posting"}, "mysql://db1:3307/posting"},
+		{database.DB{Dialect: database.SQLite, Location: "sqlite://" + filepath.Join(dir, "posting.db")}, "sqlite://<data dir>/posting.db"},
+		{database.DB{Dialect: database.SQLite, Location: "sqlite://" + filepath.Join(dir, "..", filepath.Base(dir), "x", "p.db")}, "sqlite://<data dir>/x/p.db"},
+		{database.DB{Dialect: database.SQLite, Location: "sqlite:///elsewhere/p.db"}, "sqlite:///elsewhere/p.db"},
+		{database.DB{Dialect: database.MySQL, Location: "mysql://db1/posting"}, "mysql://db1:3306/posting"},
+		{database.DB{Dialect: database.MySQL, Location: "mysql://db1:3307/posting"}, "mysql://db1:3307/posting"},
 	} {
 		require.Equal(t, c.want, brokerDatabase(s, &c.db), c.db.Location)
 	}

@@ -200,7 +200,7 @@ func outboxPurgeCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				cutoff := outbox.Normalize(now.Add(-olderThan))
+				cutoff := database.Normalize(now.Add(-olderThan))
 				n, err := outbox.Purge(cmd.Context(), c.db, cutoff, batch, pause)
 				if n > 0 {
 					c.log.Info("SENT outbox rows purged by an operator", "deleted", n, "sent_before", cutoff)

@@ -21,16 +21,16 @@ import (
 
 // outboxTestDB returns a fresh migrated database of the dialect and its URL,
 // as an operator would pass it.
-func outboxTestDB(t *testing.T, dialect migrations.Dialect) (*database.DB, string) {
+func outboxTestDB(t *testing.T, dialect database.Dialect) (*database.DB, string) {
 	t.Helper()
 	url := "sqlite://" + filepath.Join(t.TempDir(), "ops.db")
-	if dialect == migrations.MySQL {
+	if dialect == database.MySQL {
 		url = databasetest.MySQLURL(t, "posting_cli")
 	}
 	db, err := database.Open(url, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	_, err = db.Migrate(context.Background(), nil)
+	_, err = migrations.Apply(context.Background(), db, nil)
 	require.NoError(t, err)
 	return db, url
 }
@@ -58,7 +58,7 @@ type outboxFixture struct {
 
 // outboxSetup writes: post 1 with a FAIL head and a PENDING event held
 // behind it, post 2 sent a minute ago, post 3 sent 30 days ago.
-func outboxSetup(t *testing.T, dialect migrations.Dialect) *outboxFixture {
+func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 	t.Helper()
 	db, url := outboxTestDB(t, dialect)
 	base := time.Now().Add(-30 * 24 * time.Hour)
@@ -76,8 +76,8 @@ func outboxSetup(t *testing.T, dialect migrations.Dialect) *outboxFixture {
 	}
 	update(f.failed.ID, map[string]any{"status": outbox.StatusFail, "retry_count": 4,
 		"last_error": "kafka: message too large\n(broker said so)"})
-	update(f.sent.ID, map[string]any{"status": outbox.StatusSent, "sent_at": outbox.Normalize(time.Now().Add(-time.Minute))})
-	update(f.oldSent.ID, map[string]any{"status": outbox.StatusSent, "sent_at": outbox.Normalize(base.Add(time.Hour))})
+	update(f.sent.ID, map[string]any{"status": outbox.StatusSent, "sent_at": database.Normalize(time.Now().Add(-time.Minute))})
+	update(f.oldSent.ID, map[string]any{"status": outbox.StatusSent, "sent_at": database.Normalize(base.Add(time.Hour))})
 	return f
 }
 
@@ -246,7 +246,7 @@ func TestOutboxPurge(t *testing.T) {
 // The database URL comes from POSTING_DATABASE_URL; the options of one
 // invocation have no environment twin. Not parallel: it sets variables.
 func TestOutboxEnvironment(t *testing.T) {
-	f := outboxSetup(t, migrations.SQLite)
+	f := outboxSetup(t, database.SQLite)
 	t.Setenv("POSTING_DATABASE_URL", f.url)
 	t.Setenv("POSTING_STATUS", "BOGUS")
 	t.Setenv("POSTING_JSON", "true")

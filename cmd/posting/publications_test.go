@@ -14,8 +14,6 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/migrations"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
@@ -43,10 +41,10 @@ type publicationsFixture struct {
 	refused, cancelled, pending int64
 }
 
-func publicationsSetup(t *testing.T, dialect migrations.Dialect) *publicationsFixture {
+func publicationsSetup(t *testing.T, dialect database.Dialect) *publicationsFixture {
 	t.Helper()
 	db, url := outboxTestDB(t, dialect)
-	now := outbox.Normalize(time.Now())
+	now := database.Normalize(time.Now())
 	write := func(post reservation.Status, pub worker.PublicationStatus, lastError string) int64 {
 		p := &reservation.Post{Title: "t", Content: "c", Status: post, ScheduledAt: now.Add(-time.Minute), CreatedAt: now, UpdatedAt: now}
 		require.NoError(t, db.Create(p).Error)
@@ -157,14 +155,14 @@ func TestPublicationsRetry(t *testing.T) {
 // stderr, so `posting ... > result` holds the result alone.
 func TestOperatorCommandsLogOnStderrOnly(t *testing.T) {
 	t.Parallel()
-	f := publicationsSetup(t, migrations.SQLite)
+	f := publicationsSetup(t, database.SQLite)
 	out, errOut, code := publicationsRun(t, "publications", "retry", strconv.FormatInt(f.refused, 10), "--database-url", f.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^POST ID\s+RESULT\n\d+\s+retried \(now PENDING\)\n$`, out)
 	require.Contains(t, errOut, `level=INFO msg="publication retried by an operator"`)
 	require.Contains(t, errOut, "post_id="+strconv.FormatInt(f.refused, 10))
 
-	o := outboxSetup(t, migrations.SQLite)
+	o := outboxSetup(t, database.SQLite)
 	out, errOut, code = outboxRun(t, "outbox", "requeue", outboxID(o.failed), "--log-format", "json", "--database-url", o.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^ID\s+RESULT\n\d+\s+requeued \(now PENDING\)\n$`, out)

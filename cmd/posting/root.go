@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/migrations"
 )
 
 // Run executes the command line args and returns when the command is done
@@ -92,7 +93,7 @@ func newMigrateCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			n, err := db.Migrate(cmd.Context(), nil)
+			n, err := migrations.Apply(cmd.Context(), db, nil)
 			if err != nil {
 				return err
 			}

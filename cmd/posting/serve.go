@@ -86,7 +86,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	st.onStop(func() { _ = db.Close() })
 	if s.Migrate {
-		n, err := db.Migrate(ctx, nil)
+		n, err := migrations.Apply(ctx, db, nil)
 		if err != nil {
 			return err
 		}
@@ -267,7 +267,7 @@ func startKafka(s *settings, db *database.DB, log *slog.Logger, st *stack) (brok
 // the data dir is named relative to it, so the data dir can move as a whole.
 func brokerDatabase(s *settings, db *database.DB) string {
 	switch db.Dialect {
-	case migrations.SQLite:
+	case database.SQLite:
 		path := strings.TrimPrefix(db.Location, "sqlite://")
 		abs, err1 := filepath.Abs(path)
 		dir, err2 := filepath.Abs(s.DataDir)

@@ -15,6 +15,7 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -161,7 +162,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}()
 	if s.Migrate {
-		if _, err := db.Migrate(ctx, nil); err != nil {
+		if _, err := migrations.Apply(ctx, db, nil); err != nil {
 			return err
 		}
 	} else if err := requireSchema(db, "posts", "inbox", "publications"); err != nil {

@@ -29,7 +29,7 @@ import (
 const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
 
 // Dialects lists the dialects Each runs a test on.
-var Dialects = []migrations.Dialect{migrations.MySQL, migrations.SQLite}
+var Dialects = []database.Dialect{database.MySQL, database.SQLite}
 
 // Each runs fn as a subtest per dialect, each with its own fresh database.
 func Each(t *testing.T, fn func(t *testing.T, db *database.DB)) {
@@ -42,12 +42,12 @@ func Each(t *testing.T, fn func(t *testing.T, db *database.DB)) {
 }
 
 // New returns a fresh migrated database of the dialect, removed when the test ends.
-func New(t testing.TB, dialect migrations.Dialect) *database.DB {
+func New(t testing.TB, dialect database.Dialect) *database.DB {
 	t.Helper()
 	switch dialect {
-	case migrations.SQLite:
+	case database.SQLite:
 		return NewSQLite(t)
-	case migrations.MySQL:
+	case database.MySQL:
 		return NewMySQL(t)
 	default:
 		t.Fatalf("unknown dialect %q", dialect)
@@ -152,7 +152,7 @@ func migrate(t testing.TB, db *database.DB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := db.Migrate(ctx, nil); err != nil {
+	if _, err := migrations.Apply(ctx, db, nil); err != nil {
 		t.Fatalf("migrate %s: %v", db.Dialect, err)
 	}
 }

@@ -1,0 +1,153 @@
+package database
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+)
+
+// MySQLDSN turns a mysql:// URL into a go-sql-driver DSN with the settings the
+// service relies on: parseTime, UTC, utf8mb4, client-side placeholders.
+// Other query parameters of the URL are passed to the driver (and may
+// override charset and interpolateParams). The time zone is not the user's
+// to choose: every instance must read and write DATETIMEs in UTC, or two
+// instances in different zones misread each other's times; so a loc or
+// time_zone other than UTC, or parseTime=false, is ErrInvalidURL naming the
+// parameter.
+func MySQLDSN(u *url.URL) (string, error) {
+	if u.Host == "" {
+		return "", fmt.Errorf("%w: mysql URL without host (want mysql://user:pass@host:3306/db)", ErrInvalidURL)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" || strings.Contains(name, "/") {
+		return "", fmt.Errorf("%w: mysql URL needs exactly one database name in its path, got %q", ErrInvalidURL, u.Path)
+	}
+	cfg := mysqldriver.NewConfig()
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if !strings.Contains(u.Host, ":") {
+		cfg.Addr = u.Host + ":3306"
+	}
+	cfg.DBName = name
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.Timeout = 5 * time.Second
+	cfg.ReadTimeout = 30 * time.Second
+	cfg.WriteTimeout = 30 * time.Second
+	cfg.Params = map[string]string{
+		"charset": "utf8mb4",
+		// Client-side placeholders: one round trip per statement instead of
+		// prepare + execute + close, which matters for batch statements.
+		"interpolateParams": "true",
+	}
+	for k, vs := range u.Query() {
+		if len(vs) == 0 {
+			continue
+		}
+		v := vs[0]
+		switch k {
+		case "loc":
+			if !isUTCName(v) {
+				return "", fmt.Errorf("%w: mysql parameter loc=%s: the service reads and writes times in UTC only (omit loc, or loc=UTC)", ErrInvalidURL, v)
+			}
+		case "time_zone":
+			if !isUTCName(strings.Trim(v, `'"`)) {
+				return "", fmt.Errorf("%w: mysql parameter time_zone=%s: the service's sessions run in UTC only (omit time_zone, or time_zone='+00:00')", ErrInvalidURL, v)
+			}
+		case "parseTime", "timeout", "readTimeout", "writeTimeout":
+			// These are typed fields of the driver config: go through its parser.
+			parsed, err := mysqldriver.ParseDSN("u@tcp(h)/d?" + k + "=" + url.QueryEscape(v))
+			if err != nil {
+				return "", fmt.Errorf("%w: mysql parameter %s: %v", ErrInvalidURL, k, err)
+			}
+			switch k {
+			case "parseTime":
+				if !parsed.ParseTime {
+					return "", fmt.Errorf("%w: mysql parameter parseTime=%s: the service needs parseTime=true (omit it)", ErrInvalidURL, v)
+				}
+			case "timeout":
+				cfg.Timeout = parsed.Timeout
+			case "readTimeout":
+				cfg.ReadTimeout = parsed.ReadTimeout
+			case "writeTimeout":
+				cfg.WriteTimeout = parsed.WriteTimeout
+			}
+		default:
+			cfg.Params[k] = v
+		}
+	}
+	// A numeric offset, not 'UTC': a server without time zone tables
+	// refuses named zones.
+	cfg.Params["time_zone"] = "'+00:00'"
+	return cfg.FormatDSN(), nil
+}
+
+// isUTCName reports whether s names UTC as a Go location or a MySQL session
+// time zone: UTC, Etc/UTC, Z, +00:00, -00:00, +0:00 (any letter case).
+func isUTCName(s string) bool {
+	switch strings.ToUpper(strings.TrimSpace(s)) {
+	case "UTC", "ETC/UTC", "Z", "+00:00", "-00:00", "+0:00",
+		"00:00": // +00:00 with its '+' not escaped in the URL reads as " 00:00"
+		return true
+	}
+	return false
+}
+
+func openMySQL(dsn, location, name string) (*DB, error) {
+	g, err := gorm.Open(mysql.New(mysql.Config{DSN: dsn}), gormConfig())
+	if err != nil {
+		return nil, fmt.Errorf("open mysql %s: %w", location, explainMySQL(err, name))
+	}
+	sqlDB, err := g.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(20)
+	sqlDB.SetMaxIdleConns(10)
+	sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	return &DB{DB: g, Dialect: MySQL, Location: "mysql://" + location, name: name}, nil
+}
+
+// explainMySQL turns "Unknown database" (error 1049) into ErrNoDatabase with
+// the statement that creates it: the service creates tables, not databases.
+func explainMySQL(err error, name string) error {
+	var me *mysqldriver.MySQLError
+	if !errors.As(err, &me) || me.Number != 1049 {
+		return err
+	}
+	return fmt.Errorf("%w %q on this server (%v); create it first: CREATE DATABASE `%s` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci",
+		ErrNoDatabase, name, err, name)
+}
+
+// mysqlDialect is what the package does on MySQL and MariaDB.
+type mysqlDialect struct{}
+
+// now reads CURRENT_TIMESTAMP(6) of the server.
+func (mysqlDialect) now(db *gorm.DB) (time.Time, error) {
+	var t time.Time
+	if err := db.Raw("SELECT CURRENT_TIMESTAMP(6)").Scan(&t).Error; err != nil {
+		return time.Time{}, err
+	}
+	return Normalize(t), nil
+}
+
+// isRetryable: the transaction was chosen as a deadlock victim (1213) or a
+// lock wait timed out (1205).
+func (mysqlDialect) isRetryable(err error) bool {
+	var me *mysqldriver.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// explain is explainMySQL.
+func (mysqlDialect) explain(err error, name string) error { return explainMySQL(err, name) }

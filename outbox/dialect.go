@@ -1,0 +1,55 @@
+package outbox
+
+import (
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/postingsvc/posting/database"
+)
+
+// dialect is what the Store says differently on each database, one
+// implementation per file (dialect_mysql.go, dialect_sqlite.go). The
+// statements stay the Store's; a dialect supplies the parts that differ, so
+// a new database is one more file and one more case in dialectFor.
+type dialect interface {
+	// lockForClaim returns q, the read by primary key that re-checks a
+	// claim's candidates inside its transaction, made to lock the rows it
+	// returns until the transaction ends, without waiting for rows another
+	// claimer holds where the database can skip them.
+	lockForClaim(q *gorm.DB) *gorm.DB
+	// versionMatch is the set-based optimistic lock over msgs: "this row
+	// still has the version I hold", for every (id, version) of msgs, as a
+	// condition the database resolves by primary key.
+	versionMatch(msgs []Message) clause.Expr
+	// defersAcksToNextClaim is Store.DefersAcksToNextClaim.
+	defersAcksToNextClaim() bool
+}
+
+// dialectFor returns the statements of d. Every database.Open dialect has
+// one, so a missing one is a programming error.
+func dialectFor(d database.Dialect) dialect {
+	switch d {
+	case database.MySQL:
+		return mysqlDialect{}
+	case database.SQLite:
+		return sqliteDialect{}
+	default:
+		panic(fmt.Sprintf("outbox: no statements for database dialect %q", d))
+	}
+}
+
+// writeVersionPairs writes "(?,?),(?,?),..." to b, one row constructor per
+// message, and returns args with the (id, version) of each appended.
+func writeVersionPairs(b *strings.Builder, msgs []Message, args []any) []any {
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("(?,?)")
+		args = append(args, m.ID, m.Version)
+	}
+	return args
+}
