@@ -48,14 +48,14 @@ func producerTestMessages(firstID int64, n int, posts ...int64) []outbox.Message
 	for i := range msgs {
 		id := firstID + int64(i)
 		post := posts[i%len(posts)]
-		et := outbox.PostingEvent
+		et := event.PostingEvent
 		if i%2 == 1 {
-			et = outbox.ReservationEvent
+			et = event.ReservationEvent
 		}
 		msgs[i] = outbox.Message{
 			ID:          id,
 			EventID:     fmt.Sprintf("00000000-0000-7000-8000-%012d", id),
-			EventType:   et,
+			EventType:   string(et),
 			AggregateID: post,
 			Payload:     fmt.Sprintf(`{"eventId":"%d","postId":%d,"seq":%d}`, id, post, id),
 			Status:      outbox.StatusProcessing,

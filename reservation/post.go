@@ -90,33 +90,6 @@ type Post struct {
 // TableName is the table of the contract.
 func (Post) TableName() string { return "posts" }
 
-// Action is what a POSTING_EVENT says happened to a post.
-type Action string
-
-// The actions of POSTING_EVENT.
-const (
-	ActionCreated   Action = "CREATED"
-	ActionUpdated   Action = "UPDATED"
-	ActionCancelled Action = "CANCELLED"
-)
-
-// PostingEventFields are the fields a POSTING_EVENT adds to the envelope.
-type PostingEventFields struct {
-	Action      Action    `json:"action"`
-	Status      Status    `json:"status"`
-	ScheduledAt time.Time `json:"scheduledAt"`
-}
-
-// ReservationEventFields are the fields a POSTING_RESERVATION_EVENT adds to the envelope.
-type ReservationEventFields struct {
-	ScheduledAt time.Time `json:"scheduledAt"`
-}
-
-// ReservationDedupKey is the outbox dedup key of a post's reservation event:
-// the unique index on it makes a second reservation event of the post
-// impossible, however many schedulers run.
-func ReservationDedupKey(postID int64) string { return fmt.Sprintf("reservation:%d", postID) }
-
 // PostJSON is a post as the API shows it and the worker's webhook sends it.
 // Times are RFC 3339 in UTC; PublishedAt is null until the post is published.
 type PostJSON struct {
