@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
@@ -291,7 +292,7 @@ func TestWorkerWebhook(t *testing.T) {
 		require.Equal(t, "application/json", requests[1].Header.Get("Content-Type"))
 		require.Equal(t, float64(post.ID), bodies[1]["id"])
 		require.Equal(t, "PUBLISHED", bodies[1]["status"])
-		require.Equal(t, *loadPost(t, db.DB, post.ID).JSON().PublishedAt, bodies[1]["publishedAt"])
+		require.Equal(t, *api.NewPostJSON(loadPost(t, db.DB, post.ID)).PublishedAt, bodies[1]["publishedAt"])
 		mu.Unlock()
 
 		refuse.Store(true)
