@@ -14,6 +14,8 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -60,8 +62,7 @@ func (f *fixture) do(t *testing.T, method, target, auth string) (*httptest.Respo
 
 func (f *fixture) append(t *testing.T, post int64) outbox.Message {
 	t.Helper()
-	m, err := outbox.Append(f.db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: t0,
-		Fields: map[string]any{"action": "CREATED"}})
+	m, err := outbox.Append(f.db.DB, eventtest.Outbox(t, event.PostingEvent, post, t0, map[string]any{"action": "CREATED"}))
 	require.NoError(t, err)
 	return *m
 }

@@ -24,18 +24,12 @@ import (
 // answered 413.
 const MaxBodyBytes = 1 << 20
 
-// PostJSON is a post as the API shows it (the worker's webhook sends the
-// same shape).
-type PostJSON = reservation.PostJSON
-
 // PostListJSON is a page of GET /api/v1/posts. NextCursor is always present:
 // pass it as ?cursor= for the next page; it is "" on the last page.
 type PostListJSON struct {
 	Items      []PostJSON `json:"items"`
 	NextCursor string     `json:"nextCursor"`
 }
-
-func postJSON(p *reservation.Post) PostJSON { return p.JSON() }
 
 // postRequest is the body of create and patch. Raw fields let the handlers
 // tell an absent field from null and name the field whose value is wrong.
@@ -68,7 +62,7 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/api/v1/posts/"+strconv.FormatInt(post.ID, 10))
-	writeJSON(w, r, p.log, http.StatusCreated, postJSON(post))
+	writeJSON(w, r, p.log, http.StatusCreated, NewPostJSON(post))
 }
 
 func (p *posts) get(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +76,7 @@ func (p *posts) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
+	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 }
 
 // listParams are the query parameters of GET /api/v1/posts; any other is
@@ -102,7 +96,7 @@ func (p *posts) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := PostListJSON{Items: make([]PostJSON, 0, len(page.Items)), NextCursor: page.NextCursor}
 	for i := range page.Items {
-		out.Items = append(out.Items, postJSON(&page.Items[i]))
+		out.Items = append(out.Items, NewPostJSON(&page.Items[i]))
 	}
 	writeJSON(w, r, p.log, http.StatusOK, out)
 }
@@ -182,7 +176,7 @@ func (p *posts) update(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
+	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 }
 
 // cancel takes no body; one sent anyway is ignored.
@@ -197,7 +191,7 @@ func (p *posts) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	writeJSON(w, r, p.log, http.StatusOK, postJSON(post))
+	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 }
 
 func (req *postRequest) createInput() (reservation.CreateInput, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -49,7 +50,7 @@ func actions(t *testing.T, db *gorm.DB, id string) []string {
 	require.NoError(t, db.Where("aggregate_id = ?", id).Order("id").Find(&msgs).Error)
 	var out []string
 	for _, m := range msgs {
-		require.Equal(t, outbox.PostingEvent, m.EventType)
+		require.Equal(t, string(event.PostingEvent), m.EventType)
 		var payload map[string]any
 		require.NoError(t, json.Unmarshal([]byte(m.Payload), &payload))
 		out = append(out, payload["action"].(string)+" "+payload["status"].(string))

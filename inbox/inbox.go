@@ -13,20 +13,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/outbox"
-)
-
-// The message headers of the contract.
-const (
-	HeaderEventID   = "event-id"
-	HeaderEventType = "event-type"
+	"github.com/postingsvc/posting/event"
 )
 
 // ErrMalformed marks a message that does not follow the contract (missing
@@ -40,7 +33,7 @@ type Event struct {
 	// EventID is the event's UUID, the same on every redelivery.
 	EventID string
 	// Type is the event type.
-	Type outbox.EventType
+	Type event.Type
 	// PostID is the post the event is about (the message key).
 	PostID int64
 	// OccurredAt is when the change happened.
@@ -88,37 +81,38 @@ type PartitionHandler interface {
 	Revoked(topic string, partitions []int32)
 }
 
-// Decode checks a message against the contract and returns its event: the
-// headers event-id (a UUID) and event-type, a JSON object value whose eventId,
-// eventType, postId and occurredAt agree with them, a known type, and the
-// postId in decimal as the key. Every failure wraps ErrMalformed.
+// Decode checks a message against the contract (package event) and returns
+// its event: the headers event-id (a UUID) and event-type, a JSON object
+// value whose eventId, eventType, postId and occurredAt agree with them, a
+// known type, and the postId in decimal as the key. Every failure wraps
+// ErrMalformed.
 func Decode(key []byte, headers map[string]string, value []byte) (Event, error) {
-	id, typ := headers[HeaderEventID], headers[HeaderEventType]
+	id, typ := headers[event.HeaderEventID], headers[event.HeaderEventType]
 	if id == "" {
-		return Event{}, fmt.Errorf("%w: no %s header", ErrMalformed, HeaderEventID)
+		return Event{}, fmt.Errorf("%w: no %s header", ErrMalformed, event.HeaderEventID)
 	}
 	if typ == "" {
-		return Event{}, fmt.Errorf("%w: event %s: no %s header", ErrMalformed, id, HeaderEventType)
+		return Event{}, fmt.Errorf("%w: event %s: no %s header", ErrMalformed, id, event.HeaderEventType)
 	}
 	if u, err := uuid.Parse(id); err != nil || u.String() != id {
 		// The inbox keeps ids as CHAR(36): anything else would fail there,
 		// and be retried forever instead of skipped.
-		return Event{}, fmt.Errorf("%w: %s %q is not a UUID in its canonical form", ErrMalformed, HeaderEventID, id)
+		return Event{}, fmt.Errorf("%w: %s %q is not a UUID in its canonical form", ErrMalformed, event.HeaderEventID, id)
 	}
-	var env outbox.Envelope
+	var env event.Envelope
 	if err := json.Unmarshal(value, &env); err != nil {
 		return Event{}, fmt.Errorf("%w: event %s: value is not the contract's JSON object: %v", ErrMalformed, id, err)
 	}
 	switch {
-	case env.EventType != outbox.PostingEvent && env.EventType != outbox.ReservationEvent:
+	case !env.EventType.Valid():
 		return Event{}, fmt.Errorf("%w: event %s: unknown event type %q", ErrMalformed, id, env.EventType)
 	case string(env.EventType) != typ:
-		return Event{}, fmt.Errorf("%w: event %s: header %s %q differs from eventType %q", ErrMalformed, id, HeaderEventType, typ, env.EventType)
+		return Event{}, fmt.Errorf("%w: event %s: header %s %q differs from eventType %q", ErrMalformed, id, event.HeaderEventType, typ, env.EventType)
 	case env.EventID != id:
-		return Event{}, fmt.Errorf("%w: event %s: header %s differs from eventId %q", ErrMalformed, id, HeaderEventID, env.EventID)
+		return Event{}, fmt.Errorf("%w: event %s: header %s differs from eventId %q", ErrMalformed, id, event.HeaderEventID, env.EventID)
 	case env.PostID <= 0:
 		return Event{}, fmt.Errorf("%w: event %s: postId %d", ErrMalformed, id, env.PostID)
-	case string(key) != strconv.FormatInt(env.PostID, 10):
+	case string(key) != event.Key(env.PostID):
 		return Event{}, fmt.Errorf("%w: event %s: key %q is not postId %d", ErrMalformed, id, key, env.PostID)
 	case env.OccurredAt.IsZero():
 		return Event{}, fmt.Errorf("%w: event %s: no occurredAt", ErrMalformed, id)

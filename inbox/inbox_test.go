@@ -13,8 +13,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
-	"github.com/postingsvc/posting/outbox"
 )
 
 const (
@@ -23,7 +23,7 @@ const (
 )
 
 func testHeaders() map[string]string {
-	return map[string]string{inbox.HeaderEventID: testID, inbox.HeaderEventType: string(outbox.ReservationEvent)}
+	return map[string]string{event.HeaderEventID: testID, event.HeaderEventType: string(event.ReservationEvent)}
 }
 
 func TestDecode(t *testing.T) {
@@ -31,7 +31,7 @@ func TestDecode(t *testing.T) {
 	ev, err := inbox.Decode([]byte("42"), testHeaders(), []byte(testValue))
 	require.NoError(t, err)
 	require.Equal(t, testID, ev.EventID)
-	require.Equal(t, outbox.ReservationEvent, ev.Type)
+	require.Equal(t, event.ReservationEvent, ev.Type)
 	require.EqualValues(t, 42, ev.PostID)
 	require.True(t, ev.OccurredAt.Equal(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)))
 	var f struct {
@@ -54,15 +54,15 @@ func TestDecode(t *testing.T) {
 		headers map[string]string
 		value   string
 	}{
-		"no event-id header":   {"42", with(inbox.HeaderEventID, ""), testValue},
-		"no event-type header": {"42", with(inbox.HeaderEventType, ""), testValue},
+		"no event-id header":   {"42", with(event.HeaderEventID, ""), testValue},
+		"no event-type header": {"42", with(event.HeaderEventType, ""), testValue},
 		"not JSON":             {"42", testHeaders(), "{"},
 		"JSON array":           {"42", testHeaders(), "[1]"},
-		"unknown type":         {"42", with(inbox.HeaderEventType, "OTHER"), `{"eventId":"` + testID + `","eventType":"OTHER","postId":42,"occurredAt":"2026-12-03T10:00:00Z"}`},
-		"header type differs":  {"42", with(inbox.HeaderEventType, string(outbox.PostingEvent)), testValue},
-		"header id differs":    {"42", with(inbox.HeaderEventID, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c"), testValue},
-		"id not a UUID":        {"42", with(inbox.HeaderEventID, "other"), strings.Replace(testValue, testID, "other", 1)},
-		"id not canonical":     {"42", with(inbox.HeaderEventID, strings.ToUpper(testID)), strings.Replace(testValue, testID, strings.ToUpper(testID), 1)},
+		"unknown type":         {"42", with(event.HeaderEventType, "OTHER"), `{"eventId":"` + testID + `","eventType":"OTHER","postId":42,"occurredAt":"2026-12-03T10:00:00Z"}`},
+		"header type differs":  {"42", with(event.HeaderEventType, string(event.PostingEvent)), testValue},
+		"header id differs":    {"42", with(event.HeaderEventID, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c"), testValue},
+		"id not a UUID":        {"42", with(event.HeaderEventID, "other"), strings.Replace(testValue, testID, "other", 1)},
+		"id not canonical":     {"42", with(event.HeaderEventID, strings.ToUpper(testID)), strings.Replace(testValue, testID, strings.ToUpper(testID), 1)},
 		"key is not postId":    {"43", testHeaders(), testValue},
 		"no postId":            {"0", testHeaders(), `{"eventId":"` + testID + `","eventType":"POSTING_RESERVATION_EVENT","occurredAt":"2026-12-03T10:00:00Z"}`},
 		"no occurredAt":        {"42", testHeaders(), `{"eventId":"` + testID + `","eventType":"POSTING_RESERVATION_EVENT","postId":42}`},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
 )
 
@@ -27,7 +28,7 @@ const consumerErrorWarnEvery = time.Second
 type ConsumerConfig struct {
 	// Brokers is the bootstrap list, host:port each. Required, at least one.
 	Brokers []string
-	// Topic is read from. Default "posting-events".
+	// Topic is read from. Default event.DefaultTopic.
 	Topic string
 	// GroupID is the consumer group; its members share the partitions and
 	// its committed offsets say where a restart resumes. Default
@@ -70,7 +71,7 @@ type ConsumerConfig struct {
 
 func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
 	if cfg.Topic == "" {
-		cfg.Topic = DefaultProducerTopic
+		cfg.Topic = event.DefaultTopic
 	}
 	if cfg.GroupID == "" {
 		cfg.GroupID = DefaultConsumerGroup
@@ -428,7 +429,7 @@ func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) 
 // skip logs a malformed message with its coordinates and counts it; the
 // caller marks it, so the partition moves on.
 func (c *Consumer) skip(headers map[string]string, where []any, err error) {
-	c.observe(headers[inbox.HeaderEventType], "malformed")
+	c.observe(headers[event.HeaderEventType], "malformed")
 	c.log.Error("malformed message skipped", append(where, "err", err)...)
 }
 

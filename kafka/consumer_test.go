@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/outbox"
 )
 
 // consumerTestHandler records the events it is given; failFirst makes the
@@ -65,7 +65,7 @@ func consumerTestRecord(n int, postID int64) kafkatest.Record {
 	id := fmt.Sprintf("00000000-0000-7000-8000-%012d", n)
 	value := fmt.Sprintf(`{"eventId":%q,"eventType":"POSTING_EVENT","postId":%d,"occurredAt":"2026-12-03T10:00:00Z","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z","seq":%d}`, id, postID, n)
 	return kafkatest.Record{Key: strconv.FormatInt(postID, 10), Value: []byte(value),
-		Headers: map[string]string{inbox.HeaderEventID: id, inbox.HeaderEventType: string(outbox.PostingEvent)}}
+		Headers: map[string]string{event.HeaderEventID: id, event.HeaderEventType: string(event.PostingEvent)}}
 }
 
 func consumerTestStart(t *testing.T, addr, group string, h inbox.Handler, observe func(string, string)) *Consumer {
@@ -87,11 +87,11 @@ func TestConsumerSkipsMalformedAndRetriesFailures(t *testing.T) {
 	first, second := consumerTestRecord(1, 7), consumerTestRecord(2, 7)
 	b.Produce(t, first,
 		kafkatest.Record{Key: "7", Value: []byte("{not json"), Headers: map[string]string{
-			inbox.HeaderEventID: "bad", inbox.HeaderEventType: string(outbox.PostingEvent)}},
+			event.HeaderEventID: "bad", event.HeaderEventType: string(event.PostingEvent)}},
 		kafkatest.Record{Key: "7", Value: first.Value}, // no headers
 		second)
 
-	h := &consumerTestHandler{failFirst: map[string]int{second.Headers[inbox.HeaderEventID]: 2}}
+	h := &consumerTestHandler{failFirst: map[string]int{second.Headers[event.HeaderEventID]: 2}}
 	var mu sync.Mutex
 	outcomes := map[string]int{}
 	consumerTestStart(t, b.Addr, "consumer-test-skip", h, func(_, outcome string) {
@@ -101,8 +101,8 @@ func TestConsumerSkipsMalformedAndRetriesFailures(t *testing.T) {
 	})
 	require.Eventually(t, func() bool { return len(h.snapshot()) == 2 }, 20*time.Second, 20*time.Millisecond)
 	evs := h.snapshot()
-	require.Equal(t, first.Headers[inbox.HeaderEventID], evs[0].EventID)
-	require.Equal(t, second.Headers[inbox.HeaderEventID], evs[1].EventID)
+	require.Equal(t, first.Headers[event.HeaderEventID], evs[0].EventID)
+	require.Equal(t, second.Headers[event.HeaderEventID], evs[1].EventID)
 	require.Equal(t, int64(0), evs[0].Offset)
 	require.Equal(t, int64(3), evs[1].Offset)
 	require.Equal(t, kafkatest.PartitionFor("7", b.Partitions), evs[1].Partition)
@@ -145,7 +145,7 @@ func TestConsumerResumesFromCommittedOffsets(t *testing.T) {
 		seen[ev.EventID] = true
 	}
 	for _, r := range recs[10:] {
-		require.True(t, seen[r.Headers[inbox.HeaderEventID]], "event %s", r.Headers[inbox.HeaderEventID])
+		require.True(t, seen[r.Headers[event.HeaderEventID]], "event %s", r.Headers[event.HeaderEventID])
 	}
 	// A sentinel per partition: a partition is read in offset order, so
 	// anything handled before comes again, if at all, before its sentinel.
@@ -160,7 +160,7 @@ func TestConsumerResumesFromCommittedOffsets(t *testing.T) {
 		got := 0
 		for _, ev := range h2.snapshot() {
 			for _, r := range sentinels {
-				if ev.EventID == r.Headers[inbox.HeaderEventID] {
+				if ev.EventID == r.Headers[event.HeaderEventID] {
 					got++
 				}
 			}

@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/postingsvc/posting/event"
 )
 
 // DefaultEmbeddedAddr is where the embedded broker listens by default, the
@@ -65,7 +67,7 @@ type EmbeddedConfig struct {
 	// offsets survive a restart. It is created if missing. Empty keeps
 	// everything in memory and loses it at Close.
 	DataDir string
-	// Topic is created at start if missing. Default "posting-events".
+	// Topic is created at start if missing. Default event.DefaultTopic.
 	Topic string
 	// Partitions is the partition count of a topic we create; an existing
 	// topic keeps its count. Default 8; 1 to 1000.
@@ -87,7 +89,7 @@ func (cfg EmbeddedConfig) withDefaults() EmbeddedConfig {
 		cfg.Addr = DefaultEmbeddedAddr
 	}
 	if cfg.Topic == "" {
-		cfg.Topic = DefaultProducerTopic
+		cfg.Topic = event.DefaultTopic
 	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 8

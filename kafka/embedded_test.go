@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 )
@@ -39,7 +40,7 @@ func TestEmbeddedKeepsLogAcrossRestart(t *testing.T) {
 	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: dir})
 	addr := e.Addr()
 	require.NotEqual(t, "127.0.0.1:0", addr, "a port was picked")
-	require.Equal(t, DefaultProducerTopic, e.Topic())
+	require.Equal(t, event.DefaultTopic, e.Topic())
 	first := producerTestMessages(1, 30, 1, 2, 3)
 	embeddedTestPublish(t, addr, e.Topic(), first)
 	e.Close()
@@ -58,7 +59,7 @@ func TestEmbeddedKeepsLogAcrossRestart(t *testing.T) {
 	for _, r := range recs {
 		partitions[r.Partition] = true
 		require.Equal(t, kafkatest.PartitionFor(r.Key, 8), r.Partition, "the default 8 partitions kept")
-		id := r.Headers[producerHeaderEventID]
+		id := r.Headers[event.HeaderEventID]
 		require.Greater(t, id, lastID[r.Key], "per-key order across the restart")
 		lastID[r.Key] = id
 		ids = append(ids, id)
@@ -176,8 +177,8 @@ func TestEmbeddedWithKcat(t *testing.T) {
 		parts := strings.SplitN(line, "|", 3)
 		require.Len(t, parts, 3, line)
 		require.Equal(t, "7", parts[0])
-		require.Contains(t, parts[1], producerHeaderEventID+"="+msgs[i].EventID)
-		require.Contains(t, parts[1], producerHeaderEventType+"="+string(msgs[i].EventType))
+		require.Contains(t, parts[1], event.HeaderEventID+"="+msgs[i].EventID)
+		require.Contains(t, parts[1], event.HeaderEventType+"="+string(msgs[i].EventType))
 		require.Equal(t, msgs[i].Payload, parts[2])
 	}
 

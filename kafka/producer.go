@@ -14,18 +14,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
-)
-
-// DefaultProducerTopic is the contract's topic for both event types.
-const DefaultProducerTopic = "posting-events"
-
-// The headers every message carries, so a consumer can drop a redelivery and
-// route by type without parsing the value.
-const (
-	producerHeaderEventID   = "event-id"
-	producerHeaderEventType = "event-type"
 )
 
 // ErrProducerTopicMissing is returned by CheckTopic when the topic does not
@@ -55,7 +46,7 @@ var errProducerClosed = fmt.Errorf("%w: kafka producer closed", relay.ErrUnavail
 type ProducerConfig struct {
 	// Brokers is the bootstrap list, host:port each. Required, at least one.
 	Brokers []string
-	// Topic receives every event. Default "posting-events".
+	// Topic receives every event. Default event.DefaultTopic.
 	Topic string
 	// ClientID names the connections in broker logs and quotas. Default
 	// "posting".
@@ -98,7 +89,7 @@ type ProducerConfig struct {
 // withDefaults returns cfg with every unset field at its default.
 func (cfg ProducerConfig) withDefaults() ProducerConfig {
 	if cfg.Topic == "" {
-		cfg.Topic = DefaultProducerTopic
+		cfg.Topic = event.DefaultTopic
 	}
 	if cfg.ClientID == "" {
 		cfg.ClientID = "posting"
@@ -325,8 +316,8 @@ func (p *Producer) Publish(ctx context.Context, msgs []outbox.Message) []error {
 			Key:   sarama.StringEncoder(m.Key()),
 			Value: sarama.StringEncoder(m.Payload),
 			Headers: []sarama.RecordHeader{
-				{Key: []byte(producerHeaderEventID), Value: []byte(m.EventID)},
-				{Key: []byte(producerHeaderEventType), Value: []byte(m.EventType)},
+				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
+				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},
 			},
 			Metadata: i, // SendMessages reports failures by message, not index
 		}

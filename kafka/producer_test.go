@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -47,14 +48,14 @@ func producerTestMessages(firstID int64, n int, posts ...int64) []outbox.Message
 	for i := range msgs {
 		id := firstID + int64(i)
 		post := posts[i%len(posts)]
-		et := outbox.PostingEvent
+		et := event.PostingEvent
 		if i%2 == 1 {
-			et = outbox.ReservationEvent
+			et = event.ReservationEvent
 		}
 		msgs[i] = outbox.Message{
 			ID:          id,
 			EventID:     fmt.Sprintf("00000000-0000-7000-8000-%012d", id),
-			EventType:   et,
+			EventType:   string(et),
 			AggregateID: post,
 			Payload:     fmt.Sprintf(`{"eventId":"%d","postId":%d,"seq":%d}`, id, post, id),
 			Status:      outbox.StatusProcessing,
@@ -100,7 +101,7 @@ func producerTestRequireAllUnavailable(t testing.TB, errs []error) {
 func producerTestEventIDs(recs []kafkatest.Record) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
-		out[i] = r.Headers[producerHeaderEventID]
+		out[i] = r.Headers[event.HeaderEventID]
 	}
 	return out
 }
@@ -126,12 +127,12 @@ func TestProducerPublishesBatchInKeyOrder(t *testing.T) {
 	lastID := map[string]int64{}
 	partitionOf := map[string]int32{}
 	for _, r := range recs {
-		m, ok := byEventID[r.Headers[producerHeaderEventID]]
-		require.True(t, ok, "unknown event id %q", r.Headers[producerHeaderEventID])
+		m, ok := byEventID[r.Headers[event.HeaderEventID]]
+		require.True(t, ok, "unknown event id %q", r.Headers[event.HeaderEventID])
 		require.Equal(t, b.Topic, r.Topic)
 		require.Equal(t, strconv.FormatInt(m.AggregateID, 10), r.Key, "key is the post id")
 		require.Equal(t, m.Payload, string(r.Value))
-		require.Equal(t, string(m.EventType), r.Headers[producerHeaderEventType])
+		require.Equal(t, string(m.EventType), r.Headers[event.HeaderEventType])
 		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "sarama's hash partitioner")
 		if p, ok := partitionOf[r.Key]; ok {
 			require.Equal(t, p, r.Partition, "same key, same partition")
@@ -139,7 +140,7 @@ func TestProducerPublishesBatchInKeyOrder(t *testing.T) {
 		partitionOf[r.Key] = r.Partition
 		require.Greater(t, m.ID, lastID[r.Key], "key %s out of outbox order", r.Key)
 		lastID[r.Key] = m.ID
-		delete(byEventID, r.Headers[producerHeaderEventID])
+		delete(byEventID, r.Headers[event.HeaderEventID])
 	}
 	require.Empty(t, byEventID, "every message exactly once")
 	require.Len(t, partitionOf, len(posts))
@@ -382,7 +383,7 @@ func TestNewProducerValidates(t *testing.T) {
 	}
 	p, err := NewProducer(ProducerConfig{Brokers: []string{"127.0.0.1:1"}}, nil)
 	require.NoError(t, err)
-	require.Equal(t, DefaultProducerTopic, p.Config().Topic)
+	require.Equal(t, event.DefaultTopic, p.Config().Topic)
 	require.Equal(t, 30*time.Second, p.Config().SendTimeout)
 	require.NoError(t, p.Close())
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -309,9 +310,7 @@ func (m *Metrics) ObservePublicationLag(lag time.Duration) {
 // outside the contract's two, and unknown outcomes, are counted as "other",
 // so a stray message cannot create label values.
 func (m *Metrics) ObserveConsumed(eventType, outcome string) {
-	switch outbox.EventType(eventType) {
-	case outbox.PostingEvent, outbox.ReservationEvent:
-	default:
+	if !event.Type(eventType).Valid() {
 		eventType = "other"
 	}
 	switch outcome {

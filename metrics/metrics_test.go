@@ -17,6 +17,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -87,8 +89,7 @@ next:
 
 func appendEvent(t *testing.T, db *database.DB, post int64, at time.Time) *outbox.Message {
 	t.Helper()
-	m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: at,
-		Fields: map[string]any{"action": "CREATED"}})
+	m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
 	require.NoError(t, err)
 	return m
 }

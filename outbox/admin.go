@@ -74,7 +74,7 @@ func ParseStatus(s string) (Status, error) {
 type Entry struct {
 	ID            int64      `gorm:"column:id" json:"id"`
 	EventID       string     `gorm:"column:event_id" json:"eventId"`
-	EventType     EventType  `gorm:"column:event_type" json:"eventType"`
+	EventType     string     `gorm:"column:event_type" json:"eventType"`
 	PostID        int64      `gorm:"column:aggregate_id" json:"postId"`
 	Status        Status     `gorm:"column:status" json:"status"`
 	RetryCount    int        `gorm:"column:retry_count" json:"retryCount"`

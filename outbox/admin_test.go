@@ -13,6 +13,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -110,7 +111,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		f := failed[0]
 		require.Equal(t, rows[0].ID, f.ID)
 		require.Equal(t, rows[0].EventID, f.EventID)
-		require.Equal(t, outbox.PostingEvent, f.EventType)
+		require.Equal(t, string(event.PostingEvent), f.EventType)
 		require.EqualValues(t, 1, f.PostID)
 		require.Equal(t, 1, f.RetryCount)
 		require.Equal(t, "record too large", *f.LastError)

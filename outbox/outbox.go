@@ -4,6 +4,7 @@
 package outbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,18 +17,7 @@ import (
 	"github.com/postingsvc/posting/database"
 )
 
-// EventType is the kind of an event; it is also the Kafka header event-type.
-type EventType string
-
-// The event types of the contract.
-const (
-	// PostingEvent announces a change of a post (action CREATED, UPDATED, CANCELLED).
-	PostingEvent EventType = "POSTING_EVENT"
-	// ReservationEvent announces that a post is due and now WORKING.
-	ReservationEvent EventType = "POSTING_RESERVATION_EVENT"
-)
-
-// Status is where a row stands on its way to Kafka.
+// Status is where a row stands on its way to the broker.
 type Status string
 
 // The row statuses. PENDING and RETRY rows wait to be claimed, PROCESSING rows
@@ -44,18 +34,24 @@ const (
 // Statuses lists every status, in lifecycle order.
 var Statuses = []Status{StatusPending, StatusProcessing, StatusSent, StatusRetry, StatusFail}
 
-// ErrInvalidEvent is returned by Append for an event it cannot write.
+// ErrInvalidEvent is returned by Append and NewMessage for an event whose
+// shape the table cannot hold.
 var ErrInvalidEvent = errors.New("invalid outbox event")
 
 // ErrDuplicate is returned by Append when an event with the same dedup key
 // already exists: the event it describes was already recorded.
 var ErrDuplicate = errors.New("outbox event already recorded")
 
-// Message is one row of the outbox table.
+// Message is one row of the outbox table: an event on its way to the
+// broker. Like watermill's message.Message it knows no domain: an id, a type
+// and an opaque JSON payload, plus the aggregate the event is about, which
+// is the message key and the unit of order (the relay sends one aggregate's
+// events one at a time, in id order). The other fields are the row's state
+// on the way.
 type Message struct {
 	ID            int64      `gorm:"column:id;primaryKey;autoIncrement"`
 	EventID       string     `gorm:"column:event_id"`
-	EventType     EventType  `gorm:"column:event_type"`
+	EventType     string     `gorm:"column:event_type"`
 	AggregateID   int64      `gorm:"column:aggregate_id"`
 	Payload       string     `gorm:"column:payload"`
 	Created       time.Time  `gorm:"column:created"`
@@ -73,29 +69,33 @@ type Message struct {
 // TableName is the table of the contract.
 func (Message) TableName() string { return "outbox" }
 
-// Key is the Kafka message key: the postId in decimal.
+// Key is the message key: the aggregate id in decimal.
 func (m Message) Key() string { return strconv.FormatInt(m.AggregateID, 10) }
 
-// Envelope is the part of every event value that the contract fixes; the
-// payload of a row is this object plus the fields of its type.
-type Envelope struct {
-	EventID    string    `json:"eventId"`
-	EventType  EventType `json:"eventType"`
-	PostID     int64     `json:"postId"`
-	OccurredAt time.Time `json:"occurredAt"`
-}
+// MaxTypeLength bounds an event type, in bytes: the shortest limit of the
+// type columns a dialect may use (a PostgreSQL enum label holds 63 bytes, a
+// MySQL ENUM member 255 characters). Which types a table admits is the
+// database's to say (an ENUM on MySQL, a CHECK on SQLite).
+const MaxTypeLength = 63
 
-// Event is what a service hands to Append.
+// maxEventIDLength is the event_id column's width, CHAR(36): a UUID.
+const maxEventIDLength = 36
+
+// Event is what a producer hands to Append: one event, already encoded.
 type Event struct {
-	// Type is the event type.
-	Type EventType
-	// PostID is the aggregate the event is about, and the Kafka key.
-	PostID int64
-	// OccurredAt is when the change happened, from the service's clock.
+	// ID is the event's id, a UUID in its canonical form; it travels with
+	// the message, so a consumer drops a redelivery by it.
+	ID string
+	// Type names the kind of event, 1..MaxTypeLength bytes.
+	Type string
+	// AggregateID is the positive id of what the event is about: the
+	// message key, and the unit of order.
+	AggregateID int64
+	// OccurredAt is when the change happened, from the producer's clock.
+	// It is the row's created time; it orders nothing (the row id does).
 	OccurredAt time.Time
-	// Fields are the type's own fields; they must marshal to a JSON object
-	// and must not repeat the envelope's keys.
-	Fields any
+	// Payload is the message value, a JSON object, sent as it is.
+	Payload json.RawMessage
 	// DedupKey, if set, makes a second Append of the same key fail with
 	// ErrDuplicate (the database's unique index decides, across instances).
 	DedupKey string
@@ -118,32 +118,32 @@ func Append(tx *gorm.DB, ev Event) (*Message, error) {
 	return msg, nil
 }
 
-// NewMessage builds the PENDING row for ev with a new UUIDv7 event id, without
-// writing it.
+// NewMessage builds the PENDING row for ev without writing it, after
+// checking its shape: a canonical UUID id, a type of 1..MaxTypeLength bytes,
+// a positive aggregate id, an occurrence time and a JSON object payload.
+// What the payload says is the producer's business.
 func NewMessage(ev Event) (*Message, error) {
-	if ev.Type != PostingEvent && ev.Type != ReservationEvent {
-		return nil, fmt.Errorf("%w: type %q", ErrInvalidEvent, ev.Type)
+	if u, err := uuid.Parse(ev.ID); err != nil || u.String() != ev.ID || len(ev.ID) != maxEventIDLength {
+		return nil, fmt.Errorf("%w: id %q is not a UUID in its canonical form", ErrInvalidEvent, ev.ID)
 	}
-	if ev.PostID <= 0 {
-		return nil, fmt.Errorf("%w: post id %d", ErrInvalidEvent, ev.PostID)
+	if ev.Type == "" || len(ev.Type) > MaxTypeLength {
+		return nil, fmt.Errorf("%w: type %q is not 1..%d bytes", ErrInvalidEvent, ev.Type, MaxTypeLength)
+	}
+	if ev.AggregateID <= 0 {
+		return nil, fmt.Errorf("%w: aggregate id %d", ErrInvalidEvent, ev.AggregateID)
 	}
 	if ev.OccurredAt.IsZero() {
 		return nil, fmt.Errorf("%w: no occurrence time", ErrInvalidEvent)
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("new event id: %w", err)
+	if !jsonObject(ev.Payload) {
+		return nil, fmt.Errorf("%w: event %s: payload is not a JSON object", ErrInvalidEvent, ev.ID)
 	}
 	at := database.Normalize(ev.OccurredAt)
-	payload, err := payloadJSON(Envelope{EventID: id.String(), EventType: ev.Type, PostID: ev.PostID, OccurredAt: at}, ev.Fields)
-	if err != nil {
-		return nil, err
-	}
 	msg := &Message{
-		EventID:       id.String(),
+		EventID:       ev.ID,
 		EventType:     ev.Type,
-		AggregateID:   ev.PostID,
-		Payload:       payload,
+		AggregateID:   ev.AggregateID,
+		Payload:       string(ev.Payload),
 		Created:       at,
 		Status:        StatusPending,
 		Version:       1,
@@ -156,34 +156,7 @@ func NewMessage(ev Event) (*Message, error) {
 	return msg, nil
 }
 
-func payloadJSON(env Envelope, fields any) (string, error) {
-	obj := map[string]json.RawMessage{}
-	if fields != nil {
-		raw, err := json.Marshal(fields)
-		if err != nil {
-			return "", fmt.Errorf("%w: fields: %v", ErrInvalidEvent, err)
-		}
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			return "", fmt.Errorf("%w: fields are not a JSON object: %v", ErrInvalidEvent, err)
-		}
-	}
-	envRaw, err := json.Marshal(env)
-	if err != nil {
-		return "", err
-	}
-	var envObj map[string]json.RawMessage
-	if err := json.Unmarshal(envRaw, &envObj); err != nil {
-		return "", err
-	}
-	for k, v := range envObj {
-		if _, dup := obj[k]; dup {
-			return "", fmt.Errorf("%w: fields repeat the envelope key %q", ErrInvalidEvent, k)
-		}
-		obj[k] = v
-	}
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return "", err
-	}
-	return string(out), nil
+// jsonObject reports whether b is one valid JSON object.
+func jsonObject(b []byte) bool {
+	return json.Valid(b) && bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{"))
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -22,10 +24,7 @@ func appendEvents(t *testing.T, db *gorm.DB, at time.Time, postIDs ...int64) []o
 	t.Helper()
 	var out []outbox.Message
 	for i, id := range postIDs {
-		m, err := outbox.Append(db, outbox.Event{
-			Type: outbox.PostingEvent, PostID: id, OccurredAt: at.Add(time.Duration(i) * time.Millisecond),
-			Fields: map[string]any{"action": "CREATED"},
-		})
+		m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, id, at.Add(time.Duration(i)*time.Millisecond), map[string]any{"action": "CREATED"}))
 		require.NoError(t, err)
 		out = append(out, *m)
 	}
@@ -65,10 +64,13 @@ func TestAppendWritesEnvelope(t *testing.T) {
 		require.Equal(t, "CREATED", payload["action"])
 
 		// A dedup key admits one row only.
-		ev := outbox.Event{Type: outbox.ReservationEvent, PostID: 42, OccurredAt: t0, DedupKey: "reservation:42"}
-		_, err := outbox.Append(db.DB, ev)
+		first := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
+		first.DedupKey = "reservation:42"
+		_, err := outbox.Append(db.DB, first)
 		require.NoError(t, err)
-		_, err = outbox.Append(db.DB, ev)
+		second := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
+		second.DedupKey = first.DedupKey
+		_, err = outbox.Append(db.DB, second)
 		require.ErrorIs(t, err, outbox.ErrDuplicate)
 	})
 }

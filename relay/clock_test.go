@@ -14,6 +14,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -52,7 +54,7 @@ func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 		var ids []int64
 		for range perPost {
 			for p := int64(1); p <= posts; p++ {
-				m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: p, OccurredAt: time.Now()})
+				m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, p, time.Now(), nil))
 				require.NoError(t, err)
 				ids = append(ids, m.ID)
 			}
@@ -97,9 +99,9 @@ func TestEventFromAnInstanceAheadIsDueAtOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		first, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 7, OccurredAt: time.Now().Add(10 * time.Minute)})
+		first, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now().Add(10*time.Minute), nil))
 		require.NoError(t, err)
-		second, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 7, OccurredAt: time.Now()})
+		second, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now(), nil))
 		require.NoError(t, err)
 		pub := &fakePublisher{answers: map[string][]error{}}
 		r, err := New(outbox.NewStore(db), pub, Config{InstanceID: "r", Interval: 10 * time.Millisecond})

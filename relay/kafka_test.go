@@ -17,6 +17,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/migrations"
@@ -66,8 +68,7 @@ func seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.
 	var rows []*outbox.Message
 	for round := range perPost {
 		for p := 1; p <= posts; p++ {
-			m, err := outbox.NewMessage(outbox.Event{Type: outbox.PostingEvent, PostID: int64(p), OccurredAt: at,
-				Fields: map[string]any{"action": "UPDATED", "round": round}})
+			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
 			require.NoError(t, err)
 			rows = append(rows, m)
 		}
@@ -232,8 +233,7 @@ func (c *manualClock) Add(d time.Duration) {
 
 func appendEvent(t *testing.T, db *gorm.DB, post int64, at time.Time) outbox.Message {
 	t.Helper()
-	m, err := outbox.Append(db, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: at,
-		Fields: map[string]any{"action": "CREATED"}})
+	m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
 	require.NoError(t, err)
 	return *m
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -107,7 +109,7 @@ func (b *bundle) append(t *testing.T, postIDs ...int64) []outbox.Message {
 	t.Helper()
 	var out []outbox.Message
 	for _, id := range postIDs {
-		m, err := outbox.Append(b.db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: id, OccurredAt: b.clock.Now()})
+		m, err := outbox.Append(b.db.DB, eventtest.Outbox(t, event.PostingEvent, id, b.clock.Now(), nil))
 		require.NoError(t, err)
 		out = append(out, *m)
 		b.clock.Add(time.Millisecond)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -53,7 +55,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
 		store := outbox.NewStore(db).WithClock(clock)
-		row, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 1, OccurredAt: clock()})
+		row, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 1, clock(), nil))
 		require.NoError(t, err)
 
 		broker := &reviewBroker{sends: map[string]int{}}

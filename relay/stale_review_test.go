@@ -11,6 +11,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -79,12 +81,12 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 		ctx := context.Background()
 		var ids []int64
 		for p := int64(1); p <= 3; p++ {
-			m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: p, OccurredAt: time.Now()})
+			m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, p, time.Now(), nil))
 			require.NoError(t, err)
 			ids = append(ids, m.ID)
 		}
 		// A claim left by a dead instance, out of retries: recovery makes it FAIL.
-		dead, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: 99, OccurredAt: time.Now()})
+		dead, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 99, time.Now(), nil))
 		require.NoError(t, err)
 		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", dead.ID).Updates(map[string]any{
 			"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": time.Now().Add(-time.Hour),

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -247,13 +248,9 @@ func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
 	if res.RowsAffected == 0 {
 		return false, nil
 	}
-	if _, err := outbox.Append(tx, outbox.Event{
-		Type:       outbox.ReservationEvent,
-		PostID:     p.ID,
-		OccurredAt: now,
-		Fields:     ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt)},
-		DedupKey:   ReservationDedupKey(p.ID),
-	}); err != nil {
+	if err := appendEvent(tx, event.ReservationEvent, p.ID, now,
+		event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt)},
+		event.ReservationDedupKey(p.ID)); err != nil {
 		return false, fmt.Errorf("post %d: %w", p.ID, err)
 	}
 	return true, nil

@@ -17,6 +17,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -62,7 +64,7 @@ func schedInsert(t *testing.T, db *gorm.DB, offsets ...time.Duration) []reservat
 func schedEvents(t *testing.T, db *gorm.DB) map[int64][]outbox.Message {
 	t.Helper()
 	var rows []outbox.Message
-	require.NoError(t, db.Where("event_type = ?", outbox.ReservationEvent).Order("id").Find(&rows).Error)
+	require.NoError(t, db.Where("event_type = ?", event.ReservationEvent).Order("id").Find(&rows).Error)
 	out := map[int64][]outbox.Message{}
 	for _, r := range rows {
 		out[r.AggregateID] = append(out[r.AggregateID], r)
@@ -138,7 +140,7 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 			ev := events[p.ID][0]
 			require.Equal(t, outbox.StatusPending, ev.Status)
 			require.NotNil(t, ev.DedupKey)
-			require.Equal(t, reservation.ReservationDedupKey(p.ID), *ev.DedupKey)
+			require.Equal(t, event.ReservationDedupKey(p.ID), *ev.DedupKey)
 			var payload map[string]any
 			require.NoError(t, json.Unmarshal([]byte(ev.Payload), &payload))
 			require.Len(t, payload, 5)
@@ -227,8 +229,9 @@ func TestSchedulerDuplicateGuardSkipsOnlyThatPost(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute, 3*time.Minute)
-		_, err := outbox.Append(db.DB, outbox.Event{Type: outbox.ReservationEvent, PostID: posts[1].ID, OccurredAt: schedT0,
-			Fields: reservation.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt}, DedupKey: reservation.ReservationDedupKey(posts[1].ID)})
+		ev := eventtest.Outbox(t, event.ReservationEvent, posts[1].ID, schedT0, event.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt})
+		ev.DedupKey = event.ReservationDedupKey(posts[1].ID)
+		_, err := outbox.Append(db.DB, ev)
 		require.NoError(t, err)
 
 		res, err := schedNew(t, db.DB, &schedClock{now: schedT0}).RunOnce(context.Background())
@@ -297,7 +300,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 	require.Zero(t, total.Failed)
 
 	var events, working int64
-	require.NoError(t, pools[0].DB.Model(&outbox.Message{}).Where("event_type = ?", outbox.ReservationEvent).Count(&events).Error)
+	require.NoError(t, pools[0].DB.Model(&outbox.Message{}).Where("event_type = ?", event.ReservationEvent).Count(&events).Error)
 	require.NoError(t, pools[0].DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusWorking).Count(&working).Error)
 	require.EqualValues(t, 1000, events)
 	require.EqualValues(t, 1000, working)

@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -179,7 +180,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 		if err := tx.Create(&created).Error; err != nil {
 			return fmt.Errorf("insert post: %w", err)
 		}
-		return appendChangeEvent(tx, &created, ActionCreated, now)
+		return appendChangeEvent(tx, &created, event.ActionCreated, now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create post: %w", err)
@@ -328,7 +329,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		changes["scheduled_at"] = at
 	}
 	next.UpdatedAt = now
-	if err := s.write(ctx, current, &next, changes, ActionUpdated, now); err != nil {
+	if err := s.write(ctx, current, &next, changes, event.ActionUpdated, now); err != nil {
 		return nil, fmt.Errorf("update post %d: %w", id, err)
 	}
 	return &next, nil
@@ -350,7 +351,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 	next.Status = StatusCancelled
 	next.UpdatedAt = now
 	changes := map[string]any{"status": StatusCancelled, "updated_at": now}
-	if err := s.write(ctx, current, &next, changes, ActionCancelled, now); err != nil {
+	if err := s.write(ctx, current, &next, changes, event.ActionCancelled, now); err != nil {
 		return nil, fmt.Errorf("cancel post %d: %w", id, err)
 	}
 	return &next, nil
@@ -365,7 +366,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 // status condition also guards against a writer that changed the status
 // without bumping the version. Keeping the read out of the transaction keeps
 // SQLite's single write lock short.
-func (s *Service) write(ctx context.Context, current, next *Post, changes map[string]any, action Action, now time.Time) error {
+func (s *Service) write(ctx context.Context, current, next *Post, changes map[string]any, action event.Action, now time.Time) error {
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		// A copy as the model: GORM writes the map's values back into it,
 		// and the version becomes an SQL expression there.
@@ -388,13 +389,21 @@ func (s *Service) write(ctx context.Context, current, next *Post, changes map[st
 }
 
 // appendChangeEvent writes p's POSTING_EVENT row in tx.
-func appendChangeEvent(tx *gorm.DB, p *Post, action Action, now time.Time) error {
-	_, err := outbox.Append(tx, outbox.Event{
-		Type:       outbox.PostingEvent,
-		PostID:     p.ID,
-		OccurredAt: now,
-		Fields:     PostingEventFields{Action: action, Status: p.Status, ScheduledAt: p.ScheduledAt},
-	})
+func appendChangeEvent(tx *gorm.DB, p *Post, action event.Action, now time.Time) error {
+	return appendEvent(tx, event.PostingEvent, p.ID, now,
+		event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt}, "")
+}
+
+// appendEvent builds the event of type typ about post postID with its
+// fields and writes it to the outbox through tx: the post is the event's
+// aggregate, so its events reach the topic in the order they were written.
+func appendEvent(tx *gorm.DB, typ event.Type, postID int64, at time.Time, fields any, dedupKey string) error {
+	e, err := event.New(typ, postID, at, fields)
+	if err != nil {
+		return err
+	}
+	_, err = outbox.Append(tx, outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
+		OccurredAt: e.OccurredAt, Payload: e.Value, DedupKey: dedupKey})
 	return err
 }
 

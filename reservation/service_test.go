@@ -17,6 +17,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -98,9 +99,9 @@ func svcEvents(t *testing.T, db *gorm.DB, postID int64) []outbox.Message {
 }
 
 // svcRequireEvent checks one POSTING_EVENT row against the post it announces.
-func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, action reservation.Action, at time.Time) {
+func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, action event.Action, at time.Time) {
 	t.Helper()
-	require.Equal(t, outbox.PostingEvent, msg.EventType)
+	require.Equal(t, string(event.PostingEvent), msg.EventType)
 	require.Equal(t, p.ID, msg.AggregateID)
 	require.Equal(t, outbox.StatusPending, msg.Status)
 	var payload map[string]any
@@ -108,7 +109,7 @@ func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, acti
 	require.Equal(t, string(action), payload["action"])
 	require.Equal(t, string(p.Status), payload["status"])
 	require.Equal(t, msg.EventID, payload["eventId"])
-	require.Equal(t, string(outbox.PostingEvent), payload["eventType"])
+	require.Equal(t, string(event.PostingEvent), payload["eventType"])
 	require.EqualValues(t, p.ID, payload["postId"])
 	scheduled, err := time.Parse(time.RFC3339Nano, payload["scheduledAt"].(string))
 	require.NoError(t, err)
@@ -192,7 +193,7 @@ func TestServiceCreateWritesPostAndEvent(t *testing.T) {
 
 		events := svcEvents(t, db.DB, p.ID)
 		require.Len(t, events, 1)
-		svcRequireEvent(t, events[0], p, reservation.ActionCreated, svcStart)
+		svcRequireEvent(t, events[0], p, event.ActionCreated, svcStart)
 	})
 }
 
@@ -333,7 +334,7 @@ func TestServiceUpdate(t *testing.T) {
 
 		events := svcEvents(t, db.DB, p.ID)
 		require.Len(t, events, 2)
-		svcRequireEvent(t, events[1], got, reservation.ActionUpdated, svcStart.Add(time.Minute))
+		svcRequireEvent(t, events[1], got, event.ActionUpdated, svcStart.Add(time.Minute))
 
 		// Once the stored time has passed, it may still be sent back
 		// unchanged with another change, but not moved into the past.
@@ -397,7 +398,7 @@ func TestServiceCancel(t *testing.T) {
 			require.True(t, stored.UpdatedAt.Equal(database.Normalize(svcStart.Add(time.Hour))))
 			events := svcEvents(t, db.DB, p.ID)
 			require.Len(t, events, 2)
-			svcRequireEvent(t, events[1], got, reservation.ActionCancelled, svcStart.Add(time.Hour))
+			svcRequireEvent(t, events[1], got, event.ActionCancelled, svcStart.Add(time.Hour))
 		}
 
 		_, err := e.svc.Cancel(ctx, reserved.ID)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -143,7 +144,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 
 // Publish POSTs p once, bounded by Timeout.
 func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
-	body, err := json.Marshal(p.Post.JSON())
+	body, err := json.Marshal(api.NewPostJSON(&p.Post))
 	if err != nil {
 		return fmt.Errorf("%w: encode post %d: %v", ErrRefused, p.Post.ID, err)
 	}

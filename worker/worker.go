@@ -41,8 +41,8 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -221,8 +221,8 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 		cancelled bool // the effect settled a pending publication CANCELLED
 	)
 	switch ev.Type {
-	case outbox.ReservationEvent:
-		var f reservation.ReservationEventFields
+	case event.ReservationEvent:
+		var f event.ReservationEventFields
 		if err := ev.Fields(&f); err != nil {
 			return err
 		}
@@ -237,12 +237,12 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&pub).Error
 		}
 		after = func() { w.arm(pub, false) }
-	case outbox.PostingEvent:
-		var f reservation.PostingEventFields
+	case event.PostingEvent:
+		var f event.PostingEventFields
 		if err := ev.Fields(&f); err != nil {
 			return err
 		}
-		if f.Action != reservation.ActionCancelled {
+		if f.Action != event.ActionCancelled {
 			break
 		}
 		effect = func(tx *gorm.DB) error {

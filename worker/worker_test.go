@@ -17,8 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -82,21 +85,21 @@ func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
 }
 
 // message builds the Kafka record of an event about post, as the relay sends it.
-func message(t *testing.T, typ outbox.EventType, post *reservation.Post, fields any) kafkatest.Record {
+func message(t *testing.T, typ event.Type, post *reservation.Post, fields any) kafkatest.Record {
 	t.Helper()
-	m, err := outbox.NewMessage(outbox.Event{Type: typ, PostID: post.ID, OccurredAt: time.Now(), Fields: fields})
+	m, err := outbox.NewMessage(eventtest.Outbox(t, typ, post.ID, time.Now(), fields))
 	require.NoError(t, err)
 	return kafkatest.Record{Key: m.Key(), Value: []byte(m.Payload),
-		Headers: map[string]string{inbox.HeaderEventID: m.EventID, inbox.HeaderEventType: string(m.EventType)}}
+		Headers: map[string]string{event.HeaderEventID: m.EventID, event.HeaderEventType: string(m.EventType)}}
 }
 
 func reservationRecord(t *testing.T, post *reservation.Post) kafkatest.Record {
-	return message(t, outbox.ReservationEvent, post, reservation.ReservationEventFields{ScheduledAt: post.ScheduledAt})
+	return message(t, event.ReservationEvent, post, event.ReservationEventFields{ScheduledAt: post.ScheduledAt})
 }
 
 func cancelRecord(t *testing.T, post *reservation.Post) kafkatest.Record {
-	return message(t, outbox.PostingEvent, post, reservation.PostingEventFields{
-		Action: reservation.ActionCancelled, Status: reservation.StatusCancelled, ScheduledAt: post.ScheduledAt})
+	return message(t, event.PostingEvent, post, event.PostingEventFields{
+		Action: event.ActionCancelled, Status: string(reservation.StatusCancelled), ScheduledAt: post.ScheduledAt})
 }
 
 // decode turns a record into the event the consumer would hand over.
@@ -158,7 +161,7 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 		require.Equal(t, worker.PublicationPublished, p.Status)
 		require.True(t, p.PublishedAt.Equal(*got.PublishedAt))
 		require.Equal(t, 1, pub.count(post.ID))
-		require.Equal(t, rec.Headers[inbox.HeaderEventID], pub.keys[post.ID])
+		require.Equal(t, rec.Headers[event.HeaderEventID], pub.keys[post.ID])
 		require.Eventually(t, func() bool { return w.Pending() == 0 }, 5*time.Second, 10*time.Millisecond)
 
 		// A redelivery after the publication, and a stray timer, change nothing.
@@ -285,11 +288,11 @@ func TestWorkerWebhook(t *testing.T) {
 			10*time.Second, 20*time.Millisecond)
 		mu.Lock()
 		require.Len(t, requests, 2, "a 503, then a 200")
-		require.Equal(t, rec.Headers[inbox.HeaderEventID], requests[1].Header.Get("Idempotency-Key"))
+		require.Equal(t, rec.Headers[event.HeaderEventID], requests[1].Header.Get("Idempotency-Key"))
 		require.Equal(t, "application/json", requests[1].Header.Get("Content-Type"))
 		require.Equal(t, float64(post.ID), bodies[1]["id"])
 		require.Equal(t, "PUBLISHED", bodies[1]["status"])
-		require.Equal(t, *loadPost(t, db.DB, post.ID).JSON().PublishedAt, bodies[1]["publishedAt"])
+		require.Equal(t, *api.NewPostJSON(loadPost(t, db.DB, post.ID)).PublishedAt, bodies[1]["publishedAt"])
 		mu.Unlock()
 
 		refuse.Store(true)
@@ -432,7 +435,7 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 		// never marked.
 		w1.Stop()
 		c1.Stop()
-		seen, err := inbox.Processed(context.Background(), db.DB, worker.DefaultConsumer, rec.Headers[inbox.HeaderEventID])
+		seen, err := inbox.Processed(context.Background(), db.DB, worker.DefaultConsumer, rec.Headers[event.HeaderEventID])
 		require.NoError(t, err)
 		require.True(t, seen, "the database work committed before the kill")
 		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, first.ID).Status,

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -78,7 +79,7 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.HTTPAddr, "http-addr", "127.0.0.1:8080", "API listen address")
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: embedded broker on the embedded Kafka address")
-	fs.StringVar(&s.KafkaTopic, "kafka-topic", "posting-events", "topic for both event types")
+	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", "127.0.0.1:9092", "listen address of the embedded broker")
 	fs.StringVar(&s.SchedulerSpec, "scheduler-spec", "@every 1m", "robfig/cron spec of the reservation job")
 	fs.DurationVar(&s.ReservationLead, "reservation-lead", 5*time.Minute, "how far ahead of scheduledAt a post becomes WORKING")

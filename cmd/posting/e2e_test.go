@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -63,7 +64,7 @@ func TestEndToEndPublishesEveryPostOnceThroughABrokerPause(t *testing.T) {
 		hook = map[int64]int{} // webhook calls per post
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p reservation.PostJSON
+		var p api.PostJSON
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil || r.Header.Get("Idempotency-Key") == "" {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return

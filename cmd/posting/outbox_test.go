@@ -15,6 +15,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 )
@@ -63,8 +65,7 @@ func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 	db, url := outboxTestDB(t, dialect)
 	base := time.Now().Add(-30 * 24 * time.Hour)
 	write := func(post int64, at time.Time) outbox.Message {
-		m, err := outbox.Append(db.DB, outbox.Event{Type: outbox.PostingEvent, PostID: post, OccurredAt: at,
-			Fields: map[string]any{"action": "CREATED"}})
+		m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
 		require.NoError(t, err)
 		return *m
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
@@ -55,7 +56,7 @@ func newWorkerCommand() *cobra.Command {
 	addCommonFlags(fs, &s)
 	addWorkerFlags(fs, &s)
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: the embedded broker of a running serve")
-	fs.StringVar(&s.KafkaTopic, "kafka-topic", "posting-events", "topic for both event types")
+	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", kafka.DefaultEmbeddedAddr, "address of the embedded broker of a running serve")
 	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")

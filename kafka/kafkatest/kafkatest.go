@@ -25,12 +25,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/postingsvc/posting/event"
 )
 
 // DefaultTopic and DefaultPartitions are what Start creates without WithTopic:
 // the contract's topic, and enough partitions that keys spread out.
 const (
-	DefaultTopic      = "posting-events"
+	DefaultTopic      = event.DefaultTopic
 	DefaultPartitions = 8
 )
 

@@ -1,0 +1,177 @@
+// Package event is the contract of the messages the service sends about
+// posts (CONTRACT.md, "Kafka messages"): the two event types, the envelope
+// every value carries, the fields each type adds, the message headers, the
+// key and the default topic. The service and the scheduler build events with
+// New; the relay's senders set the headers from the outbox row; the consumer
+// side (inbox.Decode, the worker) reads them with the same names.
+//
+// A message of the topic has
+//   - key: the postId in decimal (Key);
+//   - headers: HeaderEventID (the event's UUID, the same on every
+//     redelivery) and HeaderEventType;
+//   - value: one JSON object, the Envelope's eventId, eventType, postId and
+//     occurredAt plus the fields of its type: PostingEventFields (action,
+//     status, scheduledAt) or ReservationEventFields (scheduledAt).
+//
+// The package knows no transport and no storage: the outbox carries an event
+// as an opaque payload, Kafka (or any other broker) as a value with headers.
+package event
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DefaultTopic is the contract's topic for both event types.
+const DefaultTopic = "posting-events"
+
+// The headers every message carries, so a consumer can drop a redelivery and
+// route by type without parsing the value.
+const (
+	// HeaderEventID holds the event's id, a UUID in its canonical form.
+	HeaderEventID = "event-id"
+	// HeaderEventType holds the event's Type.
+	HeaderEventType = "event-type"
+)
+
+// Type is the kind of an event: the value's eventType and the header
+// event-type.
+type Type string
+
+// The event types of the contract.
+const (
+	// PostingEvent announces a change of a post (action CREATED, UPDATED,
+	// CANCELLED); its value adds PostingEventFields.
+	PostingEvent Type = "POSTING_EVENT"
+	// ReservationEvent announces that a post is due and now WORKING; its
+	// value adds ReservationEventFields. A post has at most one
+	// (ReservationDedupKey).
+	ReservationEvent Type = "POSTING_RESERVATION_EVENT"
+)
+
+// Types lists the event types of the contract.
+var Types = []Type{PostingEvent, ReservationEvent}
+
+// Valid reports whether t is one of the contract's types.
+func (t Type) Valid() bool { return t == PostingEvent || t == ReservationEvent }
+
+// Action is what a POSTING_EVENT says happened to a post.
+type Action string
+
+// The actions of POSTING_EVENT. Publishing a post emits no event.
+const (
+	ActionCreated   Action = "CREATED"
+	ActionUpdated   Action = "UPDATED"
+	ActionCancelled Action = "CANCELLED"
+)
+
+// Envelope is the part of every event value that the contract fixes; the
+// value is this object plus the fields of its type.
+type Envelope struct {
+	EventID    string    `json:"eventId"`
+	EventType  Type      `json:"eventType"`
+	PostID     int64     `json:"postId"`
+	OccurredAt time.Time `json:"occurredAt"`
+}
+
+// PostingEventFields are the fields a POSTING_EVENT adds to the envelope.
+type PostingEventFields struct {
+	// Action is what happened to the post.
+	Action Action `json:"action"`
+	// Status is the post's status after the change (RESERVED, WORKING,
+	// PUBLISHED or CANCELLED, as reservation.Status names them).
+	Status string `json:"status"`
+	// ScheduledAt is the post's time after the change.
+	ScheduledAt time.Time `json:"scheduledAt"`
+}
+
+// ReservationEventFields are the fields a POSTING_RESERVATION_EVENT adds to
+// the envelope.
+type ReservationEventFields struct {
+	// ScheduledAt is when the post is to be published.
+	ScheduledAt time.Time `json:"scheduledAt"`
+}
+
+// ReservationDedupKey is the outbox dedup key of a post's reservation event:
+// the unique index on it makes a second reservation event of the post
+// impossible, however many schedulers run.
+func ReservationDedupKey(postID int64) string { return fmt.Sprintf("reservation:%d", postID) }
+
+// Key is the message key of an event about postID: the postId in decimal,
+// so that every event of a post goes to one partition, in order.
+func Key(postID int64) string { return strconv.FormatInt(postID, 10) }
+
+// ErrInvalid is returned by New for an event the contract does not allow.
+var ErrInvalid = errors.New("invalid event")
+
+// Event is one event, encoded: its envelope and the whole JSON value.
+type Event struct {
+	Envelope
+	// Value is the message value: the envelope's keys and the type's
+	// fields in one JSON object.
+	Value json.RawMessage
+}
+
+// New builds the event of type typ about post postID, which happened at at,
+// with a new UUIDv7 event id. fields are the type's own fields (such as
+// PostingEventFields); they must marshal to a JSON object that does not
+// repeat the envelope's keys. occurredAt is at in UTC to the microsecond,
+// the precision the outbox keeps, so the value and its row agree.
+func New(typ Type, postID int64, at time.Time, fields any) (Event, error) {
+	if !typ.Valid() {
+		return Event{}, fmt.Errorf("%w: type %q", ErrInvalid, typ)
+	}
+	if postID <= 0 {
+		return Event{}, fmt.Errorf("%w: post id %d", ErrInvalid, postID)
+	}
+	if at.IsZero() {
+		return Event{}, fmt.Errorf("%w: no occurrence time", ErrInvalid)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Event{}, fmt.Errorf("new event id: %w", err)
+	}
+	env := Envelope{EventID: id.String(), EventType: typ, PostID: postID, OccurredAt: at.UTC().Truncate(time.Microsecond)}
+	value, err := valueJSON(env, fields)
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{Envelope: env, Value: value}, nil
+}
+
+// valueJSON merges the envelope and fields into one JSON object.
+func valueJSON(env Envelope, fields any) (json.RawMessage, error) {
+	obj := map[string]json.RawMessage{}
+	if fields != nil {
+		raw, err := json.Marshal(fields)
+		if err != nil {
+			return nil, fmt.Errorf("%w: fields: %v", ErrInvalid, err)
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, fmt.Errorf("%w: fields are not a JSON object: %v", ErrInvalid, err)
+		}
+		if obj == nil { // fields marshalled to null
+			obj = map[string]json.RawMessage{}
+		}
+	}
+	envRaw, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	var envObj map[string]json.RawMessage
+	if err := json.Unmarshal(envRaw, &envObj); err != nil {
+		return nil, err
+	}
+	for k, v := range envObj {
+		if _, dup := obj[k]; dup {
+			return nil, fmt.Errorf("%w: fields repeat the envelope key %q", ErrInvalid, k)
+		}
+		obj[k] = v
+	}
+	return json.Marshal(obj)
+}

@@ -1,0 +1,23 @@
+// Package eventtest builds events of the contract for tests, in the form
+// outbox.Append and outbox.NewMessage take, as the service writes them.
+package eventtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// Outbox returns a new event of type typ about postID that happened at at,
+// with the type's fields, as an outbox event; it fails t if the contract
+// refuses it.
+func Outbox(t testing.TB, typ event.Type, postID int64, at time.Time, fields any) outbox.Event {
+	t.Helper()
+	e, err := event.New(typ, postID, at, fields)
+	require.NoError(t, err)
+	return outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID, OccurredAt: e.OccurredAt, Payload: e.Value}
+}
