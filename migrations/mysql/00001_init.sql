@@ -1,7 +1,10 @@
 -- +goose Up
+-- MySQL commits each DDL statement on its own: a process killed inside this
+-- migration leaves some tables created and the migration unrecorded. IF NOT
+-- EXISTS lets the next start finish it instead of failing on "already exists".
 -- posts holds the reservations. version is the optimistic lock that makes a
 -- lost update impossible: every change is "UPDATE ... WHERE version = ?".
-CREATE TABLE posts (
+CREATE TABLE IF NOT EXISTS posts (
     id           BIGINT       NOT NULL AUTO_INCREMENT,
     title        VARCHAR(200) NOT NULL,
     content      MEDIUMTEXT   NOT NULL,
@@ -20,7 +23,7 @@ CREATE TABLE posts (
 
 -- outbox is the transactional outbox: a row is written in the same
 -- transaction as the post change it announces, and the relay moves it to Kafka.
-CREATE TABLE outbox (
+CREATE TABLE IF NOT EXISTS outbox (
     id              BIGINT      NOT NULL AUTO_INCREMENT,
     event_id        CHAR(36)    NOT NULL,
     event_type      ENUM('POSTING_EVENT','POSTING_RESERVATION_EVENT') NOT NULL,
@@ -49,7 +52,7 @@ CREATE TABLE outbox (
 
 -- inbox records the events a consumer has processed, written in the same
 -- transaction as the consumer's own work, so a redelivery is recognised.
-CREATE TABLE inbox (
+CREATE TABLE IF NOT EXISTS inbox (
     consumer     VARCHAR(100) NOT NULL,
     event_id     CHAR(36)     NOT NULL,
     event_type   VARCHAR(64)  NOT NULL,

@@ -5,7 +5,7 @@
 -- scheduled_at; a worker that is assigned the row's partition (after a
 -- restart or a rebalance) arms a timer for it, so no pending publication is
 -- lost with a process. partition_id is the Kafka partition of the event.
-CREATE TABLE publications (
+CREATE TABLE IF NOT EXISTS publications (
     post_id      BIGINT       NOT NULL,
     event_id     CHAR(36)     NOT NULL,
     partition_id INT          NOT NULL,
