@@ -169,6 +169,9 @@ type Relay struct {
 	unreleased []outbox.Message
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
+	// troubleUntil holds stale recovery back after a failed poll (by the
+	// relay's own clock): until a stale limit after the last failure.
+	troubleUntil time.Time
 
 	mu      sync.Mutex
 	stop    chan struct{}
@@ -231,14 +234,18 @@ func (r *Relay) Config() Config { return r.cfg }
 // loop polls again at once after a full batch, and writes what is left when
 // it pauses or stops. A caller that drives RunOnce itself must call Flush
 // when it is done.
-func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
+func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	var res Result
 	// Two clocks: the app's decides when this relay looks again; the
 	// database's (shared by every instance) is what claims, retries and
 	// stale recovery are written and compared in.
 	appNow := r.cfg.Now()
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			r.troubleUntil = appNow.Add(r.cfg.StaleAfter)
+		}
+	}()
 	now, err := r.store.Now(ctx)
 	if err != nil {
 		return res, err
@@ -264,12 +271,18 @@ func (r *Relay) RunOnce(ctx context.Context) (Result, error) {
 			res.Sent, res.Fenced = len(r.acked)-fenced, fenced
 			r.acked, r.ackedAt = nil, time.Time{}
 		}
-		rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
-		if err != nil {
-			return res, fmt.Errorf("recover stale claims: %w", err)
+		// After a failed poll (the database down, most likely) claims are
+		// not judged until the database has answered for a stale limit: an
+		// outage counts toward every claim's age, and the instance holding
+		// one may be waiting to write its kept results, not dead.
+		if !appNow.Before(r.troubleUntil) {
+			rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
+			if err != nil {
+				return res, fmt.Errorf("recover stale claims: %w", err)
+			}
+			res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 		}
 		r.recoveredAt = appNow
-		res.Recovered, res.RecoveredFailed = rec.Retried, rec.Failed
 	}
 
 	// A zero time: the claim is stamped by the database's clock inside its
