@@ -30,6 +30,8 @@ type Store struct {
 	// clock is the time every instance compares against: the database's,
 	// read through db (the pool, or a transaction of it).
 	clock func(ctx context.Context, db *gorm.DB) (time.Time, error)
+	// deferAcks makes DefersAcksToNextClaim true on every dialect (tests).
+	deferAcks bool
 }
 
 // NewStore returns a Store on db. It panics on a dialect the outbox has no
@@ -81,7 +83,16 @@ func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Tim
 // commit and two round trips per batch; false on SQLite, where back-to-back
 // write transactions of one relay would starve the others on the file (see
 // each dialect's defersAcksToNextClaim).
-func (s *Store) DefersAcksToNextClaim() bool { return s.dialect.defersAcksToNextClaim() }
+func (s *Store) DefersAcksToNextClaim() bool { return s.deferAcks || s.dialect.defersAcksToNextClaim() }
+
+// WithDeferredAcks returns a copy of the store whose DefersAcksToNextClaim
+// is true whatever the dialect, so that tests on SQLite exercise the
+// deferred path too (MarkSentAndClaim works on every dialect).
+func (s *Store) WithDeferredAcks() *Store {
+	c := *s
+	c.deferAcks = true
+	return &c
+}
 
 // MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
 // does, and claims the next batch, as Claim does, in one transaction: a relay
