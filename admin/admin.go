@@ -20,6 +20,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/worker"
@@ -33,7 +34,7 @@ type Config struct {
 	// DB is the database whose outbox and publications the routes operate
 	// on. Required when Token is set.
 	DB *gorm.DB
-	// Token is the bearer token (POSTING_ADMIN_TOKEN). Empty: no routes.
+	// Token is the bearer token. Empty: no routes.
 	Token string
 	// Now, if set, replaces the database's clock (database.Now) for
 	// requeue, discard, purge and the stats' ages; tests set it. The
@@ -66,15 +67,17 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports a missing or out-of-range setting of enabled routes.
+// Validate reports a missing or out-of-range setting of enabled routes, as a
+// *config.Error naming the field.
 func (c Config) Validate() error {
+	const f = "admin.Config."
 	switch {
 	case c.DB == nil:
-		return errors.New("DB must be set")
+		return config.Invalid(f+"DB", nil, "must be set")
 	case c.PurgeBatchSize < 1 || c.PurgeBatchSize > outbox.MaxPurgeBatchSize:
-		return fmt.Errorf("purge batch size %d is outside 1..%d", c.PurgeBatchSize, outbox.MaxPurgeBatchSize)
+		return config.Invalid(f+"PurgeBatchSize", c.PurgeBatchSize, "want 1..%d", outbox.MaxPurgeBatchSize)
 	case c.PurgePause < 0:
-		return fmt.Errorf("purge pause %s is negative", c.PurgePause)
+		return config.Invalid(f+"PurgePause", c.PurgePause, "negative")
 	}
 	return nil
 }

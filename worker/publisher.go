@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -79,8 +80,7 @@ func (r RecordOnly) Publish(_ context.Context, p Publishing) error {
 
 // WebhookConfig configures a Webhook. Zero fields but URL take defaults.
 type WebhookConfig struct {
-	// URL receives a POST per publication (POSTING_PUBLISH_WEBHOOK_URL).
-	// Required; http or https.
+	// URL receives a POST per publication. Required; http or https.
 	URL string
 	// Timeout bounds one request, and so how long a hanging receiver holds
 	// one of the worker's slots. Default 10s; 100ms to 5m.
@@ -100,20 +100,22 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	return c
 }
 
-// Validate reports the first setting out of its limits.
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (c WebhookConfig) Validate() error {
+	const f = "worker.WebhookConfig."
 	u, err := url.Parse(c.URL)
 	switch {
 	case c.URL == "":
-		return errors.New("no URL")
+		return config.Invalid(f+"URL", c.URL, "required")
 	case err != nil:
-		return fmt.Errorf("URL %q: %w", c.URL, err)
+		return config.Invalid(f+"URL", c.URL, "%w", err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("URL %q: want http or https", c.URL)
+		return config.Invalid(f+"URL", c.URL, "want http or https")
 	case u.Host == "":
-		return fmt.Errorf("URL %q: no host", c.URL)
+		return config.Invalid(f+"URL", c.URL, "no host")
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
-		return fmt.Errorf("timeout %s: want 100ms to 5m", c.Timeout)
+		return config.Invalid(f+"Timeout", c.Timeout, "want 100ms to 5m")
 	}
 	return nil
 }
