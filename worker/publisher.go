@@ -90,12 +90,20 @@ type WebhookConfig struct {
 	Client *http.Client
 }
 
+// DefaultWebhookConfig returns a WebhookConfig with every field but URL at
+// its default: the one place the defaults are written. A caller that takes
+// values from elsewhere (a command line) starts from it.
+func DefaultWebhookConfig() WebhookConfig {
+	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{}}
+}
+
 func (c WebhookConfig) withDefaults() WebhookConfig {
+	d := DefaultWebhookConfig()
 	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
+		c.Timeout = d.Timeout
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{}
+		c.Client = d.Client
 	}
 	return c
 }
