@@ -7,7 +7,10 @@
 // second time.
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"reflect"
+)
 
 // Error is a setting out of its limits.
 type Error struct {
@@ -36,4 +39,17 @@ func (e *Error) Unwrap() error { return e.Err }
 // fmt.Errorf does (so it may wrap an error with %w).
 func Invalid(field string, value any, format string, args ...any) *Error {
 	return &Error{Field: field, Value: value, Err: fmt.Errorf(format, args...)}
+}
+
+// FillZero sets every exported field of *cfg that holds its zero value to
+// the field's value in defaults: how a component turns "unset" into its
+// default, with the defaults written once, in its DefaultConfig. A field
+// whose zero is a setting of its own is a pointer (nil: unset).
+func FillZero[T any](cfg *T, defaults T) {
+	v, d := reflect.ValueOf(cfg).Elem(), reflect.ValueOf(defaults)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(d.Field(i))
+		}
+	}
 }

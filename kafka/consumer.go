@@ -90,37 +90,7 @@ func DefaultConsumerConfig() ConsumerConfig {
 }
 
 func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
-	d := DefaultConsumerConfig()
-	if cfg.Topic == "" {
-		cfg.Topic = d.Topic
-	}
-	if cfg.GroupID == "" {
-		cfg.GroupID = d.GroupID
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = d.ClientID
-	}
-	if cfg.KafkaVersion == "" {
-		cfg.KafkaVersion = d.KafkaVersion
-	}
-	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = d.SessionTimeout
-	}
-	if cfg.CommitInterval == 0 {
-		cfg.CommitInterval = d.CommitInterval
-	}
-	if cfg.RetryBase == 0 {
-		cfg.RetryBase = d.RetryBase
-	}
-	if cfg.RetryMax == 0 {
-		cfg.RetryMax = d.RetryMax
-	}
-	if cfg.RejoinBase == 0 {
-		cfg.RejoinBase = d.RejoinBase
-	}
-	if cfg.RejoinMax == 0 {
-		cfg.RejoinMax = d.RejoinMax
-	}
+	config.FillZero(&cfg, DefaultConsumerConfig())
 	return cfg
 }
 

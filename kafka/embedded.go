@@ -94,16 +94,7 @@ func DefaultEmbeddedConfig() EmbeddedConfig {
 }
 
 func (cfg EmbeddedConfig) withDefaults() EmbeddedConfig {
-	d := DefaultEmbeddedConfig()
-	if cfg.Addr == "" {
-		cfg.Addr = d.Addr
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = d.Topic
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = d.Partitions
-	}
+	config.FillZero(&cfg, DefaultEmbeddedConfig())
 	return cfg
 }
 

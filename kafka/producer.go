@@ -118,40 +118,7 @@ func DefaultProducerConfig() ProducerConfig {
 
 // withDefaults returns cfg with every unset field at its default.
 func (cfg ProducerConfig) withDefaults() ProducerConfig {
-	d := DefaultProducerConfig()
-	if cfg.Topic == "" {
-		cfg.Topic = d.Topic
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = d.ClientID
-	}
-	if cfg.SendTimeout == 0 {
-		cfg.SendTimeout = d.SendTimeout
-	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = d.DialTimeout
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = d.RequestTimeout
-	}
-	if cfg.AckTimeout == 0 {
-		cfg.AckTimeout = d.AckTimeout
-	}
-	if cfg.Retries == 0 {
-		cfg.Retries = d.Retries
-	}
-	if cfg.RetryBackoff == 0 {
-		cfg.RetryBackoff = d.RetryBackoff
-	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = d.MaxMessageBytes
-	}
-	if cfg.KafkaVersion == "" {
-		cfg.KafkaVersion = d.KafkaVersion
-	}
-	if cfg.ProbeTimeout == 0 {
-		cfg.ProbeTimeout = d.ProbeTimeout
-	}
+	config.FillZero(&cfg, DefaultProducerConfig())
 	return cfg
 }
 

@@ -68,27 +68,9 @@ func DefaultCleanerConfig() CleanerConfig {
 }
 
 func (c *CleanerConfig) setDefaults() {
-	d := DefaultCleanerConfig()
-	if c.Retention == 0 {
-		c.Retention = d.Retention
-	}
-	if c.Interval == 0 {
-		c.Interval = d.Interval
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = d.BatchSize
-	}
-	switch c.Pause {
-	case 0:
-		c.Pause = d.Pause
-	case -1:
+	config.FillZero(c, DefaultCleanerConfig())
+	if c.Pause == -1 { // no pause: a zero Pause means the default
 		c.Pause = 0
-	}
-	if c.Now == nil {
-		c.Now = d.Now
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
 	}
 }
 

@@ -82,39 +82,7 @@ func DefaultConfig() Config {
 // Retries returns n for Config.MaxRetries.
 func Retries(n int) *int { return &n }
 
-func (c *Config) setDefaults() {
-	d := DefaultConfig()
-	if c.Interval == 0 {
-		c.Interval = d.Interval
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = d.BatchSize
-	}
-	if c.MaxRetries == nil {
-		c.MaxRetries = d.MaxRetries
-	}
-	if c.StaleAfter == 0 {
-		c.StaleAfter = d.StaleAfter
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = d.WriteTimeout
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = d.RetryBase
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = d.RetryMax
-	}
-	if c.OutageBackoffMax == 0 {
-		c.OutageBackoffMax = d.OutageBackoffMax
-	}
-	if c.Now == nil {
-		c.Now = d.Now
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
-}
+func (c *Config) setDefaults() { config.FillZero(c, DefaultConfig()) }
 
 // Validate reports the first setting out of its limits, as a *config.Error
 // naming the field.

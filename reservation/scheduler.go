@@ -56,22 +56,7 @@ func DefaultSchedulerConfig() SchedulerConfig {
 }
 
 func (c SchedulerConfig) withDefaults() SchedulerConfig {
-	d := DefaultSchedulerConfig()
-	if c.Spec == "" {
-		c.Spec = d.Spec
-	}
-	if c.Lead == 0 {
-		c.Lead = d.Lead
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = d.BatchSize
-	}
-	if c.MaxPerRun == 0 {
-		c.MaxPerRun = d.MaxPerRun
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
+	config.FillZero(&c, DefaultSchedulerConfig())
 	return c
 }
 

@@ -98,13 +98,7 @@ func DefaultWebhookConfig() WebhookConfig {
 }
 
 func (c WebhookConfig) withDefaults() WebhookConfig {
-	d := DefaultWebhookConfig()
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
-	if c.Client == nil {
-		c.Client = d.Client
-	}
+	config.FillZero(&c, DefaultWebhookConfig())
 	return c
 }
 

@@ -130,30 +130,9 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) setDefaults() {
-	d := DefaultConfig()
-	if c.Consumer == "" {
-		c.Consumer = d.Consumer
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
+	config.FillZero(c, DefaultConfig())
 	if c.Publisher == nil {
 		c.Publisher = RecordOnly{Logger: c.Logger}
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = d.Concurrency
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = d.RetryBase
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = d.RetryMax
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = d.SweepInterval
-	}
-	if c.Now == nil {
-		c.Now = d.Now
 	}
 }
 
