@@ -176,10 +176,7 @@ func (s *settings) validateCommon() error {
 // component's configuration built from them, so a bad value stops serve
 // before anything is opened.
 func (s *settings) validateServe() error {
-	if err := s.validateCommon(); err != nil {
-		return err
-	}
-	if err := s.validateShutdownTimeout(); err != nil {
+	if err := s.validateLongRunning(); err != nil {
 		return err
 	}
 	brokers := s.brokers()
@@ -192,7 +189,12 @@ func (s *settings) validateServe() error {
 	return validateConfigs(cfgs...)
 }
 
-func (s *settings) validateShutdownTimeout() error {
+// validateLongRunning checks the settings of serve and worker that belong
+// to the command itself, not to a component.
+func (s *settings) validateLongRunning() error {
+	if err := s.validateCommon(); err != nil {
+		return err
+	}
 	if s.ShutdownTimeout <= 0 {
 		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
 	}

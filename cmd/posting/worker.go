@@ -63,10 +63,7 @@ func newWorkerCommand() *cobra.Command {
 // validateWorker checks the settings of the worker command: its own, then
 // the configurations of the worker's components.
 func (s *settings) validateWorker() error {
-	if err := s.validateCommon(); err != nil {
-		return err
-	}
-	if err := s.validateShutdownTimeout(); err != nil {
+	if err := s.validateLongRunning(); err != nil {
 		return err
 	}
 	return validateConfigs(s.workerConfigs(s.brokers())...)
