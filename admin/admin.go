@@ -1,6 +1,6 @@
 // Package admin serves the operator tools over HTTP under /admin/outbox and
 // /admin/publications, for mounting into the API (api.Config.Routes). Every route
-// requires "Authorization: Bearer <POSTING_ADMIN_TOKEN>"; with no token
+// requires "Authorization: Bearer <Config.Token>"; with no token
 // configured the routes do not exist at all. Answers are JSON (camelCase);
 // errors are RFC 9457 problem+json like the rest of the API.
 package admin
@@ -20,20 +20,19 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
 )
-
-// ProblemContentType is the media type of every error answer (RFC 9457).
-const ProblemContentType = "application/problem+json"
 
 // Config configures the admin routes.
 type Config struct {
 	// DB is the database whose outbox and publications the routes operate
 	// on. Required when Token is set.
 	DB *gorm.DB
-	// Token is the bearer token (POSTING_ADMIN_TOKEN). Empty: no routes.
+	// Token is the bearer token. Empty: no routes.
 	Token string
 	// Now, if set, replaces the database's clock (database.Now) for
 	// requeue, discard, purge and the stats' ages; tests set it. The
@@ -66,15 +65,17 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports a missing or out-of-range setting of enabled routes.
+// Validate reports a missing or out-of-range setting of enabled routes, as a
+// *config.Error naming the field.
 func (c Config) Validate() error {
+	const f = "admin.Config."
 	switch {
 	case c.DB == nil:
-		return errors.New("DB must be set")
+		return config.Invalid(f+"DB", nil, "must be set")
 	case c.PurgeBatchSize < 1 || c.PurgeBatchSize > outbox.MaxPurgeBatchSize:
-		return fmt.Errorf("purge batch size %d is outside 1..%d", c.PurgeBatchSize, outbox.MaxPurgeBatchSize)
+		return config.Invalid(f+"PurgeBatchSize", c.PurgeBatchSize, "want 1..%d", outbox.MaxPurgeBatchSize)
 	case c.PurgePause < 0:
-		return fmt.Errorf("purge pause %s is negative", c.PurgePause)
+		return config.Invalid(f+"PurgePause", c.PurgePause, "negative")
 	}
 	return nil
 }
@@ -128,7 +129,7 @@ func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	given, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", realm)
-		writeProblem(w, http.StatusUnauthorized, "an Authorization: Bearer token is required", "")
+		response.WriteProblem(w, http.StatusUnauthorized, "an Authorization: Bearer token is required", "")
 		return
 	}
 	// Comparing digests keeps the time independent of where the strings
@@ -136,7 +137,7 @@ func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256([]byte(given))
 	if subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
 		w.Header().Set("WWW-Authenticate", realm+`, error="invalid_token"`)
-		writeProblem(w, http.StatusUnauthorized, "the bearer token is not valid", "")
+		response.WriteProblem(w, http.StatusUnauthorized, "the bearer token is not valid", "")
 		return
 	}
 	a.next.ServeHTTP(w, r)
@@ -183,7 +184,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("status"); v != "" {
 		st, err := outbox.ParseStatus(v)
 		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
+			response.WriteProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
 			return
 		}
 		status = st
@@ -192,7 +193,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > outbox.MaxListLimit {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, outbox.MaxListLimit), "limit")
+			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, outbox.MaxListLimit), "limit")
 			return
 		}
 		limit = n
@@ -221,7 +222,7 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 	raw := r.PathValue("id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 {
-		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
 		return
 	}
 	now, err := s.now(r)
@@ -236,9 +237,9 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 			slog.Int64("outbox_id", id), slog.String("event_id", res.Row.EventID), slog.Int64("post_id", res.Row.PostID))
 		writeJSON(w, http.StatusOK, res.Row)
 	case errors.Is(res.Err, outbox.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, res.Err.Error(), "")
+		response.WriteProblem(w, http.StatusNotFound, res.Err.Error(), "")
 	case errors.Is(res.Err, outbox.ErrNotFailed), errors.Is(res.Err, outbox.ErrDiscarded), errors.Is(res.Err, outbox.ErrConflict):
-		writeProblem(w, http.StatusConflict, res.Err.Error(), "")
+		response.WriteProblem(w, http.StatusConflict, res.Err.Error(), "")
 	default:
 		s.internal(w, r, res.Err)
 	}
@@ -268,13 +269,13 @@ func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 	// Without olderThan, the default of `posting outbox purge --older-than`
-	// and of the cleaner's POSTING_OUTBOX_RETENTION.
+	// and of the cleaner's Retention.
 	d := outbox.DefaultRetention
 	if raw := r.URL.Query().Get("olderThan"); raw != "" {
 		var err error
 		d, err = time.ParseDuration(raw)
 		if err != nil || d <= 0 {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("olderThan: %q is not a positive Go duration such as 168h", raw), "olderThan")
+			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("olderThan: %q is not a positive Go duration such as 168h", raw), "olderThan")
 			return
 		}
 	}
@@ -305,7 +306,7 @@ func (s *server) publications(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("status"); v != "" {
 		st, err := worker.ParsePublicationStatus(v)
 		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
+			response.WriteProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
 			return
 		}
 		status = st
@@ -314,7 +315,7 @@ func (s *server) publications(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > worker.MaxPublicationListLimit {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, worker.MaxPublicationListLimit), "limit")
+			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, worker.MaxPublicationListLimit), "limit")
 			return
 		}
 		limit = n
@@ -323,7 +324,7 @@ func (s *server) publications(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("after: %q is not a post id", v), "after")
+			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("after: %q is not a post id", v), "after")
 			return
 		}
 		after = n
@@ -343,7 +344,7 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 	raw := r.PathValue("id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 {
-		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
 		return
 	}
 	res := worker.RetryPublications(r.Context(), s.cfg.DB, []int64{id})[0]
@@ -353,10 +354,10 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 			slog.Int64("post_id", id), slog.String("event_id", res.Publication.EventID))
 		writeJSON(w, http.StatusOK, res.Publication)
 	case errors.Is(res.Err, worker.ErrPublicationNotFound):
-		writeProblem(w, http.StatusNotFound, res.Err.Error(), "")
+		response.WriteProblem(w, http.StatusNotFound, res.Err.Error(), "")
 	case errors.Is(res.Err, worker.ErrPublicationNotFailed), errors.Is(res.Err, worker.ErrPostNotWorking),
 		errors.Is(res.Err, worker.ErrPublicationConflict):
-		writeProblem(w, http.StatusConflict, res.Err.Error(), "")
+		response.WriteProblem(w, http.StatusConflict, res.Err.Error(), "")
 	default:
 		s.internal(w, r, res.Err)
 	}
@@ -374,31 +375,13 @@ func (s *server) now(r *http.Request) (time.Time, error) {
 func (s *server) internal(w http.ResponseWriter, r *http.Request, err error) {
 	s.log.LogAttrs(r.Context(), slog.LevelError, "admin request failed",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
-	writeProblem(w, http.StatusInternalServerError, "internal error; see the server log", "")
-}
-
-// problem is an RFC 9457 problem details object, shaped like the API's.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Field  string `json:"field,omitempty"`
-}
-
-func writeProblem(w http.ResponseWriter, status int, detail, field string) {
-	body, _ := json.Marshal(problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Field: field})
-	h := w.Header()
-	h.Set("Content-Type", ProblemContentType)
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	response.WriteProblem(w, http.StatusInternalServerError, "internal error; see the server log", "")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		writeProblem(w, http.StatusInternalServerError, "internal error", "")
+		response.WriteProblem(w, http.StatusInternalServerError, "internal error", "")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -19,6 +19,7 @@ import (
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -119,7 +120,7 @@ func TestUnauthorized(t *testing.T) {
 			} {
 				rec, body := f.do(t, target.method, target.path, auth)
 				require.Equal(t, http.StatusUnauthorized, rec.Code, "%s %s with %q", target.method, target.path, auth)
-				require.Equal(t, admin.ProblemContentType, rec.Header().Get("Content-Type"))
+				require.Equal(t, response.ProblemContentType, rec.Header().Get("Content-Type"))
 				require.Contains(t, rec.Header().Get("WWW-Authenticate"), `Bearer realm="posting-admin"`)
 				require.Equal(t, "about:blank", body["type"])
 				require.Equal(t, "Unauthorized", body["title"])
@@ -180,7 +181,7 @@ func TestOperatorFlow(t *testing.T) {
 
 		rec, body = f.do(t, "POST", "/admin/outbox/"+id(failed)+"/requeue", auth)
 		require.Equal(t, http.StatusConflict, rec.Code)
-		require.Equal(t, admin.ProblemContentType, rec.Header().Get("Content-Type"))
+		require.Equal(t, response.ProblemContentType, rec.Header().Get("Content-Type"))
 		require.Equal(t, "id "+id(failed)+": status PENDING, only FAIL rows can be requeued", body["detail"])
 		rec, body = f.do(t, "POST", "/admin/outbox/"+id(sent)+"/discard", auth)
 		require.Equal(t, http.StatusConflict, rec.Code)
@@ -310,7 +311,7 @@ func TestPublications(t *testing.T) {
 		} {
 			rec, body = f.do(t, "POST", "/admin/publications/"+c.post+"/retry", auth)
 			require.Equal(t, c.code, rec.Code, c.post)
-			require.Equal(t, admin.ProblemContentType, rec.Header().Get("Content-Type"))
+			require.Equal(t, response.ProblemContentType, rec.Header().Get("Content-Type"))
 			require.Equal(t, c.detail, body["detail"])
 		}
 		require.Equal(t, worker.PublicationFailed, f.publicationStatus(t, cancelled))

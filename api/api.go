@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/response"
 )
 
 // DefaultReadyTimeout bounds each readiness check unless Config.ReadyTimeout
@@ -143,7 +144,7 @@ type handler struct {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	tw := &trackingWriter{ResponseWriter: w}
+	tw := &response.StatusWriter{ResponseWriter: w}
 	defer func() {
 		v := recover()
 		if v == nil {
@@ -156,12 +157,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.LogAttrs(r.Context(), slog.LevelError, "panic serving request",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-		if tw.wroteHeader {
+		if tw.Status() != 0 {
 			// Part of a response is out: only a broken connection can tell
 			// the client it is incomplete.
 			panic(http.ErrAbortHandler)
 		}
-		writeProblem(tw, http.StatusInternalServerError, "internal server error", "")
+		response.WriteProblem(tw, http.StatusInternalServerError, "internal server error", "")
 	}()
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		// No route matched: the mux answers 404, 405 (with Allow) or a
@@ -172,28 +173,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mux.ServeHTTP(tw, r)
 }
-
-// trackingWriter remembers whether the response has started.
-type trackingWriter struct {
-	http.ResponseWriter
-	wroteHeader bool
-}
-
-func (w *trackingWriter) WriteHeader(code int) {
-	if code >= 200 {
-		w.wroteHeader = true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *trackingWriter) Write(b []byte) (int, error) {
-	w.wroteHeader = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer (flush,
-// deadlines) through the wrapper.
-func (w *trackingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // fallbackWriter replaces the mux's text/plain 404 and 405 bodies with
 // problems, keeping its headers (Allow).
@@ -207,11 +186,11 @@ func (w *fallbackWriter) WriteHeader(code int) {
 	switch code {
 	case http.StatusNotFound:
 		w.replaced = true
-		writeProblem(w.ResponseWriter, code, fmt.Sprintf("no resource at %s", w.r.URL.Path), "")
+		response.WriteProblem(w.ResponseWriter, code, fmt.Sprintf("no resource at %s", w.r.URL.Path), "")
 	case http.StatusMethodNotAllowed:
 		w.replaced = true
 		allow := w.Header().Get("Allow")
-		writeProblem(w.ResponseWriter, code, fmt.Sprintf("method %s is not allowed on %s; allowed: %s",
+		response.WriteProblem(w.ResponseWriter, code, fmt.Sprintf("method %s is not allowed on %s; allowed: %s",
 			w.r.Method, w.r.URL.Path, allow), "")
 	default:
 		w.ResponseWriter.WriteHeader(code)
@@ -256,7 +235,7 @@ func (h *health) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(failed) > 0 {
-		writeProblem(w, http.StatusServiceUnavailable, "not ready: check "+strings.Join(failed, ", ")+" failed", "")
+		response.WriteProblem(w, http.StatusServiceUnavailable, "not ready: check "+strings.Join(failed, ", ")+" failed", "")
 		return
 	}
 	status := map[string]string{}

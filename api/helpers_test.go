@@ -21,6 +21,7 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/response"
 )
 
 // testNow is the service clock in API tests.
@@ -122,11 +123,11 @@ func idOf(t *testing.T, post map[string]any) string {
 
 // requireProblem checks that a response is an RFC 9457 problem with status
 // and returns it.
-func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) api.Problem {
+func requireProblem(t *testing.T, resp *http.Response, body []byte, status int) response.Problem {
 	t.Helper()
 	require.Equal(t, status, resp.StatusCode, string(body))
-	require.Equal(t, api.ProblemContentType, resp.Header.Get("Content-Type"), string(body))
-	var p api.Problem
+	require.Equal(t, response.ProblemContentType, resp.Header.Get("Content-Type"), string(body))
+	var p response.Problem
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&p), string(body))

@@ -2,52 +2,13 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/response"
 )
-
-// ProblemContentType is the media type of every error response (RFC 9457).
-const ProblemContentType = "application/problem+json"
-
-// Problem is an RFC 9457 problem details object. Type is always
-// "about:blank": the status code says what kind of problem it is, Title is
-// the status text and Detail says what exactly went wrong.
-type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	// Field names the request field at fault of a 400, as the API spells it
-	// (title, content, scheduledAt, id, status, scheduledFrom, scheduledTo,
-	// order, limit, cursor, or an unknown query parameter, ...).
-	Field string `json:"field,omitempty"`
-}
-
-// writeProblem writes a problem response with status and detail.
-func writeProblem(w http.ResponseWriter, status int, detail, field string) {
-	body, err := json.Marshal(Problem{
-		Type:   "about:blank",
-		Title:  http.StatusText(status),
-		Status: status,
-		Detail: detail,
-		Field:  field,
-	})
-	if err != nil {
-		// A struct of strings and an int always marshals.
-		panic(err)
-	}
-	h := w.Header()
-	h.Set("Content-Type", ProblemContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
-}
 
 // requestError is a request refused before it reached the service; it is
 // written as a problem with its status.
@@ -71,16 +32,16 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	var ve *reservation.ValidationError
 	switch {
 	case errors.As(err, &re):
-		writeProblem(w, re.status, re.detail, re.field)
+		response.WriteProblem(w, re.status, re.detail, re.field)
 	case errors.As(err, &ve):
-		writeProblem(w, http.StatusBadRequest, ve.Field+": "+ve.Reason, ve.Field)
+		response.WriteProblem(w, http.StatusBadRequest, ve.Field+": "+ve.Reason, ve.Field)
 	case errors.Is(err, reservation.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, "no post has id "+r.PathValue("id"), "")
+		response.WriteProblem(w, http.StatusNotFound, "no post has id "+r.PathValue("id"), "")
 	case errors.Is(err, reservation.ErrConflict):
-		writeProblem(w, http.StatusConflict, "the post was changed by another request meanwhile; read it again and retry", "")
+		response.WriteProblem(w, http.StatusConflict, "the post was changed by another request meanwhile; read it again and retry", "")
 	case errors.Is(err, reservation.ErrInvalidTransition):
 		// The service builds these messages from the post's id and status only.
-		writeProblem(w, http.StatusConflict, err.Error(), "")
+		response.WriteProblem(w, http.StatusConflict, err.Error(), "")
 	default:
 		level := slog.LevelError
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -89,6 +50,6 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		}
 		log.LogAttrs(r.Context(), level, "request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
-		writeProblem(w, http.StatusInternalServerError, "internal server error", "")
+		response.WriteProblem(w, http.StatusInternalServerError, "internal server error", "")
 	}
 }

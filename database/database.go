@@ -1,4 +1,4 @@
-// Package database opens the service's database from POSTING_DATABASE_URL:
+// Package database opens the service's database from its URL:
 // MySQL/MariaDB in production, an embedded SQLite file otherwise.
 package database
 

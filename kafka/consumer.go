@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
 )
@@ -69,65 +70,62 @@ type ConsumerConfig struct {
 	Observe func(eventType, outcome string)
 }
 
+// DefaultConsumerConfig returns a ConsumerConfig with every field but
+// Brokers and Observe at its default: the one place the defaults are
+// written. A caller that takes values from elsewhere (a command line) starts
+// from it, so that an empty value it was given is refused by Validate rather
+// than replaced.
+func DefaultConsumerConfig() ConsumerConfig {
+	return ConsumerConfig{
+		Topic:          event.DefaultTopic,
+		GroupID:        DefaultConsumerGroup,
+		ClientID:       DefaultConsumerGroup,
+		KafkaVersion:   "2.8.0",
+		SessionTimeout: 10 * time.Second,
+		CommitInterval: time.Second,
+		RetryBase:      100 * time.Millisecond,
+		RetryMax:       5 * time.Second,
+		RejoinBase:     250 * time.Millisecond,
+		RejoinMax:      30 * time.Second,
+	}
+}
+
 func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
-	if cfg.Topic == "" {
-		cfg.Topic = event.DefaultTopic
-	}
-	if cfg.GroupID == "" {
-		cfg.GroupID = DefaultConsumerGroup
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = DefaultConsumerGroup
-	}
-	if cfg.KafkaVersion == "" {
-		cfg.KafkaVersion = "2.8.0"
-	}
-	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = 10 * time.Second
-	}
-	if cfg.CommitInterval == 0 {
-		cfg.CommitInterval = time.Second
-	}
-	if cfg.RetryBase == 0 {
-		cfg.RetryBase = 100 * time.Millisecond
-	}
-	if cfg.RetryMax == 0 {
-		cfg.RetryMax = 5 * time.Second
-	}
-	if cfg.RejoinBase == 0 {
-		cfg.RejoinBase = 250 * time.Millisecond
-	}
-	if cfg.RejoinMax == 0 {
-		cfg.RejoinMax = 30 * time.Second
-	}
+	config.FillZero(&cfg, DefaultConsumerConfig())
 	return cfg
 }
 
-// Validate reports the first setting out of its limits.
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (cfg ConsumerConfig) Validate() error {
-	if err := validateBrokers(cfg.Brokers); err != nil {
+	const f = "kafka.ConsumerConfig."
+	if err := validateBrokers(f+"Brokers", cfg.Brokers); err != nil {
 		return err
 	}
 	switch {
 	case strings.TrimSpace(cfg.Topic) == "":
-		return errors.New("empty topic")
+		return config.Invalid(f+"Topic", cfg.Topic, "empty topic")
 	case strings.TrimSpace(cfg.GroupID) == "":
-		return errors.New("empty group id")
+		return config.Invalid(f+"GroupID", cfg.GroupID, "empty group id")
 	case cfg.SessionTimeout < 6*time.Second || cfg.SessionTimeout > 5*time.Minute:
-		return fmt.Errorf("session timeout %s: want 6s to 5m", cfg.SessionTimeout)
+		return config.Invalid(f+"SessionTimeout", cfg.SessionTimeout, "want 6s to 5m")
 	case cfg.CommitInterval < 10*time.Millisecond || cfg.CommitInterval > time.Minute:
-		return fmt.Errorf("commit interval %s: want 10ms to 1m", cfg.CommitInterval)
-	case cfg.RetryBase <= 0 || cfg.RetryMax < cfg.RetryBase:
-		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", cfg.RetryBase, cfg.RetryMax)
-	case cfg.RejoinBase <= 0 || cfg.RejoinMax < cfg.RejoinBase || cfg.RejoinMax > 10*time.Minute:
-		return fmt.Errorf("rejoin pauses base %s, max %s: need 0 < base <= max <= 10m", cfg.RejoinBase, cfg.RejoinMax)
+		return config.Invalid(f+"CommitInterval", cfg.CommitInterval, "want 10ms to 1m")
+	case cfg.RetryBase <= 0:
+		return config.Invalid(f+"RetryBase", cfg.RetryBase, "must be positive")
+	case cfg.RetryMax < cfg.RetryBase:
+		return config.Invalid(f+"RetryMax", cfg.RetryMax, "below the retry base %s", cfg.RetryBase)
+	case cfg.RejoinBase <= 0:
+		return config.Invalid(f+"RejoinBase", cfg.RejoinBase, "must be positive")
+	case cfg.RejoinMax < cfg.RejoinBase || cfg.RejoinMax > 10*time.Minute:
+		return config.Invalid(f+"RejoinMax", cfg.RejoinMax, "want the rejoin base %s to 10m", cfg.RejoinBase)
 	}
 	v, err := sarama.ParseKafkaVersion(cfg.KafkaVersion)
 	if err != nil {
-		return fmt.Errorf("kafka version %q: %w", cfg.KafkaVersion, err)
+		return config.Invalid(f+"KafkaVersion", cfg.KafkaVersion, "%w", err)
 	}
 	if !v.IsAtLeast(sarama.V0_10_2_0) {
-		return fmt.Errorf("kafka version %s: consumer groups need at least 0.10.2", cfg.KafkaVersion)
+		return config.Invalid(f+"KafkaVersion", cfg.KafkaVersion, "consumer groups need at least 0.10.2")
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 )
 
@@ -84,39 +85,42 @@ type EmbeddedConfig struct {
 	SyncWrites bool
 }
 
+// DefaultEmbeddedConfig returns an EmbeddedConfig with Addr, Topic and
+// Partitions at their defaults: the one place the defaults are written. A
+// caller that takes values from elsewhere (a command line) starts from it,
+// so that an empty value it was given is refused by Validate rather than
+// replaced.
+func DefaultEmbeddedConfig() EmbeddedConfig {
+	return EmbeddedConfig{Addr: DefaultEmbeddedAddr, Topic: event.DefaultTopic, Partitions: 8}
+}
+
 func (cfg EmbeddedConfig) withDefaults() EmbeddedConfig {
-	if cfg.Addr == "" {
-		cfg.Addr = DefaultEmbeddedAddr
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = event.DefaultTopic
-	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = 8
-	}
+	config.FillZero(&cfg, DefaultEmbeddedConfig())
 	return cfg
 }
 
-// Validate reports the first setting out of its limits.
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (cfg EmbeddedConfig) Validate() error {
+	const f = "kafka.EmbeddedConfig."
 	host, port, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("addr %q: want host:port: %w", cfg.Addr, err)
+		return config.Invalid(f+"Addr", cfg.Addr, "want host:port: %w", err)
 	}
 	if host == "" {
-		return fmt.Errorf("addr %q: no host; clients need an address to connect back to", cfg.Addr)
+		return config.Invalid(f+"Addr", cfg.Addr, "no host; clients need an address to connect back to")
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("addr %q: a wildcard host cannot be advertised to clients; use a concrete address", cfg.Addr)
+		return config.Invalid(f+"Addr", cfg.Addr, "a wildcard host cannot be advertised to clients; use a concrete address")
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("addr %q: bad port", cfg.Addr)
+		return config.Invalid(f+"Addr", cfg.Addr, "bad port")
 	}
 	if cfg.Topic == "" {
-		return errors.New("empty topic")
+		return config.Invalid(f+"Topic", cfg.Topic, "empty topic")
 	}
 	if cfg.Partitions < 1 || cfg.Partitions > 1000 {
-		return fmt.Errorf("partitions %d: want 1 to 1000", cfg.Partitions)
+		return config.Invalid(f+"Partitions", cfg.Partitions, "want 1 to 1000")
 	}
 	return nil
 }

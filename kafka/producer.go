@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -32,7 +33,7 @@ var errProducerClosed = fmt.Errorf("%w: kafka producer closed", relay.ErrUnavail
 //
 // Timing: Publish returns within SendTimeout of being called, whatever the
 // network does, because it enforces that bound itself (see Producer.Publish);
-// the relay's stale limit (POSTING_RELAY_STALE_AFTER) must exceed it. sarama's
+// the relay's stale limit (relay.Config.StaleAfter) must exceed it. sarama's
 // own timeouts sit below it so that on an ordinary outage (connection
 // refused, a leader election) sarama answers first, with a precise error: one
 // attempt of a batch costs at most DialTimeout + 2*RequestTimeout (write the
@@ -86,99 +87,90 @@ type ProducerConfig struct {
 	ProbeTimeout time.Duration
 }
 
+// DefaultProducerConfig returns a ProducerConfig with every field but
+// Brokers at its default: the one place the defaults are written. A caller
+// that takes values from elsewhere (a command line) starts from it, so that
+// an empty value it was given is refused by Validate rather than replaced.
+func DefaultProducerConfig() ProducerConfig {
+	return ProducerConfig{
+		Topic:           event.DefaultTopic,
+		ClientID:        "posting",
+		SendTimeout:     30 * time.Second,
+		DialTimeout:     3 * time.Second,
+		RequestTimeout:  10 * time.Second,
+		AckTimeout:      5 * time.Second,
+		Retries:         3,
+		RetryBackoff:    100 * time.Millisecond,
+		MaxMessageBytes: 1000000,
+		KafkaVersion:    "2.8.0",
+		ProbeTimeout:    2 * time.Second,
+	}
+}
+
 // withDefaults returns cfg with every unset field at its default.
 func (cfg ProducerConfig) withDefaults() ProducerConfig {
-	if cfg.Topic == "" {
-		cfg.Topic = event.DefaultTopic
-	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "posting"
-	}
-	if cfg.SendTimeout == 0 {
-		cfg.SendTimeout = 30 * time.Second
-	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = 3 * time.Second
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.AckTimeout == 0 {
-		cfg.AckTimeout = 5 * time.Second
-	}
-	if cfg.Retries == 0 {
-		cfg.Retries = 3
-	}
-	if cfg.RetryBackoff == 0 {
-		cfg.RetryBackoff = 100 * time.Millisecond
-	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = 1000000
-	}
-	if cfg.KafkaVersion == "" {
-		cfg.KafkaVersion = "2.8.0"
-	}
-	if cfg.ProbeTimeout == 0 {
-		cfg.ProbeTimeout = 2 * time.Second
-	}
+	config.FillZero(&cfg, DefaultProducerConfig())
 	return cfg
 }
 
-// Validate reports the first setting out of its limits.
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (cfg ProducerConfig) Validate() error {
-	if err := validateBrokers(cfg.Brokers); err != nil {
+	const f = "kafka.ProducerConfig."
+	if err := validateBrokers(f+"Brokers", cfg.Brokers); err != nil {
 		return err
 	}
 	if strings.TrimSpace(cfg.Topic) == "" {
-		return errors.New("empty topic")
+		return config.Invalid(f+"Topic", cfg.Topic, "empty topic")
 	}
 	durations := []struct {
 		name     string
 		v        time.Duration
 		min, max time.Duration
 	}{
-		{"send timeout", cfg.SendTimeout, time.Second, 10 * time.Minute},
-		{"dial timeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
-		{"request timeout", cfg.RequestTimeout, 100 * time.Millisecond, 5 * time.Minute},
-		{"ack timeout", cfg.AckTimeout, 10 * time.Millisecond, 5 * time.Minute},
-		{"retry backoff", cfg.RetryBackoff, time.Millisecond, 10 * time.Second},
-		{"probe timeout", cfg.ProbeTimeout, 100 * time.Millisecond, time.Minute},
+		{"SendTimeout", cfg.SendTimeout, time.Second, 10 * time.Minute},
+		{"DialTimeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
+		{"RequestTimeout", cfg.RequestTimeout, 100 * time.Millisecond, 5 * time.Minute},
+		{"AckTimeout", cfg.AckTimeout, 10 * time.Millisecond, 5 * time.Minute},
+		{"RetryBackoff", cfg.RetryBackoff, time.Millisecond, 10 * time.Second},
+		{"ProbeTimeout", cfg.ProbeTimeout, 100 * time.Millisecond, time.Minute},
 	}
 	for _, d := range durations {
 		if d.v < d.min || d.v > d.max {
-			return fmt.Errorf("%s %s: want %s to %s", d.name, d.v, d.min, d.max)
+			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
 		}
 	}
 	if cfg.RequestTimeout <= cfg.AckTimeout {
-		return fmt.Errorf("request timeout %s must exceed ack timeout %s", cfg.RequestTimeout, cfg.AckTimeout)
+		return config.Invalid(f+"RequestTimeout", cfg.RequestTimeout, "must exceed the ack timeout %s", cfg.AckTimeout)
 	}
 	if cfg.SendTimeout < cfg.DialTimeout+cfg.RequestTimeout {
-		return fmt.Errorf("send timeout %s must be at least dial timeout + request timeout (%s)", cfg.SendTimeout, cfg.DialTimeout+cfg.RequestTimeout)
+		return config.Invalid(f+"SendTimeout", cfg.SendTimeout, "must be at least dial timeout + request timeout (%s)", cfg.DialTimeout+cfg.RequestTimeout)
 	}
 	if cfg.Retries < 1 || cfg.Retries > 10 {
-		return fmt.Errorf("retries %d: want 1 to 10", cfg.Retries)
+		return config.Invalid(f+"Retries", cfg.Retries, "want 1 to 10")
 	}
 	if cfg.MaxMessageBytes < 1024 || cfg.MaxMessageBytes > 64<<20 {
-		return fmt.Errorf("max message bytes %d: want 1024 to %d", cfg.MaxMessageBytes, 64<<20)
+		return config.Invalid(f+"MaxMessageBytes", cfg.MaxMessageBytes, "want 1024 to %d", 64<<20)
 	}
 	v, err := sarama.ParseKafkaVersion(cfg.KafkaVersion)
 	if err != nil {
-		return fmt.Errorf("kafka version %q: %w", cfg.KafkaVersion, err)
+		return config.Invalid(f+"KafkaVersion", cfg.KafkaVersion, "%w", err)
 	}
 	if !v.IsAtLeast(sarama.V0_11_0_0) {
-		return fmt.Errorf("kafka version %s: idempotent producers need at least 0.11.0", cfg.KafkaVersion)
+		return config.Invalid(f+"KafkaVersion", cfg.KafkaVersion, "idempotent producers need at least 0.11.0")
 	}
 	return nil
 }
 
-// validateBrokers checks a bootstrap list: at least one host:port.
-func validateBrokers(brokers []string) error {
+// validateBrokers checks a bootstrap list, the field named field: at least
+// one host:port.
+func validateBrokers(field string, brokers []string) error {
 	if len(brokers) == 0 {
-		return errors.New("no brokers")
+		return config.Invalid(field, brokers, "no brokers")
 	}
 	for _, b := range brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			return fmt.Errorf("broker %q: want host:port: %w", b, err)
+			return config.Invalid(field, b, "want host:port: %w", err)
 		}
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/response"
 )
 
 // DefaultScrapeTimeout bounds the outbox queries of one scrape.
@@ -329,13 +330,13 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 func (m *Metrics) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &response.StatusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		route := r.Pattern
 		if route == "" {
 			route = "unmatched"
 		}
-		code := sw.code
+		code := sw.Status()
 		if code == 0 {
 			code = http.StatusOK
 		}
@@ -344,26 +345,3 @@ func (m *Metrics) HTTP(next http.Handler) http.Handler {
 		m.httpDuration.WithLabelValues(labels...).Observe(time.Since(start).Seconds())
 	})
 }
-
-// statusWriter remembers the status code of the response.
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 && code >= 200 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

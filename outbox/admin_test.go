@@ -81,7 +81,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		now := t0.Add(time.Second)
 		pub := &opsPublisher{reject: map[string]bool{rows[0].EventID: true}}
 		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), pub, relay.Config{
-			InstanceID: "x", MaxRetries: -1, Now: func() time.Time { return now },
+			InstanceID: "x", MaxRetries: relay.Retries(0), Now: func() time.Time { return now },
 		})
 		require.NoError(t, err)
 

@@ -10,13 +10,14 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 )
 
 // Defaults of CleanerConfig.
 const (
 	// DefaultRetention is how long SENT rows, inbox rows and settled
-	// publications stay (POSTING_OUTBOX_RETENTION).
+	// publications stay.
 	DefaultRetention = 7 * 24 * time.Hour
 	// DefaultCleanInterval is the pause between cleaning runs.
 	DefaultCleanInterval = time.Hour
@@ -30,8 +31,7 @@ const (
 type CleanerConfig struct {
 	// Retention is how long a SENT row is kept after it was sent, an inbox
 	// row after its event was processed, and a PUBLISHED or CANCELLED
-	// publication after it was settled (POSTING_OUTBOX_RETENTION). Default
-	// 168h (7 days); at least 1s.
+	// publication after it was settled. Default 168h (7 days); at least 1s.
 	Retention time.Duration
 	// Interval is the pause between runs; the first run starts at Start.
 	// Default 1h; at least 10ms.
@@ -52,41 +52,41 @@ type CleanerConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *CleanerConfig) setDefaults() {
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultCleanInterval
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultPurgeBatchSize
-	}
-	switch c.Pause {
-	case 0:
-		c.Pause = DefaultPurgePause
-	case -1:
-		c.Pause = 0
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+// DefaultCleanerConfig returns a CleanerConfig with every field at its
+// default: the one place the defaults are written. A caller that takes
+// values from elsewhere (a command line) starts from it, so that a zero it
+// was given is refused by Validate rather than replaced.
+func DefaultCleanerConfig() CleanerConfig {
+	return CleanerConfig{
+		Retention: DefaultRetention,
+		Interval:  DefaultCleanInterval,
+		BatchSize: DefaultPurgeBatchSize,
+		Pause:     DefaultPurgePause,
+		Now:       time.Now,
+		Logger:    slog.Default(),
 	}
 }
 
-// Validate reports the first setting out of its limits.
+func (c *CleanerConfig) setDefaults() {
+	config.FillZero(c, DefaultCleanerConfig())
+	if c.Pause == -1 { // no pause: a zero Pause means the default
+		c.Pause = 0
+	}
+}
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (c CleanerConfig) Validate() error {
+	const f = "outbox.CleanerConfig."
 	switch {
 	case c.Retention < time.Second:
-		return fmt.Errorf("retention %s is below 1s", c.Retention)
+		return config.Invalid(f+"Retention", c.Retention, "below 1s")
 	case c.Interval < 10*time.Millisecond:
-		return fmt.Errorf("interval %s is below 10ms", c.Interval)
+		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
 	case c.BatchSize < 1 || c.BatchSize > MaxPurgeBatchSize:
-		return fmt.Errorf("batch size %d is outside 1..%d", c.BatchSize, MaxPurgeBatchSize)
+		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..%d", MaxPurgeBatchSize)
 	case c.Pause < 0 || c.Pause > time.Minute:
-		return fmt.Errorf("pause %s is outside 0..1m", c.Pause)
+		return config.Invalid(f+"Pause", c.Pause, "want 0..1m")
 	}
 	return nil
 }

@@ -9,23 +9,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/outbox"
 )
 
-// Config configures a Relay. Zero fields take the defaults of the contract.
+// Config configures a Relay. Zero fields take the defaults of the contract
+// (DefaultConfig); MaxRetries is a pointer because zero retries is a setting
+// of its own.
 type Config struct {
 	// InstanceID is written into claims and logs. Required.
 	InstanceID string
-	// Interval is the pause between polls (POSTING_RELAY_INTERVAL). Default 5s;
-	// at least 10ms. A poll whose batch came back full is followed at once by another.
+	// Interval is the pause between polls. Default 5s; at least 10ms. A poll
+	// whose batch came back full is followed at once by another.
 	Interval time.Duration
-	// BatchSize is the number of rows claimed per poll (POSTING_RELAY_BATCH_SIZE).
-	// Default 100; 1..5000.
+	// BatchSize is the number of rows claimed per poll. Default 100; 1..5000.
 	BatchSize int
-	// MaxRetries is the number of retries after the first attempt
-	// (POSTING_RELAY_MAX_RETRIES): the (1+MaxRetries)th failed attempt makes a
-	// row FAIL. Default 3; 0..100. Use -1 for zero retries.
-	MaxRetries int
+	// MaxRetries is the number of retries after the first attempt: the
+	// (1+MaxRetries)th failed attempt makes a row FAIL. Default (nil)
+	// DefaultMaxRetries; 0..100. Retries(0) is zero retries.
+	MaxRetries *int
 	// StaleAfter is how long a claim may stay PROCESSING before another instance
 	// recovers it. Default 2m; at least 1s and more than 2*Interval, and New
 	// refuses one that does not exceed the publisher's send bound (see
@@ -55,61 +57,56 @@ type Config struct {
 // DefaultStaleAfter is the default of Config.StaleAfter.
 const DefaultStaleAfter = 2 * time.Minute
 
-func (c *Config) setDefaults() {
-	if c.Interval == 0 {
-		c.Interval = 5 * time.Second
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 100
-	}
-	switch c.MaxRetries {
-	case 0:
-		c.MaxRetries = 3
-	case -1:
-		c.MaxRetries = 0
-	}
-	if c.StaleAfter == 0 {
-		c.StaleAfter = DefaultStaleAfter
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 30 * time.Second
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = time.Second
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = 5 * time.Minute
-	}
-	if c.OutageBackoffMax == 0 {
-		c.OutageBackoffMax = 30 * time.Second
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+// DefaultMaxRetries is the default of Config.MaxRetries.
+const DefaultMaxRetries = 3
+
+// DefaultConfig returns a Config with every field but InstanceID and Observe
+// at its default: the one place the defaults are written. A caller that
+// takes values from elsewhere (a command line) starts from it, so that a
+// zero it was given is refused by Validate rather than replaced.
+func DefaultConfig() Config {
+	return Config{
+		Interval:         5 * time.Second,
+		BatchSize:        100,
+		MaxRetries:       Retries(DefaultMaxRetries),
+		StaleAfter:       DefaultStaleAfter,
+		WriteTimeout:     30 * time.Second,
+		RetryBase:        time.Second,
+		RetryMax:         5 * time.Minute,
+		OutageBackoffMax: 30 * time.Second,
+		Now:              time.Now,
+		Logger:           slog.Default(),
 	}
 }
 
-// Validate reports the first setting out of its limits.
+// Retries returns n for Config.MaxRetries.
+func Retries(n int) *int { return &n }
+
+func (c *Config) setDefaults() { config.FillZero(c, DefaultConfig()) }
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (c Config) Validate() error {
+	const f = "relay.Config."
 	switch {
 	case c.InstanceID == "":
-		return errors.New("instance id is required")
+		return config.Invalid(f+"InstanceID", c.InstanceID, "required")
 	case c.Interval < 10*time.Millisecond:
-		return fmt.Errorf("interval %s is below 10ms", c.Interval)
+		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
 	case c.BatchSize < 1 || c.BatchSize > 5000:
-		return fmt.Errorf("batch size %d is outside 1..5000", c.BatchSize)
-	case c.MaxRetries < 0 || c.MaxRetries > 100:
-		return fmt.Errorf("max retries %d is outside 0..100", c.MaxRetries)
+		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..5000")
+	case c.MaxRetries != nil && (*c.MaxRetries < 0 || *c.MaxRetries > 100):
+		return config.Invalid(f+"MaxRetries", *c.MaxRetries, "want 0..100")
 	case c.StaleAfter < time.Second || c.StaleAfter <= 2*c.Interval:
-		return fmt.Errorf("stale after %s must be at least 1s and more than twice the interval %s", c.StaleAfter, c.Interval)
+		return config.Invalid(f+"StaleAfter", c.StaleAfter, "must be at least 1s and more than twice the interval (%s)", c.Interval)
 	case c.WriteTimeout <= 0:
-		return fmt.Errorf("write timeout %s must be positive", c.WriteTimeout)
-	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
-		return fmt.Errorf("retry delays base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
+		return config.Invalid(f+"WriteTimeout", c.WriteTimeout, "must be positive")
+	case c.RetryBase <= 0:
+		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
+	case c.RetryMax < c.RetryBase:
+		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
 	case c.OutageBackoffMax < c.Interval:
-		return fmt.Errorf("outage backoff max %s is below the interval %s", c.OutageBackoffMax, c.Interval)
+		return config.Invalid(f+"OutageBackoffMax", c.OutageBackoffMax, "below the interval %s", c.Interval)
 	}
 	return nil
 }
@@ -179,9 +176,10 @@ type Relay struct {
 	stopped bool
 }
 
-// StaleLimitError is New's error for a StaleAfter that a healthy claim could
+// StaleLimitError is why New refuses a StaleAfter that a healthy claim could
 // outlast: the publisher's send bound plus WriteTimeout, and a quarter more
-// for the claim's own transaction and the clocks' reading.
+// for the claim's own transaction and the clocks' reading. New returns it
+// as the Err of a *config.Error naming relay.Config.StaleAfter.
 type StaleLimitError struct {
 	// StaleAfter is the refused value; Min is the least StaleAfter above it.
 	StaleAfter, Min time.Duration
@@ -190,8 +188,8 @@ type StaleLimitError struct {
 }
 
 func (e *StaleLimitError) Error() string {
-	return fmt.Sprintf("stale after %s must be more than %s: a send may take %s and the write of its results %s, plus a quarter",
-		e.StaleAfter, e.Min, e.SendBound, e.WriteTimeout)
+	return fmt.Sprintf("must be more than %s: a send may take %s and the write of its results %s, plus a quarter",
+		e.Min, e.SendBound, e.WriteTimeout)
 }
 
 // MinStaleAfter returns the least StaleAfter a relay accepts for a
@@ -212,8 +210,10 @@ func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
 	}
 	if b, ok := pub.(SendBounder); ok && b.SendBound() > 0 {
 		if min := MinStaleAfter(b.SendBound(), cfg.WriteTimeout); cfg.StaleAfter <= min {
-			return nil, fmt.Errorf("invalid relay config: %w", &StaleLimitError{StaleAfter: cfg.StaleAfter, Min: min,
-				SendBound: b.SendBound(), WriteTimeout: cfg.WriteTimeout})
+			return nil, fmt.Errorf("invalid relay config: %w", &config.Error{
+				Field: "relay.Config.StaleAfter", Value: cfg.StaleAfter,
+				Err: &StaleLimitError{StaleAfter: cfg.StaleAfter, Min: min, SendBound: b.SendBound(), WriteTimeout: cfg.WriteTimeout},
+			})
 		}
 	}
 	return &Relay{cfg: cfg, store: store, pub: pub}, nil
@@ -276,7 +276,7 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 		// outage counts toward every claim's age, and the instance holding
 		// one may be waiting to write its kept results, not dead.
 		if !appNow.Before(r.troubleUntil) {
-			rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
+			rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), *r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
 			if err != nil {
 				return res, fmt.Errorf("recover stale claims: %w", err)
 			}
@@ -386,7 +386,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		case errors.Is(err, ErrUnavailable):
 			released = append(released, m)
 		default:
-			final := m.RetryCount >= r.cfg.MaxRetries
+			final := m.RetryCount >= *r.cfg.MaxRetries
 			failures = append(failures, outbox.Failure{
 				Message:       m,
 				Err:           err.Error(),
@@ -522,7 +522,7 @@ func (r *Relay) loop(ctx context.Context) {
 	// serve; the relay's own id is what matters for claims.
 	log := r.cfg.Logger.With("component", "relay", "claim_owner", r.cfg.InstanceID)
 	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize,
-		"max_retries", r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
+		"max_retries", *r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
 	defer log.Info("relay stopped")
 	// A full batch leaves its acknowledgements to the next poll: write them
 	// before the loop ends, whether by Stop or by ctx.

@@ -528,7 +528,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, c := range []Config{
 		{},
 		{InstanceID: "x", BatchSize: 6000},
-		{InstanceID: "x", MaxRetries: 101},
+		{InstanceID: "x", MaxRetries: Retries(101)},
 		{InstanceID: "x", Interval: time.Minute, StaleAfter: time.Minute},
 		{InstanceID: "x", RetryBase: time.Minute, RetryMax: time.Second},
 	} {

@@ -11,6 +11,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
@@ -19,12 +20,11 @@ import (
 // SchedulerConfig configures the reservation job. Zero fields take the
 // defaults of the contract.
 type SchedulerConfig struct {
-	// Spec is the robfig/cron/v3 schedule of the job (POSTING_SCHEDULER_SPEC),
-	// in the standard five-field syntax or a descriptor such as "@every 30s".
+	// Spec is the robfig/cron/v3 schedule of the job, in the standard five-field syntax or a descriptor such as "@every 30s".
 	// Default "@every 1m".
 	Spec string
-	// Lead is how far ahead of scheduledAt a post becomes WORKING
-	// (POSTING_RESERVATION_LEAD). Default 5m; more than 0, at most 24h.
+	// Lead is how far ahead of scheduledAt a post becomes WORKING. Default
+	// 5m; more than 0, at most 24h.
 	Lead time.Duration
 	// BatchSize is the number of due posts read per query and marked per
 	// transaction. Default 100; 1..1000.
@@ -47,39 +47,36 @@ type SchedulerConfig struct {
 	Observe func(SchedulerResult, time.Duration, error)
 }
 
+// DefaultSchedulerConfig returns a SchedulerConfig with Spec, Lead,
+// BatchSize, MaxPerRun and Logger at their defaults: the one place the
+// defaults are written. A caller that takes values from elsewhere (a command
+// line) starts from it, so that a zero it was given is refused by Validate
+// rather than replaced.
+func DefaultSchedulerConfig() SchedulerConfig {
+	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxPerRun: 10000, Logger: slog.Default()}
+}
+
 func (c SchedulerConfig) withDefaults() SchedulerConfig {
-	if c.Spec == "" {
-		c.Spec = "@every 1m"
-	}
-	if c.Lead == 0 {
-		c.Lead = 5 * time.Minute
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 100
-	}
-	if c.MaxPerRun == 0 {
-		c.MaxPerRun = 10000
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	config.FillZero(&c, DefaultSchedulerConfig())
 	return c
 }
 
-// Validate reports the first setting out of its limits.
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (c SchedulerConfig) Validate() error {
+	const f = "reservation.SchedulerConfig."
 	if _, err := cron.ParseStandard(c.Spec); err != nil {
-		return fmt.Errorf("spec %q: %w", c.Spec, err)
+		return config.Invalid(f+"Spec", c.Spec, "%w", err)
 	}
 	switch {
 	case c.Lead <= 0 || c.Lead > 24*time.Hour:
-		return fmt.Errorf("lead %s is outside (0, 24h]", c.Lead)
+		return config.Invalid(f+"Lead", c.Lead, "outside (0, 24h]")
 	case c.BatchSize < 1 || c.BatchSize > 1000:
-		return fmt.Errorf("batch size %d is outside 1..1000", c.BatchSize)
+		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..1000")
 	case c.MaxPerRun < c.BatchSize:
-		return fmt.Errorf("max per run %d is below the batch size %d", c.MaxPerRun, c.BatchSize)
+		return config.Invalid(f+"MaxPerRun", c.MaxPerRun, "below the batch size %d", c.BatchSize)
 	case c.Logger == nil:
-		return errors.New("no logger")
+		return config.Invalid(f+"Logger", nil, "must be set")
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
@@ -52,13 +53,15 @@ func (c ServiceConfig) withDefaults() ServiceConfig {
 	return c
 }
 
-// Validate reports a setting outside its limits.
+// Validate reports a setting outside its limits, as a *config.Error naming
+// the field.
 func (c ServiceConfig) Validate() error {
+	const f = "reservation.ServiceConfig."
 	if c.Now == nil {
-		return errors.New("Now must be set")
+		return config.Invalid(f+"Now", nil, "must be set")
 	}
 	if c.MaxAhead <= 0 {
-		return fmt.Errorf("MaxAhead must be positive, got %s", c.MaxAhead)
+		return config.Invalid(f+"MaxAhead", c.MaxAhead, "must be positive")
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -80,8 +81,7 @@ func (r RecordOnly) Publish(_ context.Context, p Publishing) error {
 
 // WebhookConfig configures a Webhook. Zero fields but URL take defaults.
 type WebhookConfig struct {
-	// URL receives a POST per publication (POSTING_PUBLISH_WEBHOOK_URL).
-	// Required; http or https.
+	// URL receives a POST per publication. Required; http or https.
 	URL string
 	// Timeout bounds one request, and so how long a hanging receiver holds
 	// one of the worker's slots. Default 10s; 100ms to 5m.
@@ -91,30 +91,34 @@ type WebhookConfig struct {
 	Client *http.Client
 }
 
+// DefaultWebhookConfig returns a WebhookConfig with every field but URL at
+// its default: the one place the defaults are written. A caller that takes
+// values from elsewhere (a command line) starts from it.
+func DefaultWebhookConfig() WebhookConfig {
+	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{}}
+}
+
 func (c WebhookConfig) withDefaults() WebhookConfig {
-	if c.Timeout == 0 {
-		c.Timeout = 10 * time.Second
-	}
-	if c.Client == nil {
-		c.Client = &http.Client{}
-	}
+	config.FillZero(&c, DefaultWebhookConfig())
 	return c
 }
 
-// Validate reports the first setting out of its limits.
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (c WebhookConfig) Validate() error {
+	const f = "worker.WebhookConfig."
 	u, err := url.Parse(c.URL)
 	switch {
 	case c.URL == "":
-		return errors.New("no URL")
+		return config.Invalid(f+"URL", c.URL, "required")
 	case err != nil:
-		return fmt.Errorf("URL %q: %w", c.URL, err)
+		return config.Invalid(f+"URL", c.URL, "%w", err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("URL %q: want http or https", c.URL)
+		return config.Invalid(f+"URL", c.URL, "want http or https")
 	case u.Host == "":
-		return fmt.Errorf("URL %q: no host", c.URL)
+		return config.Invalid(f+"URL", c.URL, "no host")
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
-		return fmt.Errorf("timeout %s: want 100ms to 5m", c.Timeout)
+		return config.Invalid(f+"Timeout", c.Timeout, "want 100ms to 5m")
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
@@ -71,6 +72,9 @@ const (
 // process can have in flight (database work still queues on the pool).
 const DefaultConcurrency = 64
 
+// MaxConcurrency is the upper limit of Config.Concurrency.
+const MaxConcurrency = 256
+
 // Config configures a Worker. Zero fields take defaults.
 type Config struct {
 	// Consumer is the worker's name in the inbox table; workers of one
@@ -82,7 +86,7 @@ type Config struct {
 	// attempt holds a slot while it reads the post, makes one publisher
 	// call (one webhook request) and records the result, never while it
 	// waits for its time or for its next try. Default DefaultConcurrency
-	// (64); 1 to 256.
+	// (64); 1 to MaxConcurrency (256).
 	Concurrency int
 	// RetryBase is the pause before trying a publication again after a
 	// database error or a publisher's passing failure, doubled per failure
@@ -113,44 +117,44 @@ type Config struct {
 	ObserveSettled func(outcome string)
 }
 
-func (c *Config) setDefaults() {
-	if c.Consumer == "" {
-		c.Consumer = DefaultConsumer
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Publisher == nil {
-		c.Publisher = RecordOnly{Logger: c.Logger}
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = time.Second
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = time.Minute
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = 30 * time.Second
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+// DefaultConfig returns a Config with every field but Publisher and the
+// observers at its default: the one place the defaults are written. A caller
+// that takes values from elsewhere (a command line) starts from it, so that
+// a zero it was given is refused by Validate rather than replaced.
+func DefaultConfig() Config {
+	return Config{
+		Consumer:      DefaultConsumer,
+		Concurrency:   DefaultConcurrency,
+		RetryBase:     time.Second,
+		RetryMax:      time.Minute,
+		SweepInterval: 30 * time.Second,
+		Now:           time.Now,
+		Logger:        slog.Default(),
 	}
 }
 
-// Validate reports the first setting out of its limits.
+func (c *Config) setDefaults() {
+	config.FillZero(c, DefaultConfig())
+	if c.Publisher == nil {
+		c.Publisher = RecordOnly{Logger: c.Logger}
+	}
+}
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
 func (c Config) Validate() error {
+	const f = "worker.Config."
 	switch {
 	case c.Consumer == "" || len(c.Consumer) > 100:
-		return fmt.Errorf("consumer name %q: want 1 to 100 characters", c.Consumer)
-	case c.Concurrency < 1 || c.Concurrency > 256:
-		return fmt.Errorf("concurrency %d: want 1 to 256", c.Concurrency)
-	case c.RetryBase <= 0 || c.RetryMax < c.RetryBase:
-		return fmt.Errorf("retry pauses base %s, max %s: need 0 < base <= max", c.RetryBase, c.RetryMax)
+		return config.Invalid(f+"Consumer", c.Consumer, "want 1 to 100 characters")
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return config.Invalid(f+"Concurrency", c.Concurrency, "want 1 to %d", MaxConcurrency)
+	case c.RetryBase <= 0:
+		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
+	case c.RetryMax < c.RetryBase:
+		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
 	case c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour:
-		return fmt.Errorf("sweep interval %s: want 10ms to 1h", c.SweepInterval)
+		return config.Invalid(f+"SweepInterval", c.SweepInterval, "want 10ms to 1h")
 	}
 	return nil
 }

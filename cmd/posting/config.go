@@ -4,16 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/reservation"
 )
 
 // exitUsage is the exit status for a bad setting or command line.
@@ -170,49 +173,142 @@ func (s *settings) validateCommon() error {
 	return nil
 }
 
-// validateServe checks the settings of serve and worker.
+// validateServe checks the settings of serve: its own, then every
+// component's configuration built from them, so a bad value stops serve
+// before anything is opened.
 func (s *settings) validateServe() error {
+	if err := s.validateLongRunning(); err != nil {
+		return err
+	}
+	brokers := s.brokers()
+	var cfgs []validator
+	if len(s.KafkaBrokers) == 0 {
+		cfgs = append(cfgs, s.embeddedConfig(""))
+	}
+	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
+	cfgs = append(cfgs, s.workerConfigs(brokers)...)
+	return validateConfigs(cfgs...)
+}
+
+// validateLongRunning checks the settings of serve and worker that belong
+// to the command itself, not to a component.
+func (s *settings) validateLongRunning() error {
 	if err := s.validateCommon(); err != nil {
 		return err
 	}
-	positive := []struct {
-		name string
-		d    time.Duration
-	}{
-		{"POSTING_RESERVATION_LEAD", s.ReservationLead},
-		{"POSTING_RELAY_INTERVAL", s.RelayInterval},
-		{"POSTING_RELAY_STALE_AFTER", s.RelayStaleAfter},
-		{"POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout},
-		{"POSTING_OUTBOX_RETENTION", s.OutboxRetention},
+	if s.ShutdownTimeout <= 0 {
+		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
 	}
-	for _, p := range positive {
-		if p.d <= 0 {
-			return badSetting(p.name, p.d.String(), "must be positive")
-		}
-	}
-	if _, err := cron.ParseStandard(s.SchedulerSpec); err != nil {
-		return badSetting("POSTING_SCHEDULER_SPEC", s.SchedulerSpec, err)
-	}
-	if s.RelayBatchSize < 1 || s.RelayBatchSize > 5000 {
-		return badSetting("POSTING_RELAY_BATCH_SIZE", fmt.Sprint(s.RelayBatchSize), "want 1..5000")
-	}
-	if s.RelayMaxRetries < 0 || s.RelayMaxRetries > 100 {
-		return badSetting("POSTING_RELAY_MAX_RETRIES", fmt.Sprint(s.RelayMaxRetries), "want 0..100")
-	}
-	if s.RelayStaleAfter <= 2*s.RelayInterval {
-		return badSetting("POSTING_RELAY_STALE_AFTER", s.RelayStaleAfter.String(),
-			fmt.Sprintf("must be more than twice POSTING_RELAY_INTERVAL (%s)", s.RelayInterval))
-	}
-	if s.KafkaTopic == "" {
-		return badSetting("POSTING_KAFKA_TOPIC", s.KafkaTopic, "must not be empty")
-	}
-	return s.validateWorkerParts()
+	return nil
 }
 
-// relayMaxRetries maps the setting to relay.Config, where 0 means "default".
-func (s *settings) relayMaxRetries() int {
-	if s.RelayMaxRetries == 0 {
-		return -1
+// validator is a component's configuration.
+type validator interface{ Validate() error }
+
+// validateConfigs validates cfgs in order and returns the first refusal
+// as a bad setting.
+func validateConfigs(cfgs ...validator) error {
+	for _, c := range cfgs {
+		if err := c.Validate(); err != nil {
+			return settingError(err)
+		}
 	}
-	return s.RelayMaxRetries
+	return nil
+}
+
+// settingOf names the setting each component field is taken from: the one
+// place a component's field (as its Validate names it in a *config.Error)
+// meets the setting's name, so the components know nothing of POSTING_*.
+var settingOf = map[string]string{
+	"relay.Config.InstanceID":          "POSTING_INSTANCE_ID",
+	"relay.Config.Interval":            "POSTING_RELAY_INTERVAL",
+	"relay.Config.BatchSize":           "POSTING_RELAY_BATCH_SIZE",
+	"relay.Config.MaxRetries":          "POSTING_RELAY_MAX_RETRIES",
+	"relay.Config.StaleAfter":          "POSTING_RELAY_STALE_AFTER",
+	"reservation.SchedulerConfig.Spec": "POSTING_SCHEDULER_SPEC",
+	"reservation.SchedulerConfig.Lead": "POSTING_RESERVATION_LEAD",
+	"outbox.CleanerConfig.Retention":   "POSTING_OUTBOX_RETENTION",
+	"kafka.ProducerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
+	"kafka.ProducerConfig.Topic":       "POSTING_KAFKA_TOPIC",
+	"kafka.ProducerConfig.ClientID":    "POSTING_INSTANCE_ID",
+	"kafka.ConsumerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
+	"kafka.ConsumerConfig.Topic":       "POSTING_KAFKA_TOPIC",
+	"kafka.ConsumerConfig.GroupID":     "POSTING_WORKER_GROUP",
+	"kafka.EmbeddedConfig.Addr":        "POSTING_EMBEDDED_KAFKA_ADDR",
+	"kafka.EmbeddedConfig.Topic":       "POSTING_KAFKA_TOPIC",
+	"worker.Config.Consumer":           "POSTING_WORKER_GROUP",
+	"worker.Config.Concurrency":        "POSTING_WORKER_CONCURRENCY",
+	"worker.WebhookConfig.URL":         "POSTING_PUBLISH_WEBHOOK_URL",
+}
+
+// settingError turns a component's refusal of a field taken from a setting
+// into a bad setting naming it and its value (exit status 2); any other
+// error is returned as it is.
+func settingError(err error) error {
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	name, ok := settingOf[ce.Field]
+	if !ok {
+		return err
+	}
+	value := fmt.Sprint(ce.Value)
+	if list, isList := ce.Value.([]string); isList {
+		value = strings.Join(list, ",")
+	}
+	return badSetting(name, value, ce.Err)
+}
+
+// brokers is the bootstrap list: the configured brokers, or the embedded
+// broker's address.
+func (s *settings) brokers() []string {
+	if len(s.KafkaBrokers) > 0 {
+		return s.KafkaBrokers
+	}
+	return []string{s.EmbeddedKafkaAddr}
+}
+
+// The component configurations taken from the settings, each starting from
+// the component's defaults so that a zero given as a setting is refused by
+// the component, not replaced by its default. Logger and observers are
+// added where the components are started.
+
+func (s *settings) relayConfig() relay.Config {
+	c := relay.DefaultConfig()
+	c.InstanceID, c.Interval, c.BatchSize = s.InstanceID, s.RelayInterval, s.RelayBatchSize
+	c.MaxRetries, c.StaleAfter = relay.Retries(s.RelayMaxRetries), s.RelayStaleAfter
+	return c
+}
+
+func (s *settings) schedulerConfig() reservation.SchedulerConfig {
+	c := reservation.DefaultSchedulerConfig()
+	c.Spec, c.Lead = s.SchedulerSpec, s.ReservationLead
+	return c
+}
+
+func (s *settings) cleanerConfig() outbox.CleanerConfig {
+	c := outbox.DefaultCleanerConfig()
+	c.Retention = s.OutboxRetention
+	return c
+}
+
+func (s *settings) producerConfig(brokers []string) kafka.ProducerConfig {
+	c := kafka.DefaultProducerConfig()
+	c.Brokers, c.Topic, c.ClientID = brokers, s.KafkaTopic, s.InstanceID
+	return c
+}
+
+func (s *settings) consumerConfig(brokers []string) kafka.ConsumerConfig {
+	c := kafka.DefaultConsumerConfig()
+	c.Brokers, c.Topic, c.GroupID, c.ClientID = brokers, s.KafkaTopic, s.WorkerGroup, s.InstanceID+"-worker"
+	return c
+}
+
+// embeddedConfig is the embedded broker's configuration, its log under the
+// data dir, recorded as belonging to database.
+func (s *settings) embeddedConfig(database string) kafka.EmbeddedConfig {
+	c := kafka.DefaultEmbeddedConfig()
+	c.Addr, c.DataDir, c.Topic, c.Database = s.EmbeddedKafkaAddr, filepath.Join(s.DataDir, "kafka"), s.KafkaTopic, database
+	return c
 }

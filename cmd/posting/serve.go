@@ -102,25 +102,19 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: s.KafkaTopic, ClientID: s.InstanceID}, log)
+	producer, err := kafka.NewProducer(s.producerConfig(brokers), log)
 	if err != nil {
-		return fmt.Errorf("kafka producer: %w", err)
+		return fmt.Errorf("kafka producer: %w", settingError(err))
 	}
 	st.onStop(func() { _ = producer.Close() })
 	m := metrics.New(db.DB, s.InstanceID)
 	// Before the topic check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the cluster answers.
-	rel, err := relay.New(outbox.NewStore(db), m.WrapPublisher(producer), relay.Config{
-		InstanceID: s.InstanceID, Interval: s.RelayInterval, BatchSize: s.RelayBatchSize,
-		MaxRetries: s.relayMaxRetries(), StaleAfter: s.RelayStaleAfter, Logger: log,
-		Observe: m.ObserveRelay,
-	})
-	if sl := (*relay.StaleLimitError)(nil); errors.As(err, &sl) {
-		return badSetting("POSTING_RELAY_STALE_AFTER", s.RelayStaleAfter.String(), fmt.Sprintf(
-			"must be more than %s: a Kafka send may take %s and the write of its results %s, plus a quarter", sl.Min, sl.SendBound, sl.WriteTimeout))
-	}
+	rc := s.relayConfig()
+	rc.Logger, rc.Observe = log, m.ObserveRelay
+	rel, err := relay.New(outbox.NewStore(db), m.WrapPublisher(producer), rc)
 	if err != nil {
-		return err
+		return settingError(err)
 	}
 	if !embedded {
 		// Against a real cluster the topic must exist (or be auto-created by
@@ -137,18 +131,20 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	sched, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{
-		Spec: s.SchedulerSpec, Lead: s.ReservationLead, Logger: log,
-		Observe: func(r reservation.SchedulerResult, d time.Duration, err error) {
-			m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
-		},
-	})
-	if err != nil {
-		return err
+	sc := s.schedulerConfig()
+	sc.Logger = log
+	sc.Observe = func(r reservation.SchedulerResult, d time.Duration, err error) {
+		m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 	}
-	cleaner, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{Retention: s.OutboxRetention, Logger: log})
+	sched, err := reservation.NewScheduler(db.DB, sc)
 	if err != nil {
-		return err
+		return settingError(err)
+	}
+	cc := s.cleanerConfig()
+	cc.Logger = log
+	cleaner, err := outbox.NewCleaner(db.DB, cc)
+	if err != nil {
+		return settingError(err)
 	}
 	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: s.AdminToken, Logger: log})
 	if err != nil {
@@ -242,10 +238,7 @@ func startKafka(s *settings, db *database.DB, log *slog.Logger, st *stack) (brok
 		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
 		return s.KafkaBrokers, false, nil
 	}
-	e, err := kafka.StartEmbedded(kafka.EmbeddedConfig{
-		Addr: s.EmbeddedKafkaAddr, DataDir: filepath.Join(s.DataDir, "kafka"), Topic: s.KafkaTopic,
-		Database: brokerDatabase(s, db),
-	}, log)
+	e, err := kafka.StartEmbedded(s.embeddedConfig(brokerDatabase(s, db)), log)
 	var other *kafka.OtherDatabaseError
 	if errors.As(err, &other) {
 		// Starting anyway would mix two databases' events (two different

@@ -25,12 +25,9 @@ import (
 func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.WorkerGroup, "worker-group", kafka.DefaultConsumerGroup, "Kafka consumer group of the worker, also its name in the inbox table")
 	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "POST each published post's JSON here (with retries); empty: record the publication only")
-	fs.IntVar(&s.WorkerConcurrency, "worker-concurrency", 0, fmt.Sprintf("publications in progress at once (1..%d); 0: the worker's default", maxWorkerConcurrency))
+	fs.IntVar(&s.WorkerConcurrency, "worker-concurrency", 0, fmt.Sprintf("publications in progress at once (1..%d); 0: the worker's default", worker.MaxConcurrency))
 	showEnvTwins(fs)
 }
-
-// maxWorkerConcurrency is worker.Config's upper limit on Concurrency.
-const maxWorkerConcurrency = 256
 
 func newWorkerCommand() *cobra.Command {
 	var s settings
@@ -65,45 +62,47 @@ func newWorkerCommand() *cobra.Command {
 	return cmd
 }
 
-// validateWorker checks the settings of the worker command.
+// validateWorker checks the settings of the worker command: its own, then
+// the configurations of the worker's components.
 func (s *settings) validateWorker() error {
-	if err := s.validateCommon(); err != nil {
+	if err := s.validateLongRunning(); err != nil {
 		return err
 	}
-	if s.KafkaTopic == "" {
-		return badSetting("POSTING_KAFKA_TOPIC", s.KafkaTopic, "must not be empty")
-	}
-	if s.ShutdownTimeout <= 0 {
-		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
-	}
-	return s.validateWorkerParts()
+	return validateConfigs(s.workerConfigs(s.brokers())...)
 }
 
-// validateWorkerParts checks the worker settings that serve shares.
-func (s *settings) validateWorkerParts() error {
-	if s.WorkerGroup == "" || len(s.WorkerGroup) > 100 {
-		return badSetting("POSTING_WORKER_GROUP", s.WorkerGroup, "want 1 to 100 characters")
-	}
+// workerConfigs are the configurations of the worker's components, which
+// serve runs too in embedded mode (and checks in any mode).
+func (s *settings) workerConfigs(brokers []string) []validator {
+	cfgs := []validator{s.workerConfig(nil, nil, nil), s.consumerConfig(brokers)}
 	if s.PublishWebhookURL != "" {
-		if _, err := worker.NewWebhook(worker.WebhookConfig{URL: s.PublishWebhookURL}); err != nil {
-			return badSetting("POSTING_PUBLISH_WEBHOOK_URL", s.PublishWebhookURL, err)
-		}
+		cfgs = append(cfgs, s.webhookConfig())
 	}
-	if s.WorkerConcurrency < 0 || s.WorkerConcurrency > maxWorkerConcurrency {
-		return badSetting("POSTING_WORKER_CONCURRENCY", fmt.Sprint(s.WorkerConcurrency),
-			fmt.Sprintf("want 1..%d, or 0 for the default", maxWorkerConcurrency))
-	}
-	return nil
+	return cfgs
+}
+
+func (s *settings) webhookConfig() worker.WebhookConfig {
+	c := worker.DefaultWebhookConfig()
+	c.URL = s.PublishWebhookURL
+	return c
 }
 
 // workerConfig is the worker's configuration from the settings, shared by
 // worker and embedded serve.
 func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *slog.Logger) worker.Config {
-	return worker.Config{
-		Consumer: s.WorkerGroup, Publisher: pub, Logger: log, Concurrency: s.WorkerConcurrency,
-		ObserveConsumed: m.ObserveConsumed, ObservePublished: m.ObservePublicationLag,
-		ObserveSettled: m.ObservePublicationOutcome,
+	c := worker.DefaultConfig()
+	c.Consumer = s.WorkerGroup
+	if s.WorkerConcurrency != 0 { // the setting's 0 is the worker's default
+		c.Concurrency = s.WorkerConcurrency
 	}
+	c.Publisher = pub
+	if log != nil {
+		c.Logger = log
+	}
+	if m != nil {
+		c.ObserveConsumed, c.ObservePublished, c.ObserveSettled = m.ObserveConsumed, m.ObservePublicationLag, m.ObservePublicationOutcome
+	}
+	return c
 }
 
 // startWorker starts the worker and its consumer on brokers and registers
@@ -112,23 +111,22 @@ func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *s
 func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *stack) error {
 	var pub worker.Publisher
 	if s.PublishWebhookURL != "" {
-		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: s.PublishWebhookURL})
+		hook, err := worker.NewWebhook(s.webhookConfig())
 		if err != nil {
-			return badSetting("POSTING_PUBLISH_WEBHOOK_URL", s.PublishWebhookURL, err)
+			return settingError(err)
 		}
 		pub = hook
 	}
 	w, err := worker.New(db.DB, s.workerConfig(pub, m, log))
 	if err != nil {
-		return err
+		return settingError(err)
 	}
 	st.onStop(w.Stop)
-	c, err := kafka.NewConsumer(kafka.ConsumerConfig{
-		Brokers: brokers, Topic: s.KafkaTopic, GroupID: s.WorkerGroup, ClientID: s.InstanceID + "-worker",
-		Observe: m.ObserveConsumed,
-	}, w, log)
+	cc := s.consumerConfig(brokers)
+	cc.Observe = m.ObserveConsumed
+	c, err := kafka.NewConsumer(cc, w, log)
 	if err != nil {
-		return err
+		return settingError(err)
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -169,10 +167,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	} else if err := requireSchema(db, "posts", "inbox", "publications"); err != nil {
 		return err
 	}
-	brokers := s.KafkaBrokers
-	if len(brokers) == 0 {
-		brokers = []string{s.EmbeddedKafkaAddr}
-	}
+	brokers := s.brokers()
 	m := metrics.New(db.DB, s.InstanceID)
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
@@ -209,9 +204,9 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 // workerHTTP serves the worker's probes and metrics.
 func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
 	// A producer that never sends: its Ping asks the brokers for metadata.
-	probe, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: s.KafkaTopic}, nil)
+	probe, err := kafka.NewProducer(s.producerConfig(brokers), nil)
 	if err != nil {
-		return nil, err
+		return nil, settingError(err)
 	}
 	checks := []struct {
 		name string

@@ -1,0 +1,55 @@
+// Package config holds what the Config structs of every component share: the
+// error their Validate returns. It names the refused field by its Go path
+// (as sarama's ConfigurationError names "Producer.Retry.Max") and carries the
+// refused value (as litestream's ConfigValidationError does), so a caller
+// that took the value from somewhere else, such as the command's settings,
+// can say which of its own settings was wrong without checking the limits a
+// second time.
+package config
+
+import (
+	"fmt"
+	"reflect"
+)
+
+// Error is a setting out of its limits.
+type Error struct {
+	// Field is the Go path of the setting, such as "relay.Config.BatchSize".
+	Field string
+	// Value is the refused value; nil when there is nothing to show (a
+	// required function or handle left unset).
+	Value any
+	// Err says why it was refused.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Value == nil { // as sarama says it: "Producer.Retry.Max must be >= 0"
+		return fmt.Sprintf("%s %v", e.Field, e.Err)
+	}
+	if s, ok := e.Value.(string); ok {
+		return fmt.Sprintf("%s %q: %v", e.Field, s, e.Err)
+	}
+	return fmt.Sprintf("%s %v: %v", e.Field, e.Value, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Invalid returns an *Error for field with value, the reason formatted as
+// fmt.Errorf does (so it may wrap an error with %w).
+func Invalid(field string, value any, format string, args ...any) *Error {
+	return &Error{Field: field, Value: value, Err: fmt.Errorf(format, args...)}
+}
+
+// FillZero sets every exported field of *cfg that holds its zero value to
+// the field's value in defaults: how a component turns "unset" into its
+// default, with the defaults written once, in its DefaultConfig. A field
+// whose zero is a setting of its own is a pointer (nil: unset).
+func FillZero[T any](cfg *T, defaults T) {
+	v, d := reflect.ValueOf(cfg).Elem(), reflect.ValueOf(defaults)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.CanSet() && f.IsZero() {
+			f.Set(d.Field(i))
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package config_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/config"
+)
+
+func TestErrorNamesFieldAndValue(t *testing.T) {
+	t.Parallel()
+	_, parseErr := strconv.Atoi("x")
+	err := error(config.Invalid("relay.Config.BatchSize", 0, "want 1..%d", 5000))
+	require.EqualError(t, err, "relay.Config.BatchSize 0: want 1..5000")
+	require.EqualError(t, config.Invalid("worker.WebhookConfig.URL", "ftp://x", "want http or https"),
+		`worker.WebhookConfig.URL "ftp://x": want http or https`)
+	require.EqualError(t, config.Invalid("admin.Config.DB", nil, "must be set"), "admin.Config.DB must be set")
+
+	wrapped := config.Invalid("kafka.ProducerConfig.KafkaVersion", "x", "%w", parseErr)
+	require.ErrorIs(t, wrapped, parseErr, "the reason stays reachable")
+	var ce *config.Error
+	require.True(t, errors.As(errors.Join(errors.New("other"), wrapped), &ce))
+	require.Equal(t, "kafka.ProducerConfig.KafkaVersion", ce.Field)
+	require.Equal(t, "x", ce.Value)
+}
+
+func TestFillZeroTakesOnlyUnsetFields(t *testing.T) {
+	t.Parallel()
+	type cfg struct {
+		N     int
+		D     time.Duration
+		S     string
+		P     *int
+		F     func() int
+		L     []string
+		zeros int
+	}
+	one, zero := 1, 0
+	defaults := cfg{N: 5, D: time.Second, S: "s", P: &one, F: func() int { return 7 }, L: []string{"a"}, zeros: 9}
+
+	var c cfg
+	config.FillZero(&c, defaults)
+	require.Equal(t, 5, c.N)
+	require.Equal(t, time.Second, c.D)
+	require.Equal(t, "s", c.S)
+	require.Equal(t, 1, *c.P)
+	require.Equal(t, 7, c.F())
+	require.Equal(t, []string{"a"}, c.L)
+	require.Zero(t, c.zeros, "unexported fields are left alone")
+
+	c = cfg{N: -1, D: time.Minute, S: "t", P: &zero, F: func() int { return 8 }, L: []string{"b"}}
+	config.FillZero(&c, defaults)
+	require.Equal(t, -1, c.N)
+	require.Equal(t, time.Minute, c.D)
+	require.Equal(t, "t", c.S)
+	require.Equal(t, 0, *c.P, "a pointer to zero is a setting, not unset")
+	require.Equal(t, 8, c.F())
+	require.Equal(t, []string{"b"}, c.L)
+}
