@@ -63,8 +63,13 @@ func Jitter(d time.Duration) time.Duration {
 	return half + rand.N(d-half+1)
 }
 
-// Sleep waits d, or until ctx ends, and reports whether d passed.
+// Sleep waits d, or until ctx ends, and reports whether d passed. With d
+// of zero or less it only reports whether ctx is still going, so a loop
+// that goes on at once still stops when asked.
 func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

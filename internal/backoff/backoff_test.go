@@ -45,5 +45,7 @@ func TestSleep(t *testing.T) {
 	cancel()
 	start := time.Now()
 	require.False(t, Sleep(ctx, time.Hour))
+	require.False(t, Sleep(ctx, 0), "no pause, but stopped")
+	require.True(t, Sleep(context.Background(), 0))
 	require.Less(t, time.Since(start), time.Minute)
 }
