@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/worker"
@@ -107,7 +108,7 @@ func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *s
 // startWorker starts the worker and its consumer on brokers and registers
 // their stops: the consumer first (it finishes the event in hand, commits,
 // and revokes its partitions from the worker), then the worker.
-func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *stack) error {
+func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *startstop.Stack) error {
 	var pub worker.Publisher
 	if s.PublishWebhookURL != "" {
 		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: s.PublishWebhookURL})
@@ -120,7 +121,7 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	if err != nil {
 		return err
 	}
-	st.onStop(w.Stop)
+	st.OnStop(w.Stop)
 	c, err := kafka.NewConsumer(kafka.ConsumerConfig{
 		Brokers: brokers, Topic: s.KafkaTopic, GroupID: s.WorkerGroup, ClientID: s.InstanceID + "-worker",
 		Observe: m.ObserveConsumed,
@@ -128,10 +129,9 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
+	if err := st.Start(ctx, c); err != nil {
 		return err
 	}
-	st.onStop(c.Stop)
 	publisher := "record only"
 	if s.PublishWebhookURL != "" {
 		publisher = "webhook " + s.PublishWebhookURL
@@ -148,16 +148,16 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 // runWorker runs the worker until ctx ends, then stops it within the
 // shutdown timeout.
 func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
-	st := &stack{log: log}
+	st := &startstop.Stack{}
 	db, err := openDB(s)
 	if err != nil {
 		return err
 	}
-	st.onStop(func() { _ = db.Close() })
+	st.OnStop(func() { _ = db.Close() })
 	shuttingDown := false
 	defer func() {
 		if !shuttingDown { // a start-up failure: undo what was started
-			st.stop()
+			st.Stop()
 		}
 	}()
 	if s.Migrate {
@@ -182,7 +182,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		st.onStop(func() {
+		st.OnStop(func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
@@ -192,16 +192,14 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	<-ctx.Done()
 	log.Info("shutting down", "timeout", s.ShutdownTimeout)
 	shuttingDown = true
-	done := make(chan struct{})
-	go func() { st.stop(); close(done) }()
-	select {
-	case <-done:
-		log.Info("stopped")
-		return nil
-	case <-time.After(s.ShutdownTimeout):
+	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+	defer cancel()
+	if err := st.StopWithin(sctx); err != nil {
 		cancelBG()
 		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
 	}
+	log.Info("stopped")
+	return nil
 }
 
 // workerHTTP serves the worker's probes and metrics.
