@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -492,10 +493,8 @@ func (p *Producer) CheckTopic(ctx context.Context) error {
 		case len(tm.Partitions) > 0:
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, p.cfg.RetryBackoff) {
 			return fmt.Errorf("%w: kafka topic %q has no leader yet: %w", relay.ErrUnavailable, p.cfg.Topic, ctx.Err())
-		case <-time.After(p.cfg.RetryBackoff):
 		}
 	}
 }
