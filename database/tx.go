@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/internal/backoff"
 )
 
 // maxTxAttempts bounds how often Transaction re-runs a transaction that lost a
@@ -23,10 +25,8 @@ func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) e
 		if err == nil || !IsRetryable(err) || attempt == maxTxAttempts {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, time.Duration(attempt*attempt)*5*time.Millisecond) {
 			return errors.Join(err, ctx.Err())
-		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
 		}
 	}
 }

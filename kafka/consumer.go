@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/startstop"
 )
 
 // DefaultConsumerGroup is the consumer group of the worker.
@@ -159,15 +159,12 @@ func (cfg ConsumerConfig) saramaConfig() *sarama.Config {
 // outage delays events and loses none. Commits happen every CommitInterval
 // and at the end of every session.
 type Consumer struct {
+	startstop.BaseStartStop
+
 	cfg     ConsumerConfig
 	sconf   *sarama.Config
 	handler inbox.Handler
 	log     *slog.Logger
-
-	mu      sync.Mutex
-	stop    chan struct{}
-	done    chan struct{}
-	stopped bool
 }
 
 // NewConsumer checks cfg and returns a consumer that feeds h. It connects on
@@ -193,23 +190,12 @@ func (c *Consumer) Config() ConsumerConfig { return c.cfg }
 // Start joins the group and consumes in one goroutine until Stop or until
 // ctx ends.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stop != nil || c.stopped {
-		return errors.New("consumer already started")
+	ctx, done, err := c.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
 	}
-	c.stop, c.done = make(chan struct{}), make(chan struct{})
-	ctx, cancel := context.WithCancel(ctx)
 	go func() {
-		select {
-		case <-c.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	go func() {
-		defer close(c.done)
-		defer cancel()
+		defer done()
 		c.run(ctx)
 	}()
 	return nil
@@ -220,18 +206,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 // committed, the partitions are revoked from the handler, and the member
 // leaves the group. It waits for all of that; it is safe to call twice and
 // without Start.
-func (c *Consumer) Stop() {
-	c.mu.Lock()
-	if !c.stopped && c.stop != nil {
-		close(c.stop)
-	}
-	c.stopped = true
-	done := c.done
-	c.mu.Unlock()
-	if done != nil {
-		<-done
-	}
-}
+func (c *Consumer) Stop() { c.BaseStartStop.Stop() }
 
 // run keeps a group member alive: connect, consume sessions one after
 // another (a rebalance ends a session), reconnect after failures. Failed
@@ -241,7 +216,9 @@ func (c *Consumer) Stop() {
 func (c *Consumer) run(ctx context.Context) {
 	c.log.Info("consumer started", "brokers", strings.Join(c.cfg.Brokers, ","))
 	defer c.log.Info("consumer stopped")
-	b := &rejoinBackoff{base: c.cfg.RejoinBase, max: c.cfg.RejoinMax}
+	// Failed joins in a row: jittered, so that the workers of a group cut
+	// off together do not come back together.
+	b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinMax}
 	for ctx.Err() == nil {
 		group, err := sarama.NewConsumerGroup(c.cfg.Brokers, c.cfg.GroupID, c.sconf)
 		if err != nil {
@@ -258,7 +235,7 @@ func (c *Consumer) run(ctx context.Context) {
 }
 
 // consume runs sessions on group until ctx ends or the group breaks.
-func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, b *rejoinBackoff) {
+func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, b *backoff.Backoff) {
 	go func() { // ends when the group is closed
 		// A broker that goes away mid-session makes every partition's
 		// consumer report every retry: one warning a second is enough to
@@ -280,7 +257,7 @@ func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, b *r
 		joined := h.sessions.Load()
 		err := group.Consume(ctx, []string{c.cfg.Topic}, h)
 		if h.sessions.Load() != joined {
-			b.reset() // a session was set up: the cluster answered
+			b.Reset() // a session was set up: the cluster answered
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -302,35 +279,13 @@ func (c *Consumer) consume(ctx context.Context, group sarama.ConsumerGroup, b *r
 
 // waitRejoin logs a failed join, with what the consumer waits for and how
 // long, and waits; it reports false when ctx ended first.
-func (c *Consumer) waitRejoin(ctx context.Context, b *rejoinBackoff, err error) bool {
-	pause := b.next()
+func (c *Consumer) waitRejoin(ctx context.Context, b *backoff.Backoff, err error) bool {
+	pause := b.Next()
 	brokers := strings.Join(c.cfg.Brokers, ",")
 	c.log.Warn(fmt.Sprintf("cannot join consumer group %s on kafka brokers %s; retrying in %s", c.cfg.GroupID, brokers, pause),
-		"brokers", brokers, "retry_in", pause, "failures", b.failures, "err", err)
-	return sleepCtx(ctx, pause)
+		"brokers", brokers, "retry_in", pause, "failures", b.Failures(), "err", err)
+	return backoff.Sleep(ctx, pause)
 }
-
-// rejoinBackoff is the pause between failed joins of the group: base
-// doubled per failure in a row, capped at max, jittered into [d/2, d] so
-// that the workers of a group cut off together do not come back together.
-type rejoinBackoff struct {
-	base, max time.Duration
-	// failures counts the failed joins since the last session.
-	failures int
-}
-
-func (b *rejoinBackoff) next() time.Duration {
-	d := b.base
-	for i := 0; i < b.failures && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
-	b.failures++
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
-
-func (b *rejoinBackoff) reset() { b.failures = 0 }
 
 // groupHandler adapts the handler to sarama's session callbacks.
 type groupHandler struct {
@@ -403,7 +358,8 @@ func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) 
 		c.skip(headers, where, err)
 		return true
 	}
-	pause := c.cfg.RetryBase
+	// One event's own retries, not jittered: the partition waits on them.
+	retry := backoff.Backoff{Base: c.cfg.RetryBase, Max: c.cfg.RetryMax, Exact: true}
 	for {
 		err := c.handler.Handle(ctx, ev)
 		switch {
@@ -416,11 +372,11 @@ func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) 
 			return false
 		}
 		c.observe(string(ev.Type), "error")
+		pause := retry.Next()
 		c.log.Warn("event handling failed; trying again", append(where, "err", err, "pause", pause)...)
-		if !sleepCtx(ctx, pause) {
+		if !backoff.Sleep(ctx, pause) {
 			return false
 		}
-		pause = min(2*pause, c.cfg.RetryMax)
 	}
 }
 
@@ -434,17 +390,5 @@ func (c *Consumer) skip(headers map[string]string, where []any, err error) {
 func (c *Consumer) observe(eventType, outcome string) {
 	if c.cfg.Observe != nil {
 		c.cfg.Observe(eventType, outcome)
-	}
-}
-
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -475,10 +476,8 @@ func (p *Producer) CheckTopic(ctx context.Context) error {
 		case len(tm.Partitions) > 0:
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, p.cfg.RetryBackoff) {
 			return fmt.Errorf("%w: kafka topic %q has no leader yet: %w", relay.ErrUnavailable, p.cfg.Topic, ctx.Err())
-		case <-time.After(p.cfg.RetryBackoff):
 		}
 	}
 }

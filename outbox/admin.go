@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/backoff"
 )
 
 // Sentinel errors of the operator tools. Per-row errors of Requeue and
@@ -456,23 +457,8 @@ func Purge(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int,
 		if len(ids) < batchSize {
 			return deleted, nil
 		}
-		if err := sleepCtx(ctx, pause); err != nil {
-			return deleted, err
+		if !backoff.Sleep(ctx, pause) {
+			return deleted, ctx.Err()
 		}
-	}
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

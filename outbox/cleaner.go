@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/startstop"
 )
 
 // Defaults of CleanerConfig.
@@ -109,13 +110,10 @@ type CleanResult struct {
 // PurgeInbox) and settled publications (see PurgePublications). Any number
 // of cleaners may run on one database.
 type Cleaner struct {
+	startstop.BaseStartStop
+
 	db  *gorm.DB
 	cfg CleanerConfig
-
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped bool
 }
 
 // NewCleaner returns a cleaner of db's outbox, inbox and publications tables.
@@ -283,8 +281,8 @@ func purgeBatches[K any](ctx context.Context, db *gorm.DB, what string, batchSiz
 		if len(keys) < batchSize {
 			return deleted, nil
 		}
-		if err := sleepCtx(ctx, pause); err != nil {
-			return deleted, err
+		if !backoff.Sleep(ctx, pause) {
+			return deleted, ctx.Err()
 		}
 	}
 }
@@ -292,34 +290,23 @@ func purgeBatches[K any](ctx context.Context, db *gorm.DB, what string, batchSiz
 // Start runs the cleaning loop in one goroutine, a run at once and then one
 // per Interval, until Stop is called or ctx ends.
 func (c *Cleaner) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil || c.stopped {
-		return errors.New("cleaner already started or stopped")
+	ctx, done, err := c.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("cleaner: %w", err)
 	}
-	ctx, c.cancel = context.WithCancel(ctx)
-	c.done = make(chan struct{})
-	go c.loop(ctx)
+	go func() {
+		defer done()
+		c.loop(ctx)
+	}()
 	return nil
 }
 
 // Stop ends the loop, interrupting a run between two statements, and waits
-// for it. It is safe to call twice and without Start.
-func (c *Cleaner) Stop() {
-	c.mu.Lock()
-	c.stopped = true // a Stop before Start keeps the cleaner from starting later
-	cancel, done := c.cancel, c.done
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	if done != nil {
-		<-done
-	}
-}
+// for it. It is safe to call twice and without Start; a Stop before Start
+// keeps the cleaner from starting later.
+func (c *Cleaner) Stop() { c.BaseStartStop.Stop() }
 
 func (c *Cleaner) loop(ctx context.Context) {
-	defer close(c.done)
 	log := c.cfg.Logger.With("component", "outbox_cleaner")
 	log.Info("outbox cleaner started", "retention", c.cfg.Retention, "interval", c.cfg.Interval,
 		"batch_size", c.cfg.BatchSize, "pause", c.cfg.Pause)
@@ -340,12 +327,8 @@ func (c *Cleaner) loop(ctx context.Context) {
 			log.Info("outbox cleaned", "deleted", res.Deleted, "inbox_deleted", res.Inbox,
 				"publications_deleted", res.Publications, "older_than", res.Cutoff, "took", took)
 		}
-		t := time.NewTimer(c.cfg.Interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, c.cfg.Interval) {
 			return
-		case <-t.C:
 		}
 	}
 }

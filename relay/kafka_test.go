@@ -19,6 +19,7 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/migrations"
@@ -219,18 +220,6 @@ func keysOnOtherPartitions(poison int64, partitions int32, n int) []int64 {
 	return out
 }
 
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *manualClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func appendEvent(t *testing.T, db *gorm.DB, post int64, at time.Time) outbox.Message {
 	t.Helper()
 	m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
@@ -243,7 +232,7 @@ func TestBrokerRejectionRetriesThenFails(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		broker := kafkatest.Start(t)
-		clock := &manualClock{now: time.Now().UTC()}
+		clock := clocktest.New(time.Now().UTC())
 		const poison = 1
 		others := keysOnOtherPartitions(poison, broker.Partitions, 5)
 		bad := appendEvent(t, db.DB, poison, clock.Now())
@@ -300,7 +289,7 @@ func TestFailingEventHoldsTheNextOfItsPost(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		broker := kafkatest.Start(t)
-		clock := &manualClock{now: time.Now().UTC()}
+		clock := clocktest.New(time.Now().UTC())
 		first := appendEvent(t, db.DB, 9, clock.Now())
 		clock.Add(time.Millisecond)
 		second := appendEvent(t, db.DB, 9, clock.Now())

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -144,6 +145,8 @@ type Result struct {
 // Relay moves outbox rows to a Publisher. Any number of relays, in any number
 // of processes, may run on one database.
 type Relay struct {
+	startstop.BaseStartStop
+
 	cfg   Config
 	store *outbox.Store
 	pub   Publisher
@@ -169,11 +172,6 @@ type Relay struct {
 	// troubleUntil holds stale recovery back after a failed poll (by the
 	// relay's own clock): until a stale limit after the last failure.
 	troubleUntil time.Time
-
-	mu      sync.Mutex
-	stop    chan struct{}
-	done    chan struct{}
-	stopped bool
 }
 
 // StaleLimitError is why New refuses a StaleAfter that a healthy claim could
@@ -453,13 +451,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 // per earlier retry, capped at RetryMax, then jittered into [d/2, d] so rows
 // rejected together do not come back together.
 func (r *Relay) retryDelay(retry int) time.Duration {
-	d := r.cfg.RetryBase
-	for i := 1; i < retry && d < r.cfg.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.RetryMax)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return backoff.Jitter(backoff.Delay(r.cfg.RetryBase, r.cfg.RetryMax, retry-1))
 }
 
 // flush writes deferred acknowledgements for the loop, even when ctx has
@@ -485,39 +477,26 @@ func (r *Relay) flush(ctx context.Context, log *slog.Logger) {
 
 // Start runs the relay loop in one goroutine until Stop is called or ctx ends.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stop != nil || r.stopped {
-		return errors.New("relay already started")
+	// Stop ends stop, not ctx: polls run on ctx, so the poll in flight
+	// finishes (sends and records) when Stop is asked, and only the end of
+	// ctx cuts it off.
+	stop, done, err := r.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
-	r.stop, r.done = make(chan struct{}), make(chan struct{})
-	go r.loop(ctx)
+	go func() {
+		defer done()
+		r.loop(ctx, stop)
+	}()
 	return nil
 }
 
 // Stop asks the loop to exit after the poll in progress, whose sends are
 // finished and recorded (deferred acknowledgements included), and waits for it. It is safe to call twice and
 // without Start.
-func (r *Relay) Stop() {
-	r.mu.Lock()
-	if r.stop == nil || r.stopped {
-		r.stopped = true
-		done := r.done
-		r.mu.Unlock()
-		if done != nil {
-			<-done
-		}
-		return
-	}
-	r.stopped = true
-	close(r.stop)
-	done := r.done
-	r.mu.Unlock()
-	<-done
-}
+func (r *Relay) Stop() { r.BaseStartStop.Stop() }
 
-func (r *Relay) loop(ctx context.Context) {
-	defer close(r.done)
+func (r *Relay) loop(ctx, stop context.Context) {
 	// The instance id is on every line already when the logger comes from
 	// serve; the relay's own id is what matters for claims.
 	log := r.cfg.Logger.With("component", "relay", "claim_owner", r.cfg.InstanceID)
@@ -527,7 +506,7 @@ func (r *Relay) loop(ctx context.Context) {
 	// A full batch leaves its acknowledgements to the next poll: write them
 	// before the loop ends, whether by Stop or by ctx.
 	defer r.flush(ctx, log)
-	outage := time.Duration(0)
+	outage := backoff.Backoff{Base: r.cfg.Interval, Max: r.cfg.OutageBackoffMax, Exact: true}
 	for {
 		start := time.Now()
 		res, err := r.RunOnce(ctx)
@@ -542,12 +521,11 @@ func (r *Relay) loop(ctx context.Context) {
 		case err != nil:
 			log.Error("relay poll failed", "err", err, "claimed", res.Claimed)
 		case res.Unavailable:
-			outage = min(max(2*outage, r.cfg.Interval), r.cfg.OutageBackoffMax)
-			wait = outage
+			wait = outage.Next()
 			log.Warn("broker unreachable, backing off without spending retries",
 				"released", res.Released, "sent", res.Sent, "backoff", wait)
 		default:
-			outage = 0
+			outage.Reset()
 			if res.Claimed > 0 || res.Recovered > 0 || res.RecoveredFailed > 0 {
 				log.Debug("relay poll", "claimed", res.Claimed, "sent", res.Sent, "deferred", res.Deferred, "retried", res.Retried,
 					"failed", res.Failed, "recovered", res.Recovered, "fenced", res.Fenced)
@@ -564,32 +542,21 @@ func (r *Relay) loop(ctx context.Context) {
 			}
 		}
 		if wait == 0 {
-			select {
-			case <-r.stop:
-				return
-			case <-ctx.Done():
-				return
-			default:
-				continue
-			}
-		}
-		// Nothing is deferred over a pause (after an error or an outage).
-		r.flush(ctx, log)
-		if pinger, ok := r.pub.(Pinger); ok && res.Unavailable {
-			if !r.waitOutage(ctx, wait, pinger, log) {
+			if !backoff.Sleep(stop, 0) {
 				return
 			}
 			continue
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-r.stop:
-			t.Stop()
+		// Nothing is deferred over a pause (after an error or an outage).
+		r.flush(ctx, log)
+		if pinger, ok := r.pub.(Pinger); ok && res.Unavailable {
+			if !r.waitOutage(ctx, stop, wait, pinger, log) {
+				return
+			}
+			continue
+		}
+		if !backoff.Sleep(stop, wait) {
 			return
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
 		}
 	}
 }
@@ -597,22 +564,15 @@ func (r *Relay) loop(ctx context.Context) {
 // waitOutage waits out an outage backoff, asking pinger every Interval
 // whether the broker answers again; it returns early when it does, and
 // false when the relay is stopped meanwhile.
-func (r *Relay) waitOutage(ctx context.Context, wait time.Duration, pinger Pinger, log *slog.Logger) bool {
+func (r *Relay) waitOutage(ctx, stop context.Context, wait time.Duration, pinger Pinger, log *slog.Logger) bool {
 	deadline := time.Now().Add(wait)
 	for {
 		step := min(r.cfg.Interval, time.Until(deadline))
 		if step <= 0 {
 			return true
 		}
-		t := time.NewTimer(step)
-		select {
-		case <-r.stop:
-			t.Stop()
+		if !backoff.Sleep(stop, step) {
 			return false
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
 		}
 		if time.Until(deadline) <= 0 {
 			return true

@@ -16,23 +16,11 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-
-// testClock is a clock the test moves by hand.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // fakePublisher records what it was asked to send and answers per key.
 type fakePublisher struct {
@@ -83,12 +71,12 @@ func (p *fakePublisher) sentIDs() []int64 {
 type bundle struct {
 	db    *database.DB
 	store *outbox.Store
-	clock *testClock
+	clock *clocktest.Clock
 	pub   *fakePublisher
 }
 
 func setup(t *testing.T, db *database.DB) *bundle {
-	clock := &testClock{now: t0}
+	clock := clocktest.New(t0)
 	// The test moves the shared (database) clock and the relay's own together.
 	return &bundle{db: db, store: outbox.NewStore(db).WithClock(clock.Now), clock: clock, pub: &fakePublisher{answers: map[string][]error{}}}
 }
@@ -428,7 +416,7 @@ func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
 		b := setup(t, db)
 		b.store = b.store.WithDeferredAcks()
 		// Rows written a second ago, so all three are due on the relay's real clock.
-		b.clock = &testClock{now: time.Now().Add(-time.Second)}
+		b.clock = clocktest.New(time.Now().Add(-time.Second))
 		rows := b.append(t, 1, 2, 3)
 		b.pub.block = make(chan struct{})
 		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 3; c.Now = time.Now })
@@ -441,11 +429,7 @@ func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
 
 		stopped := make(chan struct{})
 		go func() { r.Stop(); close(stopped) }()
-		require.Eventually(t, func() bool {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.stopped
-		}, 10*time.Second, time.Millisecond)
+		require.Eventually(t, r.Stopping, 10*time.Second, time.Millisecond)
 		close(b.pub.block) // the send completes after Stop was asked
 		select {
 		case <-stopped:
@@ -498,7 +482,7 @@ func TestStartStop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
 	b := setup(t, db)
-	b.clock = &testClock{now: time.Now()}
+	b.clock = clocktest.New(time.Now())
 	rows := b.append(t, 1, 2, 3)
 	r := b.relay(t, "loop", func(c *Config) { c.Now = time.Now })
 	require.True(t, returnsWithin(r.Stop, 10*time.Second), "Stop without Start")
@@ -516,7 +500,7 @@ func TestStartStop(t *testing.T) {
 	require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
 	require.True(t, returnsWithin(r2.Stop, 30*time.Second), "Stop")
 	select {
-	case <-r2.done:
+	case <-r2.Done():
 	default:
 		t.Fatal("Stop returned before the loop exited")
 	}
@@ -558,7 +542,7 @@ func TestOutageEndsAtTheFirstSuccessfulPing(t *testing.T) {
 	db := databasetest.NewSQLite(t)
 	b := setup(t, db)
 	b.pub.down = true
-	b.clock = &testClock{now: time.Now().Add(-time.Second)}
+	b.clock = clocktest.New(time.Now().Add(-time.Second))
 	rows := b.append(t, 1, 2)
 	var unavailable atomic.Int64
 	r, err := New(b.store, pingingPublisher{b.pub}, Config{InstanceID: "a", Interval: 20 * time.Millisecond,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -43,7 +44,7 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 		require.Error(t, idle.Start(context.Background()), "a stopped relay does not start")
 
 		// Rows written a second ago, so they are due on the relay's real clock.
-		b.clock = &testClock{now: time.Now().Add(-time.Second)}
+		b.clock = clocktest.New(time.Now().Add(-time.Second))
 		rows := b.append(t, 1, 2, 3)
 		b.pub.block = make(chan struct{})
 		var mu sync.Mutex
@@ -83,11 +84,7 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 			go func() { r.Stop(); stops <- struct{}{} }()
 		}
 		// Both calls are in Stop, and the send is still in flight.
-		require.Eventually(t, func() bool {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return r.stopped
-		}, 10*time.Second, time.Millisecond)
+		require.Eventually(t, r.Stopping, 10*time.Second, time.Millisecond)
 		select {
 		case <-stops:
 			t.Fatal("Stop returned while a poll's send was in flight")
@@ -117,7 +114,7 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 		require.Empty(t, errs)
 		mu.Unlock()
 		select {
-		case <-r.done:
+		case <-r.Done():
 		default:
 			t.Fatal("Stop returned before the loop exited")
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -14,6 +13,7 @@ import (
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -98,13 +98,10 @@ type SchedulerResult struct {
 // the same transaction. Any number of schedulers, in any number of
 // processes, may run on one database.
 type Scheduler struct {
+	startstop.BaseStartStop
+
 	db  *gorm.DB
 	cfg SchedulerConfig
-
-	mu      sync.Mutex
-	started bool
-	stop    chan struct{}
-	done    chan struct{}
 }
 
 // NewScheduler returns a scheduler on db.
@@ -113,7 +110,7 @@ func NewScheduler(db *gorm.DB, cfg SchedulerConfig) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid scheduler config: %w", err)
 	}
-	return &Scheduler{db: db, cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	return &Scheduler{db: db, cfg: cfg}, nil
 }
 
 // Config returns the scheduler's configuration with defaults filled in.
@@ -257,36 +254,24 @@ func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
 // until ctx ends. A run still going when the next tick comes is skipped, not
 // doubled. It fails if the scheduler was started or stopped before.
 func (s *Scheduler) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case <-s.stop:
-		return errors.New("scheduler already stopped")
-	default:
-	}
-	if s.started {
-		return errors.New("scheduler already started")
+	// Stop ends runCtx: cancelling ends a running job at once, every
+	// transaction it has not committed rolls back, leaving its posts
+	// RESERVED for the next run, so nothing is half done.
+	runCtx, done, err := s.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
 	}
 	log := s.cfg.Logger.With("component", "scheduler")
-	runCtx, cancel := context.WithCancel(ctx)
 	c := cron.New(cron.WithChain(cron.SkipIfStillRunning(cronLogger{log})))
 	if _, err := c.AddFunc(s.cfg.Spec, func() { s.run(runCtx, log) }); err != nil {
-		cancel()
+		done() // cannot happen after NewScheduler checked the spec
 		return fmt.Errorf("schedule %q: %w", s.cfg.Spec, err)
 	}
-	s.started = true
 	c.Start()
 	log.Info("scheduler started", "spec", s.cfg.Spec, "lead", s.cfg.Lead, "batch_size", s.cfg.BatchSize)
 	go func() {
-		defer close(s.done)
-		select {
-		case <-ctx.Done():
-		case <-s.stop:
-		}
-		// Cancelling ends a running job at once: every transaction it has
-		// not committed rolls back, leaving its posts RESERVED for the next
-		// run, so nothing is half done.
-		cancel()
+		defer done()
+		<-runCtx.Done()
 		<-c.Stop().Done()
 		log.Info("scheduler stopped")
 	}()
@@ -315,19 +300,7 @@ func (s *Scheduler) run(ctx context.Context, log *slog.Logger) {
 
 // Stop stops the schedule, interrupts a running job and waits until it has
 // returned. It is safe to call twice and without Start.
-func (s *Scheduler) Stop() {
-	s.mu.Lock()
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	started := s.started
-	s.mu.Unlock()
-	if started {
-		<-s.done
-	}
-}
+func (s *Scheduler) Stop() { s.BaseStartStop.Stop() }
 
 // cronLogger lets cron report a skipped tick through the scheduler's logger.
 type cronLogger struct{ log *slog.Logger }

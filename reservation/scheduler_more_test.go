@@ -12,6 +12,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -30,7 +31,7 @@ func TestSchedulerMarkChecksTheStatusAsWellAsTheVersion(t *testing.T) {
 					Exec("UPDATE posts SET status = ? WHERE id = ?", reservation.StatusCancelled, id).Error)
 			}
 		}))
-		res, err := schedNew(t, db.DB, &schedClock{now: schedT0}).RunOnce(context.Background())
+		res, err := schedNew(t, db.DB, clocktest.New(schedT0)).RunOnce(context.Background())
 		require.NoError(t, err)
 		require.True(t, done.Load())
 		require.Equal(t, reservation.SchedulerResult{Skipped: 1}, res)

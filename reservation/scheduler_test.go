@@ -19,28 +19,11 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
-
-// schedClock is the controllable clock of the scheduler tests.
-type schedClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *schedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *schedClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 var schedT0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
@@ -79,7 +62,7 @@ func schedPost(t *testing.T, db *gorm.DB, id int64) reservation.Post {
 	return p
 }
 
-func schedNew(t *testing.T, db *gorm.DB, clock *schedClock) *reservation.Scheduler {
+func schedNew(t *testing.T, db *gorm.DB, clock *clocktest.Clock) *reservation.Scheduler {
 	t.Helper()
 	s, err := reservation.NewScheduler(db, reservation.SchedulerConfig{Lead: 5 * time.Minute, BatchSize: 50,
 		Now: clock.Now, Logger: schedQuietLogger()})
@@ -112,7 +95,7 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		clock := &schedClock{now: schedT0}
+		clock := clocktest.New(schedT0)
 		posts := schedInsert(t, db.DB,
 			3*time.Minute, // due within the lead
 			5*time.Minute, // exactly at the lead
@@ -202,7 +185,7 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 			tx.AddError(tx.Session(&gorm.Session{NewDB: true}).Exec(
 				"UPDATE posts SET version = version + 1, scheduled_at = ? WHERE id = ?", schedT0.Add(4*time.Minute), posts[0].ID).Error)
 		}))
-		s := schedNew(t, db.DB, &schedClock{now: schedT0})
+		s := schedNew(t, db.DB, clocktest.New(schedT0))
 		res, err := s.RunOnce(context.Background())
 		require.NoError(t, err)
 		require.True(t, bumped.Load())
@@ -234,7 +217,7 @@ func TestSchedulerDuplicateGuardSkipsOnlyThatPost(t *testing.T) {
 		_, err := outbox.Append(db.DB, ev)
 		require.NoError(t, err)
 
-		res, err := schedNew(t, db.DB, &schedClock{now: schedT0}).RunOnce(context.Background())
+		res, err := schedNew(t, db.DB, clocktest.New(schedT0)).RunOnce(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{Marked: 2, Skipped: 1}, res)
 		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, posts[1].ID).Status, "its transaction was rolled back")
@@ -268,7 +251,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 		offsets[i] = time.Duration(i%600-300) * time.Second // overdue and due, many sharing a second
 	}
 	schedInsert(t, pools[0].DB, offsets...)
-	clock := &schedClock{now: schedT0}
+	clock := clocktest.New(schedT0)
 
 	start := time.Now()
 	var (
@@ -321,7 +304,7 @@ func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 		}
 		posts := schedInsert(t, db.DB, offsets...)
 		later := schedT0.Add(time.Hour)
-		s := schedNew(t, db.DB, &schedClock{now: schedT0})
+		s := schedNew(t, db.DB, clocktest.New(schedT0))
 
 		var (
 			wg                sync.WaitGroup
@@ -466,7 +449,7 @@ func TestSchedulerBadRowDoesNotBlockTheRest(t *testing.T) {
 				tx.AddError(errors.New("sched test: bad row"))
 			}
 		}))
-		s := schedNew(t, db.DB, &schedClock{now: schedT0})
+		s := schedNew(t, db.DB, clocktest.New(schedT0))
 		res, err := s.RunOnce(context.Background())
 		require.ErrorContains(t, err, "sched test: bad row")
 		require.Equal(t, reservation.SchedulerResult{Marked: 2, Failed: 1}, res)

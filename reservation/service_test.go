@@ -18,6 +18,7 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -26,34 +27,16 @@ import (
 // times are normalized to microseconds.
 var svcStart = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
 
-// svcClock is a settable clock for the service.
-type svcClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *svcClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *svcClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 // svcEnv is what a service test works with.
 type svcEnv struct {
 	db    *database.DB
 	svc   *reservation.Service
-	clock *svcClock
+	clock *clocktest.Clock
 }
 
 func svcSetup(t *testing.T, db *database.DB) *svcEnv {
 	t.Helper()
-	clock := &svcClock{now: svcStart}
+	clock := clocktest.New(svcStart)
 	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{Now: clock.Now})
 	require.NoError(t, err)
 	return &svcEnv{db: db, svc: svc, clock: clock}

@@ -4,25 +4,32 @@ import (
 	"context"
 	"maps"
 	"slices"
+
+	"github.com/postingsvc/posting/internal/backoff"
 )
 
 // startSweep starts the sweep loop once, at the first assignment: a worker
 // that owns no partition has nothing to sweep. w.mu must be held.
 func (w *Worker) startSweep() {
-	if w.stopped || w.sweepDone != nil {
+	if w.stopped {
 		return
 	}
-	w.sweepDone = make(chan struct{})
-	go w.sweepLoop()
+	ctx, done, err := w.sweep.StartInit(w.base)
+	if err != nil {
+		return // started at an earlier assignment
+	}
+	go func() {
+		defer done()
+		w.sweepLoop(ctx)
+	}()
 }
 
 // sweepLoop runs Sweep every SweepInterval until Stop.
-func (w *Worker) sweepLoop() {
-	defer close(w.sweepDone)
-	for sleep(w.base, w.cfg.SweepInterval) {
-		n, err := w.Sweep(w.base)
+func (w *Worker) sweepLoop(ctx context.Context) {
+	for backoff.Sleep(ctx, w.cfg.SweepInterval) {
+		n, err := w.Sweep(ctx)
 		switch {
-		case err != nil && w.base.Err() == nil:
+		case err != nil && ctx.Err() == nil:
 			w.log.Warn("sweep for pending publications failed; trying again at the next sweep", "err", err)
 		case n > 0:
 			w.log.Info("pending publications armed by the sweep", "armed", n)

@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +43,8 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -175,11 +176,12 @@ type Worker struct {
 	// worker whose clock runs behind does not publish late by its lag.
 	skew atomic.Int64
 
-	mu        sync.Mutex
-	armed     map[int64]*timer   // by post id
-	owned     map[int32]struct{} // partitions assigned and not revoked
-	stopped   bool
-	sweepDone chan struct{} // closed when the sweep loop ends; nil until the first assignment
+	mu      sync.Mutex
+	armed   map[int64]*timer   // by post id
+	owned   map[int32]struct{} // partitions assigned and not revoked
+	stopped bool
+	// sweep is the sweep loop's lifecycle, started at the first assignment.
+	sweep startstop.BaseStartStop
 }
 
 // timer is one armed publication.
@@ -364,13 +366,10 @@ func (w *Worker) Stop() {
 	for id := range w.armed {
 		ids = append(ids, id)
 	}
-	sweepDone := w.sweepDone
 	w.mu.Unlock()
 	w.cancel()
 	w.disarm(ids...)
-	if sweepDone != nil {
-		<-sweepDone
-	}
+	w.sweep.Stop()
 }
 
 // arm starts the timer of pub, unless one runs for its post already, and
@@ -439,7 +438,7 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		close(t.done)
 	}()
 	log := w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID)
-	pause := w.cfg.RetryBase
+	retry := backoff.Backoff{Base: w.cfg.RetryBase, Max: w.cfg.RetryMax}
 	for {
 		select {
 		case w.sem <- struct{}{}:
@@ -453,8 +452,9 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			wait = max(jitter(pause), res.retryAfter)
-			pause = min(2*pause, w.cfg.RetryMax)
+			// Jittered, so that publications that failed together do
+			// not all come back at once.
+			wait = max(retry.Next(), res.retryAfter)
 			log.Warn("publication failed; trying again", "err", err, "pause", wait)
 		case res.status == PublicationPending: // not due by the database's clock
 			wait = res.due
@@ -465,7 +465,7 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		default:
 			return
 		}
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
 	}
@@ -480,25 +480,6 @@ func (w *Worker) dbNow(ctx context.Context) (time.Time, error) {
 	}
 	w.skew.Store(int64(now.Sub(w.cfg.Now())))
 	return now, nil
-}
-
-// jitter returns a pause between half of d and d, so that publications that
-// failed together do not all come back at once.
-func jitter(d time.Duration) time.Duration {
-	half := d / 2
-	return half + rand.N(d-half+1)
-}
-
-// sleep waits for d or until ctx ends, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // ErrNotDue is returned by PublishDue for a publication whose scheduledAt
@@ -629,11 +610,12 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	// than by the timer's next attempt, which would call the publisher again.
 	// A timer disarmed meanwhile (Stop, a revoked partition) gets one last
 	// try, so that a stop does not wait on a database that is down.
-	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+	retry := backoff.Backoff{Base: 50 * time.Millisecond, Max: 2 * time.Second, Exact: true}
+	for {
 		if err = database.Transaction(rctx, w.db, record); err == nil || rctx.Err() != nil {
 			break
 		}
-		if !sleep(ctx, pause) {
+		if !backoff.Sleep(ctx, retry.Next()) {
 			err = database.Transaction(rctx, w.db, record)
 			break
 		}

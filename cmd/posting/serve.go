@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
@@ -51,32 +51,15 @@ func newServeCommand() *cobra.Command {
 	return cmd
 }
 
-// stack is everything serve started, stopped in reverse order.
-type stack struct {
-	log     *slog.Logger
-	closers []func()
-	once    sync.Once
-}
-
-func (st *stack) onStop(fn func()) { st.closers = append(st.closers, fn) }
-
-// stop runs the closers once, last started first.
-func (st *stack) stop() {
-	st.once.Do(func() {
-		for i := len(st.closers) - 1; i >= 0; i-- {
-			st.closers[i]()
-		}
-	})
-}
-
 // serve runs until ctx ends, then shuts down: stop taking requests, let
 // in-flight sends finish and be recorded, stop the rest, return nil.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	st := &stack{log: log}
+	// Everything serve starts, stopped last started first.
+	st := &startstop.Stack{}
 	shuttingDown := false
 	defer func() {
 		if !shuttingDown { // a start-up failure: undo what was started
-			st.stop()
+			st.Stop()
 		}
 	}()
 
@@ -84,7 +67,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	st.onStop(func() { _ = db.Close() })
+	st.OnStop(func() { _ = db.Close() })
 	if s.Migrate {
 		n, err := migrations.Apply(ctx, db, nil)
 		if err != nil {
@@ -106,7 +89,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("kafka producer: %w", settingError(err))
 	}
-	st.onStop(func() { _ = producer.Close() })
+	st.OnStop(func() { _ = producer.Close() })
 	m := metrics.New(db.DB, s.InstanceID)
 	// Before the topic check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the cluster answers.
@@ -175,18 +158,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// cut off by the signal.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	if err := sched.Start(bg); err != nil {
-		return err
+	for _, svc := range []startstop.Service{sched, rel, cleaner} {
+		if err := st.Start(bg, svc); err != nil {
+			return err
+		}
 	}
-	st.onStop(sched.Stop)
-	if err := rel.Start(bg); err != nil {
-		return err
-	}
-	st.onStop(rel.Stop)
-	if err := cleaner.Start(bg); err != nil {
-		return err
-	}
-	st.onStop(cleaner.Stop)
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
@@ -217,23 +193,19 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		log.Warn("http shutdown incomplete", "err", err)
 	}
 	shuttingDown = true
-	done := make(chan struct{})
-	go func() { st.stop(); close(done) }()
-	select {
-	case <-done:
-		log.Info("stopped")
-		return nil
-	case <-sctx.Done():
+	if err := st.StopWithin(sctx); err != nil {
 		// Abandon what is still running: rows of a poll in flight are
 		// recovered by the stale limit, like after a crash.
 		cancelBG()
 		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
 	}
+	log.Info("stopped")
+	return nil
 }
 
 // startKafka returns the bootstrap list: the configured brokers, or the
 // address of an embedded broker it starts with its log under the data dir.
-func startKafka(s *settings, db *database.DB, log *slog.Logger, st *stack) (brokers []string, embedded bool, err error) {
+func startKafka(s *settings, db *database.DB, log *slog.Logger, st *startstop.Stack) (brokers []string, embedded bool, err error) {
 	if len(s.KafkaBrokers) > 0 {
 		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
 		return s.KafkaBrokers, false, nil
@@ -251,7 +223,7 @@ func startKafka(s *settings, db *database.DB, log *slog.Logger, st *stack) (brok
 	if err != nil {
 		return nil, false, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
 	}
-	st.onStop(e.Close)
+	st.OnStop(e.Close)
 	return []string{e.Addr()}, true, nil
 }
 

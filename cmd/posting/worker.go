@@ -14,6 +14,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
@@ -108,7 +109,7 @@ func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *s
 // startWorker starts the worker and its consumer on brokers and registers
 // their stops: the consumer first (it finishes the event in hand, commits,
 // and revokes its partitions from the worker), then the worker.
-func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *stack) error {
+func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *startstop.Stack) error {
 	var pub worker.Publisher
 	if s.PublishWebhookURL != "" {
 		hook, err := worker.NewWebhook(s.webhookConfig())
@@ -121,17 +122,16 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	if err != nil {
 		return settingError(err)
 	}
-	st.onStop(w.Stop)
+	st.OnStop(w.Stop)
 	cc := s.consumerConfig(brokers)
 	cc.Observe = m.ObserveConsumed
 	c, err := kafka.NewConsumer(cc, w, log)
 	if err != nil {
 		return settingError(err)
 	}
-	if err := c.Start(ctx); err != nil {
+	if err := st.Start(ctx, c); err != nil {
 		return err
 	}
-	st.onStop(c.Stop)
 	publisher := "record only"
 	if s.PublishWebhookURL != "" {
 		publisher = "webhook " + s.PublishWebhookURL
@@ -148,16 +148,16 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 // runWorker runs the worker until ctx ends, then stops it within the
 // shutdown timeout.
 func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
-	st := &stack{log: log}
+	st := &startstop.Stack{}
 	db, err := openDB(s)
 	if err != nil {
 		return err
 	}
-	st.onStop(func() { _ = db.Close() })
+	st.OnStop(func() { _ = db.Close() })
 	shuttingDown := false
 	defer func() {
 		if !shuttingDown { // a start-up failure: undo what was started
-			st.stop()
+			st.Stop()
 		}
 	}()
 	if s.Migrate {
@@ -179,7 +179,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		st.onStop(func() {
+		st.OnStop(func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
@@ -189,16 +189,14 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	<-ctx.Done()
 	log.Info("shutting down", "timeout", s.ShutdownTimeout)
 	shuttingDown = true
-	done := make(chan struct{})
-	go func() { st.stop(); close(done) }()
-	select {
-	case <-done:
-		log.Info("stopped")
-		return nil
-	case <-time.After(s.ShutdownTimeout):
+	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+	defer cancel()
+	if err := st.StopWithin(sctx); err != nil {
 		cancelBG()
 		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
 	}
+	log.Info("stopped")
+	return nil
 }
 
 // workerHTTP serves the worker's probes and metrics.
