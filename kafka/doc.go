@@ -5,6 +5,6 @@
 // `posting serve` runs in embedded mode.
 //
 // The rest of the service sees small interfaces declared where they are used
-// (relay.Publisher) and the errors of those packages (relay.ErrUnavailable);
+// (relay.Sender) and the errors of those packages (relay.ErrUnavailable);
 // no other package imports sarama.
 package kafka

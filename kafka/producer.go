@@ -17,12 +17,12 @@ import (
 	"github.com/postingsvc/posting/relay"
 )
 
-// errProducerClosed is what Publish reports after Close. It wraps
+// errProducerClosed is what Send reports after Close. It wraps
 // relay.ErrUnavailable: a closed producer says nothing about the message.
 var errProducerClosed = fmt.Errorf("%w: kafka producer closed", relay.ErrUnavailable)
 
 // Producer sends outbox rows to Kafka for the relay. It implements
-// relay.Publisher. It connects lazily, so it can be built while the cluster
+// relay.Sender. It connects lazily, so it can be built while the cluster
 // is down, and it replaces its sarama producer after any failed send.
 type Producer struct {
 	cfg    ProducerConfig
@@ -31,7 +31,7 @@ type Producer struct {
 	logger *slog.Logger
 
 	// turn holds one token while a send runs. The send itself gives it back
-	// when sarama is done, even after Publish gave up waiting, so two
+	// when sarama is done, even after Send gave up waiting, so two
 	// batches are never in flight at once: a late batch cannot overtake a
 	// resend of itself or a later event of its key.
 	turn chan struct{}
@@ -43,7 +43,7 @@ type Producer struct {
 }
 
 // NewProducer checks cfg and returns a producer that connects on its first
-// Publish: it does not fail when the brokers are down.
+// Send: it does not fail when the brokers are down.
 func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -66,18 +66,18 @@ func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 // Config returns the producer's configuration with defaults filled in.
 func (p *Producer) Config() ProducerConfig { return p.cfg }
 
-// Publish sends msgs to the topic, keyed by post id, and waits until every
+// Send sends msgs to the topic, keyed by post id, and waits until every
 // message is acknowledged by all in-sync replicas or has failed. It returns
 // one error per message, in order: nil when acknowledged; an error wrapping
 // relay.ErrUnavailable when the cluster could not be reached or answered
 // with a retriable error; a *ProducerRejectedError when the broker (or sarama,
 // before sending) refused that message.
 //
-// Publish returns within SendTimeout, or sooner when ctx ends. When that
+// Send returns within SendTimeout, or sooner when ctx ends. When that
 // bound passes first, every message is reported unavailable: some may have
 // been written, which the relay's resend and the consumer's event-id dedup
 // absorb. Calls are serialized; each one waits for the previous send.
-func (p *Producer) Publish(ctx context.Context, msgs []outbox.Message) []error {
+func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -197,7 +197,7 @@ func (p *Producer) disconnect(sp sarama.SyncProducer, cause error) {
 }
 
 // Close waits up to SendTimeout for a running send, then closes the
-// connections. Later Publish calls report every message unavailable. It is
+// connections. Later Send calls report every message unavailable. It is
 // safe to call more than once.
 func (p *Producer) Close() error {
 	p.mu.Lock()
@@ -226,7 +226,7 @@ func (p *Producer) Close() error {
 	return nil
 }
 
-// SendBound is the longest one Publish takes (SendTimeout): the relay
+// SendBound is the longest one Send takes (SendTimeout): the relay
 // refuses a stale limit that a healthy slow send could outlast.
 func (p *Producer) SendBound() time.Duration { return p.cfg.SendTimeout }
 
@@ -240,6 +240,6 @@ func producerFill(errs []error, err error) []error {
 }
 
 var (
-	_ relay.Publisher = (*Producer)(nil)
+	_ relay.Sender = (*Producer)(nil)
 	_ relay.Pinger    = (*Producer)(nil)
 )

@@ -14,8 +14,8 @@ import (
 // ProducerConfig configures a Producer. The zero value of every field but
 // Brokers means its default.
 //
-// Timing: Publish returns within SendTimeout of being called, whatever the
-// network does, because it enforces that bound itself (see Producer.Publish);
+// Timing: Send returns within SendTimeout of being called, whatever the
+// network does, because it enforces that bound itself (see Producer.Send);
 // the relay's stale limit (relay.Config.StaleAfter) must exceed it. sarama's
 // own timeouts sit below it so that on an ordinary outage (connection
 // refused, a leader election) sarama answers first, with a precise error: one
@@ -24,7 +24,7 @@ import (
 // metadata refresh bounded by DialTimeout+RequestTimeout, and a batch gets
 // 1+Retries attempts RetryBackoff apart. Only a network that swallows packets
 // makes sarama take longer, up to (1+Retries)*(2*DialTimeout+3*RequestTimeout)
-// + Retries*RetryBackoff (about 2.5 minutes with the defaults); Publish has
+// + Retries*RetryBackoff (about 2.5 minutes with the defaults); Send has
 // returned unavailable at SendTimeout by then, and later calls report
 // unavailable until that send is over, so two batches are never in flight.
 type ProducerConfig struct {
@@ -35,8 +35,8 @@ type ProducerConfig struct {
 	// ClientID names the connections in broker logs and quotas. Default
 	// "posting".
 	ClientID string
-	// SendTimeout bounds one Publish, from the call until every message has
-	// an outcome, including waiting for an earlier Publish and connecting.
+	// SendTimeout bounds one Send, from the call until every message has
+	// an outcome, including waiting for an earlier Send and connecting.
 	// Default 30s; 1s to 10m, and at least DialTimeout + RequestTimeout so
 	// that one attempt fits.
 	SendTimeout time.Duration

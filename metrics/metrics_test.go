@@ -32,7 +32,7 @@ type rejecting struct {
 	reject map[int64]bool
 }
 
-func (p *rejecting) Publish(_ context.Context, msgs []outbox.Message) []error {
+func (p *rejecting) Send(_ context.Context, msgs []outbox.Message) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	errs := make([]error, len(msgs))
@@ -116,7 +116,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[6].ID).
 			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": t0.Add(-time.Hour)}).Error)
 
-		pub := m.WrapPublisher(&rejecting{reject: map[int64]bool{4: true, 5: true, 6: true}})
+		pub := m.WrapSender(&rejecting{reject: map[int64]bool{4: true, 5: true, 6: true}})
 		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return t0.Add(2 * time.Second) }), pub, relay.Config{
 			InstanceID: "test-1", Now: func() time.Time { return t0.Add(2 * time.Second) },
 		})
@@ -269,14 +269,14 @@ func (p *pinging) Ping(context.Context) error { return p.err }
 
 // The timed wrapper keeps a publisher's Ping, so the relay can still end an
 // outage early, and adds none to a publisher without one.
-func TestWrapPublisherKeepsPing(t *testing.T) {
+func TestWrapSenderKeepsPing(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(databasetest.NewSQLite(t).DB, "test-1")
 	down := errors.New("connection refused")
-	pg, ok := m.WrapPublisher(&pinging{err: down}).(relay.Pinger)
+	pg, ok := m.WrapSender(&pinging{err: down}).(relay.Pinger)
 	require.True(t, ok)
 	require.ErrorIs(t, pg.Ping(context.Background()), down)
-	_, ok = m.WrapPublisher(&rejecting{}).(relay.Pinger)
+	_, ok = m.WrapSender(&rejecting{}).(relay.Pinger)
 	require.False(t, ok)
 }
 

@@ -26,7 +26,7 @@ type opsPublisher struct {
 	acked  []string
 }
 
-func (p *opsPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+func (p *opsPublisher) Send(_ context.Context, msgs []outbox.Message) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	errs := make([]error, len(msgs))

@@ -29,7 +29,7 @@ type countingPublisher struct {
 	sends map[string]int
 }
 
-func (p *countingPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+func (p *countingPublisher) Send(_ context.Context, msgs []outbox.Message) []error {
 	time.Sleep(p.pause) // a send that takes a while: claims stay in flight
 	p.mu.Lock()
 	defer p.mu.Unlock()

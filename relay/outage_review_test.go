@@ -41,7 +41,7 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 			}
 		}))
 		broker := &reviewBroker{sends: map[string]int{}}
-		cut := &downAfterClaim{Publisher: broker, after: func() { down.Store(true) }}
+		cut := &downAfterClaim{Sender: broker, after: func() { down.Store(true) }}
 		cfg := Config{Interval: 20 * time.Millisecond, StaleAfter: time.Minute, RetryBase: time.Second, Now: clock}
 		cfg.InstanceID = "a"
 		a, err := New(store, cut, cfg)

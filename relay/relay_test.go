@@ -32,7 +32,7 @@ type fakePublisher struct {
 	calls   int
 }
 
-func (p *fakePublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+func (p *fakePublisher) Send(ctx context.Context, msgs []outbox.Message) []error {
 	p.mu.Lock()
 	block := p.block
 	p.calls++

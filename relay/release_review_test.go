@@ -27,7 +27,7 @@ type reviewBroker struct {
 	sends map[string]int
 }
 
-func (p *reviewBroker) Publish(_ context.Context, msgs []outbox.Message) []error {
+func (p *reviewBroker) Send(_ context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -66,7 +66,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 				_ = tx.AddError(driver.ErrBadConn)
 			}
 		}))
-		publish := &downAfterClaim{Publisher: broker, after: func() { dbDown.Store(true) }}
+		publish := &downAfterClaim{Sender: broker, after: func() { dbDown.Store(true) }}
 		r, err := New(store, publish, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: clock})
 		require.NoError(t, err)
 
@@ -98,12 +98,12 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 // downAfterClaim cuts the database off once the rows are claimed, before the
 // send, like a host losing its network mid-poll.
 type downAfterClaim struct {
-	Publisher
+	Sender
 	after func()
 }
 
-func (p *downAfterClaim) Publish(ctx context.Context, msgs []outbox.Message) []error {
+func (p *downAfterClaim) Send(ctx context.Context, msgs []outbox.Message) []error {
 	p.after()
 	p.after = func() {}
-	return p.Publisher.Publish(ctx, msgs)
+	return p.Sender.Send(ctx, msgs)
 }

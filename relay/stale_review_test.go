@@ -24,7 +24,7 @@ type gatedPublisher struct {
 	sends            map[string]int
 }
 
-func (p *gatedPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
+func (p *gatedPublisher) Send(_ context.Context, msgs []outbox.Message) []error {
 	select {
 	case p.entered <- struct{}{}:
 	default:
