@@ -159,7 +159,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "worker-no-rearm-on-redelivery",
-		file: "worker/worker.go",
+		file: "worker/handle.go",
 		pkg:  "./worker/",
 		why:  "a redelivered reservation re-arms its timer, as the README promises (issue 11)",
 		old:  "\tif after != nil {\n\t\tafter()\n\t}",
