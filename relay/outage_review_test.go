@@ -16,6 +16,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 // A database outage longer than the stale limit does not make the relays
@@ -40,11 +41,11 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 				_ = tx.AddError(driver.ErrBadConn)
 			}
 		}))
-		broker := &reviewBroker{sends: map[string]int{}}
-		cut := &downAfterClaim{Sender: broker, after: func() { down.Store(true) }}
+		broker := relaytest.NewSender()
+		broker.BeforeNextSend(func() { down.Store(true) }) // a's send: the database is cut off after a's claim
 		cfg := Config{Interval: 20 * time.Millisecond, StaleAfter: time.Minute, RetryBase: time.Second, Now: clock}
 		cfg.InstanceID = "a"
-		a, err := New(store, cut, cfg)
+		a, err := New(store, broker, cfg)
 		require.NoError(t, err)
 		cfg.InstanceID = "b"
 		b, err := New(store, broker, cfg)
@@ -66,9 +67,7 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 		require.NoError(t, db.DB.First(&got, row.ID).Error)
 		require.Equal(t, outbox.StatusSent, got.Status)
 		require.Zero(t, got.RetryCount, "a retry spent by a peer's recovery")
-		broker.mu.Lock()
-		defer broker.mu.Unlock()
-		require.Equal(t, 1, broker.sends[row.EventID], "sent twice")
+		require.Equal(t, 1, broker.Sends(row.EventID), "sent twice")
 
 		// Once the database has answered for a stale limit, recovery is back.
 		dead, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 2, clock(), nil))

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"database/sql/driver"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,29 +16,8 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
-
-// reviewBroker acknowledges everything while up and answers unavailable
-// while down.
-type reviewBroker struct {
-	down  atomic.Bool
-	mu    sync.Mutex
-	sends map[string]int
-}
-
-func (p *reviewBroker) Send(_ context.Context, msgs []outbox.Message) []error {
-	errs := make([]error, len(msgs))
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, m := range msgs {
-		if p.down.Load() {
-			errs[i] = fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
-			continue
-		}
-		p.sends[m.EventID]++
-	}
-	return errs
-}
 
 // A relay cut off from the broker and the database at once (its host's
 // network fails) cannot hand its claimed rows back. When the network returns
@@ -58,16 +36,18 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		row, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 1, clock(), nil))
 		require.NoError(t, err)
 
-		broker := &reviewBroker{sends: map[string]int{}}
-		broker.down.Store(true)
+		broker := relaytest.NewSender()
+		broker.SetDown(unreachable)
 		var dbDown atomic.Bool
 		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
 			if dbDown.Load() {
 				_ = tx.AddError(driver.ErrBadConn)
 			}
 		}))
-		publish := &downAfterClaim{Sender: broker, after: func() { dbDown.Store(true) }}
-		r, err := New(store, publish, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: clock})
+		// The database is cut off once the rows are claimed, before the send,
+		// like a host losing its network mid-poll.
+		broker.BeforeNextSend(func() { dbDown.Store(true) })
+		r, err := New(store, broker, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: clock})
 		require.NoError(t, err)
 
 		// Claimed, then broker and database unreachable: the release fails.
@@ -77,7 +57,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 
 		// The network returns, and the broker with it, within the stale limit.
 		dbDown.Store(false)
-		broker.down.Store(false)
+		broker.SetDown(nil)
 		for range 3 {
 			advance(30 * time.Second) // past the stale limit by the second poll
 			_, err := r.RunOnce(ctx)
@@ -89,21 +69,6 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		require.NoError(t, db.DB.First(&got, row.ID).Error)
 		require.Equal(t, outbox.StatusSent, got.Status)
 		require.Zero(t, got.RetryCount, "an outage spent a retry (last_error %v)", got.LastError)
-		broker.mu.Lock()
-		defer broker.mu.Unlock()
-		require.Equal(t, 1, broker.sends[row.EventID])
+		require.Equal(t, 1, broker.Sends(row.EventID))
 	})
-}
-
-// downAfterClaim cuts the database off once the rows are claimed, before the
-// send, like a host losing its network mid-poll.
-type downAfterClaim struct {
-	Sender
-	after func()
-}
-
-func (p *downAfterClaim) Send(ctx context.Context, msgs []outbox.Message) []error {
-	p.after()
-	p.after = func() {}
-	return p.Sender.Send(ctx, msgs)
 }
