@@ -163,23 +163,19 @@ func (s *Sender) Calls() int {
 }
 
 // SentIDs are the outbox ids acknowledged, in order.
-func (s *Sender) SentIDs() []int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []int64
-	for _, m := range s.sent {
-		out = append(out, m.ID)
-	}
-	return out
-}
+func (s *Sender) SentIDs() []int64 { return sent(s, func(m outbox.Message) int64 { return m.ID }) }
 
 // SentEventIDs are the event ids acknowledged, in order.
 func (s *Sender) SentEventIDs() []string {
+	return sent(s, func(m outbox.Message) string { return m.EventID })
+}
+
+func sent[T any](s *Sender, field func(outbox.Message) T) []T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
+	var out []T
 	for _, m := range s.sent {
-		out = append(out, m.EventID)
+		out = append(out, field(m))
 	}
 	return out
 }
