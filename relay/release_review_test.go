@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"database/sql/driver"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,10 +12,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 // A relay cut off from the broker and the database at once (its host's
@@ -28,26 +24,16 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		var mu sync.Mutex
-		now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-		advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-		store := outbox.NewStore(db).WithClock(clock)
-		row, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 1, clock(), nil))
-		require.NoError(t, err)
+		b := setup(t, db)
+		row := b.append(t, 1)[0]
 
-		broker := relaytest.NewSender()
+		broker := b.send
 		broker.SetDown(unreachable)
-		var dbDown atomic.Bool
-		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
-			if dbDown.Load() {
-				_ = tx.AddError(driver.ErrBadConn)
-			}
-		}))
+		dbDown := cutWrites(t, db)
 		// The database is cut off once the rows are claimed, before the send,
 		// like a host losing its network mid-poll.
 		broker.BeforeNextSend(func() { dbDown.Store(true) })
-		r, err := New(store, broker, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: clock})
+		r, err := New(b.store, broker, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: b.clock.Now})
 		require.NoError(t, err)
 
 		// Claimed, then broker and database unreachable: the release fails.
@@ -59,7 +45,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		dbDown.Store(false)
 		broker.SetDown(nil)
 		for range 3 {
-			advance(30 * time.Second) // past the stale limit by the second poll
+			b.clock.Add(30 * time.Second) // past the stale limit by the second poll
 			_, err := r.RunOnce(ctx)
 			require.NoError(t, err)
 		}
@@ -71,4 +57,18 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		require.Zero(t, got.RetryCount, "an outage spent a retry (last_error %v)", got.LastError)
 		require.Equal(t, 1, broker.Sends(row.EventID))
 	})
+}
+
+// cutWrites makes every UPDATE through db fail as on a lost connection while
+// the returned flag is set: the database cut off from a relay whose host
+// lost its network.
+func cutWrites(t *testing.T, db *database.DB) *atomic.Bool {
+	t.Helper()
+	var down atomic.Bool
+	require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
+		if down.Load() {
+			_ = tx.AddError(driver.ErrBadConn)
+		}
+	}))
+	return &down
 }
