@@ -241,5 +241,5 @@ func producerFill(errs []error, err error) []error {
 
 var (
 	_ relay.Sender = (*Producer)(nil)
-	_ relay.Pinger    = (*Producer)(nil)
+	_ relay.Pinger = (*Producer)(nil)
 )
