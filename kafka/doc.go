@@ -5,6 +5,12 @@
 // `posting serve` runs in embedded mode.
 //
 // The rest of the service sees small interfaces declared where they are used
-// (relay.Publisher) and the errors of those packages (relay.ErrUnavailable);
+// (relay.Sender) and the errors of those packages (relay.ErrUnavailable);
 // no other package imports sarama.
+//
+// Files by concern: the producer's settings (producer_config.go), its
+// sending (producer.go), its probes for readiness and the topic (probe.go),
+// and the sorting of send errors into "unavailable" and "rejected"
+// (classify.go); the consumer (consumer.go); the embedded broker
+// (embedded.go).
 package kafka

@@ -25,12 +25,12 @@ func embeddedTestStart(t *testing.T, cfg EmbeddedConfig) *Embedded {
 	return e
 }
 
-func embeddedTestPublish(t *testing.T, addr, topic string, msgs []outbox.Message) {
+func embeddedTestSend(t *testing.T, addr, topic string, msgs []outbox.Message) {
 	t.Helper()
 	cfg := producerTestConfig(addr)
 	cfg.Topic = topic
 	p := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, p.Publish(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
 	require.NoError(t, p.Close())
 }
 
@@ -42,14 +42,14 @@ func TestEmbeddedKeepsLogAcrossRestart(t *testing.T) {
 	require.NotEqual(t, "127.0.0.1:0", addr, "a port was picked")
 	require.Equal(t, event.DefaultTopic, e.Topic())
 	first := producerTestMessages(1, 30, 1, 2, 3)
-	embeddedTestPublish(t, addr, e.Topic(), first)
+	embeddedTestSend(t, addr, e.Topic(), first)
 	e.Close()
 	e.Close() // idempotent
 
 	e2 := embeddedTestStart(t, EmbeddedConfig{Addr: addr, DataDir: dir})
 	require.Equal(t, addr, e2.Addr())
 	second := producerTestMessages(100, 30, 1, 2, 3)
-	embeddedTestPublish(t, addr, e2.Topic(), second)
+	embeddedTestSend(t, addr, e2.Topic(), second)
 
 	recs := kafkatest.ReadTopic(t, addr, e2.Topic(), 60, 10*time.Second)
 	require.Len(t, recs, 60)
@@ -85,7 +85,7 @@ func TestEmbeddedCreatesMissingTopicInExistingDataDir(t *testing.T) {
 		require.NoError(t, producerTestNew(t, cfg).CheckTopic(context.Background()), topic)
 	}
 	msgs := producerTestMessages(1, 9, 1, 2, 3, 4, 5, 6)
-	embeddedTestPublish(t, addr, "second", msgs)
+	embeddedTestSend(t, addr, "second", msgs)
 	recs := kafkatest.ReadTopic(t, addr, "second", len(msgs), 10*time.Second)
 	require.Len(t, recs, len(msgs))
 	for _, r := range recs {
@@ -103,7 +103,7 @@ func TestEmbeddedRefusesALogOfAnotherDatabase(t *testing.T) {
 	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: dir, Database: first})
 	addr := e.Addr()
 	msgs := producerTestMessages(1, 3, 1)
-	embeddedTestPublish(t, addr, e.Topic(), msgs)
+	embeddedTestSend(t, addr, e.Topic(), msgs)
 	e.Close()
 	raw, err := os.ReadFile(filepath.Join(dir, EmbeddedDatabaseFile))
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestEmbeddedWithKcat(t *testing.T) {
 	}
 	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0", DataDir: t.TempDir()})
 	msgs := producerTestMessages(1, 4, 7)
-	embeddedTestPublish(t, e.Addr(), e.Topic(), msgs)
+	embeddedTestSend(t, e.Addr(), e.Topic(), msgs)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -106,7 +106,7 @@ func producerTestEventIDs(recs []kafkatest.Record) []string {
 	return out
 }
 
-func TestProducerPublishesBatchInKeyOrder(t *testing.T) {
+func TestProducerSendsBatchInKeyOrder(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	p := producerTestNew(t, producerTestConfig(b.Addr))
@@ -116,7 +116,7 @@ func TestProducerPublishesBatchInKeyOrder(t *testing.T) {
 	}
 	msgs := producerTestMessages(1, 1000, posts...)
 
-	producerTestRequireAllNil(t, p.Publish(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
 
 	recs := b.Records(t, len(msgs), 10*time.Second)
 	require.Len(t, recs, len(msgs))
@@ -159,7 +159,7 @@ func TestProducerRejectionFailsOnlyItsPartitionAndLaterSendsWork(t *testing.T) {
 	for round := range 3 { // rejections again and again must not wedge the producer
 		msgs := producerTestMessages(nextID, 40, posts...)
 		nextID += int64(len(msgs))
-		errs := p.Publish(context.Background(), msgs)
+		errs := p.Send(context.Background(), msgs)
 		require.Len(t, errs, len(msgs))
 		for i, m := range msgs {
 			if m.AggregateID != bad {
@@ -179,7 +179,7 @@ func TestProducerRejectionFailsOnlyItsPartitionAndLaterSendsWork(t *testing.T) {
 
 	stop()
 	msgs := producerTestMessages(nextID, 40, posts...)
-	producerTestRequireAllNil(t, p.Publish(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
 	for _, m := range msgs {
 		want = append(want, m.EventID)
 	}
@@ -210,7 +210,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 		stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
 		msgs := producerTestMessages(nextID, 4, bad, good)
 		nextID += int64(len(msgs))
-		errs := p.Publish(context.Background(), msgs)
+		errs := p.Send(context.Background(), msgs)
 		stop()
 		for i, m := range msgs {
 			if m.AggregateID == good {
@@ -228,7 +228,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 			require.Contains(t, errs[i].Error(), tc.code.Message)
 		}
 	}
-	producerTestRequireAllNil(t, p.Publish(context.Background(), producerTestMessages(nextID, 4, bad, good)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
 }
 
 func TestProducerRefusesOversizedMessageAlone(t *testing.T) {
@@ -240,7 +240,7 @@ func TestProducerRefusesOversizedMessageAlone(t *testing.T) {
 	msgs := producerTestMessages(1, 3, 1, 2, 3)
 	msgs[1].Payload = `{"big":"` + strings.Repeat("x", 2000) + `"}`
 
-	errs := p.Publish(context.Background(), msgs)
+	errs := p.Send(context.Background(), msgs)
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[2])
 	var rej *ProducerRejectedError
@@ -256,11 +256,11 @@ func TestProducerOutageIsUnavailableAndRecoversAfterRestart(t *testing.T) {
 	p := producerTestNew(t, producerTestConfig(b.Addr))
 	posts := []int64{1, 2, 3, 4, 5}
 	before := producerTestMessages(1, 20, posts...)
-	producerTestRequireAllNil(t, p.Publish(context.Background(), before))
+	producerTestRequireAllNil(t, p.Send(context.Background(), before))
 
 	b.Stop()
 	for round := range 3 {
-		errs := p.Publish(context.Background(), producerTestMessages(100+int64(round)*20, 20, posts...))
+		errs := p.Send(context.Background(), producerTestMessages(100+int64(round)*20, 20, posts...))
 		producerTestRequireAllUnavailable(t, errs)
 		for _, err := range errs {
 			require.NotContains(t, err.Error(), "send timeout", "sarama answered within its own bounds")
@@ -270,7 +270,7 @@ func TestProducerOutageIsUnavailableAndRecoversAfterRestart(t *testing.T) {
 
 	b.Restart(t)
 	after := producerTestMessages(200, 20, posts...)
-	producerTestRequireAllNil(t, p.Publish(context.Background(), after))
+	producerTestRequireAllNil(t, p.Send(context.Background(), after))
 	require.NoError(t, p.Ping(context.Background()))
 
 	recs := b.Records(t, len(before)+len(after), 10*time.Second)
@@ -289,15 +289,15 @@ func TestProducerStartsWhileBrokerDown(t *testing.T) {
 	p, err := NewProducer(producerTestConfig(b.Addr), nil)
 	require.NoError(t, err, "no connection at construction")
 	t.Cleanup(func() { _ = p.Close() })
-	producerTestRequireAllUnavailable(t, p.Publish(context.Background(), producerTestMessages(1, 5, 1, 2)))
+	producerTestRequireAllUnavailable(t, p.Send(context.Background(), producerTestMessages(1, 5, 1, 2)))
 
 	b.Restart(t)
 	msgs := producerTestMessages(10, 5, 1, 2)
-	producerTestRequireAllNil(t, p.Publish(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
 	require.Len(t, b.Records(t, len(msgs), 10*time.Second), len(msgs))
 }
 
-func TestProducerSendTimeoutBoundsPublish(t *testing.T) {
+func TestProducerSendTimeoutBoundsSend(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	cfg := producerTestConfig(b.Addr)
@@ -306,10 +306,10 @@ func TestProducerSendTimeoutBoundsPublish(t *testing.T) {
 	cfg.RequestTimeout = 800 * time.Millisecond
 	cfg.AckTimeout = 100 * time.Millisecond
 	p := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, p.Publish(context.Background(), producerTestMessages(1, 2, 1)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1)))
 
 	// The broker swallows produce requests: sarama waits for its read
-	// timeout, retries, waits again; Publish must give up at SendTimeout.
+	// timeout, retries, waits again; Send must give up at SendTimeout.
 	silent := make(chan struct{})
 	b.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		select {
@@ -320,13 +320,13 @@ func TestProducerSendTimeoutBoundsPublish(t *testing.T) {
 			return nil, nil, true // no answer at all
 		}
 	})
-	errs := p.Publish(context.Background(), producerTestMessages(10, 2, 1))
+	errs := p.Send(context.Background(), producerTestMessages(10, 2, 1))
 	producerTestRequireAllUnavailable(t, errs)
 	require.Contains(t, errs[0].Error(), "send timeout")
 
 	close(silent)
 	require.Eventually(t, func() bool {
-		for _, err := range p.Publish(context.Background(), producerTestMessages(20, 2, 1)) {
+		for _, err := range p.Send(context.Background(), producerTestMessages(20, 2, 1)) {
 			if err != nil {
 				require.ErrorIs(t, err, relay.ErrUnavailable)
 				return false
@@ -356,15 +356,15 @@ func TestProducerPingAndCheckTopic(t *testing.T) {
 	require.ErrorIs(t, p.CheckTopic(context.Background()), relay.ErrUnavailable)
 }
 
-func TestProducerCloseThenPublish(t *testing.T) {
+func TestProducerCloseThenSend(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	p := producerTestNew(t, producerTestConfig(b.Addr))
-	producerTestRequireAllNil(t, p.Publish(context.Background(), producerTestMessages(1, 2, 1)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1)))
 	require.NoError(t, p.Close())
 	require.NoError(t, p.Close())
-	producerTestRequireAllUnavailable(t, p.Publish(context.Background(), producerTestMessages(3, 2, 1)))
-	require.Empty(t, p.Publish(context.Background(), nil))
+	producerTestRequireAllUnavailable(t, p.Send(context.Background(), producerTestMessages(3, 2, 1)))
+	require.Empty(t, p.Send(context.Background(), nil))
 }
 
 func TestNewProducerValidates(t *testing.T) {
@@ -413,9 +413,9 @@ func TestProducerClassify(t *testing.T) {
 		producerClassify(sarama.ErrPolicyViolation).Error())
 }
 
-// BenchmarkPublish sends batches of 500 to the in-process broker and reports
+// BenchmarkSend sends batches of 500 to the in-process broker and reports
 // messages per second.
-func BenchmarkPublish(b *testing.B) {
+func BenchmarkSend(b *testing.B) {
 	broker := kafkatest.Start(b)
 	p := producerTestNew(b, producerTestConfig(broker.Addr))
 	var posts []int64
@@ -424,11 +424,11 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	const batch = 500
 	msgs := producerTestMessages(1, batch, posts...)
-	producerTestRequireAllNil(b, p.Publish(context.Background(), msgs)) // connect
+	producerTestRequireAllNil(b, p.Send(context.Background(), msgs)) // connect
 	b.ResetTimer()
 	start := time.Now()
 	for b.Loop() {
-		for _, err := range p.Publish(context.Background(), msgs) {
+		for _, err := range p.Send(context.Background(), msgs) {
 			if err != nil {
 				b.Fatal(err)
 			}

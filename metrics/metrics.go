@@ -1,12 +1,12 @@
 // Package metrics is the service's Prometheus instrumentation: one registry
 // per process with the Go and process collectors, the outbox table read at
 // scrape time, and counters and histograms fed by the relay, the Kafka
-// publisher, the scheduler, the worker and the HTTP server. Every metric is
+// sender, the scheduler, the worker and the HTTP server. Every metric is
 // named posting_*, carries the const label instance_id, and has snake_case
 // labels.
 //
 // Components do not import this package: the wiring passes its methods in
-// (relay.Config.Observe = m.ObserveRelay, m.WrapPublisher(p), m.HTTP(h)).
+// (relay.Config.Observe = m.ObserveRelay, m.WrapSender(s), m.HTTP(h)).
 package metrics
 
 import (
@@ -203,42 +203,42 @@ func (m *Metrics) ObserveRelay(res relay.Result, d time.Duration, err error) {
 	}
 }
 
-// WrapPublisher returns p timed: each Publish is one observation of the
+// WrapSender returns s timed: each Send is one observation of the
 // Kafka send duration, and each message's outcome is counted.
-// A p that is a relay.Pinger stays one.
-func (m *Metrics) WrapPublisher(p relay.Publisher) relay.Publisher {
-	t := &timedPublisher{next: p, m: m}
-	if pg, ok := p.(relay.Pinger); ok {
-		return &timedPinger{timedPublisher: t, pinger: pg}
+// An s that is a relay.Pinger stays one.
+func (m *Metrics) WrapSender(s relay.Sender) relay.Sender {
+	t := &timedSender{next: s, m: m}
+	if pg, ok := s.(relay.Pinger); ok {
+		return &timedPinger{timedSender: t, pinger: pg}
 	}
 	return t
 }
 
-// timedPinger is a timedPublisher whose publisher can be pinged.
+// timedPinger is a timedSender whose sender can be pinged.
 type timedPinger struct {
-	*timedPublisher
+	*timedSender
 	pinger relay.Pinger
 }
 
-// Ping asks the wrapped publisher.
+// Ping asks the wrapped sender.
 func (t *timedPinger) Ping(ctx context.Context) error { return t.pinger.Ping(ctx) }
 
-type timedPublisher struct {
-	next relay.Publisher
+type timedSender struct {
+	next relay.Sender
 	m    *Metrics
 }
 
-// SendBound passes on the wrapped publisher's bound (0: unknown).
-func (t *timedPublisher) SendBound() time.Duration {
+// SendBound passes on the wrapped sender's bound (0: unknown).
+func (t *timedSender) SendBound() time.Duration {
 	if b, ok := t.next.(relay.SendBounder); ok {
 		return b.SendBound()
 	}
 	return 0
 }
 
-func (t *timedPublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+func (t *timedSender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	start := time.Now()
-	errs := t.next.Publish(ctx, msgs)
+	errs := t.next.Send(ctx, msgs)
 	t.m.kafkaSend.Observe(time.Since(start).Seconds())
 	var acked, rejected, unavailable int
 	for _, err := range errs {

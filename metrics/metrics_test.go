@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,27 +21,10 @@ import (
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-
-// rejecting acks every message but those of the posts in reject.
-type rejecting struct {
-	mu     sync.Mutex
-	reject map[int64]bool
-}
-
-func (p *rejecting) Publish(_ context.Context, msgs []outbox.Message) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	errs := make([]error, len(msgs))
-	for i, m := range msgs {
-		if p.reject[m.AggregateID] {
-			errs[i] = errors.New("message too large")
-		}
-	}
-	return errs
-}
 
 // scrape serves one GET /metrics and parses the text format.
 func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
@@ -94,7 +76,7 @@ func appendEvent(t *testing.T, db *database.DB, post int64, at time.Time) *outbo
 	return m
 }
 
-// A known workload through the relay, the publisher wrapper, the scheduler
+// A known workload through the relay, the sender wrapper, the scheduler
 // and worker hooks and the HTTP middleware gives exact counter values, and
 // the outbox gauges show the table.
 func TestScrapeAfterKnownWorkload(t *testing.T) {
@@ -116,8 +98,15 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[6].ID).
 			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": t0.Add(-time.Hour)}).Error)
 
-		pub := m.WrapPublisher(&rejecting{reject: map[int64]bool{4: true, 5: true, 6: true}})
-		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return t0.Add(2 * time.Second) }), pub, relay.Config{
+		send := relaytest.NewSender()
+		send.Reject(func(m outbox.Message) error {
+			if m.AggregateID >= 4 && m.AggregateID <= 6 {
+				return errors.New("message too large")
+			}
+			return nil
+		})
+		timed := m.WrapSender(send)
+		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return t0.Add(2 * time.Second) }), timed, relay.Config{
 			InstanceID: "test-1", Now: func() time.Time { return t0.Add(2 * time.Second) },
 		})
 		require.NoError(t, err)
@@ -259,24 +248,18 @@ func TestHTTPRouteBehindWrapper(t *testing.T) {
 		map[string]string{"route": "GET /admin/outbox/{id}", "code": "401"}))
 }
 
-// pinging is a publisher the relay can ping.
-type pinging struct {
-	rejecting
-	err error
-}
-
-func (p *pinging) Ping(context.Context) error { return p.err }
-
-// The timed wrapper keeps a publisher's Ping, so the relay can still end an
-// outage early, and adds none to a publisher without one.
-func TestWrapPublisherKeepsPing(t *testing.T) {
+// The timed wrapper keeps a sender's Ping, so the relay can still end an
+// outage early, and adds none to a sender without one.
+func TestWrapSenderKeepsPing(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(databasetest.NewSQLite(t).DB, "test-1")
 	down := errors.New("connection refused")
-	pg, ok := m.WrapPublisher(&pinging{err: down}).(relay.Pinger)
+	pinging := relaytest.NewSender()
+	pinging.SetDown(down)
+	pg, ok := m.WrapSender(pinging.Pinging()).(relay.Pinger)
 	require.True(t, ok)
 	require.ErrorIs(t, pg.Ping(context.Background()), down)
-	_, ok = m.WrapPublisher(&rejecting{}).(relay.Pinger)
+	_, ok = m.WrapSender(relaytest.NewSender()).(relay.Pinger)
 	require.False(t, ok)
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,35 +15,8 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
-
-// opsPublisher acks every message except those whose event id is in reject,
-// and records the event ids it acked, in order.
-type opsPublisher struct {
-	mu     sync.Mutex
-	reject map[string]bool
-	acked  []string
-}
-
-func (p *opsPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	errs := make([]error, len(msgs))
-	for i, m := range msgs {
-		if p.reject[m.EventID] {
-			errs[i] = errors.New("record too large")
-			continue
-		}
-		p.acked = append(p.acked, m.EventID)
-	}
-	return errs
-}
-
-func (p *opsPublisher) ackedIDs() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.acked...)
-}
 
 // opsSet forces a row into a status, as the relay would have left it.
 func opsSet(t *testing.T, db *gorm.DB, id int64, status outbox.Status, sentAt *time.Time) {
@@ -79,8 +51,14 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		ctx := context.Background()
 		rows := appendEvents(t, db.DB, t0, 1, 2, 1)
 		now := t0.Add(time.Second)
-		pub := &opsPublisher{reject: map[string]bool{rows[0].EventID: true}}
-		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), pub, relay.Config{
+		send := relaytest.NewSender()
+		send.Reject(func(m outbox.Message) error {
+			if m.EventID == rows[0].EventID {
+				return errors.New("record too large")
+			}
+			return nil
+		})
+		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), send, relay.Config{
 			InstanceID: "x", MaxRetries: relay.Retries(0), Now: func() time.Time { return now },
 		})
 		require.NoError(t, err)
@@ -123,7 +101,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, res.Claimed)
 
-		delete(pub.reject, rows[0].EventID)
+		send.Reject(nil)
 		now = now.Add(time.Second)
 		results := outbox.Requeue(ctx, db.DB, []int64{rows[0].ID}, now)
 		require.Len(t, results, 1)
@@ -142,7 +120,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		for _, m := range rows {
 			require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, m.ID).Status)
 		}
-		require.Equal(t, []string{rows[1].EventID, rows[0].EventID, rows[2].EventID}, pub.ackedIDs())
+		require.Equal(t, []string{rows[1].EventID, rows[0].EventID, rows[2].EventID}, send.SentEventIDs())
 	})
 }
 

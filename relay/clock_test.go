@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,29 +16,8 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
-
-// countingPublisher acknowledges everything after a pause and counts the
-// sends of each event.
-type countingPublisher struct {
-	pause time.Duration
-	bound time.Duration // SendBound; 0: not a SendBounder answer
-
-	mu    sync.Mutex
-	sends map[string]int
-}
-
-func (p *countingPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
-	time.Sleep(p.pause) // a send that takes a while: claims stay in flight
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range msgs {
-		p.sends[m.EventID]++
-	}
-	return make([]error, len(msgs))
-}
-
-func (p *countingPublisher) SendBound() time.Duration { return p.bound }
 
 // Two relays whose clocks are minutes apart share the database's clock for
 // claims, retries and stale recovery: neither takes the other's live claims
@@ -59,11 +37,12 @@ func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 				ids = append(ids, m.ID)
 			}
 		}
-		pub := &countingPublisher{pause: 15 * time.Millisecond, sends: map[string]int{}}
+		send := relaytest.NewSender()
+		send.SetPause(15 * time.Millisecond) // a send that takes a while: claims stay in flight
 		skews := map[string]time.Duration{"ahead": 3 * time.Minute, "behind": -3 * time.Minute, "on-time": 0}
 		var relays []*Relay
 		for id, skew := range skews {
-			r, err := New(outbox.NewStore(db), pub, Config{InstanceID: id, Interval: 10 * time.Millisecond,
+			r, err := New(outbox.NewStore(db), send, Config{InstanceID: id, Interval: 10 * time.Millisecond,
 				BatchSize: 10, StaleAfter: 2 * time.Minute, RetryBase: time.Second,
 				Now: func() time.Time { return time.Now().Add(skew) }})
 			require.NoError(t, err)
@@ -83,12 +62,10 @@ func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 
 		var rows []outbox.Message
 		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
-		pub.mu.Lock()
-		defer pub.mu.Unlock()
 		for _, m := range rows {
 			require.Equal(t, outbox.StatusSent, m.Status, "row %d", m.ID)
 			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", m.ID, m.LastError)
-			require.Equal(t, 1, pub.sends[m.EventID], "row %d sends", m.ID)
+			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", m.ID)
 		}
 	})
 }
@@ -103,14 +80,14 @@ func TestEventFromAnInstanceAheadIsDueAtOnce(t *testing.T) {
 		require.NoError(t, err)
 		second, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now(), nil))
 		require.NoError(t, err)
-		pub := &fakePublisher{answers: map[string][]error{}}
-		r, err := New(outbox.NewStore(db), pub, Config{InstanceID: "r", Interval: 10 * time.Millisecond})
+		send := relaytest.NewSender()
+		r, err := New(outbox.NewStore(db), send, Config{InstanceID: "r", Interval: 10 * time.Millisecond})
 		require.NoError(t, err)
 		for range 2 {
 			_, err := r.RunOnce(ctx)
 			require.NoError(t, err)
 		}
-		require.Equal(t, []int64{first.ID, second.ID}, pub.sentIDs())
+		require.Equal(t, []int64{first.ID, second.ID}, send.SentIDs())
 	})
 }
 
@@ -144,7 +121,7 @@ func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Claimed)
 		require.Equal(t, 2, res.Sent)
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs(), "each sent once, in order")
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs(), "each sent once, in order")
 		for _, m := range rows {
 			got := b.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
@@ -172,7 +149,7 @@ func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
 		require.Eventually(t, func() bool { return b.row(t, row.ID).Status == outbox.StatusSent }, 10*time.Second, 10*time.Millisecond)
 		require.True(t, failed.Load())
 		require.Zero(t, b.row(t, row.ID).RetryCount)
-		require.Equal(t, []int64{row.ID}, b.pub.sentIDs())
+		require.Equal(t, []int64{row.ID}, b.send.SentIDs())
 	})
 }
 
@@ -181,24 +158,25 @@ func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
 func TestNewRefusesAStaleLimitTheSenderCouldOutlast(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
-	pub := &countingPublisher{bound: 30 * time.Second}
+	send := relaytest.NewSender()
+	send.SetBound(30 * time.Second)
 	cfg := Config{InstanceID: "a", StaleAfter: 11 * time.Second}
-	_, err := New(outbox.NewStore(db), pub, cfg)
+	_, err := New(outbox.NewStore(db), send, cfg)
 	var sl *StaleLimitError
 	require.True(t, errors.As(err, &sl), "got %v", err)
 	require.Equal(t, 75*time.Second, sl.Min, "(30s send + 30s write) * 5/4")
 	require.Equal(t, 11*time.Second, sl.StaleAfter)
 
 	cfg.StaleAfter = 75 * time.Second
-	_, err = New(outbox.NewStore(db), pub, cfg)
+	_, err = New(outbox.NewStore(db), send, cfg)
 	require.ErrorAs(t, err, &sl, "the minimum itself is not more than the bound")
 
 	cfg.StaleAfter, cfg.WriteTimeout = 20*time.Second, 5*time.Second
-	pub.bound = 10 * time.Second
-	_, err = New(outbox.NewStore(db), pub, cfg)
+	send.SetBound(10 * time.Second)
+	_, err = New(outbox.NewStore(db), send, cfg)
 	require.NoError(t, err, "(10s + 5s) * 5/4 = 18.75s < 20s")
 
-	// A publisher that does not know its bound is not checked.
-	_, err = New(outbox.NewStore(db), &fakePublisher{}, Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond})
+	// A sender that does not know its bound is not checked.
+	_, err = New(outbox.NewStore(db), relaytest.NewSender(), Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
 }

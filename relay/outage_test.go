@@ -18,13 +18,13 @@ import (
 func TestOutageBackoffDoubles(t *testing.T) {
 	t.Parallel()
 	b := setup(t, databasetest.NewSQLite(t))
-	b.pub.down = true
+	b.send.SetDown(unreachable)
 	b.append(t, 1)
 	var (
 		mu    sync.Mutex
 		polls []time.Time
 	)
-	r, err := New(b.store, b.pub, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
+	r, err := New(b.store, b.send, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
 		StaleAfter: time.Minute, OutageBackoffMax: time.Second, Logger: slog.New(slog.DiscardHandler),
 		Observe: func(res Result, _ time.Duration, _ error) {
 			if res.Unavailable {

@@ -31,7 +31,7 @@ type Config struct {
 	MaxRetries *int
 	// StaleAfter is how long a claim may stay PROCESSING before another instance
 	// recovers it. Default 2m; at least 1s and more than 2*Interval, and New
-	// refuses one that does not exceed the publisher's send bound (see
+	// refuses one that does not exceed the sender's send bound (see
 	// SendBounder) plus WriteTimeout by a quarter (a *StaleLimitError): a
 	// healthy slow send would look dead and be sent again.
 	StaleAfter time.Duration
@@ -142,14 +142,14 @@ type Result struct {
 	Unavailable bool
 }
 
-// Relay moves outbox rows to a Publisher. Any number of relays, in any number
+// Relay moves outbox rows to a Sender. Any number of relays, in any number
 // of processes, may run on one database.
 type Relay struct {
 	startstop.BaseStartStop
 
 	cfg   Config
 	store *outbox.Store
-	pub   Publisher
+	send  Sender
 
 	// afterClaim, if set, runs between claim and send (tests simulate a crash there).
 	afterClaim func()
@@ -175,7 +175,7 @@ type Relay struct {
 }
 
 // StaleLimitError is why New refuses a StaleAfter that a healthy claim could
-// outlast: the publisher's send bound plus WriteTimeout, and a quarter more
+// outlast: the sender's send bound plus WriteTimeout, and a quarter more
 // for the claim's own transaction and the clocks' reading. New returns it
 // as the Err of a *config.Error naming relay.Config.StaleAfter.
 type StaleLimitError struct {
@@ -191,7 +191,7 @@ func (e *StaleLimitError) Error() string {
 }
 
 // MinStaleAfter returns the least StaleAfter a relay accepts for a
-// publisher whose sends take up to sendBound and the given WriteTimeout
+// sender whose sends take up to sendBound and the given WriteTimeout
 // (0: the default): StaleAfter must be more than it.
 func MinStaleAfter(sendBound, writeTimeout time.Duration) time.Duration {
 	if writeTimeout == 0 {
@@ -200,13 +200,13 @@ func MinStaleAfter(sendBound, writeTimeout time.Duration) time.Duration {
 	return (sendBound + writeTimeout) * 5 / 4
 }
 
-// New returns a relay that claims from store and sends to pub.
-func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
+// New returns a relay that claims from store and sends through send.
+func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid relay config: %w", err)
 	}
-	if b, ok := pub.(SendBounder); ok && b.SendBound() > 0 {
+	if b, ok := send.(SendBounder); ok && b.SendBound() > 0 {
 		if min := MinStaleAfter(b.SendBound(), cfg.WriteTimeout); cfg.StaleAfter <= min {
 			return nil, fmt.Errorf("invalid relay config: %w", &config.Error{
 				Field: "relay.Config.StaleAfter", Value: cfg.StaleAfter,
@@ -214,7 +214,7 @@ func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
 			})
 		}
 	}
-	return &Relay{cfg: cfg, store: store, pub: pub}, nil
+	return &Relay{cfg: cfg, store: store, send: send}, nil
 }
 
 // Config returns the relay's configuration with defaults filled in.
@@ -304,10 +304,10 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 		return res, fmt.Errorf("stopped between claim and send, %d rows left to stale recovery: %w", len(msgs), err)
 	}
 
-	errs := r.pub.Publish(ctx, msgs)
+	errs := r.send.Send(ctx, msgs)
 	if len(errs) != len(msgs) {
-		// A broken publisher: treat the outcome as unknown and let stale recovery retry.
-		return res, fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
+		// A broken sender: treat the outcome as unknown and let stale recovery retry.
+		return res, fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs))
 	}
 	// The sends happened: record them even if we are being stopped.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
@@ -549,7 +549,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 		}
 		// Nothing is deferred over a pause (after an error or an outage).
 		r.flush(ctx, log)
-		if pinger, ok := r.pub.(Pinger); ok && res.Unavailable {
+		if pinger, ok := r.send.(Pinger); ok && res.Unavailable {
 			if !r.waitOutage(ctx, stop, wait, pinger, log) {
 				return
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,67 +17,25 @@ import (
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// fakePublisher records what it was asked to send and answers per key.
-type fakePublisher struct {
-	mu      sync.Mutex
-	sent    []outbox.Message   // acknowledged, in order
-	answers map[string][]error // per key, consumed one per attempt; nil = ack
-	down    bool               // every message gets ErrUnavailable
-	block   chan struct{}      // if set, Publish waits for it to close
-	calls   int
-}
-
-func (p *fakePublisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	p.mu.Lock()
-	block := p.block
-	p.calls++
-	p.mu.Unlock()
-	if block != nil {
-		<-block
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	errs := make([]error, len(msgs))
-	for i, m := range msgs {
-		if p.down {
-			errs[i] = fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
-			continue
-		}
-		if q := p.answers[m.Key()]; len(q) > 0 {
-			errs[i], p.answers[m.Key()] = q[0], q[1:]
-		}
-		if errs[i] == nil {
-			p.sent = append(p.sent, m)
-		}
-	}
-	return errs
-}
-
-func (p *fakePublisher) sentIDs() []int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []int64
-	for _, m := range p.sent {
-		out = append(out, m.ID)
-	}
-	return out
-}
+// unreachable is the answer of a sender whose broker is down.
+var unreachable = fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
 
 type bundle struct {
 	db    *database.DB
 	store *outbox.Store
 	clock *clocktest.Clock
-	pub   *fakePublisher
+	send  *relaytest.Sender
 }
 
 func setup(t *testing.T, db *database.DB) *bundle {
 	clock := clocktest.New(t0)
 	// The test moves the shared (database) clock and the relay's own together.
-	return &bundle{db: db, store: outbox.NewStore(db).WithClock(clock.Now), clock: clock, pub: &fakePublisher{answers: map[string][]error{}}}
+	return &bundle{db: db, store: outbox.NewStore(db).WithClock(clock.Now), clock: clock, send: relaytest.NewSender()}
 }
 
 func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay {
@@ -88,7 +45,7 @@ func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay 
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	r, err := New(b.store, b.pub, cfg)
+	r, err := New(b.store, b.send, cfg)
 	require.NoError(t, err)
 	return r
 }
@@ -119,14 +76,14 @@ func TestRejectedRowRetriesWithGrowingDelayThenFails(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		b := setup(t, db)
-		b.pub.answers["1"] = []error{errRejected, errRejected, errRejected, errRejected}
+		b.send.Answer("1", errRejected, errRejected, errRejected, errRejected)
 		rows := b.append(t, 1, 2)
 		r := b.relay(t, "a")
 
 		res, err := r.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, Result{Claimed: 2, Sent: 1, Retried: 1}, res)
-		require.Equal(t, []int64{rows[1].ID}, b.pub.sentIDs(), "the other message is unaffected")
+		require.Equal(t, []int64{rows[1].ID}, b.send.SentIDs(), "the other message is unaffected")
 
 		var delays []time.Duration
 		for attempt := 2; attempt <= 4; attempt++ {
@@ -169,7 +126,7 @@ func TestUnreachableBrokerSpendsNoRetries(t *testing.T) {
 		b := setup(t, db)
 		rows := b.append(t, 1, 2, 1)
 		r := b.relay(t, "a")
-		b.pub.down = true
+		b.send.SetDown(unreachable)
 		for range 10 {
 			res, err := r.RunOnce(ctx)
 			require.NoError(t, err)
@@ -182,14 +139,12 @@ func TestUnreachableBrokerSpendsNoRetries(t *testing.T) {
 			require.Equal(t, outbox.StatusPending, got.Status)
 			require.Zero(t, got.RetryCount)
 		}
-		b.pub.mu.Lock()
-		b.pub.down = false
-		b.pub.mu.Unlock()
+		b.send.SetDown(nil)
 		for range 2 {
 			_, err := r.RunOnce(ctx)
 			require.NoError(t, err)
 		}
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
 	})
 }
 
@@ -204,7 +159,7 @@ func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
 		res, err := dying.RunOnce(ctx)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, 3, res.Claimed)
-		require.Empty(t, b.pub.sentIDs(), "nothing was sent")
+		require.Empty(t, b.send.SentIDs(), "nothing was sent")
 		for _, m := range rows {
 			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status)
 		}
@@ -222,7 +177,7 @@ func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
 		res, err = other.RunOnce(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, 3, res.Sent)
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
 		for _, m := range rows {
 			got := b.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
@@ -232,15 +187,16 @@ func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
 	})
 }
 
-// A relay that hangs in Publish past the stale limit: another instance
+// A relay that hangs in Send past the stale limit: another instance
 // recovers and sends its rows; the hung relay's late acknowledgement is refused.
 func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		rows := b.append(t, 1, 2)
-		hungPub := &fakePublisher{answers: map[string][]error{}, block: make(chan struct{})}
-		hung, err := New(b.store, hungPub, Config{InstanceID: "hung", Interval: 20 * time.Millisecond,
+		hungSend := relaytest.NewSender()
+		release := hungSend.Hold()
+		hung, err := New(b.store, hungSend, Config{InstanceID: "hung", Interval: 20 * time.Millisecond,
 			StaleAfter: time.Minute, RetryBase: time.Second, Now: b.clock.Now})
 		require.NoError(t, err)
 
@@ -253,11 +209,7 @@ func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
 			res, err := hung.RunOnce(context.Background())
 			done <- out{res, err}
 		}()
-		require.Eventually(t, func() bool {
-			hungPub.mu.Lock()
-			defer hungPub.mu.Unlock()
-			return hungPub.calls == 1
-		}, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return hungSend.Calls() == 1 }, 10*time.Second, 5*time.Millisecond)
 
 		b.clock.Add(2 * time.Minute)
 		live := b.relay(t, "live")
@@ -269,7 +221,7 @@ func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Sent)
 
-		close(hungPub.block)
+		release()
 		late := <-done
 		require.NoError(t, late.err)
 		require.Equal(t, 2, late.res.Fenced)
@@ -287,7 +239,7 @@ func TestLaterEventOfAPostWaitsForTheFailingOne(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		b := setup(t, db)
-		b.pub.answers["5"] = []error{errRejected, errRejected}
+		b.send.Answer("5", errRejected, errRejected)
 		rows := b.append(t, 5, 5, 6)
 		r := b.relay(t, "a")
 		for range 6 {
@@ -299,7 +251,7 @@ func TestLaterEventOfAPostWaitsForTheFailingOne(t *testing.T) {
 			require.Equal(t, outbox.StatusPending, b.row(t, rows[1].ID).Status, "the second event waits")
 			b.clock.Add(time.Minute)
 		}
-		require.Equal(t, []int64{rows[2].ID, rows[0].ID, rows[1].ID}, b.pub.sentIDs(),
+		require.Equal(t, []int64{rows[2].ID, rows[0].ID, rows[1].ID}, b.send.SentIDs(),
 			"post 6 was not held up; post 5's events went in order")
 	})
 }
@@ -317,7 +269,7 @@ func TestFullBatchDefersSentToTheNextClaim(t *testing.T) {
 
 		res, err := r.RunOnce(ctx)
 		require.NoError(t, err)
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs())
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs())
 		require.Equal(t, Result{Claimed: 2, Deferred: 2}, res)
 		for _, m := range rows[:2] {
 			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "SENT is deferred")
@@ -328,7 +280,7 @@ func TestFullBatchDefersSentToTheNextClaim(t *testing.T) {
 		res, err = r.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, Result{Sent: 3, Claimed: 1}, res, "the two deferred and the one of this batch, not full, so recorded at once")
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
 		for _, m := range rows {
 			got := b.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
@@ -404,7 +356,7 @@ func TestDeferredAcknowledgementsAreNotRecoveredAsStale(t *testing.T) {
 			require.Equal(t, outbox.StatusSent, got.Status)
 			require.Zero(t, got.RetryCount)
 		}
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.pub.sentIDs(), "sent once each")
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs(), "sent once each")
 	})
 }
 
@@ -418,31 +370,25 @@ func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
 		// Rows written a second ago, so all three are due on the relay's real clock.
 		b.clock = clocktest.New(time.Now().Add(-time.Second))
 		rows := b.append(t, 1, 2, 3)
-		b.pub.block = make(chan struct{})
+		release := b.send.Hold()
 		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 3; c.Now = time.Now })
 		require.NoError(t, r.Start(context.Background()))
-		require.Eventually(t, func() bool {
-			b.pub.mu.Lock()
-			defer b.pub.mu.Unlock()
-			return b.pub.calls == 1
-		}, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.send.Calls() == 1 }, 10*time.Second, 5*time.Millisecond)
 
 		stopped := make(chan struct{})
 		go func() { r.Stop(); close(stopped) }()
 		require.Eventually(t, r.Stopping, 10*time.Second, time.Millisecond)
-		close(b.pub.block) // the send completes after Stop was asked
+		release() // the send completes after Stop was asked
 		select {
 		case <-stopped:
 		case <-time.After(30 * time.Second):
 			t.Fatal("Stop did not return")
 		}
-		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
 		for _, m := range rows {
 			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "recorded before Stop returned")
 		}
-		b.pub.mu.Lock()
-		defer b.pub.mu.Unlock()
-		require.Equal(t, 1, b.pub.calls, "no poll after Stop")
+		require.Equal(t, 1, b.send.Calls(), "no poll after Stop")
 	})
 }
 
@@ -497,7 +443,7 @@ func TestStartStop(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 10*time.Millisecond)
-	require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.pub.sentIDs())
+	require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
 	require.True(t, returnsWithin(r2.Stop, 30*time.Second), "Stop")
 	select {
 	case <-r2.Done():
@@ -521,31 +467,18 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// pingingPublisher is a fakePublisher the relay can ping: it answers while
-// the publisher is not down.
-type pingingPublisher struct{ *fakePublisher }
-
-func (p pingingPublisher) Ping(context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down {
-		return fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
-	}
-	return nil
-}
-
-// While the broker is down the relay backs off, but with a publisher it can
+// While the broker is down the relay backs off, but with a sender it can
 // ping it polls again within an interval of the broker's return, not at the
 // end of a backoff that has grown to seconds.
 func TestOutageEndsAtTheFirstSuccessfulPing(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
 	b := setup(t, db)
-	b.pub.down = true
+	b.send.SetDown(unreachable)
 	b.clock = clocktest.New(time.Now().Add(-time.Second))
 	rows := b.append(t, 1, 2)
 	var unavailable atomic.Int64
-	r, err := New(b.store, pingingPublisher{b.pub}, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
+	r, err := New(b.store, b.send.Pinging(), Config{InstanceID: "a", Interval: 20 * time.Millisecond,
 		StaleAfter: time.Minute, OutageBackoffMax: time.Minute, Logger: slog.New(slog.DiscardHandler),
 		Observe: func(res Result, _ time.Duration, _ error) {
 			if res.Unavailable {
@@ -557,9 +490,7 @@ func TestOutageEndsAtTheFirstSuccessfulPing(t *testing.T) {
 	t.Cleanup(r.Stop)
 	// Eight polls in, the backoff is 20ms * 2^7 = 2.56s.
 	require.Eventually(t, func() bool { return unavailable.Load() >= 8 }, 30*time.Second, 5*time.Millisecond)
-	b.pub.mu.Lock()
-	b.pub.down = false
-	b.pub.mu.Unlock()
+	b.send.SetDown(nil)
 	back := time.Now()
 	require.Eventually(t, func() bool {
 		return b.row(t, rows[0].ID).Status == outbox.StatusSent && b.row(t, rows[1].ID).Status == outbox.StatusSent

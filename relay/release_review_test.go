@@ -3,8 +3,6 @@ package relay
 import (
 	"context"
 	"database/sql/driver"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,32 +12,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
-
-// reviewBroker acknowledges everything while up and answers unavailable
-// while down.
-type reviewBroker struct {
-	down  atomic.Bool
-	mu    sync.Mutex
-	sends map[string]int
-}
-
-func (p *reviewBroker) Publish(_ context.Context, msgs []outbox.Message) []error {
-	errs := make([]error, len(msgs))
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, m := range msgs {
-		if p.down.Load() {
-			errs[i] = fmt.Errorf("dial tcp: connection refused: %w", ErrUnavailable)
-			continue
-		}
-		p.sends[m.EventID]++
-	}
-	return errs
-}
 
 // A relay cut off from the broker and the database at once (its host's
 // network fails) cannot hand its claimed rows back. When the network returns
@@ -50,24 +24,16 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		var mu sync.Mutex
-		now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-		advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-		store := outbox.NewStore(db).WithClock(clock)
-		row, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 1, clock(), nil))
-		require.NoError(t, err)
+		b := setup(t, db)
+		row := b.append(t, 1)[0]
 
-		broker := &reviewBroker{sends: map[string]int{}}
-		broker.down.Store(true)
-		var dbDown atomic.Bool
-		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
-			if dbDown.Load() {
-				_ = tx.AddError(driver.ErrBadConn)
-			}
-		}))
-		publish := &downAfterClaim{Publisher: broker, after: func() { dbDown.Store(true) }}
-		r, err := New(store, publish, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: clock})
+		broker := b.send
+		broker.SetDown(unreachable)
+		dbDown := cutWrites(t, db)
+		// The database is cut off once the rows are claimed, before the send,
+		// like a host losing its network mid-poll.
+		broker.BeforeNextSend(func() { dbDown.Store(true) })
+		r, err := New(b.store, broker, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: b.clock.Now})
 		require.NoError(t, err)
 
 		// Claimed, then broker and database unreachable: the release fails.
@@ -77,9 +43,9 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 
 		// The network returns, and the broker with it, within the stale limit.
 		dbDown.Store(false)
-		broker.down.Store(false)
+		broker.SetDown(nil)
 		for range 3 {
-			advance(30 * time.Second) // past the stale limit by the second poll
+			b.clock.Add(30 * time.Second) // past the stale limit by the second poll
 			_, err := r.RunOnce(ctx)
 			require.NoError(t, err)
 		}
@@ -89,21 +55,20 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		require.NoError(t, db.DB.First(&got, row.ID).Error)
 		require.Equal(t, outbox.StatusSent, got.Status)
 		require.Zero(t, got.RetryCount, "an outage spent a retry (last_error %v)", got.LastError)
-		broker.mu.Lock()
-		defer broker.mu.Unlock()
-		require.Equal(t, 1, broker.sends[row.EventID])
+		require.Equal(t, 1, broker.Sends(row.EventID))
 	})
 }
 
-// downAfterClaim cuts the database off once the rows are claimed, before the
-// send, like a host losing its network mid-poll.
-type downAfterClaim struct {
-	Publisher
-	after func()
-}
-
-func (p *downAfterClaim) Publish(ctx context.Context, msgs []outbox.Message) []error {
-	p.after()
-	p.after = func() {}
-	return p.Publisher.Publish(ctx, msgs)
+// cutWrites makes every UPDATE through db fail as on a lost connection while
+// the returned flag is set: the database cut off from a relay whose host
+// lost its network.
+func cutWrites(t *testing.T, db *database.DB) *atomic.Bool {
+	t.Helper()
+	var down atomic.Bool
+	require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
+		if down.Load() {
+			_ = tx.AddError(driver.ErrBadConn)
+		}
+	}))
+	return &down
 }

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,29 +13,8 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
-
-// gatedPublisher acknowledges everything; its first call waits for proceed
-// after telling entered, so that a test acts while a send is in flight.
-type gatedPublisher struct {
-	entered, proceed chan struct{}
-	mu               sync.Mutex
-	sends            map[string]int
-}
-
-func (p *gatedPublisher) Publish(_ context.Context, msgs []outbox.Message) []error {
-	select {
-	case p.entered <- struct{}{}:
-	default:
-	}
-	<-p.proceed
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range msgs {
-		p.sends[m.EventID]++
-	}
-	return make([]error, len(msgs))
-}
 
 // holdWrites makes the next write of row wait until release: on MySQL a
 // row lock on it, on SQLite the file's write lock.
@@ -92,9 +70,10 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 			"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": time.Now().Add(-time.Hour),
 			"retry_count": 3, "version": gorm.Expr("version + 1")}).Error)
 
-		pub := &gatedPublisher{entered: make(chan struct{}, 1), proceed: make(chan struct{}), sends: map[string]int{}}
+		send := relaytest.NewSender()
+		proceed := send.Hold() // a's send waits, so that b polls while it is in flight
 		newRelay := func(id string) *Relay {
-			r, err := New(outbox.NewStore(db), pub, Config{InstanceID: id, Interval: 10 * time.Millisecond,
+			r, err := New(outbox.NewStore(db), send, Config{InstanceID: id, Interval: 10 * time.Millisecond,
 				StaleAfter: 2 * time.Second, RetryBase: 10 * time.Millisecond})
 			require.NoError(t, err)
 			return r
@@ -109,13 +88,13 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 
 		// b polls while a sends the rows it has just claimed.
 		select {
-		case <-pub.entered:
+		case <-send.Entered():
 		case <-time.After(30 * time.Second):
 			t.Fatal("a never sent")
 		}
 		resB, err := b.RunOnce(ctx)
 		require.NoError(t, err)
-		close(pub.proceed)
+		proceed()
 		require.NoError(t, <-aDone)
 		for range 50 { // let b finish whatever it took
 			if _, err := b.RunOnce(ctx); err != nil {
@@ -124,14 +103,12 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 		}
 
 		require.Zero(t, resB.Recovered, "b recovered a's live claims as stale")
-		pub.mu.Lock()
-		defer pub.mu.Unlock()
 		for _, id := range ids {
 			var m outbox.Message
 			require.NoError(t, db.DB.First(&m, id).Error)
 			require.Equal(t, outbox.StatusSent, m.Status, "row %d", id)
 			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", id, m.LastError)
-			require.Equal(t, 1, pub.sends[m.EventID], "row %d sends", id)
+			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", id)
 		}
 	})
 }

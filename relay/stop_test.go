@@ -46,7 +46,7 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 		// Rows written a second ago, so they are due on the relay's real clock.
 		b.clock = clocktest.New(time.Now().Add(-time.Second))
 		rows := b.append(t, 1, 2, 3)
-		b.pub.block = make(chan struct{})
+		release := b.send.Hold()
 		var mu sync.Mutex
 		var polls []Result
 		var errs []error
@@ -65,19 +65,10 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 		})
 		require.NoError(t, r.Start(context.Background()))
 		t.Cleanup(func() {
-			b.pub.mu.Lock()
-			if b.pub.block != nil {
-				close(b.pub.block)
-				b.pub.block = nil
-			}
-			b.pub.mu.Unlock()
+			release()
 			r.Stop()
 		})
-		require.Eventually(t, func() bool {
-			b.pub.mu.Lock()
-			defer b.pub.mu.Unlock()
-			return b.pub.calls == 1
-		}, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.send.Calls() == 1 }, 10*time.Second, 5*time.Millisecond)
 
 		stops := make(chan struct{}, 2)
 		for range 2 {
@@ -94,10 +85,7 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "the send has not finished")
 		}
 
-		b.pub.mu.Lock()
-		close(b.pub.block)
-		b.pub.block = nil
-		b.pub.mu.Unlock()
+		release()
 		for i := range 2 {
 			select {
 			case <-stops:
@@ -120,8 +108,6 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 		}
 		require.True(t, returnsWithin(r.Stop, 10*time.Second), "Stop after Stop")
 		require.Error(t, r.Start(context.Background()), "a stopped relay does not start again")
-		b.pub.mu.Lock()
-		require.Equal(t, 1, b.pub.calls, "no poll after Stop")
-		b.pub.mu.Unlock()
+		require.Equal(t, 1, b.send.Calls(), "no poll after Stop")
 	})
 }

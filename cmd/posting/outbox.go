@@ -2,19 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
@@ -29,276 +22,49 @@ func newOutboxCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "outbox",
 		Short: "Inspect and repair the outbox: stats, list, requeue, discard, purge",
-		Args:  outboxNoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Args:  noArgs,
+		RunE:  helpOnly,
 	}
-	cmd.AddCommand(outboxStatsCommand(), outboxListCommand(), outboxRequeueCommand(),
-		outboxDiscardCommand(), outboxPurgeCommand())
+	cmd.AddCommand((&outboxStats{}).command(), (&outboxList{}).command(), (&outboxRequeue{}).command(),
+		(&outboxDiscard{}).command(), (&outboxPurge{}).command())
 	return cmd
 }
 
-func outboxStatsCommand() *cobra.Command {
-	var s settings
-	var asJSON bool
-	cmd := &cobra.Command{
+// outboxStats is `posting outbox stats`.
+type outboxStats struct {
+	operator
+	asJSON bool
+}
+
+func (c *outboxStats) command() *cobra.Command {
+	cmd := c.define(&cobra.Command{
 		Use:   "stats",
 		Short: "Rows by status, the oldest waiting row, and what FAIL rows hold",
-		Args:  outboxNoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				now, err := c.now(cmd.Context())
-				if err != nil {
-					return err
-				}
-				st, err := outbox.Stats(cmd.Context(), c.db, now)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return outboxJSON(cmd.OutOrStdout(), st)
-				}
-				return outboxPrintStats(cmd.OutOrStdout(), st)
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+		Args:  noArgs,
+	}, nil, c.Run)
+	cmd.Flags().BoolVar(&c.asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }
 
-func outboxListCommand() *cobra.Command {
-	var s settings
-	var asJSON bool
-	var status string
-	var limit int
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List rows of one status, oldest first",
-		Args:  outboxNoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := outbox.ParseStatus(status)
-			if err != nil {
-				return outboxBadFlag("--status", status, "want PENDING, PROCESSING, SENT, RETRY or FAIL")
-			}
-			if limit < 1 || limit > outbox.MaxListLimit {
-				return outboxBadFlag("--limit", strconv.Itoa(limit), fmt.Sprintf("want 1..%d", outbox.MaxListLimit))
-			}
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				items, err := outbox.List(cmd.Context(), c.db, st, limit)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return outboxJSON(cmd.OutOrStdout(), map[string]any{"items": items})
-				}
-				return outboxPrintList(cmd.OutOrStdout(), st, items)
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	cmd.Flags().StringVar(&status, "status", string(outbox.StatusFail), "PENDING, PROCESSING, SENT, RETRY or FAIL")
-	cmd.Flags().IntVar(&limit, "limit", outbox.DefaultListLimit, fmt.Sprintf("rows to show (1..%d)", outbox.MaxListLimit))
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
-	return cmd
-}
-
-func outboxRequeueCommand() *cobra.Command {
-	var s settings
-	var all bool
-	cmd := &cobra.Command{
-		Use:   "requeue ID... | --all-failed",
-		Short: "Make FAIL rows PENDING again with their retries reset",
-		Long: "Makes each given FAIL row PENDING again, retries reset and due now, and reports each id.\n" +
-			"Rows that are not FAIL, are discarded or changed meanwhile are refused and left as they are;\n" +
-			"then the exit status is 1. --all-failed requeues every FAIL row that is not discarded.",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if all && len(args) > 0 {
-				return usageError{errors.New("requeue: give IDs or --all-failed, not both")}
-			}
-			if all {
-				return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-					now, err := c.now(cmd.Context())
-					if err != nil {
-						return err
-					}
-					n, err := outbox.RequeueAllFailed(cmd.Context(), c.db, now, 0)
-					if err != nil {
-						return err
-					}
-					c.log.Info("all FAIL outbox rows requeued by an operator", "requeued", n)
-					fmt.Fprintf(cmd.OutOrStdout(), "requeued %d FAIL rows\n", n)
-					return nil
-				})
-			}
-			ids, err := outboxIDs("requeue", args)
-			if err != nil {
-				return err
-			}
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				now, err := c.now(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return outboxReport(c, cmd.OutOrStdout(), "requeued", outbox.Requeue(cmd.Context(), c.db, ids, now))
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	cmd.Flags().BoolVar(&all, "all-failed", false, "requeue every FAIL row that is not discarded")
-	return cmd
-}
-
-func outboxDiscardCommand() *cobra.Command {
-	var s settings
-	cmd := &cobra.Command{
-		Use:   "discard ID...",
-		Short: "Give up on FAIL rows: they stay FAIL in the history and stop holding their post",
-		Long: "Marks each given FAIL row discarded: it keeps status FAIL and its history, gets a note in\n" +
-			"last_error, and no longer holds the later events of its post, which the relay then sends.\n" +
-			"A discarded row cannot be requeued. Refused ids make the exit status 1.",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := outboxIDs("discard", args)
-			if err != nil {
-				return err
-			}
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				now, err := c.now(cmd.Context())
-				if err != nil {
-					return err
-				}
-				return outboxReport(c, cmd.OutOrStdout(), "discarded", outbox.Discard(cmd.Context(), c.db, ids, now))
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	return cmd
-}
-
-func outboxPurgeCommand() *cobra.Command {
-	var s settings
-	var olderThan, pause time.Duration
-	var batch int
-	cmd := &cobra.Command{
-		Use:   "purge",
-		Short: "Delete SENT rows sent longer ago than --older-than, in small batches",
-		Long: "Deletes SENT rows sent longer ago than --older-than, never rows of another status,\n" +
-			"--batch-size rows per statement with --pause between statements: what the background\n" +
-			"cleaner of serve does with POSTING_OUTBOX_RETENTION, once.",
-		Args: outboxNoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if olderThan <= 0 {
-				return outboxBadFlag("--older-than", olderThan.String(), "must be positive")
-			}
-			if batch < 1 || batch > outbox.MaxPurgeBatchSize {
-				return outboxBadFlag("--batch-size", strconv.Itoa(batch), fmt.Sprintf("want 1..%d", outbox.MaxPurgeBatchSize))
-			}
-			if pause < 0 {
-				return outboxBadFlag("--pause", pause.String(), "must not be negative")
-			}
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				now, err := c.now(cmd.Context())
-				if err != nil {
-					return err
-				}
-				cutoff := database.Normalize(now.Add(-olderThan))
-				n, err := outbox.Purge(cmd.Context(), c.db, cutoff, batch, pause)
-				if n > 0 {
-					c.log.Info("SENT outbox rows purged by an operator", "deleted", n, "sent_before", cutoff)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d SENT rows sent before %s\n", n, cutoff.Format(time.RFC3339))
-				return err
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	cmd.Flags().DurationVar(&olderThan, "older-than", outbox.DefaultRetention, "delete SENT rows sent longer ago than this")
-	cmd.Flags().IntVar(&batch, "batch-size", outbox.DefaultPurgeBatchSize, fmt.Sprintf("rows per DELETE statement (1..%d)", outbox.MaxPurgeBatchSize))
-	cmd.Flags().DurationVar(&pause, "pause", outbox.DefaultPurgePause, "pause between two DELETE statements")
-	return cmd
-}
-
-// outboxNoArgs refuses positional arguments as a usage error (exit 2).
-func outboxNoArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])}
-	}
-	return nil
-}
-
-func outboxBadFlag(flag, value, why string) error {
-	return usageError{fmt.Errorf("invalid %s %q: %s", flag, value, why)}
-}
-
-// outboxIDs parses the ID arguments; any bad one is a usage error naming it.
-func outboxIDs(verb string, args []string) ([]int64, error) {
-	if len(args) == 0 {
-		if verb == "requeue" {
-			return nil, usageError{errors.New("requeue needs at least one ID argument, or --all-failed")}
-		}
-		return nil, usageError{fmt.Errorf("%s needs at least one ID argument", verb)}
-	}
-	ids := make([]int64, 0, len(args))
-	for _, a := range args {
-		id, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || id <= 0 {
-			return nil, usageError{fmt.Errorf("invalid ID argument %q: want a positive outbox row id", a)}
-		}
-		ids = append(ids, id)
-	}
-	return ids, nil
-}
-
-// outboxPrepare reads the environment twins of the common flags only (see
-// newOutboxCommand) and validates them.
-func outboxPrepare(cmd *cobra.Command, s *settings) error {
-	common := pflag.NewFlagSet("common", pflag.ContinueOnError)
-	addCommonFlags(common, &settings{})
-	only := &cobra.Command{}
-	common.VisitAll(func(f *pflag.Flag) {
-		if real := cmd.Flags().Lookup(f.Name); real != nil {
-			only.Flags().AddFlag(real)
-		}
-	})
-	return prepare(only, s)
-}
-
-// outboxCtx is what a subcommand gets to work with.
-type outboxCtx struct {
-	db  *gorm.DB
-	log *slog.Logger
-}
-
-// now is the database's clock: the times an operator command writes
-// (next_attempt_at of a requeue) or compares (the purge cutoff against
-// sent_at, a waiting row's age) meet times the relays wrote, so they come
-// from the one clock every instance shares, not the operator's machine.
-func (c outboxCtx) now(ctx context.Context) (time.Time, error) { return database.Now(ctx, c.db) }
-
-// outboxWithDB prepares the settings, opens the database, runs fn and
-// closes the database.
-func outboxWithDB(cmd *cobra.Command, s *settings, fn func(outboxCtx) error) error {
-	if err := outboxPrepare(cmd, s); err != nil {
-		return err
-	}
-	log := newLogger(cmd.ErrOrStderr(), s)
-	db, err := openExistingDB(s)
+// Run prints the outbox's state.
+func (c *outboxStats) Run(ctx context.Context, _ []string) error {
+	now, err := c.now(ctx)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	return fn(outboxCtx{db: db.DB, log: log})
+	st, err := outbox.Stats(ctx, c.db, now)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		return c.printJSON(st)
+	}
+	return c.print(st)
 }
 
-func outboxJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func outboxTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
-
-func outboxPrintStats(w io.Writer, st outbox.Summary) error {
-	tw := outboxTable(w)
+func (c *outboxStats) print(st outbox.Summary) error {
+	w := c.out
+	tw := newTable(w)
 	fmt.Fprintln(tw, "STATUS\tROWS")
 	for _, s := range outbox.Statuses {
 		fmt.Fprintf(tw, "%s\t%d\n", s, st.Counts[s])
@@ -318,7 +84,7 @@ func outboxPrintStats(w io.Writer, st outbox.Summary) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw = outboxTable(w)
+	tw = newTable(w)
 	fmt.Fprintln(tw, "BLOCKING ID\tEVENT ID\tPOST ID\tBLOCKED")
 	for _, b := range st.Blocking {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\n", b.ID, b.EventID, b.PostID, b.Blocked)
@@ -330,58 +96,202 @@ func outboxPrintStats(w io.Writer, st outbox.Summary) error {
 	return err
 }
 
-func outboxPrintList(w io.Writer, status outbox.Status, items []outbox.Entry) error {
-	if len(items) == 0 {
-		_, err := fmt.Fprintf(w, "no %s rows\n", status)
+// outboxList is `posting outbox list`.
+type outboxList struct {
+	operator
+	asJSON bool
+	status string
+	limit  int
+	st     outbox.Status // status, parsed
+}
+
+func (c *outboxList) command() *cobra.Command {
+	cmd := c.define(&cobra.Command{
+		Use:   "list",
+		Short: "List rows of one status, oldest first",
+		Args:  noArgs,
+	}, c.check, c.Run)
+	cmd.Flags().StringVar(&c.status, "status", string(outbox.StatusFail), "PENDING, PROCESSING, SENT, RETRY or FAIL")
+	cmd.Flags().IntVar(&c.limit, "limit", outbox.DefaultListLimit, fmt.Sprintf("rows to show (1..%d)", outbox.MaxListLimit))
+	cmd.Flags().BoolVar(&c.asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func (c *outboxList) check([]string) error {
+	st, err := outbox.ParseStatus(c.status)
+	if err != nil {
+		return badFlag("--status", c.status, "want PENDING, PROCESSING, SENT, RETRY or FAIL")
+	}
+	if c.limit < 1 || c.limit > outbox.MaxListLimit {
+		return badFlag("--limit", strconv.Itoa(c.limit), fmt.Sprintf("want 1..%d", outbox.MaxListLimit))
+	}
+	c.st = st
+	return nil
+}
+
+// Run prints the rows of one status, oldest first.
+func (c *outboxList) Run(ctx context.Context, _ []string) error {
+	items, err := outbox.List(ctx, c.db, c.st, c.limit)
+	if err != nil {
 		return err
 	}
-	tw := outboxTable(w)
+	if c.asJSON {
+		return c.printJSON(map[string]any{"items": items})
+	}
+	if len(items) == 0 {
+		_, err := fmt.Fprintf(c.out, "no %s rows\n", c.st)
+		return err
+	}
+	tw := newTable(c.out)
 	fmt.Fprintln(tw, "ID\tEVENT ID\tTYPE\tPOST ID\tRETRIES\tCREATED\tLAST ERROR")
 	for _, e := range items {
-		lastErr := "-"
-		if e.LastError != nil && *e.LastError != "" {
-			lastErr = outboxOneLine(*e.LastError, 100)
-		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.EventID, e.EventType, e.PostID, e.RetryCount,
-			e.Created.Format(time.RFC3339), lastErr)
+			e.Created.Format(time.RFC3339), lastErrorCell(e.LastError))
 	}
 	return tw.Flush()
 }
 
-// outboxOneLine keeps a table row on one line and readable.
-func outboxOneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
+// outboxRequeue is `posting outbox requeue`.
+type outboxRequeue struct {
+	operator
+	all bool
+	ids []int64 // the arguments, parsed
 }
 
-// outboxReport prints one line per id and returns an error (exit 1) when
-// any id was refused.
-func outboxReport(c outboxCtx, w io.Writer, verb string, results []outbox.RowResult) error {
-	tw := outboxTable(w)
-	fmt.Fprintln(tw, "ID\tRESULT")
-	refused := 0
-	for _, r := range results {
-		if r.Err != nil {
-			refused++
-			reason := r.Err.Error()
-			var re *outbox.RowError
-			if errors.As(r.Err, &re) {
-				reason = re.Reason
-			}
-			fmt.Fprintf(tw, "%d\tnot %s: %s\n", r.ID, verb, reason)
-			continue
+func (c *outboxRequeue) command() *cobra.Command {
+	cmd := c.define(&cobra.Command{
+		Use:   "requeue ID... | --all-failed",
+		Short: "Make FAIL rows PENDING again with their retries reset",
+		Long: "Makes each given FAIL row PENDING again, retries reset and due now, and reports each id.\n" +
+			"Rows that are not FAIL, are discarded or changed meanwhile are refused and left as they are;\n" +
+			"then the exit status is 1. --all-failed requeues every FAIL row that is not discarded.",
+	}, c.check, c.Run)
+	cmd.Flags().BoolVar(&c.all, "all-failed", false, "requeue every FAIL row that is not discarded")
+	return cmd
+}
+
+func (c *outboxRequeue) check(args []string) error {
+	if c.all {
+		if len(args) > 0 {
+			return usageError{errors.New("requeue: give IDs or --all-failed, not both")}
 		}
-		c.log.Info("outbox row "+verb+" by an operator", "outbox_id", r.ID, "event_id", r.Row.EventID, "post_id", r.Row.PostID)
-		fmt.Fprintf(tw, "%d\t%s (now %s)\n", r.ID, verb, r.Row.Status)
+		return nil
 	}
-	if err := tw.Flush(); err != nil {
+	ids, err := parseIDs(args, "requeue needs at least one ID argument, or --all-failed", "outbox row id")
+	c.ids = ids
+	return err
+}
+
+// Run requeues the given rows, or every FAIL row with --all-failed.
+func (c *outboxRequeue) Run(ctx context.Context, _ []string) error {
+	now, err := c.now(ctx)
+	if err != nil {
 		return err
 	}
-	if refused > 0 {
-		return fmt.Errorf("%d of %d ids not %s", refused, len(results), verb)
+	if !c.all {
+		return c.reportRows("requeued", outbox.Requeue(ctx, c.db, c.ids, now))
+	}
+	n, err := outbox.RequeueAllFailed(ctx, c.db, now, 0)
+	if err != nil {
+		return err
+	}
+	c.log.Info("all FAIL outbox rows requeued by an operator", "requeued", n)
+	fmt.Fprintf(c.out, "requeued %d FAIL rows\n", n)
+	return nil
+}
+
+// outboxDiscard is `posting outbox discard`.
+type outboxDiscard struct {
+	operator
+	ids []int64 // the arguments, parsed
+}
+
+func (c *outboxDiscard) command() *cobra.Command {
+	return c.define(&cobra.Command{
+		Use:   "discard ID...",
+		Short: "Give up on FAIL rows: they stay FAIL in the history and stop holding their post",
+		Long: "Marks each given FAIL row discarded: it keeps status FAIL and its history, gets a note in\n" +
+			"last_error, and no longer holds the later events of its post, which the relay then sends.\n" +
+			"A discarded row cannot be requeued. Refused ids make the exit status 1.",
+	}, c.check, c.Run)
+}
+
+func (c *outboxDiscard) check(args []string) (err error) {
+	c.ids, err = parseIDs(args, "discard needs at least one ID argument", "outbox row id")
+	return err
+}
+
+// Run discards the given rows.
+func (c *outboxDiscard) Run(ctx context.Context, _ []string) error {
+	now, err := c.now(ctx)
+	if err != nil {
+		return err
+	}
+	return c.reportRows("discarded", outbox.Discard(ctx, c.db, c.ids, now))
+}
+
+// reportRows prints one line per outbox row id and returns an error (exit 1)
+// when any id was refused.
+func (o *operator) reportRows(verb string, results []outbox.RowResult) error {
+	return reportEach(o, "ID", verb, results, func(r outbox.RowResult) (int64, string, bool) {
+		if r.Err != nil {
+			var re *outbox.RowError
+			if errors.As(r.Err, &re) {
+				return r.ID, re.Reason, false
+			}
+			return r.ID, r.Err.Error(), false
+		}
+		o.log.Info("outbox row "+verb+" by an operator", "outbox_id", r.ID, "event_id", r.Row.EventID, "post_id", r.Row.PostID)
+		return r.ID, string(r.Row.Status), true
+	})
+}
+
+// outboxPurge is `posting outbox purge`.
+type outboxPurge struct {
+	operator
+	olderThan, pause time.Duration
+	batch            int
+}
+
+func (c *outboxPurge) command() *cobra.Command {
+	cmd := c.define(&cobra.Command{
+		Use:   "purge",
+		Short: "Delete SENT rows sent longer ago than --older-than, in small batches",
+		Long: "Deletes SENT rows sent longer ago than --older-than, never rows of another status,\n" +
+			"--batch-size rows per statement with --pause between statements: what the background\n" +
+			"cleaner of serve does with POSTING_OUTBOX_RETENTION, once.",
+		Args: noArgs,
+	}, c.check, c.Run)
+	cmd.Flags().DurationVar(&c.olderThan, "older-than", outbox.DefaultRetention, "delete SENT rows sent longer ago than this")
+	cmd.Flags().IntVar(&c.batch, "batch-size", outbox.DefaultPurgeBatchSize, fmt.Sprintf("rows per DELETE statement (1..%d)", outbox.MaxPurgeBatchSize))
+	cmd.Flags().DurationVar(&c.pause, "pause", outbox.DefaultPurgePause, "pause between two DELETE statements")
+	return cmd
+}
+
+func (c *outboxPurge) check([]string) error {
+	if c.olderThan <= 0 {
+		return badFlag("--older-than", c.olderThan.String(), "must be positive")
+	}
+	if c.batch < 1 || c.batch > outbox.MaxPurgeBatchSize {
+		return badFlag("--batch-size", strconv.Itoa(c.batch), fmt.Sprintf("want 1..%d", outbox.MaxPurgeBatchSize))
+	}
+	if c.pause < 0 {
+		return badFlag("--pause", c.pause.String(), "must not be negative")
 	}
 	return nil
+}
+
+// Run deletes old SENT rows.
+func (c *outboxPurge) Run(ctx context.Context, _ []string) error {
+	now, err := c.now(ctx)
+	if err != nil {
+		return err
+	}
+	cutoff := database.Normalize(now.Add(-c.olderThan))
+	n, err := outbox.Purge(ctx, c.db, cutoff, c.batch, c.pause)
+	if n > 0 {
+		c.log.Info("SENT outbox rows purged by an operator", "deleted", n, "sent_before", cutoff)
+	}
+	fmt.Fprintf(c.out, "deleted %d SENT rows sent before %s\n", n, cutoff.Format(time.RFC3339))
+	return err
 }

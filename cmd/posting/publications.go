@@ -1,9 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -20,60 +20,88 @@ func newPublicationsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "publications",
 		Short: "Inspect the worker's publications and retry refused ones: list, retry",
-		Args:  outboxNoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Args:  noArgs,
+		RunE:  helpOnly,
 	}
-	cmd.AddCommand(publicationsListCommand(), publicationsRetryCommand())
+	cmd.AddCommand((&publicationsList{}).command(), (&publicationsRetry{}).command())
 	return cmd
 }
 
-func publicationsListCommand() *cobra.Command {
-	var s settings
-	var asJSON bool
-	var status string
-	var limit int
-	var after int64
-	cmd := &cobra.Command{
+// publicationsList is `posting publications list`.
+type publicationsList struct {
+	operator
+	asJSON bool
+	status string
+	limit  int
+	after  int64
+	st     worker.PublicationStatus // status, parsed
+}
+
+func (c *publicationsList) command() *cobra.Command {
+	cmd := c.define(&cobra.Command{
 		Use:   "list",
 		Short: "List publications of one status by post id, with why they failed",
 		Long: "Lists the publications of --status (default FAILED: the publisher refused them and the\n" +
 			"post stays WORKING) in post id order, with the last error and the post's status.\n" +
 			"--after ID continues after the last post id of a previous page.",
-		Args: outboxNoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := worker.ParsePublicationStatus(status)
-			if err != nil {
-				return outboxBadFlag("--status", status, "want PENDING, PUBLISHED, CANCELLED or FAILED")
-			}
-			if limit < 1 || limit > worker.MaxPublicationListLimit {
-				return outboxBadFlag("--limit", strconv.Itoa(limit), fmt.Sprintf("want 1..%d", worker.MaxPublicationListLimit))
-			}
-			if after < 0 {
-				return outboxBadFlag("--after", strconv.FormatInt(after, 10), "must not be negative")
-			}
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				items, err := worker.ListPublications(cmd.Context(), c.db, st, limit, after)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return outboxJSON(cmd.OutOrStdout(), map[string]any{"items": items})
-				}
-				return publicationsPrintList(cmd.OutOrStdout(), st, items)
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	cmd.Flags().StringVar(&status, "status", string(worker.PublicationFailed), "PENDING, PUBLISHED, CANCELLED or FAILED")
-	cmd.Flags().IntVar(&limit, "limit", worker.DefaultPublicationListLimit, fmt.Sprintf("rows to show (1..%d)", worker.MaxPublicationListLimit))
-	cmd.Flags().Int64Var(&after, "after", 0, "show posts with an id above this one (the next page)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+		Args: noArgs,
+	}, c.check, c.Run)
+	cmd.Flags().StringVar(&c.status, "status", string(worker.PublicationFailed), "PENDING, PUBLISHED, CANCELLED or FAILED")
+	cmd.Flags().IntVar(&c.limit, "limit", worker.DefaultPublicationListLimit, fmt.Sprintf("rows to show (1..%d)", worker.MaxPublicationListLimit))
+	cmd.Flags().Int64Var(&c.after, "after", 0, "show posts with an id above this one (the next page)")
+	cmd.Flags().BoolVar(&c.asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }
 
-func publicationsRetryCommand() *cobra.Command {
-	var s settings
-	cmd := &cobra.Command{
+func (c *publicationsList) check([]string) error {
+	st, err := worker.ParsePublicationStatus(c.status)
+	if err != nil {
+		return badFlag("--status", c.status, "want PENDING, PUBLISHED, CANCELLED or FAILED")
+	}
+	if c.limit < 1 || c.limit > worker.MaxPublicationListLimit {
+		return badFlag("--limit", strconv.Itoa(c.limit), fmt.Sprintf("want 1..%d", worker.MaxPublicationListLimit))
+	}
+	if c.after < 0 {
+		return badFlag("--after", strconv.FormatInt(c.after, 10), "must not be negative")
+	}
+	c.st = st
+	return nil
+}
+
+// Run prints one page of publications of one status.
+func (c *publicationsList) Run(ctx context.Context, _ []string) error {
+	items, err := worker.ListPublications(ctx, c.db, c.st, c.limit, c.after)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		return c.printJSON(map[string]any{"items": items})
+	}
+	if len(items) == 0 {
+		_, err := fmt.Fprintf(c.out, "no %s publications\n", c.st)
+		return err
+	}
+	tw := newTable(c.out)
+	fmt.Fprintln(tw, "POST ID\tPOST STATUS\tATTEMPTS\tSCHEDULED AT\tUPDATED AT\tLAST ERROR")
+	for _, e := range items {
+		postStatus := string(e.PostStatus)
+		if postStatus == "" {
+			postStatus = "(gone)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", e.PostID, postStatus, e.Attempts,
+			e.ScheduledAt.Format(time.RFC3339), e.UpdatedAt.Format(time.RFC3339), lastErrorCell(e.LastError))
+	}
+	return tw.Flush()
+}
+
+// publicationsRetry is `posting publications retry`.
+type publicationsRetry struct {
+	operator
+	ids []int64 // the arguments, parsed
+}
+
+func (c *publicationsRetry) command() *cobra.Command {
+	return c.define(&cobra.Command{
 		Use:   "retry ID...",
 		Short: "Hand FAILED publications back to the worker",
 		Long: "Makes each given FAILED publication (by post id) PENDING again, attempts reset and the\n" +
@@ -81,74 +109,27 @@ func publicationsRetryCommand() *cobra.Command {
 			"at once when it next looks for pending publications. A publication that is not FAILED,\n" +
 			"whose post is no longer WORKING, or that changed meanwhile is refused and left as it is;\n" +
 			"then the exit status is 1.",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usageError{errors.New("retry needs at least one ID argument (a post id)")}
-			}
-			ids := make([]int64, 0, len(args))
-			for _, a := range args {
-				id, err := strconv.ParseInt(a, 10, 64)
-				if err != nil || id <= 0 {
-					return usageError{fmt.Errorf("invalid ID argument %q: want a positive post id", a)}
-				}
-				ids = append(ids, id)
-			}
-			return outboxWithDB(cmd, &s, func(c outboxCtx) error {
-				return publicationsReport(c, cmd.OutOrStdout(), worker.RetryPublications(cmd.Context(), c.db, ids))
-			})
-		},
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	return cmd
+	}, c.check, c.Run)
 }
 
-func publicationsPrintList(w io.Writer, status worker.PublicationStatus, items []worker.PublicationEntry) error {
-	if len(items) == 0 {
-		_, err := fmt.Fprintf(w, "no %s publications\n", status)
-		return err
-	}
-	tw := outboxTable(w)
-	fmt.Fprintln(tw, "POST ID\tPOST STATUS\tATTEMPTS\tSCHEDULED AT\tUPDATED AT\tLAST ERROR")
-	for _, e := range items {
-		postStatus := string(e.PostStatus)
-		if postStatus == "" {
-			postStatus = "(gone)"
-		}
-		lastErr := "-"
-		if e.LastError != nil && *e.LastError != "" {
-			lastErr = outboxOneLine(*e.LastError, 100)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", e.PostID, postStatus, e.Attempts,
-			e.ScheduledAt.Format(time.RFC3339), e.UpdatedAt.Format(time.RFC3339), lastErr)
-	}
-	return tw.Flush()
+func (c *publicationsRetry) check(args []string) (err error) {
+	c.ids, err = parseIDs(args, "retry needs at least one ID argument (a post id)", "post id")
+	return err
 }
 
-// publicationsReport prints one line per id and returns an error (exit 1)
-// when any id was refused.
-func publicationsReport(c outboxCtx, w io.Writer, results []worker.PublicationResult) error {
-	tw := outboxTable(w)
-	fmt.Fprintln(tw, "POST ID\tRESULT")
-	refused := 0
-	for _, r := range results {
+// Run retries the given publications and prints one line per id; it
+// returns an error (exit 1) when any id was refused.
+func (c *publicationsRetry) Run(ctx context.Context, _ []string) error {
+	results := worker.RetryPublications(ctx, c.db, c.ids)
+	return reportEach(&c.operator, "POST ID", "retried", results, func(r worker.PublicationResult) (int64, string, bool) {
 		if r.Err != nil {
-			refused++
-			reason := r.Err.Error()
 			var pe *worker.PublicationError
 			if errors.As(r.Err, &pe) {
-				reason = pe.Reason
+				return r.PostID, pe.Reason, false
 			}
-			fmt.Fprintf(tw, "%d\tnot retried: %s\n", r.PostID, reason)
-			continue
+			return r.PostID, r.Err.Error(), false
 		}
 		c.log.Info("publication retried by an operator", "post_id", r.PostID, "event_id", r.Publication.EventID)
-		fmt.Fprintf(tw, "%d\tretried (now %s)\n", r.PostID, r.Publication.Status)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if refused > 0 {
-		return fmt.Errorf("%d of %d ids not retried", refused, len(results))
-	}
-	return nil
+		return r.PostID, string(r.Publication.Status), true
+	})
 }

@@ -95,7 +95,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// bad setting, whether or not the cluster answers.
 	rc := s.relayConfig()
 	rc.Logger, rc.Observe = log, m.ObserveRelay
-	rel, err := relay.New(outbox.NewStore(db), m.WrapPublisher(producer), rc)
+	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(producer), rc)
 	if err != nil {
 		return settingError(err)
 	}

@@ -95,7 +95,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "kafka-unavailable-unknown-topic",
-		file: "kafka/producer.go",
+		file: "kafka/classify.go",
 		pkg:  "./kafka/",
 		why:  "UNKNOWN_TOPIC_OR_PARTITION is an outage, not a rejection: it must not spend an attempt (issue 11)",
 		old:  "\tsarama.ErrUnknownTopicOrPartition:         true,\n",
@@ -103,7 +103,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "kafka-unavailable-broker-not-available",
-		file: "kafka/producer.go",
+		file: "kafka/classify.go",
 		pkg:  "./kafka/",
 		why:  "BROKER_NOT_AVAILABLE is an outage, not a rejection: it must not spend an attempt (issue 11)",
 		old:  "\tsarama.ErrBrokerNotAvailable:              true,\n",
@@ -111,7 +111,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "kafka-unavailable-throttling",
-		file: "kafka/producer.go",
+		file: "kafka/classify.go",
 		pkg:  "./kafka/",
 		why:  "the last of the 24 unavailable codes; any one dropped must be noticed",
 		old:  "\tsarama.ErrThrottlingQuotaExceeded:         true,\n",
@@ -159,7 +159,7 @@ var mutations = []mutation{
 	},
 	{
 		name: "worker-no-rearm-on-redelivery",
-		file: "worker/worker.go",
+		file: "worker/handle.go",
 		pkg:  "./worker/",
 		why:  "a redelivered reservation re-arms its timer, as the README promises (issue 11)",
 		old:  "\tif after != nil {\n\t\tafter()\n\t}",

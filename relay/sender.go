@@ -1,4 +1,4 @@
-// Package relay moves outbox rows to a publisher: it recovers stale claims,
+// Package relay moves outbox rows to a sender: it recovers stale claims,
 // claims due rows in batches, sends them synchronously and records each result
 // under the claim's version.
 package relay
@@ -17,17 +17,17 @@ import (
 // it as one of the message's attempts.
 var ErrUnavailable = errors.New("broker unavailable")
 
-// Publisher sends a batch of outbox rows synchronously and tells each result.
-type Publisher interface {
-	// Publish sends msgs, keyed by post id, and returns one error per message
-	// in the same order: nil when the broker acknowledged it, an error wrapping
-	// ErrUnavailable when the cluster could not be reached, and any other error
-	// when the broker rejected that message. It returns only when every
-	// message has an outcome.
-	Publish(ctx context.Context, msgs []outbox.Message) []error
+// Sender sends a batch of outbox rows synchronously and tells each result.
+type Sender interface {
+	// Send sends msgs, keyed by their aggregate id, and returns one error per
+	// message in the same order: nil when the broker acknowledged it, an
+	// error wrapping ErrUnavailable when the cluster could not be reached,
+	// and any other error when the broker rejected that message. It returns
+	// only when every message has an outcome.
+	Send(ctx context.Context, msgs []outbox.Message) []error
 }
 
-// Pinger is a Publisher that can tell cheaply whether the cluster answers
+// Pinger is a Sender that can tell cheaply whether the cluster answers
 // (kafka.Producer can). While the broker is unreachable the relay waits up
 // to OutageBackoffMax between polls; with a Pinger it asks every Interval
 // meanwhile and polls as soon as the broker answers, so events flow again
@@ -37,12 +37,12 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// SendBounder is a Publisher that knows the longest one Publish can take
+// SendBounder is a Sender that knows the longest one Send can take
 // (kafka.Producer: its SendTimeout). The relay refuses a StaleAfter that a
 // healthy but slow send and the write of its results could outlast: another
 // instance would recover the claim while it is still being sent, and send
 // the rows again.
 type SendBounder interface {
-	// SendBound is the longest one Publish takes; 0 means unknown.
+	// SendBound is the longest one Send takes; 0 means unknown.
 	SendBound() time.Duration
 }

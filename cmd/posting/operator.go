@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+)
+
+// operator is what every operator subcommand (posting outbox ..., posting
+// publications ...) is made of: the common settings, and, while it runs,
+// the database, the logger and where to print. Each subcommand is a type
+// that embeds it, with a command() that declares its flags and a
+// Run(ctx, args) that does the work (litestream's StatusCommand).
+type operator struct {
+	s   settings
+	db  *gorm.DB
+	log *slog.Logger
+	out io.Writer
+}
+
+// open prepares the settings, opens the database and returns what closes
+// it: the common flags have environment twins, the options of one
+// invocation (--status, --limit, --json, ...) do not, so a stray variable
+// cannot change what an operator typed.
+func (o *operator) open(cmd *cobra.Command) (closeDB func(), err error) {
+	common := pflag.NewFlagSet("common", pflag.ContinueOnError)
+	addCommonFlags(common, &settings{})
+	only := &cobra.Command{}
+	common.VisitAll(func(f *pflag.Flag) {
+		if real := cmd.Flags().Lookup(f.Name); real != nil {
+			only.Flags().AddFlag(real)
+		}
+	})
+	if err := prepare(only, &o.s); err != nil {
+		return nil, err
+	}
+	o.log = newLogger(cmd.ErrOrStderr(), &o.s)
+	db, err := openExistingDB(&o.s)
+	if err != nil {
+		return nil, err
+	}
+	o.db, o.out = db.DB, cmd.OutOrStdout()
+	return func() { db.Close() }, nil
+}
+
+// define completes a subcommand's cobra command: the common flags, and a
+// RunE that runs check first, on the flags and arguments alone (a usage
+// error opens nothing), then run against the database. The caller adds the
+// subcommand's own flags.
+func (o *operator) define(cmd *cobra.Command, check func(args []string) error, run func(ctx context.Context, args []string) error) *cobra.Command {
+	addCommonFlags(cmd.Flags(), &o.s)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if check != nil {
+			if err := check(args); err != nil {
+				return err
+			}
+		}
+		closeDB, err := o.open(cmd)
+		if err != nil {
+			return err
+		}
+		defer closeDB()
+		return run(cmd.Context(), args)
+	}
+	return cmd
+}
+
+// now is the database's clock: the times an operator command writes
+// (next_attempt_at of a requeue) or compares (the purge cutoff against
+// sent_at, a waiting row's age) meet times the relays wrote, so they come
+// from the one clock every instance shares, not the operator's machine.
+func (o *operator) now(ctx context.Context) (time.Time, error) { return database.Now(ctx, o.db) }
+
+// printJSON prints v indented, for scripts.
+func (o *operator) printJSON(v any) error {
+	enc := json.NewEncoder(o.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// noArgs refuses positional arguments as a usage error (exit 2).
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Errorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])}
+	}
+	return nil
+}
+
+// helpOnly is the RunE of a command that only groups subcommands.
+func helpOnly(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+
+func badFlag(flag, value, why string) error {
+	return usageError{fmt.Errorf("invalid %s %q: %s", flag, value, why)}
+}
+
+// parseIDs parses the ID arguments; none, or any bad one, is a usage error
+// (none says need, a bad one is named and says what an ID is).
+func parseIDs(args []string, need, what string) ([]int64, error) {
+	if len(args) == 0 {
+		return nil, usageError{errors.New(need)}
+	}
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usageError{fmt.Errorf("invalid ID argument %q: want a positive %s", a, what)}
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// reportEach prints a table of one line per id of an operation on rows
+// given by id: "ID  verb (now STATUS)" for each done (outcome gives its
+// status, and logs it), "ID  not verb: reason" for each refused (outcome
+// gives the reason). It returns an error (exit 1) when any was refused.
+func reportEach[R any](o *operator, idHeader, verb string, results []R, outcome func(R) (id int64, text string, done bool)) error {
+	tw := newTable(o.out)
+	fmt.Fprintf(tw, "%s\tRESULT\n", idHeader)
+	refused := 0
+	for _, r := range results {
+		id, text, done := outcome(r)
+		if !done {
+			refused++
+			fmt.Fprintf(tw, "%d\tnot %s: %s\n", id, verb, text)
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%s (now %s)\n", id, verb, text)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if refused > 0 {
+		return fmt.Errorf("%d of %d ids not %s", refused, len(results), verb)
+	}
+	return nil
+}
+
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// oneLine keeps a table row on one line and readable.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// lastErrorCell is a row's last error as a table cell: "-" when none.
+func lastErrorCell(lastErr *string) string {
+	if lastErr == nil || *lastErr == "" {
+		return "-"
+	}
+	return oneLine(*lastErr, 100)
+}

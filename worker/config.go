@@ -1,0 +1,120 @@
+package worker
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/postingsvc/posting/config"
+)
+
+// DefaultConsumer is the worker's name in the inbox table, the consumer
+// group's default.
+const DefaultConsumer = "posting-worker"
+
+// Outcomes of consumed events, as given to Config.ObserveConsumed.
+const (
+	OutcomeProcessed = "processed"
+	OutcomeDuplicate = "duplicate"
+)
+
+// Outcomes of settled publications, as given to Config.ObserveSettled.
+const (
+	OutcomePublished = "published" // the post is PUBLISHED
+	OutcomeCancelled = "cancelled" // the post was cancelled (or deleted) first
+	OutcomeFailed    = "failed"    // refused for good; the post stays WORKING
+)
+
+// DefaultConcurrency is Config.Concurrency's default. A slot is held only
+// while one attempt runs (a few queries and at most one webhook request of
+// WebhookConfig.Timeout), never while a publication waits, so slots are
+// cheap: 64 keeps a minute's spike of posts flowing even while dozens of
+// receivers hang for their whole timeout, and stays well below what one
+// process can have in flight (database work still queues on the pool).
+const DefaultConcurrency = 64
+
+// MaxConcurrency is the upper limit of Config.Concurrency.
+const MaxConcurrency = 256
+
+// Config configures a Worker. Zero fields take defaults.
+type Config struct {
+	// Consumer is the worker's name in the inbox table; workers of one
+	// consumer group must share it. Default "posting-worker".
+	Consumer string
+	// Publisher makes posts public. Default RecordOnly, logging to Logger.
+	Publisher Publisher
+	// Concurrency bounds the publication attempts in progress at once: an
+	// attempt holds a slot while it reads the post, makes one publisher
+	// call (one webhook request) and records the result, never while it
+	// waits for its time or for its next try. Default DefaultConcurrency
+	// (64); 1 to MaxConcurrency (256).
+	Concurrency int
+	// RetryBase is the pause before trying a publication again after a
+	// database error or a publisher's passing failure, doubled per failure
+	// up to RetryMax. Default 1s.
+	RetryBase time.Duration
+	// RetryMax caps that pause. Default 1m; at least RetryBase. A pause the
+	// publisher asks for (RetryLaterError) may be longer.
+	RetryMax time.Duration
+	// SweepInterval is how often the worker arms the PENDING publications
+	// of its partitions that have no timer: rows an operator set back to
+	// PENDING (a retry of a FAILED publication). Default 30s; 10ms to 1h.
+	SweepInterval time.Duration
+	// Now is the worker's own clock, for its timers only (shifted by its
+	// difference from the database's clock): whether a publication is due,
+	// and the times written to the database, come from the database's
+	// clock (database.Now). Default time.Now.
+	Now func() time.Time
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+	// ObserveConsumed, if set, is told of every event the worker handled:
+	// OutcomeProcessed or OutcomeDuplicate (a redelivery the inbox knew).
+	ObserveConsumed func(eventType, outcome string)
+	// ObservePublished, if set, is told of every post the worker published,
+	// with how long after its scheduledAt.
+	ObservePublished func(lag time.Duration)
+	// ObserveSettled, if set, is told of every publication this worker
+	// settled: OutcomePublished, OutcomeCancelled or OutcomeFailed.
+	ObserveSettled func(outcome string)
+}
+
+// DefaultConfig returns a Config with every field but Publisher and the
+// observers at its default: the one place the defaults are written. A caller
+// that takes values from elsewhere (a command line) starts from it, so that
+// a zero it was given is refused by Validate rather than replaced.
+func DefaultConfig() Config {
+	return Config{
+		Consumer:      DefaultConsumer,
+		Concurrency:   DefaultConcurrency,
+		RetryBase:     time.Second,
+		RetryMax:      time.Minute,
+		SweepInterval: 30 * time.Second,
+		Now:           time.Now,
+		Logger:        slog.Default(),
+	}
+}
+
+func (c *Config) setDefaults() {
+	config.FillZero(c, DefaultConfig())
+	if c.Publisher == nil {
+		c.Publisher = RecordOnly{Logger: c.Logger}
+	}
+}
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
+func (c Config) Validate() error {
+	const f = "worker.Config."
+	switch {
+	case c.Consumer == "" || len(c.Consumer) > 100:
+		return config.Invalid(f+"Consumer", c.Consumer, "want 1 to 100 characters")
+	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
+		return config.Invalid(f+"Concurrency", c.Concurrency, "want 1 to %d", MaxConcurrency)
+	case c.RetryBase <= 0:
+		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
+	case c.RetryMax < c.RetryBase:
+		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
+	case c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour:
+		return config.Invalid(f+"SweepInterval", c.SweepInterval, "want 10ms to 1h")
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// ErrNotDue is returned by PublishDue for a publication whose scheduledAt
+// the database's clock has not reached.
+var ErrNotDue = errors.New("publication not due")
+
+// result is how one attempt at a publication ended.
+type result struct {
+	status     PublicationStatus
+	due        time.Duration // PENDING without error: due in this long, by the database's clock
+	reason     string        // FAILED: the publication's last_error
+	retryAfter time.Duration // after a passing failure: the least pause the publisher asked for
+}
+
+// PublishDue makes one attempt at the post's PENDING publication if it is
+// due by the database's clock, and returns how the publication ended:
+// PUBLISHED, CANCELLED (the post was cancelled), FAILED (the publisher
+// refused it), or PENDING with an error when it should be tried again
+// (wrapping ErrNotDue when it is not due yet). A publication that is not
+// PENDING (a duplicate timer) is left alone and its status returned. The
+// publisher is called before the post and the publication are recorded
+// PUBLISHED in one transaction, so a stop in between makes the next owner
+// publish again with the same key: at least once towards the publisher,
+// exactly once in the database.
+func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatus, error) {
+	res, err := w.attempt(ctx, postID)
+	if err == nil && res.status == PublicationPending {
+		return res.status, fmt.Errorf("%w: post %d is due in %s", ErrNotDue, postID, res.due)
+	}
+	return res.status, err
+}
+
+// attempt is PublishDue's body: one call to the publisher at most.
+func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
+	pending := result{status: PublicationPending}
+	db := w.db.WithContext(ctx)
+	var pub Publication
+	if err := db.Where("post_id = ?", postID).Take(&pub).Error; err != nil {
+		return pending, fmt.Errorf("load publication of post %d: %w", postID, err)
+	}
+	if pub.Status != PublicationPending {
+		return result{status: pub.Status}, nil
+	}
+	// The worker's clock may run ahead of the one that wrote scheduledAt:
+	// the database's decides, and every time written below is its.
+	now, err := w.dbNow(ctx)
+	if err != nil {
+		return pending, err
+	}
+	if wait := pub.ScheduledAt.Sub(now); wait > 0 {
+		return result{status: PublicationPending, due: wait}, nil
+	}
+	post, err := reservation.LoadPost(db, postID)
+	if err != nil {
+		if errors.Is(err, reservation.ErrNotFound) {
+			return w.settleNow(ctx, postID, PublicationCancelled, now, "")
+		}
+		return pending, err
+	}
+	switch post.Status {
+	case reservation.StatusCancelled:
+		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
+	case reservation.StatusPublished:
+		// Published before this row was written: its first publication
+		// row was deleted by the cleaner and the event delivered again.
+		// Settled, but not counted as a publication a second time.
+		if _, err := settle(db, postID, PublicationPublished, now, nil); err != nil {
+			return pending, err
+		}
+		return result{status: PublicationPublished}, nil
+	case reservation.StatusWorking:
+	default:
+		msg := fmt.Sprintf("post is %s, not %s", post.Status, reservation.StatusWorking)
+		return w.settleNow(ctx, postID, PublicationFailed, now, msg)
+	}
+
+	at := now
+	p := *post
+	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
+	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
+		msg := database.TruncateError(err.Error())
+		if errors.Is(err, ErrRefused) {
+			return w.settleNow(ctx, postID, PublicationFailed, now, msg)
+		}
+		res := pending
+		if rl := (*RetryLaterError)(nil); errors.As(err, &rl) {
+			res.retryAfter = rl.After
+		}
+		// Visible to an operator while it is tried again.
+		if failedAt, nerr := database.Now(ctx, w.db); nerr == nil {
+			_ = db.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+				Updates(map[string]any{"attempts": gorm.Expr("attempts + 1"), "last_error": msg, "updated_at": failedAt}).Error
+		}
+		return res, fmt.Errorf("publish post %d: %w", postID, err)
+	}
+
+	// Published: record it even if the timer is being disarmed meanwhile,
+	// or the next owner would publish it again.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	status, changed := PublicationPublished, false
+	record := func(tx *gorm.DB) error {
+		status, changed = PublicationPublished, false
+		ok, err := reservation.MarkPublished(tx, postID, at)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Cancelled (or published) since it was read.
+			cur, err := reservation.LoadPost(tx, postID)
+			if err != nil {
+				return err
+			}
+			if cur.Status != reservation.StatusPublished {
+				status = PublicationCancelled
+			}
+			changed, err = settle(tx, postID, status, at, nil)
+			return err
+		}
+		res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
+			Updates(map[string]any{"status": PublicationPublished, "published_at": at, "updated_at": at,
+				"attempts": gorm.Expr("attempts + 1"), "last_error": nil})
+		changed = res.RowsAffected == 1
+		return res.Error
+	}
+	// The publisher has said yes: a failed write (a dropped connection, a
+	// database restart) is tried again here, for up to rctx's 30 s, rather
+	// than by the timer's next attempt, which would call the publisher again.
+	// A timer disarmed meanwhile (Stop, a revoked partition) gets one last
+	// try, so that a stop does not wait on a database that is down.
+	retry := backoff.Backoff{Base: 50 * time.Millisecond, Max: 2 * time.Second, Exact: true}
+	for {
+		if err = database.Transaction(rctx, w.db, record); err == nil || rctx.Err() != nil {
+			break
+		}
+		if !backoff.Sleep(ctx, retry.Next()) {
+			err = database.Transaction(rctx, w.db, record)
+			break
+		}
+	}
+	if err != nil {
+		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
+	}
+	if status == PublicationPublished && changed && w.cfg.ObservePublished != nil {
+		w.cfg.ObservePublished(at.Sub(pub.ScheduledAt))
+	}
+	if changed {
+		w.observeSettled(status)
+	}
+	return result{status: status}, nil
+}
+
+// settleNow settles the post's PENDING publication in a statement of its
+// own, with reason as its last_error if not empty.
+func (w *Worker) settleNow(ctx context.Context, postID int64, status PublicationStatus, at time.Time, reason string) (result, error) {
+	var lastError *string
+	if reason != "" {
+		lastError = &reason
+	}
+	changed, err := settle(w.db.WithContext(ctx), postID, status, at, lastError)
+	if err != nil {
+		return result{status: PublicationPending}, err
+	}
+	if changed {
+		w.observeSettled(status)
+	}
+	return result{status: status, reason: reason}, nil
+}
+
+// observeSettled tells Config.ObserveSettled of a publication settled as status.
+func (w *Worker) observeSettled(status PublicationStatus) {
+	if w.cfg.ObserveSettled == nil {
+		return
+	}
+	switch status {
+	case PublicationPublished:
+		w.cfg.ObserveSettled(OutcomePublished)
+	case PublicationCancelled:
+		w.cfg.ObserveSettled(OutcomeCancelled)
+	case PublicationFailed:
+		w.cfg.ObserveSettled(OutcomeFailed)
+	}
+}
+
+// settle ends the post's publication if it is still PENDING, and reports
+// whether it did.
+func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, lastError *string) (bool, error) {
+	changes := map[string]any{"status": status, "updated_at": at}
+	if lastError != nil {
+		changes["last_error"] = *lastError
+	}
+	if status == PublicationFailed {
+		changes["attempts"] = gorm.Expr("attempts + 1")
+	}
+	res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).Updates(changes)
+	if res.Error != nil {
+		return false, fmt.Errorf("settle publication of post %d as %s: %w", postID, status, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}

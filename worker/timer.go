@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/postingsvc/posting/internal/backoff"
+)
+
+// timer is one armed publication.
+type timer struct {
+	pub    Publication
+	t      *time.Timer
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the timer can no longer act
+}
+
+// Assigned arms the timers of the partitions' PENDING publications. The
+// worker owns the partitions until they are revoked: its sweep arms their
+// PENDING publications that have no timer every SweepInterval.
+func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) error {
+	w.mu.Lock()
+	for _, p := range partitions {
+		w.owned[p] = struct{}{}
+	}
+	w.startSweep()
+	w.mu.Unlock()
+	n, err := w.armPending(ctx, partitions)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", n)
+	}
+	return nil
+}
+
+// armPending arms a timer for every PENDING publication of the partitions
+// that has none, as long as the worker owns its partition, and returns how
+// many it armed.
+func (w *Worker) armPending(ctx context.Context, partitions []int32) (int, error) {
+	if len(partitions) == 0 {
+		return 0, nil
+	}
+	// Learn the clocks' difference before setting timers by it.
+	if _, err := w.dbNow(ctx); err != nil {
+		return 0, fmt.Errorf("load pending publications: %w", err)
+	}
+	var pending []Publication
+	err := w.db.WithContext(ctx).Where("status = ? AND partition_id IN ?", PublicationPending, partitions).
+		Order("scheduled_at").Find(&pending).Error
+	if err != nil {
+		return 0, fmt.Errorf("load pending publications: %w", err)
+	}
+	n := 0
+	for _, p := range pending {
+		if w.arm(p, true) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Revoked disarms the timers of the partitions and waits for their
+// publications in progress to stop, so that the next owner of a partition
+// never works on a publication at the same time as this worker.
+func (w *Worker) Revoked(_ string, partitions []int32) {
+	w.mu.Lock()
+	for _, p := range partitions {
+		delete(w.owned, p)
+	}
+	var ids []int64
+	for id, t := range w.armed {
+		if slices.Contains(partitions, t.pub.PartitionID) {
+			ids = append(ids, id)
+		}
+	}
+	w.mu.Unlock()
+	w.disarm(ids...)
+}
+
+// arm starts the timer of pub, unless one runs for its post already, and
+// reports whether it did. With owned, only while the worker owns pub's
+// partition: a sweep that read the row before a revocation must not arm it
+// after.
+func (w *Worker) arm(pub Publication, owned bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.armed[pub.PostID] != nil {
+		return false
+	}
+	if _, ok := w.owned[pub.PartitionID]; owned && !ok {
+		return false
+	}
+	ctx, cancel := context.WithCancel(w.base)
+	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
+	// The worker's clock only sets the alarm, shifted to the database's
+	// time as last read: PublishDue asks the database whether the post is
+	// due and says how long is left if not.
+	dbNow := w.cfg.Now().Add(time.Duration(w.skew.Load()))
+	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(dbNow), 0), func() { w.fire(ctx, t) })
+	w.armed[pub.PostID] = t
+	return true
+}
+
+// disarm stops the timers of the posts and waits until none of them can act.
+func (w *Worker) disarm(postIDs ...int64) {
+	var wait []*timer
+	w.mu.Lock()
+	for _, id := range postIDs {
+		t := w.armed[id]
+		if t == nil {
+			continue
+		}
+		delete(w.armed, id)
+		if t.t.Stop() {
+			close(t.done) // it never fired
+		} else {
+			wait = append(wait, t)
+		}
+		t.cancel()
+	}
+	w.mu.Unlock()
+	for _, t := range wait {
+		<-t.done
+	}
+}
+
+// fire runs a timer's publication until it is settled or the timer is
+// disarmed, one attempt at a time. The worker owns the retry schedule: a
+// database error or a publisher's passing failure is tried again after a
+// pause (RetryBase doubling to RetryMax, with jitter, or longer if the
+// publisher asks), and a publication not yet due by the database's clock
+// waits the time left. An attempt holds one of the Concurrency slots; the
+// waits hold none, so posts that keep failing or hanging cannot starve the
+// others.
+func (w *Worker) fire(ctx context.Context, t *timer) {
+	defer func() {
+		w.mu.Lock()
+		if w.armed[t.pub.PostID] == t {
+			delete(w.armed, t.pub.PostID)
+		}
+		w.mu.Unlock()
+		t.cancel()
+		close(t.done)
+	}()
+	log := w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID)
+	retry := backoff.Backoff{Base: w.cfg.RetryBase, Max: w.cfg.RetryMax}
+	for {
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		res, err := w.attempt(ctx, t.pub.PostID)
+		<-w.sem
+		var wait time.Duration
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// Jittered, so that publications that failed together do
+			// not all come back at once.
+			wait = max(retry.Next(), res.retryAfter)
+			log.Warn("publication failed; trying again", "err", err, "pause", wait)
+		case res.status == PublicationPending: // not due by the database's clock
+			wait = res.due
+		case res.status == PublicationFailed:
+			log.Error("publication refused for good; the post stays WORKING for an operator",
+				"last_error", res.reason)
+			return
+		default:
+			return
+		}
+		if !backoff.Sleep(ctx, wait) {
+			return
+		}
+	}
+}
