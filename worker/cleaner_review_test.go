@@ -10,7 +10,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
@@ -41,10 +41,10 @@ func TestWorkerRedeliveryAfterTheCleanerPublishesNothing(t *testing.T) {
 
 		// The retention has passed for both rows.
 		later := time.Now().Add(time.Hour)
-		n, err := outbox.PurgeInbox(ctx, db.DB, later, 100, 0)
+		n, err := inbox.Purge(ctx, db.DB, later, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		n, err = outbox.PurgePublications(ctx, db.DB, later, 100, 0)
+		n, err = worker.PurgePublications(ctx, db.DB, later, 100, 0)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 
