@@ -47,7 +47,7 @@ const (
 	MaxBlockingListed = 100
 	// MaxPurgeBatchSize bounds the rows of one DELETE of Purge: large
 	// multi-row deletes from several instances deadlock and hold locks long.
-	MaxPurgeBatchSize = database.MaxPurgeBatchSize
+	MaxPurgeBatchSize = 10000
 	// DefaultRequeueBatchSize is the rows per statement of RequeueAllFailed
 	// when asked for 0.
 	DefaultRequeueBatchSize = 500

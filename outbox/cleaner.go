@@ -83,8 +83,8 @@ func (c CleanerConfig) Validate() error {
 		return config.Invalid(f+"Retention", c.Retention, "below 1s")
 	case c.Interval < 10*time.Millisecond:
 		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
-	case c.BatchSize < 1 || c.BatchSize > MaxPurgeBatchSize:
-		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..%d", MaxPurgeBatchSize)
+	case c.BatchSize < 1 || c.BatchSize > database.MaxPurgeBatchSize:
+		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..%d", database.MaxPurgeBatchSize)
 	case c.Pause < 0 || c.Pause > time.Minute:
 		return config.Invalid(f+"Pause", c.Pause, "want 0..1m")
 	}
@@ -94,7 +94,7 @@ func (c CleanerConfig) Validate() error {
 // PurgeFunc deletes, in transactions of at most batchSize rows with pause
 // between two, the rows of one table that are older than olderThan, and
 // returns how many it deleted. Purge is the outbox's own; the owners of
-// other tables (the inbox, the worker's publications) write theirs.
+// other tables write theirs and hand them to NewCleaner.
 type PurgeFunc func(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int, pause time.Duration) (int, error)
 
 // PurgeStep is one table a Cleaner keeps short.
