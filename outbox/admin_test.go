@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
@@ -46,22 +45,8 @@ func (p *opsPublisher) ackedIDs() []string {
 	return append([]string(nil), p.acked...)
 }
 
-// opsSet forces a row into a status, as the relay would have left it.
-func opsSet(t *testing.T, db *gorm.DB, id int64, status outbox.Status, sentAt *time.Time) {
-	t.Helper()
-	values := map[string]any{"status": status, "sent_at": sentAt}
-	if status == outbox.StatusFail {
-		values["retry_count"] = 4
-		values["last_error"] = "broker rejected: record too large"
-	}
-	if status == outbox.StatusProcessing {
-		values["claimed_by"] = "other"
-		values["claimed_at"] = t0
-	}
-	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", id).Updates(values).Error)
-}
-
-func opsErrs(results []outbox.RowResult) []string {
+// rowErrs are the errors of results as strings, "" for none.
+func rowErrs(results []outbox.RowResult) []string {
 	out := make([]string, len(results))
 	for i, r := range results {
 		if r.Err != nil {
@@ -76,8 +61,9 @@ func opsErrs(results []outbox.RowResult) []string {
 func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
-		rows := appendEvents(t, db.DB, t0, 1, 2, 1)
+		rows := o.append(t, t0, 1, 2, 1)
 		now := t0.Add(time.Second)
 		pub := &opsPublisher{reject: map[string]bool{rows[0].EventID: true}}
 		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), pub, relay.Config{
@@ -89,7 +75,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Failed)
 		require.Equal(t, 1, res.Sent)
-		require.Equal(t, outbox.StatusFail, statusOf(t, db.DB, rows[0].ID).Status)
+		require.Equal(t, outbox.StatusFail, o.row(t, rows[0].ID).Status)
 
 		st, err := outbox.Stats(ctx, db.DB, now)
 		require.NoError(t, err)
@@ -129,7 +115,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.Len(t, results, 1)
 		require.NoError(t, results[0].Err)
 		require.Equal(t, outbox.StatusPending, results[0].Row.Status)
-		got := statusOf(t, db.DB, rows[0].ID)
+		got := o.row(t, rows[0].ID)
 		require.Equal(t, outbox.StatusPending, got.Status)
 		require.Zero(t, got.RetryCount)
 		require.Equal(t, f.Version+1, got.Version)
@@ -140,7 +126,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, m.ID).Status)
+			require.Equal(t, outbox.StatusSent, o.row(t, m.ID).Status)
 		}
 		require.Equal(t, []string{rows[1].EventID, rows[0].EventID, rows[2].EventID}, pub.ackedIDs())
 	})
@@ -151,16 +137,17 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 func TestOpsRequeueRefusesNonFail(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3, 4, 5)
+		rows := o.append(t, t0, 1, 2, 3, 4, 5)
 		sent := t0.Add(time.Second)
-		opsSet(t, db.DB, rows[1].ID, outbox.StatusSent, &sent)
-		opsSet(t, db.DB, rows[2].ID, outbox.StatusRetry, nil)
-		opsSet(t, db.DB, rows[3].ID, outbox.StatusProcessing, nil)
-		opsSet(t, db.DB, rows[4].ID, outbox.StatusFail, nil)
+		o.set(t, rows[1].ID, outbox.StatusSent, &sent)
+		o.set(t, rows[2].ID, outbox.StatusRetry, nil)
+		o.set(t, rows[3].ID, outbox.StatusProcessing, nil)
+		o.set(t, rows[4].ID, outbox.StatusFail, nil)
 		before := map[int64]outbox.Message{}
 		for _, m := range rows[:4] {
-			before[m.ID] = statusOf(t, db.DB, m.ID)
+			before[m.ID] = o.row(t, m.ID)
 		}
 
 		ids := []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID, 999999, rows[4].ID, rows[4].ID}
@@ -173,15 +160,15 @@ func TestOpsRequeueRefusesNonFail(t *testing.T) {
 			"id " + opsItoa(rows[3].ID) + ": status PROCESSING, only FAIL rows can be requeued",
 			"id 999999: not found",
 			"",
-		}, opsErrs(results))
+		}, rowErrs(results))
 		for _, r := range results[:4] {
 			require.ErrorIs(t, r.Err, outbox.ErrNotFailed)
 		}
 		require.ErrorIs(t, results[4].Err, outbox.ErrNotFound)
 		for id, m := range before {
-			require.Equal(t, m, statusOf(t, db.DB, id), "row %d changed", id)
+			require.Equal(t, m, o.row(t, id), "row %d changed", id)
 		}
-		require.Equal(t, outbox.StatusPending, statusOf(t, db.DB, rows[4].ID).Status)
+		require.Equal(t, outbox.StatusPending, o.row(t, rows[4].ID).Status)
 	})
 }
 
@@ -191,18 +178,18 @@ func TestOpsRequeueRefusesNonFail(t *testing.T) {
 func TestOpsDiscardReleasesThePost(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 7, 7)
-		opsSet(t, db.DB, rows[0].ID, outbox.StatusFail, nil)
-		claimed, err := store.Claim(ctx, "a", 10, t0.Add(time.Second))
+		rows := o.append(t, t0, 7, 7)
+		o.set(t, rows[0].ID, outbox.StatusFail, nil)
+		claimed, err := o.store.Claim(ctx, "a", 10, t0.Add(time.Second))
 		require.NoError(t, err)
 		require.Empty(t, claimed, "the FAIL head holds its post")
 
 		at := t0.Add(2 * time.Second)
 		results := outbox.Discard(ctx, db.DB, []int64{rows[0].ID}, at)
 		require.NoError(t, results[0].Err)
-		got := statusOf(t, db.DB, rows[0].ID)
+		got := o.row(t, rows[0].ID)
 		require.Equal(t, outbox.StatusFail, got.Status)
 		require.Equal(t, "discarded by an operator at 2026-12-01T12:00:02Z; last error: broker rejected: record too large", *got.LastError)
 		entry, err := outbox.Get(ctx, db.DB, rows[0].ID)
@@ -218,7 +205,7 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 		require.EqualValues(t, 0, st.Blocked)
 		require.Empty(t, st.Blocking)
 
-		claimed, err = store.Claim(ctx, "a", 10, t0.Add(3*time.Second))
+		claimed, err = o.store.Claim(ctx, "a", 10, t0.Add(3*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[1].ID}, ids(claimed))
 
@@ -227,7 +214,7 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 		again = outbox.Discard(ctx, db.DB, []int64{rows[0].ID, rows[1].ID}, at)
 		require.ErrorIs(t, again[0].Err, outbox.ErrDiscarded)
 		require.Equal(t, "id "+opsItoa(rows[1].ID)+": status PROCESSING, only FAIL rows can be discarded", again[1].Err.Error())
-		require.Equal(t, outbox.StatusProcessing, statusOf(t, db.DB, rows[1].ID).Status)
+		require.Equal(t, outbox.StatusProcessing, o.row(t, rows[1].ID).Status)
 	})
 }
 
@@ -235,10 +222,11 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 func TestOpsRequeueAllFailed(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3, 4, 5, 6)
+		rows := o.append(t, t0, 1, 2, 3, 4, 5, 6)
 		for _, m := range rows[:5] {
-			opsSet(t, db.DB, m.ID, outbox.StatusFail, nil)
+			o.set(t, m.ID, outbox.StatusFail, nil)
 		}
 		require.NoError(t, outbox.Discard(ctx, db.DB, []int64{rows[4].ID}, t0)[0].Err)
 
@@ -246,12 +234,12 @@ func TestOpsRequeueAllFailed(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 4, n)
 		for _, m := range rows[:4] {
-			got := statusOf(t, db.DB, m.ID)
+			got := o.row(t, m.ID)
 			require.Equal(t, outbox.StatusPending, got.Status)
 			require.Zero(t, got.RetryCount)
 		}
-		require.Equal(t, outbox.StatusFail, statusOf(t, db.DB, rows[4].ID).Status)
-		require.Equal(t, outbox.StatusPending, statusOf(t, db.DB, rows[5].ID).Status)
+		require.Equal(t, outbox.StatusFail, o.row(t, rows[4].ID).Status)
+		require.Equal(t, outbox.StatusPending, o.row(t, rows[5].ID).Status)
 
 		n, err = outbox.RequeueAllFailed(ctx, db.DB, t0.Add(time.Minute), 0)
 		require.NoError(t, err)
@@ -262,6 +250,7 @@ func TestOpsRequeueAllFailed(t *testing.T) {
 func TestOpsListAndStatsInputs(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
 		st, err := outbox.Stats(ctx, db.DB, t0)
 		require.NoError(t, err)
@@ -269,8 +258,8 @@ func TestOpsListAndStatsInputs(t *testing.T) {
 		require.Nil(t, st.OldestWaiting)
 		require.NotNil(t, st.Blocking)
 
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3)
-		opsSet(t, db.DB, rows[0].ID, outbox.StatusRetry, nil)
+		rows := o.append(t, t0, 1, 2, 3)
+		o.set(t, rows[0].ID, outbox.StatusRetry, nil)
 		st, err = outbox.Stats(ctx, db.DB, t0.Add(time.Hour))
 		require.NoError(t, err)
 		require.Equal(t, rows[0].ID, st.OldestWaiting.ID)

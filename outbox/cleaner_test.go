@@ -7,47 +7,40 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
 )
 
-const opsDay = 24 * time.Hour
+// day is the unit of the retention tests.
+const day = 24 * time.Hour
 
-// opsRetentionRows writes 7 SENT rows sent long ago (base + 1 minute) and
+// retentionRows writes 7 SENT rows sent long ago (base + 1 minute) and
 // rows the cleaner must keep with a cutoff of base + 1 day: recent SENT rows
 // (one created long ago) and every other status, old ones with a sent_at
 // that would qualify.
-func opsRetentionRows(t *testing.T, db *gorm.DB, base time.Time) (old []int64, keep []int64) {
+func (o *bundle) retentionRows(t *testing.T, base time.Time) (old []int64, keep []int64) {
 	t.Helper()
-	rows := appendEvents(t, db, base, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+	rows := o.append(t, base, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 	longAgo := base.Add(time.Minute)
 	for _, m := range rows[:7] {
-		opsSet(t, db, m.ID, outbox.StatusSent, &longAgo)
+		o.set(t, m.ID, outbox.StatusSent, &longAgo)
 		old = append(old, m.ID)
 	}
-	recent := base.Add(2 * opsDay)
-	opsSet(t, db, rows[7].ID, outbox.StatusSent, &recent) // created long ago, sent recently
-	fresh := appendEvents(t, db, base.Add(7*opsDay), 14)[0]
-	sentFresh := base.Add(7 * opsDay)
-	opsSet(t, db, fresh.ID, outbox.StatusSent, &sentFresh)
-	opsSet(t, db, rows[8].ID, outbox.StatusRetry, &longAgo)
-	opsSet(t, db, rows[9].ID, outbox.StatusProcessing, &longAgo)
-	opsSet(t, db, rows[10].ID, outbox.StatusFail, &longAgo)
-	opsSet(t, db, rows[11].ID, outbox.StatusFail, &longAgo)
-	require.NoError(t, outbox.Discard(context.Background(), db, []int64{rows[11].ID}, base)[0].Err)
+	recent := base.Add(2 * day)
+	o.set(t, rows[7].ID, outbox.StatusSent, &recent) // created long ago, sent recently
+	fresh := o.append(t, base.Add(7*day), 14)[0]
+	sentFresh := base.Add(7 * day)
+	o.set(t, fresh.ID, outbox.StatusSent, &sentFresh)
+	o.set(t, rows[8].ID, outbox.StatusRetry, &longAgo)
+	o.set(t, rows[9].ID, outbox.StatusProcessing, &longAgo)
+	o.set(t, rows[10].ID, outbox.StatusFail, &longAgo)
+	o.set(t, rows[11].ID, outbox.StatusFail, &longAgo)
+	require.NoError(t, outbox.Discard(context.Background(), o.db.DB, []int64{rows[11].ID}, base)[0].Err)
 	// rows[12] stays PENDING.
 	keep = []int64{rows[7].ID, rows[8].ID, rows[9].ID, rows[10].ID, rows[11].ID, rows[12].ID, fresh.ID}
 	return old, keep
-}
-
-func opsRemaining(t *testing.T, db *gorm.DB) []int64 {
-	t.Helper()
-	var got []int64
-	require.NoError(t, db.Model(&outbox.Message{}).Order("id").Pluck("id", &got).Error)
-	return got
 }
 
 // sentStep is the cleaner's one step in these tests: the outbox's own.
@@ -56,19 +49,20 @@ var sentStep = outbox.PurgeStep{Name: "outbox", Purge: outbox.Purge}
 // The cleaner deletes only SENT rows sent before the database's now -
 // retention, in statements of at most BatchSize rows, whatever this
 // instance's own clock says.
-func TestOpsCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
+func TestCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
 		before := databasetest.Now(t, db.DB)
-		base := before.Add(-8 * opsDay) // cutoff about base + 1 day
-		_, keep := opsRetentionRows(t, db.DB, base)
+		base := before.Add(-8 * day) // cutoff about base + 1 day
+		_, keep := o.retentionRows(t, base)
 		deletes := databasetest.Deletes(t, db.DB)
 		// This instance's clock runs 30 days ahead: by it, every SENT row
 		// would be old.
-		skewed := func() time.Time { return time.Now().Add(30 * opsDay) }
+		skewed := func() time.Time { return time.Now().Add(30 * day) }
 		c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
-			Retention: 7 * opsDay, BatchSize: 3, Pause: -1, Now: skewed,
+			Retention: 7 * day, BatchSize: 3, Pause: -1, Now: skewed,
 		}, sentStep)
 		require.NoError(t, err)
 
@@ -76,10 +70,10 @@ func TestOpsCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
 		require.NoError(t, err)
 		after := databasetest.Now(t, db.DB)
 		require.Equal(t, 7, res.Deleted["outbox"])
-		require.False(t, res.Cutoff.Before(before.Add(-7*opsDay)), "cutoff %s", res.Cutoff)
-		require.False(t, res.Cutoff.After(after.Add(-7*opsDay)), "cutoff %s", res.Cutoff)
+		require.False(t, res.Cutoff.Before(before.Add(-7*day)), "cutoff %s", res.Cutoff)
+		require.False(t, res.Cutoff.After(after.Add(-7*day)), "cutoff %s", res.Cutoff)
 		require.Equal(t, []int64{3, 3, 1}, databasetest.DeletedRows(deletes()))
-		require.Equal(t, keep, opsRemaining(t, db.DB))
+		require.Equal(t, keep, o.remaining(t))
 
 		// Nothing left to delete: no DELETE statement at all.
 		res, err = c.RunOnce(ctx)
@@ -90,17 +84,18 @@ func TestOpsCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
 }
 
 // A batch size that divides the backlog exactly ends with an empty read.
-func TestOpsPurgeExactBatches(t *testing.T) {
+func TestPurgeExactBatches(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
-		old, keep := opsRetentionRows(t, db.DB, t0)
+		old, keep := o.retentionRows(t, t0)
 		deletes := databasetest.Deletes(t, db.DB)
-		n, err := outbox.Purge(ctx, db.DB, t0.Add(opsDay), 7, time.Millisecond)
+		n, err := outbox.Purge(ctx, db.DB, t0.Add(day), 7, time.Millisecond)
 		require.NoError(t, err)
 		require.Equal(t, len(old), n)
 		require.Equal(t, []int64{7}, databasetest.DeletedRows(deletes()))
-		require.Equal(t, keep, opsRemaining(t, db.DB))
+		require.Equal(t, keep, o.remaining(t))
 
 		_, err = outbox.Purge(ctx, db.DB, t0, 0, 0)
 		require.Error(t, err)
@@ -110,15 +105,16 @@ func TestOpsPurgeExactBatches(t *testing.T) {
 }
 
 // Two purges at once delete every old row exactly once between them.
-func TestOpsConcurrentPurges(t *testing.T) {
+func TestConcurrentPurges(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		o := setup(t, db)
 		ctx := context.Background()
 		posts := make([]int64, 120)
 		for i := range posts {
 			posts[i] = int64(i + 1)
 		}
-		rows := appendEvents(t, db.DB, t0, posts...)
+		rows := o.append(t, t0, posts...)
 		sent := t0.Add(time.Minute)
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id IN ?", ids(rows)).
 			Updates(map[string]any{"status": outbox.StatusSent, "sent_at": sent}).Error)
@@ -127,30 +123,31 @@ func TestOpsConcurrentPurges(t *testing.T) {
 		deleted := make([]int, 2)
 		errs := make([]error, 2)
 		for i := range 2 {
-			wg.Go(func() { deleted[i], errs[i] = outbox.Purge(ctx, db.DB, t0.Add(opsDay), 10, 0) })
+			wg.Go(func() { deleted[i], errs[i] = outbox.Purge(ctx, db.DB, t0.Add(day), 10, 0) })
 		}
 		wg.Wait()
 		require.NoError(t, errs[0])
 		require.NoError(t, errs[1])
 		require.Equal(t, len(rows), deleted[0]+deleted[1])
-		require.Empty(t, opsRemaining(t, db.DB))
+		require.Empty(t, o.remaining(t))
 	})
 }
 
-func TestOpsCleanerLoop(t *testing.T) {
+func TestCleanerLoop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
-	old, keep := opsRetentionRows(t, db.DB, databasetest.Now(t, db.DB).Add(-8*opsDay))
+	o := setup(t, db)
+	old, keep := o.retentionRows(t, databasetest.Now(t, db.DB).Add(-8*day))
 	require.Len(t, old, 7)
 	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
-		Retention: 7 * opsDay, Interval: time.Hour, Pause: -1,
+		Retention: 7 * day, Interval: time.Hour, Pause: -1,
 	}, sentStep)
 	require.NoError(t, err)
 	c.Stop() // safe before Start, and keeps it from starting
 	require.Error(t, c.Start(context.Background()))
 
 	c, err = outbox.NewCleaner(db.DB, outbox.CleanerConfig{
-		Retention: 7 * opsDay, Interval: time.Hour, Pause: -1,
+		Retention: 7 * day, Interval: time.Hour, Pause: -1,
 	}, sentStep)
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
@@ -162,16 +159,16 @@ func TestOpsCleanerLoop(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	c.Stop()
 	c.Stop()
-	require.Equal(t, keep, opsRemaining(t, db.DB))
+	require.Equal(t, keep, o.remaining(t))
 }
 
-func TestOpsCleanerConfig(t *testing.T) {
+func TestCleanerConfig(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
 	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{}, sentStep)
 	require.NoError(t, err)
 	cfg := c.Config()
-	require.Equal(t, 7*opsDay, cfg.Retention)
+	require.Equal(t, 7*day, cfg.Retention)
 	require.Equal(t, time.Hour, cfg.Interval)
 	require.Equal(t, 500, cfg.BatchSize)
 	require.Equal(t, 100*time.Millisecond, cfg.Pause)
