@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
@@ -33,9 +32,7 @@ func (o *bundle) append(t *testing.T, at time.Time, aggregateIDs ...int64) []out
 	t.Helper()
 	var out []outbox.Message
 	for i, id := range aggregateIDs {
-		m, err := outbox.Append(o.db.DB, eventtest.Outbox(t, event.PostingEvent, id, at.Add(time.Duration(i)*time.Millisecond), map[string]any{"action": "CREATED"}))
-		require.NoError(t, err)
-		out = append(out, *m)
+		out = append(out, eventtest.Append(t, o.db.DB, id, at.Add(time.Duration(i)*time.Millisecond)))
 	}
 	return out
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
@@ -64,11 +63,7 @@ func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 	t.Helper()
 	db, url := outboxTestDB(t, dialect)
 	base := time.Now().Add(-30 * 24 * time.Hour)
-	write := func(post int64, at time.Time) outbox.Message {
-		m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
-		require.NoError(t, err)
-		return *m
-	}
+	write := func(post int64, at time.Time) outbox.Message { return eventtest.Append(t, db.DB, post, at) }
 	f := &outboxFixture{db: db, url: url,
 		failed: write(1, base), held: write(1, base.Add(time.Second)),
 		sent: write(2, base.Add(2*time.Second)), oldSent: write(3, base.Add(3*time.Second))}
