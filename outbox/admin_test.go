@@ -10,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -59,14 +57,12 @@ func rowErrs(results []outbox.RowResult) []string {
 // A rejected event becomes FAIL, holds the next event of its post, shows in
 // the stats and the FAIL list, and after a requeue both are sent, in order.
 func TestOpsFailListedRequeuedThenSent(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2, 1)
 		now := t0.Add(time.Second)
 		pub := &opsPublisher{reject: map[string]bool{rows[0].EventID: true}}
-		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), pub, relay.Config{
+		r, err := relay.New(outbox.NewStore(o.db).WithClock(func() time.Time { return now }), pub, relay.Config{
 			InstanceID: "x", MaxRetries: relay.Retries(0), Now: func() time.Time { return now },
 		})
 		require.NoError(t, err)
@@ -77,7 +73,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.Equal(t, 1, res.Sent)
 		require.Equal(t, outbox.StatusFail, o.row(t, rows[0].ID).Status)
 
-		st, err := outbox.Stats(ctx, db.DB, now)
+		st, err := outbox.Stats(ctx, o.db.DB, now)
 		require.NoError(t, err)
 		require.Equal(t, map[outbox.Status]int64{
 			outbox.StatusPending: 1, outbox.StatusProcessing: 0, outbox.StatusSent: 1,
@@ -91,7 +87,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.Equal(t, rows[2].ID, st.OldestWaiting.ID)
 		require.Equal(t, now.Sub(rows[2].Created), st.OldestWaiting.Age)
 
-		failed, err := outbox.List(ctx, db.DB, outbox.StatusFail, 10)
+		failed, err := outbox.List(ctx, o.db.DB, outbox.StatusFail, 10)
 		require.NoError(t, err)
 		require.Len(t, failed, 1)
 		f := failed[0]
@@ -111,7 +107,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 
 		delete(pub.reject, rows[0].EventID)
 		now = now.Add(time.Second)
-		results := outbox.Requeue(ctx, db.DB, []int64{rows[0].ID}, now)
+		results := outbox.Requeue(ctx, o.db.DB, []int64{rows[0].ID}, now)
 		require.Len(t, results, 1)
 		require.NoError(t, results[0].Err)
 		require.Equal(t, outbox.StatusPending, results[0].Row.Status)
@@ -135,9 +131,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 // Requeue refuses every row that is not FAIL, or is unknown, each with its
 // own error, and changes none of them.
 func TestOpsRequeueRefusesNonFail(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2, 3, 4, 5)
 		sent := t0.Add(time.Second)
@@ -151,7 +145,7 @@ func TestOpsRequeueRefusesNonFail(t *testing.T) {
 		}
 
 		ids := []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID, 999999, rows[4].ID, rows[4].ID}
-		results := outbox.Requeue(ctx, db.DB, ids, t0.Add(time.Minute))
+		results := outbox.Requeue(ctx, o.db.DB, ids, t0.Add(time.Minute))
 		require.Len(t, results, 6, "a duplicate id is reported once")
 		require.Equal(t, []string{
 			"id " + opsItoa(rows[0].ID) + ": status PENDING, only FAIL rows can be requeued",
@@ -176,9 +170,7 @@ func TestOpsRequeueRefusesNonFail(t *testing.T) {
 // discarded row stays FAIL in the history and can be neither requeued nor
 // discarded again.
 func TestOpsDiscardReleasesThePost(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 7, 7)
 		o.set(t, rows[0].ID, outbox.StatusFail, nil)
@@ -187,17 +179,17 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 		require.Empty(t, claimed, "the FAIL head holds its post")
 
 		at := t0.Add(2 * time.Second)
-		results := outbox.Discard(ctx, db.DB, []int64{rows[0].ID}, at)
+		results := outbox.Discard(ctx, o.db.DB, []int64{rows[0].ID}, at)
 		require.NoError(t, results[0].Err)
 		got := o.row(t, rows[0].ID)
 		require.Equal(t, outbox.StatusFail, got.Status)
 		require.Equal(t, "discarded by an operator at 2026-12-01T12:00:02Z; last error: broker rejected: record too large", *got.LastError)
-		entry, err := outbox.Get(ctx, db.DB, rows[0].ID)
+		entry, err := outbox.Get(ctx, o.db.DB, rows[0].ID)
 		require.NoError(t, err)
 		require.NotNil(t, entry.DiscardedAt)
 		require.True(t, entry.DiscardedAt.Equal(at))
 
-		st, err := outbox.Stats(ctx, db.DB, at)
+		st, err := outbox.Stats(ctx, o.db.DB, at)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Counts[outbox.StatusFail])
 		require.EqualValues(t, 1, st.Discarded)
@@ -209,9 +201,9 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[1].ID}, ids(claimed))
 
-		again := outbox.Requeue(ctx, db.DB, []int64{rows[0].ID}, at)
+		again := outbox.Requeue(ctx, o.db.DB, []int64{rows[0].ID}, at)
 		require.ErrorIs(t, again[0].Err, outbox.ErrDiscarded)
-		again = outbox.Discard(ctx, db.DB, []int64{rows[0].ID, rows[1].ID}, at)
+		again = outbox.Discard(ctx, o.db.DB, []int64{rows[0].ID, rows[1].ID}, at)
 		require.ErrorIs(t, again[0].Err, outbox.ErrDiscarded)
 		require.Equal(t, "id "+opsItoa(rows[1].ID)+": status PROCESSING, only FAIL rows can be discarded", again[1].Err.Error())
 		require.Equal(t, outbox.StatusProcessing, o.row(t, rows[1].ID).Status)
@@ -220,17 +212,15 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 
 // RequeueAllFailed takes every FAIL row that is not discarded, in batches.
 func TestOpsRequeueAllFailed(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2, 3, 4, 5, 6)
 		for _, m := range rows[:5] {
 			o.set(t, m.ID, outbox.StatusFail, nil)
 		}
-		require.NoError(t, outbox.Discard(ctx, db.DB, []int64{rows[4].ID}, t0)[0].Err)
+		require.NoError(t, outbox.Discard(ctx, o.db.DB, []int64{rows[4].ID}, t0)[0].Err)
 
-		n, err := outbox.RequeueAllFailed(ctx, db.DB, t0.Add(time.Minute), 2)
+		n, err := outbox.RequeueAllFailed(ctx, o.db.DB, t0.Add(time.Minute), 2)
 		require.NoError(t, err)
 		require.Equal(t, 4, n)
 		for _, m := range rows[:4] {
@@ -241,18 +231,16 @@ func TestOpsRequeueAllFailed(t *testing.T) {
 		require.Equal(t, outbox.StatusFail, o.row(t, rows[4].ID).Status)
 		require.Equal(t, outbox.StatusPending, o.row(t, rows[5].ID).Status)
 
-		n, err = outbox.RequeueAllFailed(ctx, db.DB, t0.Add(time.Minute), 0)
+		n, err = outbox.RequeueAllFailed(ctx, o.db.DB, t0.Add(time.Minute), 0)
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
 }
 
 func TestOpsListAndStatsInputs(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		st, err := outbox.Stats(ctx, db.DB, t0)
+		st, err := outbox.Stats(ctx, o.db.DB, t0)
 		require.NoError(t, err)
 		require.Len(t, st.Counts, 5)
 		require.Nil(t, st.OldestWaiting)
@@ -260,26 +248,26 @@ func TestOpsListAndStatsInputs(t *testing.T) {
 
 		rows := o.append(t, t0, 1, 2, 3)
 		o.set(t, rows[0].ID, outbox.StatusRetry, nil)
-		st, err = outbox.Stats(ctx, db.DB, t0.Add(time.Hour))
+		st, err = outbox.Stats(ctx, o.db.DB, t0.Add(time.Hour))
 		require.NoError(t, err)
 		require.Equal(t, rows[0].ID, st.OldestWaiting.ID)
 		require.Equal(t, outbox.StatusRetry, st.OldestWaiting.Status)
 		require.Equal(t, time.Hour, st.OldestWaiting.Age)
 		require.Equal(t, 3600.0, st.OldestWaiting.AgeSeconds)
 
-		pending, err := outbox.List(ctx, db.DB, outbox.StatusPending, 1)
+		pending, err := outbox.List(ctx, o.db.DB, outbox.StatusPending, 1)
 		require.NoError(t, err)
 		require.Len(t, pending, 1)
 		require.Equal(t, rows[1].ID, pending[0].ID)
-		pending, err = outbox.List(ctx, db.DB, outbox.StatusPending, 0)
+		pending, err = outbox.List(ctx, o.db.DB, outbox.StatusPending, 0)
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
 
-		_, err = outbox.List(ctx, db.DB, "BOGUS", 10)
+		_, err = outbox.List(ctx, o.db.DB, "BOGUS", 10)
 		require.ErrorIs(t, err, outbox.ErrInvalidStatus)
-		_, err = outbox.List(ctx, db.DB, outbox.StatusFail, outbox.MaxListLimit+1)
+		_, err = outbox.List(ctx, o.db.DB, outbox.StatusFail, outbox.MaxListLimit+1)
 		require.Error(t, err)
-		_, err = outbox.Get(ctx, db.DB, 424242)
+		_, err = outbox.Get(ctx, o.db.DB, 424242)
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 	})
 	s, err := outbox.ParseStatus(" fail ")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
 )
@@ -50,25 +49,23 @@ var sentStep = outbox.PurgeStep{Name: "outbox", Purge: outbox.Purge}
 // retention, in statements of at most BatchSize rows, whatever this
 // instance's own clock says.
 func TestCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		before := databasetest.Now(t, db.DB)
+		before := databasetest.Now(t, o.db.DB)
 		base := before.Add(-8 * day) // cutoff about base + 1 day
 		_, keep := o.retentionRows(t, base)
-		deletes := databasetest.Deletes(t, db.DB)
+		deletes := databasetest.Deletes(t, o.db.DB)
 		// This instance's clock runs 30 days ahead: by it, every SENT row
 		// would be old.
 		skewed := func() time.Time { return time.Now().Add(30 * day) }
-		c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
+		c, err := outbox.NewCleaner(o.db.DB, outbox.CleanerConfig{
 			Retention: 7 * day, BatchSize: 3, Pause: -1, Now: skewed,
 		}, sentStep)
 		require.NoError(t, err)
 
 		res, err := c.RunOnce(ctx)
 		require.NoError(t, err)
-		after := databasetest.Now(t, db.DB)
+		after := databasetest.Now(t, o.db.DB)
 		require.Equal(t, 7, res.Deleted["outbox"])
 		require.False(t, res.Cutoff.Before(before.Add(-7*day)), "cutoff %s", res.Cutoff)
 		require.False(t, res.Cutoff.After(after.Add(-7*day)), "cutoff %s", res.Cutoff)
@@ -85,30 +82,26 @@ func TestCleanerDeletesOnlyOldSentInBatches(t *testing.T) {
 
 // A batch size that divides the backlog exactly ends with an empty read.
 func TestPurgeExactBatches(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		old, keep := o.retentionRows(t, t0)
-		deletes := databasetest.Deletes(t, db.DB)
-		n, err := outbox.Purge(ctx, db.DB, t0.Add(day), 7, time.Millisecond)
+		deletes := databasetest.Deletes(t, o.db.DB)
+		n, err := outbox.Purge(ctx, o.db.DB, t0.Add(day), 7, time.Millisecond)
 		require.NoError(t, err)
 		require.Equal(t, len(old), n)
 		require.Equal(t, []int64{7}, databasetest.DeletedRows(deletes()))
 		require.Equal(t, keep, o.remaining(t))
 
-		_, err = outbox.Purge(ctx, db.DB, t0, 0, 0)
+		_, err = outbox.Purge(ctx, o.db.DB, t0, 0, 0)
 		require.Error(t, err)
-		_, err = outbox.Purge(ctx, db.DB, t0, outbox.MaxPurgeBatchSize+1, 0)
+		_, err = outbox.Purge(ctx, o.db.DB, t0, outbox.MaxPurgeBatchSize+1, 0)
 		require.Error(t, err)
 	})
 }
 
 // Two purges at once delete every old row exactly once between them.
 func TestConcurrentPurges(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		posts := make([]int64, 120)
 		for i := range posts {
@@ -116,14 +109,14 @@ func TestConcurrentPurges(t *testing.T) {
 		}
 		rows := o.append(t, t0, posts...)
 		sent := t0.Add(time.Minute)
-		require.NoError(t, db.Model(&outbox.Message{}).Where("id IN ?", ids(rows)).
+		require.NoError(t, o.db.Model(&outbox.Message{}).Where("id IN ?", ids(rows)).
 			Updates(map[string]any{"status": outbox.StatusSent, "sent_at": sent}).Error)
 
 		var wg sync.WaitGroup
 		deleted := make([]int, 2)
 		errs := make([]error, 2)
 		for i := range 2 {
-			wg.Go(func() { deleted[i], errs[i] = outbox.Purge(ctx, db.DB, t0.Add(day), 10, 0) })
+			wg.Go(func() { deleted[i], errs[i] = outbox.Purge(ctx, o.db.DB, t0.Add(day), 10, 0) })
 		}
 		wg.Wait()
 		require.NoError(t, errs[0])
@@ -135,18 +128,17 @@ func TestConcurrentPurges(t *testing.T) {
 
 func TestCleanerLoop(t *testing.T) {
 	t.Parallel()
-	db := databasetest.NewSQLite(t)
-	o := setup(t, db)
-	old, keep := o.retentionRows(t, databasetest.Now(t, db.DB).Add(-8*day))
+	o := setup(t, databasetest.NewSQLite(t))
+	old, keep := o.retentionRows(t, databasetest.Now(t, o.db.DB).Add(-8*day))
 	require.Len(t, old, 7)
-	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{
+	c, err := outbox.NewCleaner(o.db.DB, outbox.CleanerConfig{
 		Retention: 7 * day, Interval: time.Hour, Pause: -1,
 	}, sentStep)
 	require.NoError(t, err)
 	c.Stop() // safe before Start, and keeps it from starting
 	require.Error(t, c.Start(context.Background()))
 
-	c, err = outbox.NewCleaner(db.DB, outbox.CleanerConfig{
+	c, err = outbox.NewCleaner(o.db.DB, outbox.CleanerConfig{
 		Retention: 7 * day, Interval: time.Hour, Pause: -1,
 	}, sentStep)
 	require.NoError(t, err)
@@ -155,7 +147,7 @@ func TestCleanerLoop(t *testing.T) {
 	// The first run starts at once.
 	require.Eventually(t, func() bool {
 		var n int64
-		return db.Model(&outbox.Message{}).Count(&n).Error == nil && n == int64(len(keep))
+		return o.db.Model(&outbox.Message{}).Count(&n).Error == nil && n == int64(len(keep))
 	}, 10*time.Second, 10*time.Millisecond)
 	c.Stop()
 	c.Stop()

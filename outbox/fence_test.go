@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -19,9 +17,7 @@ import (
 // acknowledgement folded into MarkSentAndClaim) must be refused, counted as
 // fenced, and leave B's claim as it was, which B can then complete.
 func TestLateWritesOfARecoveredClaimAreFencedWhileReclaimed(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2, 3)
 		now := t0.Add(time.Second)

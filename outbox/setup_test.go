@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
@@ -24,6 +25,12 @@ type bundle struct {
 func setup(t *testing.T, db *database.DB) *bundle {
 	t.Helper()
 	return &bundle{db: db, store: outbox.NewStore(db)}
+}
+
+// each runs fn in parallel on a fresh bundle of each dialect.
+func each(t *testing.T, fn func(t *testing.T, o *bundle)) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) { fn(t, setup(t, db)) })
 }
 
 // append writes one event per aggregate id, in the given order and a

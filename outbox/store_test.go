@@ -9,17 +9,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
 func TestAppendWritesEnvelope(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		m := o.append(t, t0, 42)[0]
 		got := o.row(t, m.ID)
 		require.Equal(t, outbox.StatusPending, got.Status)
@@ -37,19 +33,17 @@ func TestAppendWritesEnvelope(t *testing.T) {
 		// A dedup key admits one row only.
 		first := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
 		first.DedupKey = "reservation:42"
-		_, err := outbox.Append(db.DB, first)
+		_, err := outbox.Append(o.db.DB, first)
 		require.NoError(t, err)
 		second := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
 		second.DedupKey = first.DedupKey
-		_, err = outbox.Append(db.DB, second)
+		_, err = outbox.Append(o.db.DB, second)
 		require.ErrorIs(t, err, outbox.ErrDuplicate)
 	})
 }
 
 func TestClaimOrderAndPerPostHead(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		// Post 1 has three events, post 2 two, post 3 one.
 		rows := o.append(t, t0, 1, 2, 1, 3, 2, 1)
@@ -89,9 +83,7 @@ func TestClaimOrderAndPerPostHead(t *testing.T) {
 }
 
 func TestFailedHeadHoldsItsPost(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 7, 7, 8)
 		claimed, err := o.store.Claim(ctx, "a", 10, t0.Add(time.Second))
@@ -129,9 +121,7 @@ func TestFailedHeadHoldsItsPost(t *testing.T) {
 }
 
 func TestReleaseKeepsRetries(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2)
 		now := t0.Add(time.Second)
@@ -156,16 +146,14 @@ func TestReleaseKeepsRetries(t *testing.T) {
 }
 
 func TestRecoverStaleFencesTheOldClaim(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2)
 		dead, err := o.store.Claim(ctx, "dead", 10, t0.Add(time.Millisecond))
 		require.NoError(t, err)
 		require.Len(t, dead, 2)
 		// Row 2 has used all its retries already.
-		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", rows[1].ID).Update("retry_count", 3).Error)
+		require.NoError(t, o.db.DB.Model(&outbox.Message{}).Where("id = ?", rows[1].ID).Update("retry_count", 3).Error)
 
 		// Not stale yet.
 		rec, err := o.store.RecoverStale(ctx, t0, 3, t0)
@@ -205,9 +193,7 @@ func TestRecoverStaleFencesTheOldClaim(t *testing.T) {
 // MarkSentAndClaim writes the acknowledgements first, so the events they
 // held are claimed in the same transaction; stale claims are fenced.
 func TestMarkSentAndClaim(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 1, 2, 1, 2, 3)
 		now := t0.Add(time.Second)
@@ -262,13 +248,11 @@ func TestMarkSentAndClaim(t *testing.T) {
 // reads, is the post id exactly while a row holds its post: PENDING, RETRY,
 // PROCESSING, or FAIL not discarded; NULL once SENT or discarded.
 func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		o := setup(t, db)
+	each(t, func(t *testing.T, o *bundle) {
 		m := o.append(t, t0, 77)[0]
 		unsent := func() *int64 {
 			var v sql.NullInt64
-			require.NoError(t, db.DB.Raw("SELECT unsent_aggregate_id FROM outbox WHERE id = ?", m.ID).Row().Scan(&v))
+			require.NoError(t, o.db.DB.Raw("SELECT unsent_aggregate_id FROM outbox WHERE id = ?", m.ID).Row().Scan(&v))
 			if !v.Valid {
 				return nil
 			}
@@ -290,7 +274,7 @@ func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
 			if c.discarded {
 				changes["discarded_at"] = t0
 			}
-			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(changes).Error)
+			require.NoError(t, o.db.DB.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(changes).Error)
 			if c.holds {
 				require.NotNil(t, unsent(), "%s discarded=%v", c.status, c.discarded)
 				require.Equal(t, int64(77), *unsent())
