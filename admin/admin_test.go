@@ -80,9 +80,7 @@ func (f *fixture) set(t *testing.T, id int64, status outbox.Status) {
 
 func (f *fixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, f.db.First(&m, id).Error)
-	return m.Status
+	return databasetest.Load[outbox.Message](t, f.db.DB, id).Status
 }
 
 func id(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
@@ -253,9 +251,7 @@ func (f *fixture) publication(t *testing.T, post reservation.Status, pub worker.
 
 func (f *fixture) publicationStatus(t *testing.T, postID int64) worker.PublicationStatus {
 	t.Helper()
-	var p worker.Publication
-	require.NoError(t, f.db.Where("post_id = ?", postID).Take(&p).Error)
-	return p.Status
+	return databasetest.Load[worker.Publication](t, f.db.DB, postID).Status
 }
 
 func TestPublications(t *testing.T) {

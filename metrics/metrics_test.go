@@ -213,9 +213,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 
 func statusOfHeld(t *testing.T, db *database.DB, id int64) outbox.Status {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, db.First(&m, id).Error)
-	return m.Status
+	return databasetest.Load[outbox.Message](t, db.DB, id).Status
 }
 
 // A database that cannot be read turns posting_outbox_stats_up to 0 and

@@ -47,9 +47,7 @@ func (o *bundle) append(t *testing.T, at time.Time, aggregateIDs ...int64) []out
 // row reads one outbox row as stored.
 func (o *bundle) row(t *testing.T, id int64) outbox.Message {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, o.db.First(&m, id).Error)
-	return m
+	return databasetest.Load[outbox.Message](t, o.db.DB, id)
 }
 
 // set forces a row into a status, as the relay would have left it.

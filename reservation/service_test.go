@@ -71,9 +71,7 @@ func (e *serviceBundle) load(t *testing.T, id int64) reservation.Post {
 // loadPost reads a post as stored.
 func loadPost(t *testing.T, db *gorm.DB, id int64) reservation.Post {
 	t.Helper()
-	var p reservation.Post
-	require.NoError(t, db.Where("id = ?", id).Take(&p).Error)
-	return p
+	return databasetest.Load[reservation.Post](t, db, id)
 }
 
 // counts returns the numbers of posts and outbox rows.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/logtest"
 )
 
 // runBinary runs the built binary to its end and returns its combined output
@@ -34,7 +36,7 @@ func startBinary(t *testing.T, readyAddr string, env []string, args ...string) *
 	t.Helper()
 	bin, err := buildBinary()
 	require.NoError(t, err)
-	p := &proc{out: &syncBuffer{}, done: make(chan error, 1), http: readyAddr}
+	p := &proc{out: &logtest.Buffer{}, done: make(chan error, 1), http: readyAddr}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

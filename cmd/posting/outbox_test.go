@@ -79,9 +79,7 @@ func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 
 func (f *outboxFixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, f.db.First(&m, id).Error)
-	return m.Status
+	return databasetest.Load[outbox.Message](t, f.db.DB, id).Status
 }
 
 func outboxID(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }

@@ -65,9 +65,7 @@ func publicationsSetup(t *testing.T, dialect database.Dialect) *publicationsFixt
 
 func (f *publicationsFixture) status(t *testing.T, id int64) worker.PublicationStatus {
 	t.Helper()
-	var p worker.Publication
-	require.NoError(t, f.db.Where("post_id = ?", id).Take(&p).Error)
-	return p.Status
+	return databasetest.Load[worker.Publication](t, f.db.DB, id).Status
 }
 
 func publicationsEachDialect(t *testing.T, fn func(t *testing.T, f *publicationsFixture)) {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
@@ -45,22 +46,9 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// syncBuffer collects a process's output for the test's failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *logtest.Buffer
 	done chan error
 	http string
 }
@@ -69,7 +57,7 @@ func startServe(t *testing.T, env ...string) *proc {
 	t.Helper()
 	bin, err := buildBinary()
 	require.NoError(t, err)
-	p := &proc{out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{out: &logtest.Buffer{}, done: make(chan error, 1)}
 	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "POSTING_HTTP_ADDR="); ok {
 			p.http = v

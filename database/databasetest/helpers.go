@@ -52,3 +52,12 @@ func DeletedRows(ds []Delete) []int64 {
 	}
 	return rows
 }
+
+// Load reads the row of T whose primary key is id, failing t if there is
+// none.
+func Load[T any](t testing.TB, db *gorm.DB, id any) T {
+	t.Helper()
+	var row T
+	require.NoError(t, db.First(&row, id).Error)
+	return row
+}
