@@ -57,6 +57,15 @@ func apiSetup(t *testing.T, db *database.DB, edit func(*api.Config)) *apiEnv {
 	return &apiEnv{db: db, svc: svc, srv: srv, logs: logs}
 }
 
+// eachAPI runs fn in parallel on an API of each dialect's database.
+func eachAPI(t *testing.T, fn func(t *testing.T, e *apiEnv)) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		fn(t, apiSetup(t, db, nil))
+	})
+}
+
 // do sends a request; contentType "" sends none.
 func (e *apiEnv) do(t *testing.T, method, path, contentType, body string) (*http.Response, []byte) {
 	t.Helper()
