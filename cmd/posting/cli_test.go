@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -14,6 +15,17 @@ import (
 
 	"github.com/postingsvc/posting/internal/logtest"
 )
+
+// runCLI runs the command line in process, as main does, and returns
+// stdout, stderr and the exit status.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs(args)
+	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
+	return out.String(), errOut.String(), code
+}
 
 // runBinary runs the built binary to its end and returns its combined output
 // and exit status.
