@@ -103,11 +103,11 @@ func TestPurgeExactBatches(t *testing.T) {
 func TestConcurrentPurges(t *testing.T) {
 	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		posts := make([]int64, 120)
-		for i := range posts {
-			posts[i] = int64(i + 1)
+		aggregates := make([]int64, 120)
+		for i := range aggregates {
+			aggregates[i] = int64(i + 1)
 		}
-		rows := o.append(t, t0, posts...)
+		rows := o.append(t, t0, aggregates...)
 		sent := t0.Add(time.Minute)
 		require.NoError(t, o.db.Model(&outbox.Message{}).Where("id IN ?", ids(rows)).
 			Updates(map[string]any{"status": outbox.StatusSent, "sent_at": sent}).Error)

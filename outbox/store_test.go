@@ -42,15 +42,15 @@ func TestAppendWritesEnvelope(t *testing.T) {
 	})
 }
 
-func TestClaimOrderAndPerPostHead(t *testing.T) {
+func TestClaimOrderAndPerAggregateHead(t *testing.T) {
 	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		// Post 1 has three events, post 2 two, post 3 one.
+		// Aggregate 1 has three events, 2 two, 3 one.
 		rows := o.append(t, t0, 1, 2, 1, 3, 2, 1)
 
 		first, err := o.store.Claim(ctx, "a", 10, t0.Add(time.Second))
 		require.NoError(t, err)
-		// Only the head of each post is claimable.
+		// Only the head of each aggregate is claimable.
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[3].ID}, ids(first))
 		for _, m := range first {
 			got := o.row(t, m.ID)
@@ -68,7 +68,7 @@ func TestClaimOrderAndPerPostHead(t *testing.T) {
 		require.Zero(t, fenced)
 		require.Equal(t, outbox.StatusSent, o.row(t, rows[0].ID).Status)
 
-		// Now the second event of posts 1 and 2 are heads.
+		// Now the second events of aggregates 1 and 2 are heads.
 		third, err := o.store.Claim(ctx, "b", 10, t0.Add(3*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[2].ID, rows[4].ID}, ids(third))
@@ -82,7 +82,7 @@ func TestClaimOrderAndPerPostHead(t *testing.T) {
 	})
 }
 
-func TestFailedHeadHoldsItsPost(t *testing.T) {
+func TestFailedHeadHoldsItsAggregate(t *testing.T) {
 	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
 		rows := o.append(t, t0, 7, 7, 8)
@@ -201,20 +201,20 @@ func TestMarkSentAndClaim(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, ids(first))
 
-		// Post 2's head was recovered by another instance meanwhile.
+		// Aggregate 2's head was recovered by another instance meanwhile.
 		rec, err := o.store.RecoverStale(ctx, now.Add(time.Millisecond), 3, now)
 		require.NoError(t, err)
 		require.Equal(t, 2, rec.Retried)
 		again, err := o.store.Claim(ctx, "b", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[4].ID}, ids(again))
-		_, err = o.store.MarkSent(ctx, again[1:2], now) // b sent post 2's head
+		_, err = o.store.MarkSent(ctx, again[1:2], now) // b sent aggregate 2's head
 		require.NoError(t, err)
 		_, err = o.store.Release(ctx, []outbox.Message{again[0], again[2]})
 		require.NoError(t, err)
 
-		// a's late acknowledgement of both: post 1's is refused too, since b
-		// re-claimed it; post 2's second event is free now anyway.
+		// a's late acknowledgement of both: aggregate 1's is refused too, since
+		// b re-claimed it; aggregate 2's second event is free now anyway.
 		next, fenced, err := o.store.MarkSentAndClaim(ctx, first, now, "a", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, 2, fenced)
@@ -244,8 +244,8 @@ func TestMarkSentAndClaim(t *testing.T) {
 	})
 }
 
-// unsent_aggregate_id (migration 00004), which the per-post order check
-// reads, is the post id exactly while a row holds its post: PENDING, RETRY,
+// unsent_aggregate_id (migration 00004), which the per-key order check
+// reads, is the aggregate id exactly while a row holds its aggregate: PENDING, RETRY,
 // PROCESSING, or FAIL not discarded; NULL once SENT or discarded.
 func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
 	each(t, func(t *testing.T, o *bundle) {
