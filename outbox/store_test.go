@@ -245,8 +245,9 @@ func TestMarkSentAndClaim(t *testing.T) {
 }
 
 // unsent_aggregate_id (migration 00004), which the per-key order check
-// reads, is the aggregate id exactly while a row holds its aggregate: PENDING, RETRY,
-// PROCESSING, or FAIL not discarded; NULL once SENT or discarded.
+// reads, is the aggregate id exactly while a row holds its aggregate:
+// PENDING, RETRY, PROCESSING, or FAIL not discarded; NULL once SENT or
+// discarded.
 func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
 	each(t, func(t *testing.T, o *bundle) {
 		m := o.append(t, t0, 77)[0]
