@@ -14,8 +14,8 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -23,7 +23,7 @@ import (
 	"github.com/postingsvc/posting/worker"
 )
 
-var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+var t0 = clocktest.T0
 
 const token = "s3cret-admin-token"
 
@@ -63,9 +63,7 @@ func (f *fixture) do(t *testing.T, method, target, auth string) (*httptest.Respo
 
 func (f *fixture) append(t *testing.T, post int64) outbox.Message {
 	t.Helper()
-	m, err := outbox.Append(f.db.DB, eventtest.Outbox(t, event.PostingEvent, post, t0, map[string]any{"action": "CREATED"}))
-	require.NoError(t, err)
-	return *m
+	return eventtest.Append(t, f.db.DB, post, t0)
 }
 
 func (f *fixture) set(t *testing.T, id int64, status outbox.Status) {
@@ -82,9 +80,7 @@ func (f *fixture) set(t *testing.T, id int64, status outbox.Status) {
 
 func (f *fixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, f.db.First(&m, id).Error)
-	return m.Status
+	return databasetest.Load[outbox.Message](t, f.db.DB, id).Status
 }
 
 func id(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
@@ -255,9 +251,7 @@ func (f *fixture) publication(t *testing.T, post reservation.Status, pub worker.
 
 func (f *fixture) publicationStatus(t *testing.T, postID int64) worker.PublicationStatus {
 	t.Helper()
-	var p worker.Publication
-	require.NoError(t, f.db.Where("post_id = ?", postID).Take(&p).Error)
-	return p.Status
+	return databasetest.Load[worker.Publication](t, f.db.DB, postID).Status
 }
 
 func TestPublications(t *testing.T) {

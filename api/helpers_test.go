@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,8 @@ import (
 
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/response"
@@ -27,30 +28,12 @@ import (
 // testNow is the service clock in API tests.
 var testNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// lockedBuffer is a log sink the server goroutines write while a test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // apiEnv is a running API on a test database.
 type apiEnv struct {
 	db   *database.DB
 	svc  *reservation.Service
 	srv  *httptest.Server
-	logs *lockedBuffer
+	logs *logtest.Buffer
 }
 
 // apiSetup starts the API on db; edit may change the config first.
@@ -58,7 +41,7 @@ func apiSetup(t *testing.T, db *database.DB, edit func(*api.Config)) *apiEnv {
 	t.Helper()
 	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{Now: func() time.Time { return testNow }})
 	require.NoError(t, err)
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	cfg := api.Config{
 		Posts:  svc,
 		Ready:  []api.Check{{Name: "database", Fn: db.Ping}},
@@ -72,6 +55,15 @@ func apiSetup(t *testing.T, db *database.DB, edit func(*api.Config)) *apiEnv {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &apiEnv{db: db, svc: svc, srv: srv, logs: logs}
+}
+
+// eachAPI runs fn in parallel on an API of each dialect's database.
+func eachAPI(t *testing.T, fn func(t *testing.T, e *apiEnv)) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		fn(t, apiSetup(t, db, nil))
+	})
 }
 
 // do sends a request; contentType "" sends none.
@@ -148,7 +140,5 @@ func counts(t *testing.T, db *gorm.DB) (posts, rows int64) {
 
 func loadPost(t *testing.T, db *gorm.DB, id string) reservation.Post {
 	t.Helper()
-	var p reservation.Post
-	require.NoError(t, db.Where("id = ?", id).Take(&p).Error)
-	return p
+	return databasetest.Load[reservation.Post](t, db, id)
 }

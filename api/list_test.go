@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 )
 
 // listWalk follows nextCursor from query to the last page and returns the
@@ -52,10 +49,7 @@ func (e *apiEnv) listWalkFrom(t *testing.T, query, cursor string) (ids []string,
 // then id, across pages, with and without a status; the default order stays
 // by id.
 func TestPostsListRangeAndOrder(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		// Created in this order (ids ascending), scheduled out of it; two
 		// pairs share a time, so a page boundary falls between equal times.
 		times := []string{
@@ -136,10 +130,7 @@ func TestPostsListRangeAndOrder(t *testing.T) {
 // TestPostsListRefusesBadParameters: an unknown, repeated or malformed
 // parameter is a 400 naming it, never a list that ignores it.
 func TestPostsListRefusesBadParameters(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		for range 3 {
 			e.createPost(t, "p")
 		}

@@ -15,8 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -59,10 +57,7 @@ func actions(t *testing.T, db *gorm.DB, id string) []string {
 }
 
 func TestPostsLifecycle(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 
 		resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json; charset=utf-8",
 			`{"title":"Hello","content":"World","scheduledAt":"2030-01-03T10:00:00+02:00"}`)
@@ -91,7 +86,7 @@ func TestPostsLifecycle(t *testing.T) {
 		require.Equal(t, "Hello again", updated["title"])
 		require.Equal(t, "World", updated["content"])
 		require.Equal(t, "2030-01-04T00:00:00.5Z", updated["scheduledAt"])
-		stored := loadPost(t, db.DB, id)
+		stored := loadPost(t, e.db.DB, id)
 		require.Equal(t, "Hello again", stored.Title)
 		require.Equal(t, int64(2), stored.Version.Int64)
 
@@ -107,25 +102,22 @@ func TestPostsLifecycle(t *testing.T) {
 		cancelled := decodeObject(t, body)
 		requirePostShape(t, cancelled)
 		require.Equal(t, "CANCELLED", cancelled["status"])
-		require.Equal(t, reservation.StatusCancelled, loadPost(t, db.DB, id).Status)
+		require.Equal(t, reservation.StatusCancelled, loadPost(t, e.db.DB, id).Status)
 
-		require.Equal(t, []string{"CREATED RESERVED", "UPDATED RESERVED", "CANCELLED CANCELLED"}, actions(t, db.DB, id))
+		require.Equal(t, []string{"CREATED RESERVED", "UPDATED RESERVED", "CANCELLED CANCELLED"}, actions(t, e.db.DB, id))
 	})
 }
 
 // TestPostsErrors sends each refused request and checks its problem and that
 // it wrote nothing.
 func TestPostsErrors(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		reserved := idOf(t, e.createPost(t, "reserved"))
 		cancelled := idOf(t, e.createPost(t, "cancelled"))
 		resp, body := e.do(t, http.MethodPost, "/api/v1/posts/"+cancelled+"/cancel", "", "")
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		published := idOf(t, e.createPost(t, "published"))
-		require.NoError(t, db.Exec("UPDATE posts SET status = 'PUBLISHED' WHERE id = ?", published).Error)
+		require.NoError(t, e.db.Exec("UPDATE posts SET status = 'PUBLISHED' WHERE id = ?", published).Error)
 
 		const jsonCT = "application/json"
 		valid := func(extra string) string {
@@ -204,8 +196,8 @@ func TestPostsErrors(t *testing.T) {
 			{"create as a JSON suffix type", "POST", posts, "application/merge-patch+json", valid(""), 415, "merge-patch", "", ""},
 			{"patch as text", "PATCH", one, "text/plain", `{"title":"t"}`, 415, "text/plain", "", ""},
 		}
-		before := loadPost(t, db.DB, reserved)
-		postsBefore, rowsBefore := counts(t, db.DB)
+		before := loadPost(t, e.db.DB, reserved)
+		postsBefore, rowsBefore := counts(t, e.db.DB)
 		for _, tc := range cases {
 			resp, body := e.do(t, tc.method, tc.path, tc.contentType, tc.body)
 			p := requireProblem(t, resp, body, tc.status)
@@ -215,10 +207,10 @@ func TestPostsErrors(t *testing.T) {
 				require.Contains(t, resp.Header.Get("Allow"), tc.allow, tc.name)
 			}
 		}
-		postsAfter, rowsAfter := counts(t, db.DB)
+		postsAfter, rowsAfter := counts(t, e.db.DB)
 		require.Equal(t, postsBefore, postsAfter, "posts written by refused requests")
 		require.Equal(t, rowsBefore, rowsAfter, "outbox rows written by refused requests")
-		after := loadPost(t, db.DB, reserved)
+		after := loadPost(t, e.db.DB, reserved)
 		require.Equal(t, before.Title, after.Title)
 		require.Equal(t, before.Version, after.Version)
 		require.True(t, before.UpdatedAt.Equal(after.UpdatedAt))
@@ -226,10 +218,7 @@ func TestPostsErrors(t *testing.T) {
 }
 
 func TestPostsListPagination(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		var all, cancelled []string
 		for i := range 5 {
 			id := idOf(t, e.createPost(t, fmt.Sprintf("post %d", i)))
@@ -282,10 +271,7 @@ func TestPostsListPagination(t *testing.T) {
 // 200 and one 409; many concurrent PATCHes leave one version bump and one
 // UPDATED event per 200.
 func TestPostsConcurrentPatch(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		id := idOf(t, e.createPost(t, "original"))
 
 		// Hold each PATCH after it read the post until both have read it.
@@ -294,7 +280,7 @@ func TestPostsConcurrentPatch(t *testing.T) {
 		reads.Add(2)
 		bothRead := make(chan struct{})
 		go func() { reads.Wait(); close(bothRead) }()
-		require.NoError(t, db.Callback().Query().After("gorm:query").Register("api_test:barrier", func(tx *gorm.DB) {
+		require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("api_test:barrier", func(tx *gorm.DB) {
 			if armed.Load() && tx.Statement.Table == "posts" {
 				reads.Done()
 				select {
@@ -316,7 +302,7 @@ func TestPostsConcurrentPatch(t *testing.T) {
 		armed.Store(false)
 		slices.Sort(codes)
 		require.Equal(t, []int{http.StatusOK, http.StatusConflict}, codes)
-		require.Equal(t, int64(2), loadPost(t, db.DB, id).Version.Int64)
+		require.Equal(t, int64(2), loadPost(t, e.db.DB, id).Version.Int64)
 
 		const n = 12
 		var ok, conflict atomic.Int64
@@ -340,9 +326,9 @@ func TestPostsConcurrentPatch(t *testing.T) {
 		require.Equal(t, int64(n), ok.Load()+conflict.Load())
 		require.Positive(t, ok.Load())
 		// One version bump per 200, counting the first round's winner.
-		require.Equal(t, 2+ok.Load(), loadPost(t, db.DB, id).Version.Int64)
+		require.Equal(t, 2+ok.Load(), loadPost(t, e.db.DB, id).Version.Int64)
 		updates := 0
-		for _, a := range actions(t, db.DB, id) {
+		for _, a := range actions(t, e.db.DB, id) {
 			if a == "UPDATED RESERVED" {
 				updates++
 			}

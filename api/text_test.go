@@ -5,9 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 )
 
 // TestPostsRefuseInvalidText: a title or content that is not valid UTF-8
@@ -16,10 +13,7 @@ import (
 // does not allow, is a 400 naming the field, on create and on PATCH, and
 // writes nothing.
 func TestPostsRefuseInvalidText(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, nil)
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		id := idOf(t, e.createPost(t, "kept"))
 		one := "/api/v1/posts/" + id
 		const at = `"2030-01-03T00:00:00Z"`
@@ -52,8 +46,8 @@ func TestPostsRefuseInvalidText(t *testing.T) {
 			{"content with DEL", "t", `a\u007fb`, "content", "U+007F"},
 			{"content with a C1 control", "t", `a\u009fb`, "content", "U+009F"},
 		}
-		before := loadPost(t, db.DB, id)
-		postsBefore, rowsBefore := counts(t, db.DB)
+		before := loadPost(t, e.db.DB, id)
+		postsBefore, rowsBefore := counts(t, e.db.DB)
 		for _, tc := range cases {
 			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", create(tc.title, tc.content))
 			p := requireProblem(t, resp, body, http.StatusBadRequest)
@@ -69,10 +63,10 @@ func TestPostsRefuseInvalidText(t *testing.T) {
 			require.Equal(t, tc.field, p.Field, "patch: %s", tc.name)
 			require.Contains(t, p.Detail, tc.detail, "patch: %s", tc.name)
 		}
-		postsAfter, rowsAfter := counts(t, db.DB)
+		postsAfter, rowsAfter := counts(t, e.db.DB)
 		require.Equal(t, postsBefore, postsAfter, "posts written by refused requests")
 		require.Equal(t, rowsBefore, rowsAfter, "outbox rows written by refused requests")
-		after := loadPost(t, db.DB, id)
+		after := loadPost(t, e.db.DB, id)
 		require.Equal(t, before.Title, after.Title)
 		require.Equal(t, before.Content, after.Content)
 		require.Equal(t, before.Version, after.Version)
@@ -83,12 +77,12 @@ func TestPostsRefuseInvalidText(t *testing.T) {
 		resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json",
 			create(`smile \ud83d\ude00 \ufffd`+"\xef\xbf\xbd", `line 1\r\nline 2\n\tindented`))
 		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
-		stored := loadPost(t, db.DB, idOf(t, decodeObject(t, body)))
+		stored := loadPost(t, e.db.DB, idOf(t, decodeObject(t, body)))
 		require.Equal(t, "smile 😀 \uFFFD\uFFFD", stored.Title)
 		require.Equal(t, "line 1\r\nline 2\n\tindented", stored.Content)
 
 		resp, body = e.do(t, http.MethodPatch, one, "application/json", `{"content":"a\tb\nc"}`)
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-		require.Equal(t, "a\tb\nc", loadPost(t, db.DB, id).Content)
+		require.Equal(t, "a\tb\nc", loadPost(t, e.db.DB, id).Content)
 	})
 }

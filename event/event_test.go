@@ -9,9 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/clocktest"
 )
 
-var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+var t0 = clocktest.T0
 
 // The value is the envelope plus the type's fields in one object, with keys
 // in a stable order, and the id a UUIDv7.

@@ -16,15 +16,15 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 
-var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+var t0 = clocktest.T0
 
 // scrape serves one GET /metrics and parses the text format.
 func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
@@ -69,13 +69,6 @@ next:
 	return 0
 }
 
-func appendEvent(t *testing.T, db *database.DB, post int64, at time.Time) *outbox.Message {
-	t.Helper()
-	m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
-	require.NoError(t, err)
-	return m
-}
-
 // A known workload through the relay, the sender wrapper, the scheduler
 // and worker hooks and the HTTP middleware gives exact counter values, and
 // the outbox gauges show the table.
@@ -88,11 +81,11 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 
 		// Posts 1-3 are acked, 4-6 rejected: 4 and 5 are retried, 6 had
 		// used its retries and fails; 7 was claimed by a dead instance.
-		var rows []*outbox.Message
+		var rows []outbox.Message
 		for post := int64(1); post <= 7; post++ {
-			rows = append(rows, appendEvent(t, db, post, t0.Add(time.Duration(post)*time.Millisecond)))
+			rows = append(rows, eventtest.Append(t, db.DB, post, t0.Add(time.Duration(post)*time.Millisecond)))
 		}
-		held := appendEvent(t, db, 6, t0.Add(time.Second)) // blocked behind post 6's FAIL
+		held := eventtest.Append(t, db.DB, 6, t0.Add(time.Second)) // blocked behind post 6's FAIL
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[5].ID).
 			Updates(map[string]any{"status": outbox.StatusRetry, "retry_count": 3}).Error)
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[6].ID).
@@ -209,9 +202,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 
 func statusOfHeld(t *testing.T, db *database.DB, id int64) outbox.Status {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, db.First(&m, id).Error)
-	return m.Status
+	return databasetest.Load[outbox.Message](t, db.DB, id).Status
 }
 
 // A database that cannot be read turns posting_outbox_stats_up to 0 and

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/postingsvc/posting/database"
 )
 
 // Sentinel errors of the operator tools. Per-row errors of Requeue and
@@ -44,7 +46,7 @@ const (
 	MaxBlockingListed = 100
 	// MaxPurgeBatchSize bounds the rows of one DELETE of Purge: large
 	// multi-row deletes from several instances deadlock and hold locks long.
-	MaxPurgeBatchSize = 10000
+	MaxPurgeBatchSize = database.MaxPurgeBatchSize
 	// DefaultRequeueBatchSize is the rows per statement of RequeueAllFailed
 	// when asked for 0.
 	DefaultRequeueBatchSize = 500

@@ -17,6 +17,7 @@ type Entry struct {
 	ID            int64      `gorm:"column:id" json:"id"`
 	EventID       string     `gorm:"column:event_id" json:"eventId"`
 	EventType     string     `gorm:"column:event_type" json:"eventType"`
+	// PostID is the aggregate id; "postId" is the admin API's JSON shape and stays.
 	PostID        int64      `gorm:"column:aggregate_id" json:"postId"`
 	Status        Status     `gorm:"column:status" json:"status"`
 	RetryCount    int        `gorm:"column:retry_count" json:"retryCount"`

@@ -8,32 +8,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 
-// opsSet forces a row into a status, as the relay would have left it.
-func opsSet(t *testing.T, db *gorm.DB, id int64, status outbox.Status, sentAt *time.Time) {
-	t.Helper()
-	values := map[string]any{"status": status, "sent_at": sentAt}
-	if status == outbox.StatusFail {
-		values["retry_count"] = 4
-		values["last_error"] = "broker rejected: record too large"
-	}
-	if status == outbox.StatusProcessing {
-		values["claimed_by"] = "other"
-		values["claimed_at"] = t0
-	}
-	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", id).Updates(values).Error)
-}
-
-func opsErrs(results []outbox.RowResult) []string {
+// rowErrs are the errors of results as strings, "" for none.
+func rowErrs(results []outbox.RowResult) []string {
 	out := make([]string, len(results))
 	for i, r := range results {
 		if r.Err != nil {
@@ -46,10 +29,9 @@ func opsErrs(results []outbox.RowResult) []string {
 // A rejected event becomes FAIL, holds the next event of its post, shows in
 // the stats and the FAIL list, and after a requeue both are sent, in order.
 func TestOpsFailListedRequeuedThenSent(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		rows := appendEvents(t, db.DB, t0, 1, 2, 1)
+		rows := o.append(t, t0, 1, 2, 1)
 		now := t0.Add(time.Second)
 		send := relaytest.NewSender()
 		send.Reject(func(m outbox.Message) error {
@@ -58,7 +40,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 			}
 			return nil
 		})
-		r, err := relay.New(outbox.NewStore(db).WithClock(func() time.Time { return now }), send, relay.Config{
+		r, err := relay.New(outbox.NewStore(o.db).WithClock(func() time.Time { return now }), send, relay.Config{
 			InstanceID: "x", MaxRetries: relay.Retries(0), Now: func() time.Time { return now },
 		})
 		require.NoError(t, err)
@@ -67,9 +49,9 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Failed)
 		require.Equal(t, 1, res.Sent)
-		require.Equal(t, outbox.StatusFail, statusOf(t, db.DB, rows[0].ID).Status)
+		require.Equal(t, outbox.StatusFail, o.row(t, rows[0].ID).Status)
 
-		st, err := outbox.Stats(ctx, db.DB, now)
+		st, err := outbox.Stats(ctx, o.db.DB, now)
 		require.NoError(t, err)
 		require.Equal(t, map[outbox.Status]int64{
 			outbox.StatusPending: 1, outbox.StatusProcessing: 0, outbox.StatusSent: 1,
@@ -83,7 +65,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		require.Equal(t, rows[2].ID, st.OldestWaiting.ID)
 		require.Equal(t, now.Sub(rows[2].Created), st.OldestWaiting.Age)
 
-		failed, err := outbox.List(ctx, db.DB, outbox.StatusFail, 10)
+		failed, err := outbox.List(ctx, o.db.DB, outbox.StatusFail, 10)
 		require.NoError(t, err)
 		require.Len(t, failed, 1)
 		f := failed[0]
@@ -103,11 +85,11 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 
 		send.Reject(nil)
 		now = now.Add(time.Second)
-		results := outbox.Requeue(ctx, db.DB, []int64{rows[0].ID}, now)
+		results := outbox.Requeue(ctx, o.db.DB, []int64{rows[0].ID}, now)
 		require.Len(t, results, 1)
 		require.NoError(t, results[0].Err)
 		require.Equal(t, outbox.StatusPending, results[0].Row.Status)
-		got := statusOf(t, db.DB, rows[0].ID)
+		got := o.row(t, rows[0].ID)
 		require.Equal(t, outbox.StatusPending, got.Status)
 		require.Zero(t, got.RetryCount)
 		require.Equal(t, f.Version+1, got.Version)
@@ -118,7 +100,7 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, m.ID).Status)
+			require.Equal(t, outbox.StatusSent, o.row(t, m.ID).Status)
 		}
 		require.Equal(t, []string{rows[1].EventID, rows[0].EventID, rows[2].EventID}, send.SentEventIDs())
 	})
@@ -127,22 +109,21 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 // Requeue refuses every row that is not FAIL, or is unknown, each with its
 // own error, and changes none of them.
 func TestOpsRequeueRefusesNonFail(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3, 4, 5)
+		rows := o.append(t, t0, 1, 2, 3, 4, 5)
 		sent := t0.Add(time.Second)
-		opsSet(t, db.DB, rows[1].ID, outbox.StatusSent, &sent)
-		opsSet(t, db.DB, rows[2].ID, outbox.StatusRetry, nil)
-		opsSet(t, db.DB, rows[3].ID, outbox.StatusProcessing, nil)
-		opsSet(t, db.DB, rows[4].ID, outbox.StatusFail, nil)
+		o.set(t, rows[1].ID, outbox.StatusSent, &sent)
+		o.set(t, rows[2].ID, outbox.StatusRetry, nil)
+		o.set(t, rows[3].ID, outbox.StatusProcessing, nil)
+		o.set(t, rows[4].ID, outbox.StatusFail, nil)
 		before := map[int64]outbox.Message{}
 		for _, m := range rows[:4] {
-			before[m.ID] = statusOf(t, db.DB, m.ID)
+			before[m.ID] = o.row(t, m.ID)
 		}
 
 		ids := []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID, 999999, rows[4].ID, rows[4].ID}
-		results := outbox.Requeue(ctx, db.DB, ids, t0.Add(time.Minute))
+		results := outbox.Requeue(ctx, o.db.DB, ids, t0.Add(time.Minute))
 		require.Len(t, results, 6, "a duplicate id is reported once")
 		require.Equal(t, []string{
 			"id " + opsItoa(rows[0].ID) + ": status PENDING, only FAIL rows can be requeued",
@@ -151,15 +132,15 @@ func TestOpsRequeueRefusesNonFail(t *testing.T) {
 			"id " + opsItoa(rows[3].ID) + ": status PROCESSING, only FAIL rows can be requeued",
 			"id 999999: not found",
 			"",
-		}, opsErrs(results))
+		}, rowErrs(results))
 		for _, r := range results[:4] {
 			require.ErrorIs(t, r.Err, outbox.ErrNotFailed)
 		}
 		require.ErrorIs(t, results[4].Err, outbox.ErrNotFound)
 		for id, m := range before {
-			require.Equal(t, m, statusOf(t, db.DB, id), "row %d changed", id)
+			require.Equal(t, m, o.row(t, id), "row %d changed", id)
 		}
-		require.Equal(t, outbox.StatusPending, statusOf(t, db.DB, rows[4].ID).Status)
+		require.Equal(t, outbox.StatusPending, o.row(t, rows[4].ID).Status)
 	})
 }
 
@@ -167,28 +148,26 @@ func TestOpsRequeueRefusesNonFail(t *testing.T) {
 // discarded row stays FAIL in the history and can be neither requeued nor
 // discarded again.
 func TestOpsDiscardReleasesThePost(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 7, 7)
-		opsSet(t, db.DB, rows[0].ID, outbox.StatusFail, nil)
-		claimed, err := store.Claim(ctx, "a", 10, t0.Add(time.Second))
+		rows := o.append(t, t0, 7, 7)
+		o.set(t, rows[0].ID, outbox.StatusFail, nil)
+		claimed, err := o.store.Claim(ctx, "a", 10, t0.Add(time.Second))
 		require.NoError(t, err)
 		require.Empty(t, claimed, "the FAIL head holds its post")
 
 		at := t0.Add(2 * time.Second)
-		results := outbox.Discard(ctx, db.DB, []int64{rows[0].ID}, at)
+		results := outbox.Discard(ctx, o.db.DB, []int64{rows[0].ID}, at)
 		require.NoError(t, results[0].Err)
-		got := statusOf(t, db.DB, rows[0].ID)
+		got := o.row(t, rows[0].ID)
 		require.Equal(t, outbox.StatusFail, got.Status)
 		require.Equal(t, "discarded by an operator at 2026-12-01T12:00:02Z; last error: broker rejected: record too large", *got.LastError)
-		entry, err := outbox.Get(ctx, db.DB, rows[0].ID)
+		entry, err := outbox.Get(ctx, o.db.DB, rows[0].ID)
 		require.NoError(t, err)
 		require.NotNil(t, entry.DiscardedAt)
 		require.True(t, entry.DiscardedAt.Equal(at))
 
-		st, err := outbox.Stats(ctx, db.DB, at)
+		st, err := outbox.Stats(ctx, o.db.DB, at)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, st.Counts[outbox.StatusFail])
 		require.EqualValues(t, 1, st.Discarded)
@@ -196,79 +175,77 @@ func TestOpsDiscardReleasesThePost(t *testing.T) {
 		require.EqualValues(t, 0, st.Blocked)
 		require.Empty(t, st.Blocking)
 
-		claimed, err = store.Claim(ctx, "a", 10, t0.Add(3*time.Second))
+		claimed, err = o.store.Claim(ctx, "a", 10, t0.Add(3*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[1].ID}, ids(claimed))
 
-		again := outbox.Requeue(ctx, db.DB, []int64{rows[0].ID}, at)
+		again := outbox.Requeue(ctx, o.db.DB, []int64{rows[0].ID}, at)
 		require.ErrorIs(t, again[0].Err, outbox.ErrDiscarded)
-		again = outbox.Discard(ctx, db.DB, []int64{rows[0].ID, rows[1].ID}, at)
+		again = outbox.Discard(ctx, o.db.DB, []int64{rows[0].ID, rows[1].ID}, at)
 		require.ErrorIs(t, again[0].Err, outbox.ErrDiscarded)
 		require.Equal(t, "id "+opsItoa(rows[1].ID)+": status PROCESSING, only FAIL rows can be discarded", again[1].Err.Error())
-		require.Equal(t, outbox.StatusProcessing, statusOf(t, db.DB, rows[1].ID).Status)
+		require.Equal(t, outbox.StatusProcessing, o.row(t, rows[1].ID).Status)
 	})
 }
 
 // RequeueAllFailed takes every FAIL row that is not discarded, in batches.
 func TestOpsRequeueAllFailed(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3, 4, 5, 6)
+		rows := o.append(t, t0, 1, 2, 3, 4, 5, 6)
 		for _, m := range rows[:5] {
-			opsSet(t, db.DB, m.ID, outbox.StatusFail, nil)
+			o.set(t, m.ID, outbox.StatusFail, nil)
 		}
-		require.NoError(t, outbox.Discard(ctx, db.DB, []int64{rows[4].ID}, t0)[0].Err)
+		require.NoError(t, outbox.Discard(ctx, o.db.DB, []int64{rows[4].ID}, t0)[0].Err)
 
-		n, err := outbox.RequeueAllFailed(ctx, db.DB, t0.Add(time.Minute), 2)
+		n, err := outbox.RequeueAllFailed(ctx, o.db.DB, t0.Add(time.Minute), 2)
 		require.NoError(t, err)
 		require.Equal(t, 4, n)
 		for _, m := range rows[:4] {
-			got := statusOf(t, db.DB, m.ID)
+			got := o.row(t, m.ID)
 			require.Equal(t, outbox.StatusPending, got.Status)
 			require.Zero(t, got.RetryCount)
 		}
-		require.Equal(t, outbox.StatusFail, statusOf(t, db.DB, rows[4].ID).Status)
-		require.Equal(t, outbox.StatusPending, statusOf(t, db.DB, rows[5].ID).Status)
+		require.Equal(t, outbox.StatusFail, o.row(t, rows[4].ID).Status)
+		require.Equal(t, outbox.StatusPending, o.row(t, rows[5].ID).Status)
 
-		n, err = outbox.RequeueAllFailed(ctx, db.DB, t0.Add(time.Minute), 0)
+		n, err = outbox.RequeueAllFailed(ctx, o.db.DB, t0.Add(time.Minute), 0)
 		require.NoError(t, err)
 		require.Zero(t, n)
 	})
 }
 
 func TestOpsListAndStatsInputs(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		st, err := outbox.Stats(ctx, db.DB, t0)
+		st, err := outbox.Stats(ctx, o.db.DB, t0)
 		require.NoError(t, err)
 		require.Len(t, st.Counts, 5)
 		require.Nil(t, st.OldestWaiting)
 		require.NotNil(t, st.Blocking)
 
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3)
-		opsSet(t, db.DB, rows[0].ID, outbox.StatusRetry, nil)
-		st, err = outbox.Stats(ctx, db.DB, t0.Add(time.Hour))
+		rows := o.append(t, t0, 1, 2, 3)
+		o.set(t, rows[0].ID, outbox.StatusRetry, nil)
+		st, err = outbox.Stats(ctx, o.db.DB, t0.Add(time.Hour))
 		require.NoError(t, err)
 		require.Equal(t, rows[0].ID, st.OldestWaiting.ID)
 		require.Equal(t, outbox.StatusRetry, st.OldestWaiting.Status)
 		require.Equal(t, time.Hour, st.OldestWaiting.Age)
 		require.Equal(t, 3600.0, st.OldestWaiting.AgeSeconds)
 
-		pending, err := outbox.List(ctx, db.DB, outbox.StatusPending, 1)
+		pending, err := outbox.List(ctx, o.db.DB, outbox.StatusPending, 1)
 		require.NoError(t, err)
 		require.Len(t, pending, 1)
 		require.Equal(t, rows[1].ID, pending[0].ID)
-		pending, err = outbox.List(ctx, db.DB, outbox.StatusPending, 0)
+		pending, err = outbox.List(ctx, o.db.DB, outbox.StatusPending, 0)
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
 
-		_, err = outbox.List(ctx, db.DB, "BOGUS", 10)
+		_, err = outbox.List(ctx, o.db.DB, "BOGUS", 10)
 		require.ErrorIs(t, err, outbox.ErrInvalidStatus)
-		_, err = outbox.List(ctx, db.DB, outbox.StatusFail, outbox.MaxListLimit+1)
+		_, err = outbox.List(ctx, o.db.DB, outbox.StatusFail, outbox.MaxListLimit+1)
 		require.Error(t, err)
-		_, err = outbox.Get(ctx, db.DB, 424242)
+		_, err = outbox.Get(ctx, o.db.DB, 424242)
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 	})
 	s, err := outbox.ParseStatus(" fail ")

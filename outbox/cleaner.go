@@ -17,8 +17,7 @@ import (
 
 // Defaults of CleanerConfig.
 const (
-	// DefaultRetention is how long SENT rows, inbox rows and settled
-	// publications stay.
+	// DefaultRetention is how long the rows a Cleaner deletes stay.
 	DefaultRetention = 7 * 24 * time.Hour
 	// DefaultCleanInterval is the pause between cleaning runs.
 	DefaultCleanInterval = time.Hour
@@ -30,14 +29,14 @@ const (
 
 // CleanerConfig configures a Cleaner. Zero fields take the defaults.
 type CleanerConfig struct {
-	// Retention is how long a SENT row is kept after it was sent, an inbox
-	// row after its event was processed, and a PUBLISHED or CANCELLED
-	// publication after it was settled. Default 168h (7 days); at least 1s.
+	// Retention is how long a row is kept once it is done with (a SENT
+	// row after it was sent; each purge step says what "done" is for its
+	// table). Default 168h (7 days); at least 1s.
 	Retention time.Duration
 	// Interval is the pause between runs; the first run starts at Start.
 	// Default 1h; at least 10ms.
 	Interval time.Duration
-	// BatchSize is the rows deleted per transaction of each table. Default
+	// BatchSize is the rows deleted per transaction of each step. Default
 	// 500; 1..10000.
 	BatchSize int
 	// Pause is the wait between two delete statements, so that a large
@@ -84,68 +83,96 @@ func (c CleanerConfig) Validate() error {
 		return config.Invalid(f+"Retention", c.Retention, "below 1s")
 	case c.Interval < 10*time.Millisecond:
 		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
-	case c.BatchSize < 1 || c.BatchSize > MaxPurgeBatchSize:
-		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..%d", MaxPurgeBatchSize)
+	case c.BatchSize < 1 || c.BatchSize > database.MaxPurgeBatchSize:
+		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..%d", database.MaxPurgeBatchSize)
 	case c.Pause < 0 || c.Pause > time.Minute:
 		return config.Invalid(f+"Pause", c.Pause, "want 0..1m")
 	}
 	return nil
 }
 
+// PurgeFunc deletes, in transactions of at most batchSize rows with pause
+// between two, the rows of one table that are older than olderThan, and
+// returns how many it deleted. Purge is the outbox's own; the owners of
+// other tables write theirs and hand them to NewCleaner.
+type PurgeFunc func(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int, pause time.Duration) (int, error)
+
+// PurgeStep is one table a Cleaner keeps short.
+type PurgeStep struct {
+	// Name keys the step's count in CleanResult.Deleted and names it in
+	// the loop's logs ("<Name>_deleted").
+	Name string
+	// Purge deletes the step's old rows.
+	Purge PurgeFunc
+}
+
 // CleanResult counts what one cleaning run did.
 type CleanResult struct {
-	// Deleted SENT outbox rows.
-	Deleted int
-	// Inbox rows deleted.
-	Inbox int
-	// Publications deleted (PUBLISHED or CANCELLED).
-	Publications int
+	// Deleted counts the rows each step deleted, by step name.
+	Deleted map[string]int
 	// Cutoff is the database's time at the start of the run minus the
-	// retention: rows sent, processed or settled before it were deleted.
+	// retention: rows older than it were deleted.
 	Cutoff time.Time
 }
 
+// Total is the number of rows the run deleted, every step together.
+func (r CleanResult) Total() int {
+	n := 0
+	for _, d := range r.Deleted {
+		n += d
+	}
+	return n
+}
+
 // Cleaner deletes, in the background and in small batches, what no one
-// needs after the retention: SENT outbox rows (see Purge), inbox rows (see
-// PurgeInbox) and settled publications (see PurgePublications). Any number
-// of cleaners may run on one database.
+// needs after the retention: it runs, in order, the purge steps its caller
+// gives it (the outbox's SENT rows with Purge, and the tables of other
+// packages with theirs). Any number of cleaners may run on one database.
 type Cleaner struct {
 	startstop.BaseStartStop
 
-	db  *gorm.DB
-	cfg CleanerConfig
+	db    *gorm.DB
+	cfg   CleanerConfig
+	steps []PurgeStep
 }
 
-// NewCleaner returns a cleaner of db's outbox, inbox and publications tables.
-func NewCleaner(db *gorm.DB, cfg CleanerConfig) (*Cleaner, error) {
+// NewCleaner returns a cleaner that runs steps on db. It needs at least one
+// step, each with a name of its own and a Purge.
+func NewCleaner(db *gorm.DB, cfg CleanerConfig, steps ...PurgeStep) (*Cleaner, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid cleaner config: %w", err)
 	}
-	return &Cleaner{db: db, cfg: cfg}, nil
+	if len(steps) == 0 {
+		return nil, errors.New("invalid cleaner: no purge step")
+	}
+	seen := map[string]bool{}
+	for _, st := range steps {
+		if st.Name == "" || st.Purge == nil || seen[st.Name] {
+			return nil, fmt.Errorf("invalid cleaner: purge step %q unnamed, repeated or without Purge", st.Name)
+		}
+		seen[st.Name] = true
+	}
+	return &Cleaner{db: db, cfg: cfg, steps: steps}, nil
 }
 
 // Config returns the cleaner's configuration with defaults filled in.
 func (c *Cleaner) Config() CleanerConfig { return c.cfg }
 
-// RunOnce deletes, batch by batch, every SENT row sent, inbox row processed
-// and PUBLISHED or CANCELLED publication settled more than Retention before
-// the database's current time. A table that fails does not keep the others
-// from being cleaned; the errors are joined.
+// RunOnce runs every step with the cutoff Retention before the database's
+// current time. A step that fails does not keep the others from running;
+// the errors are joined.
 func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
-	var res CleanResult
+	res := CleanResult{Deleted: make(map[string]int, len(c.steps))}
 	now, err := database.Now(ctx, c.db)
 	if err != nil {
 		return res, err
 	}
 	res.Cutoff = database.Normalize(now.Add(-c.cfg.Retention))
 	var errs []error
-	for _, step := range []struct {
-		n     *int
-		purge func(context.Context, *gorm.DB, time.Time, int, time.Duration) (int, error)
-	}{{&res.Deleted, Purge}, {&res.Inbox, PurgeInbox}, {&res.Publications, PurgePublications}} {
-		n, err := step.purge(ctx, c.db, res.Cutoff, c.cfg.BatchSize, c.cfg.Pause)
-		*step.n = n
+	for _, step := range c.steps {
+		n, err := step.Purge(ctx, c.db, res.Cutoff, c.cfg.BatchSize, c.cfg.Pause)
+		res.Deleted[step.Name] = n
 		if err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {
@@ -154,137 +181,6 @@ func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
 		}
 	}
 	return res, errors.Join(errs...)
-}
-
-// The worker's tables, known here by name only: the worker and inbox
-// packages import this one, and the cleaner needs just the keys and times.
-type (
-	inboxRow struct {
-		Consumer    string    `gorm:"column:consumer;primaryKey"`
-		EventID     string    `gorm:"column:event_id;primaryKey"`
-		ProcessedAt time.Time `gorm:"column:processed_at"`
-	}
-	publicationRow struct {
-		PostID    int64     `gorm:"column:post_id;primaryKey;autoIncrement:false"`
-		Status    string    `gorm:"column:status"`
-		UpdatedAt time.Time `gorm:"column:updated_at"`
-	}
-)
-
-func (inboxRow) TableName() string       { return "inbox" }
-func (publicationRow) TableName() string { return "publications" }
-
-// settledPublications are the publication statuses PurgePublications
-// deletes. FAILED is kept: the post stays WORKING and an operator needs the
-// row (its last_error) to retry or give up; once retried and settled it
-// goes like the others. PENDING is work still to do.
-var settledPublications = []string{"PUBLISHED", "CANCELLED"}
-
-// PurgeInbox deletes inbox rows processed before olderThan, in transactions
-// of at most batchSize rows taken in primary-key order (consumer, event_id;
-// event ids are UUIDv7, so that is roughly time order), with pause between
-// two. Once its row is gone, a redelivery of the event is processed again;
-// for the worker that is harmless (a publication is re-created PENDING and
-// settled from the post's own status, and the post table is the one that
-// says PUBLISHED), and by then Kafka's own retention (7 days by default) has
-// usually dropped the message. Safe with several cleaners at once.
-func PurgeInbox(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int, pause time.Duration) (int, error) {
-	cutoff := database.Normalize(olderThan)
-	return purgeBatches(ctx, db, "inbox rows", batchSize, pause,
-		func(db *gorm.DB) ([]inboxRow, error) {
-			var rows []inboxRow
-			err := db.Select("consumer", "event_id").Where("processed_at < ?", cutoff).
-				Order("consumer, event_id").Limit(batchSize).Find(&rows).Error
-			return rows, err
-		},
-		func(tx *gorm.DB, rows []inboxRow) (int64, error) {
-			// One statement per consumer (there is one per worker group):
-			// "(consumer, event_id) IN" row values are not portable to SQLite.
-			byConsumer := map[string][]string{}
-			var consumers []string
-			for _, r := range rows {
-				if _, ok := byConsumer[r.Consumer]; !ok {
-					consumers = append(consumers, r.Consumer)
-				}
-				byConsumer[r.Consumer] = append(byConsumer[r.Consumer], r.EventID)
-			}
-			var n int64
-			for _, consumer := range consumers {
-				res := tx.Where("consumer = ? AND event_id IN ? AND processed_at < ?", consumer, byConsumer[consumer], cutoff).
-					Delete(&inboxRow{})
-				if res.Error != nil {
-					return n, res.Error
-				}
-				n += res.RowsAffected
-			}
-			return n, nil
-		})
-}
-
-// PurgePublications deletes PUBLISHED and CANCELLED publications last
-// updated (settled) before olderThan, in transactions of at most batchSize
-// rows in post_id order, with pause between two. PENDING and FAILED
-// publications are kept (see settledPublications). Safe with several
-// cleaners at once.
-func PurgePublications(ctx context.Context, db *gorm.DB, olderThan time.Time, batchSize int, pause time.Duration) (int, error) {
-	cutoff := database.Normalize(olderThan)
-	return purgeBatches(ctx, db, "settled publications", batchSize, pause,
-		func(db *gorm.DB) ([]int64, error) {
-			var ids []int64
-			err := db.Model(&publicationRow{}).Where("status IN ? AND updated_at < ?", settledPublications, cutoff).
-				Order("post_id").Limit(batchSize).Pluck("post_id", &ids).Error
-			return ids, err
-		},
-		func(tx *gorm.DB, ids []int64) (int64, error) {
-			// The condition again: a row retried by an operator meanwhile
-			// is PENDING and stays.
-			res := tx.Where("post_id IN ? AND status IN ? AND updated_at < ?", ids, settledPublications, cutoff).
-				Delete(&publicationRow{})
-			return res.RowsAffected, res.Error
-		})
-}
-
-// purgeBatches deletes rows batch by batch: find reads up to batchSize keys
-// of rows to delete (a plain read, no locks), del deletes them in a
-// transaction (retried on a deadlock) re-checking the condition, and the
-// next batch follows after pause, until a batch comes back short. Deleting
-// by primary key in bounded batches keeps each transaction's locks few and
-// short (see PITFALLS: large multi-row deletes from several processes
-// deadlock).
-func purgeBatches[K any](ctx context.Context, db *gorm.DB, what string, batchSize int, pause time.Duration,
-	find func(db *gorm.DB) ([]K, error), del func(tx *gorm.DB, keys []K) (int64, error)) (int, error) {
-	if batchSize < 1 || batchSize > MaxPurgeBatchSize {
-		return 0, fmt.Errorf("purge batch size %d is outside 1..%d", batchSize, MaxPurgeBatchSize)
-	}
-	if pause < 0 {
-		return 0, fmt.Errorf("purge pause %s is negative", pause)
-	}
-	deleted := 0
-	for {
-		keys, err := find(db.WithContext(ctx))
-		if err != nil {
-			return deleted, fmt.Errorf("find %s to purge: %w", what, err)
-		}
-		if len(keys) == 0 {
-			return deleted, nil
-		}
-		var n int64
-		err = database.Transaction(ctx, db, func(tx *gorm.DB) error {
-			var err error
-			n, err = del(tx, keys)
-			return err
-		})
-		if err != nil {
-			return deleted, fmt.Errorf("purge %s: %w", what, err)
-		}
-		deleted += int(n)
-		if len(keys) < batchSize {
-			return deleted, nil
-		}
-		if !backoff.Sleep(ctx, pause) {
-			return deleted, ctx.Err()
-		}
-	}
 }
 
 // Start runs the cleaning loop in one goroutine, a run at once and then one
@@ -315,20 +211,27 @@ func (c *Cleaner) loop(ctx context.Context) {
 		start := c.cfg.Now()
 		res, err := c.RunOnce(ctx)
 		took := c.cfg.Now().Sub(start)
+		counts := c.counts(res)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			log.Info("outbox cleaning interrupted", "deleted", res.Deleted, "inbox_deleted", res.Inbox,
-				"publications_deleted", res.Publications)
+			log.Info("outbox cleaning interrupted", counts...)
 			return
 		case err != nil:
-			log.Error("outbox cleaning failed", "err", err, "deleted", res.Deleted, "inbox_deleted", res.Inbox,
-				"publications_deleted", res.Publications, "took", took)
-		case res.Deleted+res.Inbox+res.Publications > 0:
-			log.Info("outbox cleaned", "deleted", res.Deleted, "inbox_deleted", res.Inbox,
-				"publications_deleted", res.Publications, "older_than", res.Cutoff, "took", took)
+			log.Error("outbox cleaning failed", append([]any{"err", err}, append(counts, "took", took)...)...)
+		case res.Total() > 0:
+			log.Info("outbox cleaned", append(counts, "older_than", res.Cutoff, "took", took)...)
 		}
 		if !backoff.Sleep(ctx, c.cfg.Interval) {
 			return
 		}
 	}
+}
+
+// counts are the log fields of res: each step's count, in step order.
+func (c *Cleaner) counts(res CleanResult) []any {
+	f := make([]any, 0, 2*len(c.steps))
+	for _, st := range c.steps {
+		f = append(f, st.Name+"_deleted", res.Deleted[st.Name])
+	}
+	return f
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -19,27 +17,25 @@ import (
 // acknowledgement folded into MarkSentAndClaim) must be refused, counted as
 // fenced, and leave B's claim as it was, which B can then complete.
 func TestLateWritesOfARecoveredClaimAreFencedWhileReclaimed(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 1, 2, 3)
+		rows := o.append(t, t0, 1, 2, 3)
 		now := t0.Add(time.Second)
 
-		a, err := store.Claim(ctx, "a", 10, now)
+		a, err := o.store.Claim(ctx, "a", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, ids(rows), ids(a))
-		rec, err := store.RecoverStale(ctx, now.Add(time.Millisecond), 3, now)
+		rec, err := o.store.RecoverStale(ctx, now.Add(time.Millisecond), 3, now)
 		require.NoError(t, err)
 		require.Equal(t, outbox.Recovery{Retried: 3}, rec)
-		b, err := store.Claim(ctx, "b", 10, now)
+		b, err := o.store.Claim(ctx, "b", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, ids(rows), ids(b))
 
 		requireB := func(what string) {
 			t.Helper()
 			for i, m := range b {
-				got := statusOf(t, db.DB, m.ID)
+				got := o.row(t, m.ID)
 				require.Equal(t, outbox.StatusProcessing, got.Status, "%s: row %d", what, i)
 				require.Equal(t, "b", *got.ClaimedBy, "%s: row %d", what, i)
 				require.Equal(t, m.Version, got.Version, "%s: row %d", what, i)
@@ -50,12 +46,12 @@ func TestLateWritesOfARecoveredClaimAreFencedWhileReclaimed(t *testing.T) {
 		}
 		requireB("after B's claim")
 
-		fenced, err := store.MarkSent(ctx, a, now.Add(time.Second))
+		fenced, err := o.store.MarkSent(ctx, a, now.Add(time.Second))
 		require.NoError(t, err)
 		require.Equal(t, 3, fenced, "A's late MarkSent")
 		requireB("after A's late MarkSent")
 
-		fenced, err = store.MarkFailed(ctx, []outbox.Failure{
+		fenced, err = o.store.MarkFailed(ctx, []outbox.Failure{
 			{Message: a[0], Err: "late rejection", NextAttemptAt: now.Add(time.Hour)},
 			{Message: a[1], Err: "late final rejection", Final: true},
 		})
@@ -63,32 +59,32 @@ func TestLateWritesOfARecoveredClaimAreFencedWhileReclaimed(t *testing.T) {
 		require.Equal(t, 2, fenced, "A's late MarkFailed")
 		requireB("after A's late MarkFailed")
 
-		fenced, err = store.Release(ctx, a)
+		fenced, err = o.store.Release(ctx, a)
 		require.NoError(t, err)
 		require.Equal(t, 3, fenced, "A's late Release")
 		requireB("after A's late Release")
 
 		// A's acknowledgements deferred into its next claim: fenced too, and
 		// nothing is claimed, since B holds every head.
-		claimed, fenced, err := store.MarkSentAndClaim(ctx, a, now.Add(time.Second), "a", 10, now)
+		claimed, fenced, err := o.store.MarkSentAndClaim(ctx, a, now.Add(time.Second), "a", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, 3, fenced, "A's late MarkSentAndClaim")
 		require.Empty(t, claimed)
 		requireB("after A's late MarkSentAndClaim")
 
 		// B's own writes still go through.
-		fenced, err = store.MarkSent(ctx, b[:2], now.Add(2*time.Second))
+		fenced, err = o.store.MarkSent(ctx, b[:2], now.Add(2*time.Second))
 		require.NoError(t, err)
 		require.Zero(t, fenced)
-		fenced, err = store.Release(ctx, b[2:])
+		fenced, err = o.store.Release(ctx, b[2:])
 		require.NoError(t, err)
 		require.Zero(t, fenced)
 		for _, m := range b[:2] {
-			got := statusOf(t, db.DB, m.ID)
+			got := o.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
 			require.Equal(t, 1, got.RetryCount)
 		}
-		last := statusOf(t, db.DB, b[2].ID)
+		last := o.row(t, b[2].ID)
 		require.Equal(t, outbox.StatusRetry, last.Status, "released, with its one recovery counted")
 		require.Equal(t, 1, last.RetryCount)
 	})

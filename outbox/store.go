@@ -63,9 +63,10 @@ func (s *Store) DB() *gorm.DB { return s.db }
 // oldest first by (created, id), with the versions of the claim. A row is due
 // when it is PENDING, or RETRY with next_attempt_at <= now (now should come
 // from Now), and it is the
-// earliest unsent event of its post: a later event of a post is never claimed
-// while an earlier one is PENDING, RETRY, PROCESSING or FAIL, whoever holds
-// it, which keeps per-post order across retries, instances and crashes.
+// earliest unsent event of its aggregate: a later event of an aggregate is
+// never claimed while an earlier one is PENDING, RETRY, PROCESSING or FAIL,
+// whoever holds it, which keeps per-key order across retries, instances and
+// crashes.
 //
 // The claim is one short transaction that ends before any network call: a
 // plain read picks the candidates, a locking read by primary key (FOR UPDATE
@@ -98,7 +99,7 @@ func (s *Store) WithDeferredAcks() *Store {
 // does, and claims the next batch, as Claim does, in one transaction: a relay
 // that moves full batches back to back pays one commit per batch instead of
 // two. The acknowledgements are written first, so the events that follow
-// them on their posts are claimable in the same transaction. It returns the
+// them on their aggregates are claimable in the same transaction. It returns the
 // claimed rows and how many rows of sent were fenced; on error nothing was
 // written and the caller still holds sent.
 //
@@ -170,7 +171,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// are put in order below. On MySQL the candidates come from the
 	// transaction's snapshot and this locking read sees the latest rows, so
 	// it checks again that they are due and unclaimed. A candidate stays the
-	// head of its post until it is itself claimed: the rows before it are
+	// head of its aggregate until it is itself claimed: the rows before it are
 	// SENT or discarded, and neither is ever undone.
 	lock := s.dialect.lockForClaim(
 		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
@@ -215,17 +216,17 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 }
 
 // candidates returns the ids of up to limit due rows that are the head of
-// their post's unsent events. PENDING and RETRY are read by two index-ordered
+// their aggregate's unsent events. PENDING and RETRY are read by two index-ordered
 // scans of idx_outbox_status_created_id, merged, so neither needs a sort.
 // A PENDING row is always due: it is new, released after an outage (it was
 // due then) or requeued. Its next_attempt_at comes from the clock of the
 // instance that wrote it, so it is not compared: a row written by an
 // instance whose clock ran ahead would wait that far. The
-// head check looks for an earlier row of the post that still holds it
+// head check looks for an earlier row of the aggregate that still holds it
 // (PENDING, RETRY, PROCESSING or FAIL, not discarded): unsent_aggregate_id, a generated
-// column (migration 00004), is the post id exactly for those rows, so the
-// check is one dive into idx_outbox_unsent_aggregate_id that skips the post's
-// SENT history.
+// column (migration 00004), is the aggregate id exactly for those rows, so
+// the check is one dive into idx_outbox_unsent_aggregate_id that skips the
+// aggregate's SENT history.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, error) {
 	part := func(due, alias string) string {
 		return `SELECT id, created FROM (

@@ -8,49 +8,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 )
 
-var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-
-// appendEvents writes one POSTING_EVENT per post id, in the given order, and returns the rows.
-func appendEvents(t *testing.T, db *gorm.DB, at time.Time, postIDs ...int64) []outbox.Message {
-	t.Helper()
-	var out []outbox.Message
-	for i, id := range postIDs {
-		m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, id, at.Add(time.Duration(i)*time.Millisecond), map[string]any{"action": "CREATED"}))
-		require.NoError(t, err)
-		out = append(out, *m)
-	}
-	return out
-}
-
-func statusOf(t *testing.T, db *gorm.DB, id int64) outbox.Message {
-	t.Helper()
-	var m outbox.Message
-	require.NoError(t, db.First(&m, id).Error)
-	return m
-}
-
-func ids(msgs []outbox.Message) []int64 {
-	out := make([]int64, len(msgs))
-	for i, m := range msgs {
-		out[i] = m.ID
-	}
-	return out
-}
-
 func TestAppendWritesEnvelope(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		m := appendEvents(t, db.DB, t0, 42)[0]
-		got := statusOf(t, db.DB, m.ID)
+	each(t, func(t *testing.T, o *bundle) {
+		m := o.append(t, t0, 42)[0]
+		got := o.row(t, m.ID)
 		require.Equal(t, outbox.StatusPending, got.Status)
 		require.Equal(t, int64(42), got.AggregateID)
 		require.Equal(t, "42", got.Key())
@@ -66,117 +33,111 @@ func TestAppendWritesEnvelope(t *testing.T) {
 		// A dedup key admits one row only.
 		first := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
 		first.DedupKey = "reservation:42"
-		_, err := outbox.Append(db.DB, first)
+		_, err := outbox.Append(o.db.DB, first)
 		require.NoError(t, err)
 		second := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
 		second.DedupKey = first.DedupKey
-		_, err = outbox.Append(db.DB, second)
+		_, err = outbox.Append(o.db.DB, second)
 		require.ErrorIs(t, err, outbox.ErrDuplicate)
 	})
 }
 
-func TestClaimOrderAndPerPostHead(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+func TestClaimOrderAndPerAggregateHead(t *testing.T) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		// Post 1 has three events, post 2 two, post 3 one.
-		rows := appendEvents(t, db.DB, t0, 1, 2, 1, 3, 2, 1)
+		// Aggregate 1 has three events, 2 two, 3 one.
+		rows := o.append(t, t0, 1, 2, 1, 3, 2, 1)
 
-		first, err := store.Claim(ctx, "a", 10, t0.Add(time.Second))
+		first, err := o.store.Claim(ctx, "a", 10, t0.Add(time.Second))
 		require.NoError(t, err)
-		// Only the head of each post is claimable.
+		// Only the head of each aggregate is claimable.
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[3].ID}, ids(first))
 		for _, m := range first {
-			got := statusOf(t, db.DB, m.ID)
+			got := o.row(t, m.ID)
 			require.Equal(t, outbox.StatusProcessing, got.Status)
 			require.Equal(t, "a", *got.ClaimedBy)
 			require.Equal(t, m.Version, got.Version)
 		}
 		// While the heads are PROCESSING, another claimer gets nothing.
-		second, err := store.Claim(ctx, "b", 10, t0.Add(time.Second))
+		second, err := o.store.Claim(ctx, "b", 10, t0.Add(time.Second))
 		require.NoError(t, err)
 		require.Empty(t, second)
 
-		fenced, err := store.MarkSent(ctx, first, t0.Add(2*time.Second))
+		fenced, err := o.store.MarkSent(ctx, first, t0.Add(2*time.Second))
 		require.NoError(t, err)
 		require.Zero(t, fenced)
-		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
+		require.Equal(t, outbox.StatusSent, o.row(t, rows[0].ID).Status)
 
-		// Now the second event of posts 1 and 2 are heads.
-		third, err := store.Claim(ctx, "b", 10, t0.Add(3*time.Second))
+		// Now the second events of aggregates 1 and 2 are heads.
+		third, err := o.store.Claim(ctx, "b", 10, t0.Add(3*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[2].ID, rows[4].ID}, ids(third))
 
 		// Limit is honoured.
-		_, err = store.MarkSent(ctx, third, t0)
+		_, err = o.store.MarkSent(ctx, third, t0)
 		require.NoError(t, err)
-		one, err := store.Claim(ctx, "c", 1, t0.Add(4*time.Second))
+		one, err := o.store.Claim(ctx, "c", 1, t0.Add(4*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[5].ID}, ids(one))
 	})
 }
 
-func TestFailedHeadHoldsItsPost(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+func TestFailedHeadHoldsItsAggregate(t *testing.T) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 7, 7, 8)
-		claimed, err := store.Claim(ctx, "a", 10, t0.Add(time.Second))
+		rows := o.append(t, t0, 7, 7, 8)
+		claimed, err := o.store.Claim(ctx, "a", 10, t0.Add(time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[2].ID}, ids(claimed))
 
 		retryAt := t0.Add(time.Minute)
-		fenced, err := store.MarkFailed(ctx, []outbox.Failure{{Message: claimed[0], Err: "rejected: INVALID_RECORD", NextAttemptAt: retryAt}})
+		fenced, err := o.store.MarkFailed(ctx, []outbox.Failure{{Message: claimed[0], Err: "rejected: INVALID_RECORD", NextAttemptAt: retryAt}})
 		require.NoError(t, err)
 		require.Zero(t, fenced)
-		got := statusOf(t, db.DB, rows[0].ID)
+		got := o.row(t, rows[0].ID)
 		require.Equal(t, outbox.StatusRetry, got.Status)
 		require.Equal(t, 1, got.RetryCount)
 		require.Equal(t, "rejected: INVALID_RECORD", *got.LastError)
 		require.True(t, got.NextAttemptAt.Equal(retryAt))
 
 		// Not due yet, and its successor waits behind it.
-		none, err := store.Claim(ctx, "a", 10, t0.Add(2*time.Second))
+		none, err := o.store.Claim(ctx, "a", 10, t0.Add(2*time.Second))
 		require.NoError(t, err)
 		require.Empty(t, none)
 
 		// Due again: the failed head comes back, alone.
-		again, err := store.Claim(ctx, "a", 10, retryAt)
+		again, err := o.store.Claim(ctx, "a", 10, retryAt)
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID}, ids(again))
 
 		// FAIL holds the successor too.
-		_, err = store.MarkFailed(ctx, []outbox.Failure{{Message: again[0], Err: "rejected", Final: true}})
+		_, err = o.store.MarkFailed(ctx, []outbox.Failure{{Message: again[0], Err: "rejected", Final: true}})
 		require.NoError(t, err)
-		require.Equal(t, outbox.StatusFail, statusOf(t, db.DB, rows[0].ID).Status)
-		held, err := store.Claim(ctx, "a", 10, retryAt.Add(time.Hour))
+		require.Equal(t, outbox.StatusFail, o.row(t, rows[0].ID).Status)
+		held, err := o.store.Claim(ctx, "a", 10, retryAt.Add(time.Hour))
 		require.NoError(t, err)
 		require.Empty(t, held)
 	})
 }
 
 func TestReleaseKeepsRetries(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 1, 2)
+		rows := o.append(t, t0, 1, 2)
 		now := t0.Add(time.Second)
-		claimed, err := store.Claim(ctx, "a", 10, now)
+		claimed, err := o.store.Claim(ctx, "a", 10, now)
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
-		_, err = store.MarkFailed(ctx, []outbox.Failure{{Message: claimed[1], Err: "x", NextAttemptAt: now}})
+		_, err = o.store.MarkFailed(ctx, []outbox.Failure{{Message: claimed[1], Err: "x", NextAttemptAt: now}})
 		require.NoError(t, err)
-		reclaimed, err := store.Claim(ctx, "a", 10, now)
+		reclaimed, err := o.store.Claim(ctx, "a", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[1].ID}, ids(reclaimed))
 
-		fenced, err := store.Release(ctx, append([]outbox.Message{claimed[0]}, reclaimed...))
+		fenced, err := o.store.Release(ctx, append([]outbox.Message{claimed[0]}, reclaimed...))
 		require.NoError(t, err)
 		require.Zero(t, fenced)
-		a, b := statusOf(t, db.DB, rows[0].ID), statusOf(t, db.DB, rows[1].ID)
+		a, b := o.row(t, rows[0].ID), o.row(t, rows[1].ID)
 		require.Equal(t, outbox.StatusPending, a.Status)
 		require.Zero(t, a.RetryCount)
 		require.Equal(t, outbox.StatusRetry, b.Status)
@@ -185,26 +146,24 @@ func TestReleaseKeepsRetries(t *testing.T) {
 }
 
 func TestRecoverStaleFencesTheOldClaim(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 1, 2)
-		dead, err := store.Claim(ctx, "dead", 10, t0.Add(time.Millisecond))
+		rows := o.append(t, t0, 1, 2)
+		dead, err := o.store.Claim(ctx, "dead", 10, t0.Add(time.Millisecond))
 		require.NoError(t, err)
 		require.Len(t, dead, 2)
 		// Row 2 has used all its retries already.
-		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", rows[1].ID).Update("retry_count", 3).Error)
+		require.NoError(t, o.db.DB.Model(&outbox.Message{}).Where("id = ?", rows[1].ID).Update("retry_count", 3).Error)
 
 		// Not stale yet.
-		rec, err := store.RecoverStale(ctx, t0, 3, t0)
+		rec, err := o.store.RecoverStale(ctx, t0, 3, t0)
 		require.NoError(t, err)
 		require.Equal(t, outbox.Recovery{}, rec)
 
-		rec, err = store.RecoverStale(ctx, t0.Add(time.Second), 3, t0.Add(time.Second))
+		rec, err = o.store.RecoverStale(ctx, t0.Add(time.Second), 3, t0.Add(time.Second))
 		require.NoError(t, err)
 		require.Equal(t, outbox.Recovery{Retried: 1, Failed: 1}, rec)
-		a, b := statusOf(t, db.DB, rows[0].ID), statusOf(t, db.DB, rows[1].ID)
+		a, b := o.row(t, rows[0].ID), o.row(t, rows[1].ID)
 		require.Equal(t, outbox.StatusRetry, a.Status)
 		require.Equal(t, 1, a.RetryCount)
 		require.Equal(t, outbox.StatusFail, b.Status)
@@ -212,91 +171,89 @@ func TestRecoverStaleFencesTheOldClaim(t *testing.T) {
 		require.Contains(t, *b.LastError, "claim expired")
 
 		// The dead claim's late writes are refused.
-		fenced, err := store.MarkSent(ctx, dead, t0.Add(2*time.Second))
+		fenced, err := o.store.MarkSent(ctx, dead, t0.Add(2*time.Second))
 		require.NoError(t, err)
 		require.Equal(t, 2, fenced)
-		fenced, err = store.MarkFailed(ctx, []outbox.Failure{{Message: dead[0], Err: "late"}})
+		fenced, err = o.store.MarkFailed(ctx, []outbox.Failure{{Message: dead[0], Err: "late"}})
 		require.NoError(t, err)
 		require.Equal(t, 1, fenced)
-		require.Equal(t, outbox.StatusRetry, statusOf(t, db.DB, rows[0].ID).Status)
+		require.Equal(t, outbox.StatusRetry, o.row(t, rows[0].ID).Status)
 
 		// Another instance claims and sends the recovered row.
-		live, err := store.Claim(ctx, "live", 10, t0.Add(time.Second))
+		live, err := o.store.Claim(ctx, "live", 10, t0.Add(time.Second))
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID}, ids(live))
-		fenced, err = store.MarkSent(ctx, live, t0.Add(3*time.Second))
+		fenced, err = o.store.MarkSent(ctx, live, t0.Add(3*time.Second))
 		require.NoError(t, err)
 		require.Zero(t, fenced)
-		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
+		require.Equal(t, outbox.StatusSent, o.row(t, rows[0].ID).Status)
 	})
 }
 
 // MarkSentAndClaim writes the acknowledgements first, so the events they
 // held are claimed in the same transaction; stale claims are fenced.
 func TestMarkSentAndClaim(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+	each(t, func(t *testing.T, o *bundle) {
 		ctx := context.Background()
-		store := outbox.NewStore(db)
-		rows := appendEvents(t, db.DB, t0, 1, 2, 1, 2, 3)
+		rows := o.append(t, t0, 1, 2, 1, 2, 3)
 		now := t0.Add(time.Second)
-		first, err := store.Claim(ctx, "a", 2, now)
+		first, err := o.store.Claim(ctx, "a", 2, now)
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, ids(first))
 
-		// Post 2's head was recovered by another instance meanwhile.
-		rec, err := store.RecoverStale(ctx, now.Add(time.Millisecond), 3, now)
+		// Aggregate 2's head was recovered by another instance meanwhile.
+		rec, err := o.store.RecoverStale(ctx, now.Add(time.Millisecond), 3, now)
 		require.NoError(t, err)
 		require.Equal(t, 2, rec.Retried)
-		again, err := store.Claim(ctx, "b", 10, now)
+		again, err := o.store.Claim(ctx, "b", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[4].ID}, ids(again))
-		_, err = store.MarkSent(ctx, again[1:2], now) // b sent post 2's head
+		_, err = o.store.MarkSent(ctx, again[1:2], now) // b sent aggregate 2's head
 		require.NoError(t, err)
-		_, err = store.Release(ctx, []outbox.Message{again[0], again[2]})
+		_, err = o.store.Release(ctx, []outbox.Message{again[0], again[2]})
 		require.NoError(t, err)
 
-		// a's late acknowledgement of both: post 1's is refused too, since b
-		// re-claimed it; post 2's second event is free now anyway.
-		next, fenced, err := store.MarkSentAndClaim(ctx, first, now, "a", 10, now)
+		// a's late acknowledgement of both: aggregate 1's is refused too, since
+		// b re-claimed it; aggregate 2's second event is free now anyway.
+		next, fenced, err := o.store.MarkSentAndClaim(ctx, first, now, "a", 10, now)
 		require.NoError(t, err)
 		require.Equal(t, 2, fenced)
 		require.Equal(t, []int64{rows[0].ID, rows[3].ID, rows[4].ID}, ids(next))
 
 		// Now a clean one: the acknowledged head's successor is claimed in
 		// the same transaction.
-		more, fenced, err := store.MarkSentAndClaim(ctx, next[:1], now, "a", 10, now)
+		more, fenced, err := o.store.MarkSentAndClaim(ctx, next[:1], now, "a", 10, now)
 		require.NoError(t, err)
 		require.Zero(t, fenced)
 		require.Equal(t, []int64{rows[2].ID}, ids(more))
-		require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, rows[0].ID).Status)
+		require.Equal(t, outbox.StatusSent, o.row(t, rows[0].ID).Status)
 		for _, m := range append(more, next[1:]...) {
-			got := statusOf(t, db.DB, m.ID)
+			got := o.row(t, m.ID)
 			require.Equal(t, outbox.StatusProcessing, got.Status)
 			require.Equal(t, m.Version, got.Version)
 		}
 
 		// Acknowledgements with nothing left to claim are still written.
-		none, fenced, err := store.MarkSentAndClaim(ctx, append(more, next[1:]...), now, "a", 10, now)
+		none, fenced, err := o.store.MarkSentAndClaim(ctx, append(more, next[1:]...), now, "a", 10, now)
 		require.NoError(t, err)
 		require.Zero(t, fenced)
 		require.Empty(t, none)
 		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, statusOf(t, db.DB, m.ID).Status)
+			require.Equal(t, outbox.StatusSent, o.row(t, m.ID).Status)
 		}
 	})
 }
 
-// unsent_aggregate_id (migration 00004), which the per-post order check
-// reads, is the post id exactly while a row holds its post: PENDING, RETRY,
-// PROCESSING, or FAIL not discarded; NULL once SENT or discarded.
+// unsent_aggregate_id (migration 00004), which the per-key order check
+// reads, is the aggregate id exactly while a row holds its aggregate:
+// PENDING, RETRY, PROCESSING, or FAIL not discarded; NULL once SENT or
+// discarded.
 func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		m := appendEvents(t, db.DB, t0, 77)[0]
+	each(t, func(t *testing.T, o *bundle) {
+		m := o.append(t, t0, 77)[0]
 		unsent := func() *int64 {
 			var v sql.NullInt64
-			require.NoError(t, db.DB.Raw("SELECT unsent_aggregate_id FROM outbox WHERE id = ?", m.ID).Row().Scan(&v))
+			require.NoError(t, o.db.DB.Raw("SELECT unsent_aggregate_id FROM outbox WHERE id = ?", m.ID).Row().Scan(&v))
 			if !v.Valid {
 				return nil
 			}
@@ -318,7 +275,7 @@ func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
 			if c.discarded {
 				changes["discarded_at"] = t0
 			}
-			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(changes).Error)
+			require.NoError(t, o.db.DB.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(changes).Error)
 			if c.holds {
 				require.NotNil(t, unsent(), "%s discarded=%v", c.status, c.discarded)
 				require.Equal(t, int64(77), *unsent())

@@ -25,29 +25,46 @@ import (
 	"github.com/postingsvc/posting/reservation"
 )
 
-var schedT0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func schedQuietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+// schedBundle is what a scheduler test works with: a database and the
+// clock its schedulers read, standing at clocktest.T0.
+type schedBundle struct {
+	db    *gorm.DB
+	clock *clocktest.Clock
+}
 
-// schedInsert writes RESERVED posts scheduled at the given offsets from
-// schedT0, in one batched insert.
-func schedInsert(t *testing.T, db *gorm.DB, offsets ...time.Duration) []reservation.Post {
+func setupScheduler(t *testing.T, db *gorm.DB) *schedBundle {
+	t.Helper()
+	return &schedBundle{db: db, clock: clocktest.New(clocktest.T0)}
+}
+
+// insert writes RESERVED posts scheduled at the given offsets from
+// clocktest.T0, in one batched insert.
+func (b *schedBundle) insert(t *testing.T, offsets ...time.Duration) []reservation.Post {
+	t.Helper()
+	return b.insertAt(t, clocktest.T0, offsets...)
+}
+
+// insertAt writes RESERVED posts created at base and scheduled at the given
+// offsets from it, in one batched insert.
+func (b *schedBundle) insertAt(t *testing.T, base time.Time, offsets ...time.Duration) []reservation.Post {
 	t.Helper()
 	posts := make([]reservation.Post, len(offsets))
 	for i, off := range offsets {
 		posts[i] = reservation.Post{Title: "t", Content: "c", Status: reservation.StatusReserved,
-			ScheduledAt: schedT0.Add(off), CreatedAt: schedT0, UpdatedAt: schedT0,
+			ScheduledAt: base.Add(off), CreatedAt: base, UpdatedAt: base,
 			Version: optimisticlock.Version{Int64: 1, Valid: true}}
 	}
-	require.NoError(t, db.CreateInBatches(posts, 500).Error)
+	require.NoError(t, b.db.CreateInBatches(posts, 500).Error)
 	return posts
 }
 
-// schedEvents returns the reservation events by post id.
-func schedEvents(t *testing.T, db *gorm.DB) map[int64][]outbox.Message {
+// events returns the reservation events by post id.
+func (b *schedBundle) events(t *testing.T) map[int64][]outbox.Message {
 	t.Helper()
 	var rows []outbox.Message
-	require.NoError(t, db.Where("event_type = ?", event.ReservationEvent).Order("id").Find(&rows).Error)
+	require.NoError(t, b.db.Where("event_type = ?", event.ReservationEvent).Order("id").Find(&rows).Error)
 	out := map[int64][]outbox.Message{}
 	for _, r := range rows {
 		out[r.AggregateID] = append(out[r.AggregateID], r)
@@ -55,26 +72,25 @@ func schedEvents(t *testing.T, db *gorm.DB) map[int64][]outbox.Message {
 	return out
 }
 
-func schedPost(t *testing.T, db *gorm.DB, id int64) reservation.Post {
+func (b *schedBundle) post(t *testing.T, id int64) reservation.Post {
 	t.Helper()
-	var p reservation.Post
-	require.NoError(t, db.First(&p, id).Error)
-	return p
+	return loadPost(t, b.db, id)
 }
 
-func schedNew(t *testing.T, db *gorm.DB, clock *clocktest.Clock) *reservation.Scheduler {
+// scheduler returns a scheduler of the bundle's database on its clock.
+func (b *schedBundle) scheduler(t *testing.T) *reservation.Scheduler {
 	t.Helper()
-	s, err := reservation.NewScheduler(db, reservation.SchedulerConfig{Lead: 5 * time.Minute, BatchSize: 50,
-		Now: clock.Now, Logger: schedQuietLogger()})
+	s, err := reservation.NewScheduler(b.db, reservation.SchedulerConfig{Lead: 5 * time.Minute, BatchSize: 50,
+		Now: b.clock.Now, Logger: quietLogger()})
 	require.NoError(t, err)
 	return s
 }
 
-// schedVersionCheckedUpdate changes a post the way the service does: read it,
+// versionCheckedUpdate changes a post the way the service does: read it,
 // then update it only if it still has the version and status read.
-func schedVersionCheckedUpdate(ctx context.Context, db *gorm.DB, id int64, changes map[string]any) (bool, error) {
+func (b *schedBundle) versionCheckedUpdate(ctx context.Context, id int64, changes map[string]any) (bool, error) {
 	var p reservation.Post
-	if err := db.WithContext(ctx).First(&p, id).Error; err != nil {
+	if err := b.db.WithContext(ctx).First(&p, id).Error; err != nil {
 		return false, err
 	}
 	if p.Status != reservation.StatusReserved {
@@ -82,7 +98,7 @@ func schedVersionCheckedUpdate(ctx context.Context, db *gorm.DB, id int64, chang
 	}
 	changes["version"] = gorm.Expr("version + 1")
 	var ok bool
-	err := database.Transaction(ctx, db, func(tx *gorm.DB) error {
+	err := database.Transaction(ctx, b.db, func(tx *gorm.DB) error {
 		res := tx.Model(&reservation.Post{}).Where("id = ? AND version = ? AND status = ?", id, p.Version.Int64, reservation.StatusReserved).
 			UpdateColumns(changes)
 		ok = res.RowsAffected == 1
@@ -94,31 +110,31 @@ func schedVersionCheckedUpdate(ctx context.Context, db *gorm.DB, id int64, chang
 func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setupScheduler(t, db.DB)
 		ctx := context.Background()
-		clock := clocktest.New(schedT0)
-		posts := schedInsert(t, db.DB,
+		posts := b.insert(t,
 			3*time.Minute, // due within the lead
 			5*time.Minute, // exactly at the lead
 			-time.Hour,    // overdue: the service was down
 			6*time.Minute, // outside the lead
 			2*time.Minute, // due, but cancelled below
 		)
-		ok, err := schedVersionCheckedUpdate(ctx, db.DB, posts[4].ID, map[string]any{"status": reservation.StatusCancelled})
+		ok, err := b.versionCheckedUpdate(ctx, posts[4].ID, map[string]any{"status": reservation.StatusCancelled})
 		require.NoError(t, err)
 		require.True(t, ok)
 
-		s := schedNew(t, db.DB, clock)
+		s := b.scheduler(t)
 		res, err := s.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{Marked: 3}, res)
 
-		events := schedEvents(t, db.DB)
+		events := b.events(t)
 		require.Len(t, events, 3)
 		for _, p := range posts[:3] {
-			got := schedPost(t, db.DB, p.ID)
+			got := b.post(t, p.ID)
 			require.Equal(t, reservation.StatusWorking, got.Status)
 			require.EqualValues(t, 2, got.Version.Int64)
-			require.True(t, got.UpdatedAt.Equal(schedT0))
+			require.True(t, got.UpdatedAt.Equal(clocktest.T0))
 			require.Len(t, events[p.ID], 1)
 			ev := events[p.ID][0]
 			require.Equal(t, outbox.StatusPending, ev.Status)
@@ -130,25 +146,25 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 			require.Equal(t, ev.EventID, payload["eventId"])
 			require.Equal(t, "POSTING_RESERVATION_EVENT", payload["eventType"])
 			require.EqualValues(t, p.ID, payload["postId"])
-			require.Equal(t, schedT0.Format(time.RFC3339), payload["occurredAt"])
+			require.Equal(t, clocktest.T0.Format(time.RFC3339), payload["occurredAt"])
 			require.Equal(t, p.ScheduledAt.UTC().Format(time.RFC3339), payload["scheduledAt"])
 		}
-		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, posts[3].ID).Status)
-		require.Equal(t, reservation.StatusCancelled, schedPost(t, db.DB, posts[4].ID).Status)
+		require.Equal(t, reservation.StatusReserved, b.post(t, posts[3].ID).Status)
+		require.Equal(t, reservation.StatusCancelled, b.post(t, posts[4].ID).Status)
 		require.Empty(t, events[posts[4].ID], "a cancelled post never gets a reservation event")
 
 		// A second run finds nothing new; a minute later the outside one is due.
 		res, err = s.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{}, res)
-		require.Len(t, schedEvents(t, db.DB), 3)
-		clock.Add(time.Minute)
+		require.Len(t, b.events(t), 3)
+		b.clock.Add(time.Minute)
 		res, err = s.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{Marked: 1}, res)
-		require.Len(t, schedEvents(t, db.DB), 4)
-		require.Equal(t, reservation.StatusWorking, schedPost(t, db.DB, posts[3].ID).Status)
-		require.Equal(t, reservation.StatusCancelled, schedPost(t, db.DB, posts[4].ID).Status)
+		require.Len(t, b.events(t), 4)
+		require.Equal(t, reservation.StatusWorking, b.post(t, posts[3].ID).Status)
+		require.Equal(t, reservation.StatusCancelled, b.post(t, posts[4].ID).Status)
 	})
 }
 
@@ -156,17 +172,18 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 func TestSchedulerWorksOffMoreThanOneBatch(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setupScheduler(t, db.DB)
 		offsets := make([]time.Duration, 130)
 		for i := range offsets {
 			offsets[i] = -time.Duration(i) * time.Second // all overdue, several per second
 		}
-		schedInsert(t, db.DB, offsets...)
-		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{BatchSize: 7, Now: func() time.Time { return schedT0 }})
+		b.insert(t, offsets...)
+		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{BatchSize: 7, Now: func() time.Time { return clocktest.T0 }})
 		require.NoError(t, err)
 		res, err := s.RunOnce(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{Marked: 130}, res)
-		require.Len(t, schedEvents(t, db.DB), 130)
+		require.Len(t, b.events(t), 130)
 	})
 }
 
@@ -175,7 +192,8 @@ func TestSchedulerWorksOffMoreThanOneBatch(t *testing.T) {
 func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute)
+		b := setupScheduler(t, db.DB)
+		posts := b.insert(t, time.Minute, 2*time.Minute)
 		var bumped atomic.Bool
 		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bump", func(tx *gorm.DB) {
 			if !strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") || !bumped.CompareAndSwap(false, true) {
@@ -183,17 +201,17 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 			}
 			// A reschedule lands between the scheduler's read and its update.
 			tx.AddError(tx.Session(&gorm.Session{NewDB: true}).Exec(
-				"UPDATE posts SET version = version + 1, scheduled_at = ? WHERE id = ?", schedT0.Add(4*time.Minute), posts[0].ID).Error)
+				"UPDATE posts SET version = version + 1, scheduled_at = ? WHERE id = ?", clocktest.T0.Add(4*time.Minute), posts[0].ID).Error)
 		}))
-		s := schedNew(t, db.DB, clocktest.New(schedT0))
+		s := b.scheduler(t)
 		res, err := s.RunOnce(context.Background())
 		require.NoError(t, err)
 		require.True(t, bumped.Load())
 		require.Equal(t, reservation.SchedulerResult{Marked: 1, Skipped: 1}, res)
-		got := schedPost(t, db.DB, posts[0].ID)
+		got := b.post(t, posts[0].ID)
 		require.Equal(t, reservation.StatusReserved, got.Status)
 		require.EqualValues(t, 2, got.Version.Int64)
-		events := schedEvents(t, db.DB)
+		events := b.events(t)
 		require.Empty(t, events[posts[0].ID])
 		require.Len(t, events[posts[1].ID], 1)
 
@@ -201,7 +219,7 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 		res, err = s.RunOnce(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{Marked: 1}, res)
-		require.Len(t, schedEvents(t, db.DB)[posts[0].ID], 1)
+		require.Len(t, b.events(t)[posts[0].ID], 1)
 	})
 }
 
@@ -211,19 +229,20 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 func TestSchedulerDuplicateGuardSkipsOnlyThatPost(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute, 3*time.Minute)
-		ev := eventtest.Outbox(t, event.ReservationEvent, posts[1].ID, schedT0, event.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt})
+		b := setupScheduler(t, db.DB)
+		posts := b.insert(t, time.Minute, 2*time.Minute, 3*time.Minute)
+		ev := eventtest.Outbox(t, event.ReservationEvent, posts[1].ID, clocktest.T0, event.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt})
 		ev.DedupKey = event.ReservationDedupKey(posts[1].ID)
 		_, err := outbox.Append(db.DB, ev)
 		require.NoError(t, err)
 
-		res, err := schedNew(t, db.DB, clocktest.New(schedT0)).RunOnce(context.Background())
+		res, err := b.scheduler(t).RunOnce(context.Background())
 		require.NoError(t, err)
 		require.Equal(t, reservation.SchedulerResult{Marked: 2, Skipped: 1}, res)
-		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, posts[1].ID).Status, "its transaction was rolled back")
-		require.Equal(t, reservation.StatusWorking, schedPost(t, db.DB, posts[0].ID).Status)
-		require.Equal(t, reservation.StatusWorking, schedPost(t, db.DB, posts[2].ID).Status)
-		events := schedEvents(t, db.DB)
+		require.Equal(t, reservation.StatusReserved, b.post(t, posts[1].ID).Status, "its transaction was rolled back")
+		require.Equal(t, reservation.StatusWorking, b.post(t, posts[0].ID).Status)
+		require.Equal(t, reservation.StatusWorking, b.post(t, posts[2].ID).Status)
+		events := b.events(t)
 		require.Len(t, events, 3)
 		for _, p := range posts {
 			require.Len(t, events[p.ID], 1)
@@ -250,8 +269,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 	for i := range offsets {
 		offsets[i] = time.Duration(i%600-300) * time.Second // overdue and due, many sharing a second
 	}
-	schedInsert(t, pools[0].DB, offsets...)
-	clock := clocktest.New(schedT0)
+	setupScheduler(t, pools[0].DB).insert(t, offsets...)
 
 	start := time.Now()
 	var (
@@ -261,7 +279,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 		runErrs []error
 	)
 	for _, db := range pools {
-		s := schedNew(t, db.DB, clock)
+		s := setupScheduler(t, db.DB).scheduler(t)
 		for range 2 {
 			wg.Go(func() {
 				for range 3 {
@@ -298,13 +316,14 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setupScheduler(t, db.DB)
 		offsets := make([]time.Duration, 300)
 		for i := range offsets {
 			offsets[i] = time.Duration(i) * time.Second / 2
 		}
-		posts := schedInsert(t, db.DB, offsets...)
-		later := schedT0.Add(time.Hour)
-		s := schedNew(t, db.DB, clocktest.New(schedT0))
+		posts := b.insert(t, offsets...)
+		later := clocktest.T0.Add(time.Hour)
+		s := b.scheduler(t)
 
 		var (
 			wg                sync.WaitGroup
@@ -324,11 +343,11 @@ func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 			// goes oldest first, somewhere in the middle.
 			for i := len(posts) - 1; i >= 0; i-- {
 				p := posts[i]
-				changes := map[string]any{"status": reservation.StatusCancelled, "updated_at": schedT0}
+				changes := map[string]any{"status": reservation.StatusCancelled, "updated_at": clocktest.T0}
 				if i%2 == 1 {
-					changes = map[string]any{"scheduled_at": later, "updated_at": schedT0}
+					changes = map[string]any{"scheduled_at": later, "updated_at": clocktest.T0}
 				}
-				ok, err := schedVersionCheckedUpdate(context.Background(), db.DB, p.ID, changes)
+				ok, err := b.versionCheckedUpdate(context.Background(), p.ID, changes)
 				if err != nil {
 					changeErr = err
 					return
@@ -342,7 +361,7 @@ func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 		require.NoError(t, runErr)
 		require.NoError(t, changeErr)
 
-		events := schedEvents(t, db.DB)
+		events := b.events(t)
 		var all []reservation.Post
 		require.NoError(t, db.DB.Find(&all).Error)
 		counts := map[reservation.Status]int{}
@@ -369,7 +388,8 @@ func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 func TestSchedulerStartStop(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
-	posts := schedInsert(t, db.DB, time.Minute)
+	b := setupScheduler(t, db.DB)
+	posts := b.insert(t, time.Minute)
 
 	idle, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{})
 	require.NoError(t, err)
@@ -378,8 +398,8 @@ func TestSchedulerStartStop(t *testing.T) {
 	require.Error(t, idle.Start(context.Background()), "a stopped scheduler does not start")
 
 	var runs atomic.Int64
-	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: schedQuietLogger(),
-		Now: func() time.Time { return schedT0 },
+	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: quietLogger(),
+		Now: func() time.Time { return clocktest.T0 },
 		Observe: func(res reservation.SchedulerResult, _ time.Duration, err error) {
 			if err == nil {
 				runs.Add(1)
@@ -389,19 +409,19 @@ func TestSchedulerStartStop(t *testing.T) {
 	require.NoError(t, s.Start(context.Background()))
 	require.Error(t, s.Start(context.Background()), "started twice")
 	require.Eventually(t, func() bool {
-		return schedPost(t, db.DB, posts[0].ID).Status == reservation.StatusWorking
+		return b.post(t, posts[0].ID).Status == reservation.StatusWorking
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return runs.Load() >= 1 }, 10*time.Second, 20*time.Millisecond)
 	s.Stop()
 	s.Stop()
-	require.Len(t, schedEvents(t, db.DB)[posts[0].ID], 1)
+	require.Len(t, b.events(t)[posts[0].ID], 1)
 }
 
 // Ending Start's context stops the scheduler as Stop does.
 func TestSchedulerStopsWithItsContext(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
-	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: schedQuietLogger()})
+	s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: quietLogger()})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, s.Start(ctx))
@@ -442,20 +462,105 @@ func TestSchedulerConfig(t *testing.T) {
 func TestSchedulerBadRowDoesNotBlockTheRest(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		posts := schedInsert(t, db.DB, time.Minute, 2*time.Minute, 3*time.Minute)
+		b := setupScheduler(t, db.DB)
+		posts := b.insert(t, time.Minute, 2*time.Minute, 3*time.Minute)
 		bad := posts[1].ID
 		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bad_row", func(tx *gorm.DB) {
 			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad {
 				tx.AddError(errors.New("sched test: bad row"))
 			}
 		}))
-		s := schedNew(t, db.DB, clocktest.New(schedT0))
+		s := b.scheduler(t)
 		res, err := s.RunOnce(context.Background())
 		require.ErrorContains(t, err, "sched test: bad row")
 		require.Equal(t, reservation.SchedulerResult{Marked: 2, Failed: 1}, res)
-		require.Equal(t, reservation.StatusReserved, schedPost(t, db.DB, bad).Status)
-		events := schedEvents(t, db.DB)
+		require.Equal(t, reservation.StatusReserved, b.post(t, bad).Status)
+		events := b.events(t)
 		require.Len(t, events, 2)
 		require.Empty(t, events[bad])
+	})
+}
+
+// A status changed between the read and the mark by a writer that did not
+// bump the version (an operator's SQL, a tool) is not overwritten: the mark's
+// UPDATE checks the status as well as the version.
+func TestSchedulerMarkChecksTheStatusAsWellAsTheVersion(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setupScheduler(t, db.DB)
+		posts := b.insert(t, time.Minute)
+		id := posts[0].ID
+		var done atomic.Bool
+		require.NoError(t, db.DB.Callback().Query().After("gorm:query").Register("sched_test_outside_cancel", func(tx *gorm.DB) {
+			if tx.Statement.Table == "posts" && done.CompareAndSwap(false, true) {
+				require.NoError(t, tx.Session(&gorm.Session{NewDB: true}).
+					Exec("UPDATE posts SET status = ? WHERE id = ?", reservation.StatusCancelled, id).Error)
+			}
+		}))
+		res, err := b.scheduler(t).RunOnce(context.Background())
+		require.NoError(t, err)
+		require.True(t, done.Load())
+		require.Equal(t, reservation.SchedulerResult{Skipped: 1}, res)
+		require.Equal(t, reservation.StatusCancelled, b.post(t, id).Status)
+		require.Empty(t, b.events(t)[id])
+	})
+}
+
+// Without a clock of its own the scheduler asks the database what time it
+// is: a post due within the lead by the database's clock is marked, a later
+// one is not.
+func TestSchedulerDefaultsToTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setupScheduler(t, db.DB)
+		dbNow := databasetest.Now(t, db.DB)
+		posts := b.insertAt(t, dbNow, 4*time.Minute, 10*time.Minute)
+		soon, later := posts[0], posts[1]
+		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Lead: 5 * time.Minute, Logger: quietLogger()})
+		require.NoError(t, err)
+		res, err := s.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Marked)
+		require.Equal(t, reservation.StatusWorking, b.post(t, soon.ID).Status)
+		require.Equal(t, reservation.StatusReserved, b.post(t, later.ID).Status)
+		ev := b.events(t)[soon.ID]
+		require.Len(t, ev, 1)
+		require.WithinDuration(t, dbNow, ev[0].Created, time.Minute, "the event's time is the database's")
+	})
+}
+
+// Stop interrupts a running job, waits until it has returned, and no run
+// starts after it.
+func TestSchedulerStopWaitsForTheRunningJob(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setupScheduler(t, db.DB)
+		b.insert(t, time.Minute)
+		entered := make(chan struct{})
+		var slowed atomic.Bool
+		require.NoError(t, db.DB.Callback().Query().Before("gorm:query").Register("sched_test_slow_read", func(tx *gorm.DB) {
+			if tx.Statement.Table != "posts" || !slowed.CompareAndSwap(false, true) {
+				return
+			}
+			close(entered)
+			<-tx.Statement.Context.Done() // the job's first read lasts until the run is interrupted
+		}))
+		var ended atomic.Int64
+		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: quietLogger(),
+			Now:     func() time.Time { return clocktest.T0 },
+			Observe: func(reservation.SchedulerResult, time.Duration, error) { ended.Add(1) }})
+		require.NoError(t, err)
+		require.NoError(t, s.Start(context.Background()))
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the job never ran")
+		}
+		require.Zero(t, ended.Load(), "the job is still in its read")
+		s.Stop()
+		require.Equal(t, int64(1), ended.Load(), "Stop returned only after the interrupted job had")
+		time.Sleep(1500 * time.Millisecond) // more than the spec's second
+		require.Equal(t, int64(1), ended.Load(), "no run after Stop")
+		require.Equal(t, reservation.StatusReserved, b.post(t, 1).Status, "the interrupted run marked nothing")
 	})
 }

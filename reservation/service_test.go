@@ -27,22 +27,27 @@ import (
 // times are normalized to microseconds.
 var svcStart = time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.UTC)
 
-// svcEnv is what a service test works with.
-type svcEnv struct {
+// serviceBundle is what a service test works with: a fresh database, a
+// service on it and the clock the service reads, standing at svcStart.
+type serviceBundle struct {
 	db    *database.DB
 	svc   *reservation.Service
 	clock *clocktest.Clock
 }
 
-func svcSetup(t *testing.T, db *database.DB) *svcEnv {
-	t.Helper()
-	clock := clocktest.New(svcStart)
-	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{Now: clock.Now})
-	require.NoError(t, err)
-	return &svcEnv{db: db, svc: svc, clock: clock}
+// eachService runs fn in parallel on a serviceBundle of each dialect.
+func eachService(t *testing.T, fn func(t *testing.T, e *serviceBundle)) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		clock := clocktest.New(svcStart)
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{Now: clock.Now})
+		require.NoError(t, err)
+		fn(t, &serviceBundle{db: db, svc: svc, clock: clock})
+	})
 }
 
-func (e *svcEnv) create(t *testing.T, title string) *reservation.Post {
+func (e *serviceBundle) create(t *testing.T, title string) *reservation.Post {
 	t.Helper()
 	p, err := e.svc.Create(context.Background(), reservation.CreateInput{
 		Title: title, Content: "content of " + title, ScheduledAt: svcStart.Add(24 * time.Hour),
@@ -53,36 +58,63 @@ func (e *svcEnv) create(t *testing.T, title string) *reservation.Post {
 
 // setStatus changes a post's status behind the service's back, as the
 // scheduler or the worker would.
-func (e *svcEnv) setStatus(t *testing.T, id int64, st reservation.Status) {
+func (e *serviceBundle) setStatus(t *testing.T, id int64, st reservation.Status) {
 	t.Helper()
 	require.NoError(t, e.db.Exec("UPDATE posts SET status = ? WHERE id = ?", st, id).Error)
 }
 
-func (e *svcEnv) load(t *testing.T, id int64) reservation.Post {
+func (e *serviceBundle) load(t *testing.T, id int64) reservation.Post {
 	t.Helper()
-	var p reservation.Post
-	require.NoError(t, e.db.Where("id = ?", id).Take(&p).Error)
-	return p
+	return loadPost(t, e.db.DB, id)
 }
 
-// svcCounts returns the numbers of posts and outbox rows.
-func svcCounts(t *testing.T, db *gorm.DB) (posts, rows int64) {
+// loadPost reads a post as stored.
+func loadPost(t *testing.T, db *gorm.DB, id int64) reservation.Post {
 	t.Helper()
-	require.NoError(t, db.Model(&reservation.Post{}).Count(&posts).Error)
-	require.NoError(t, db.Model(&outbox.Message{}).Count(&rows).Error)
+	return databasetest.Load[reservation.Post](t, db, id)
+}
+
+// counts returns the numbers of posts and outbox rows.
+func (e *serviceBundle) counts(t *testing.T) (posts, rows int64) {
+	t.Helper()
+	require.NoError(t, e.db.Model(&reservation.Post{}).Count(&posts).Error)
+	require.NoError(t, e.db.Model(&outbox.Message{}).Count(&rows).Error)
 	return posts, rows
 }
 
-// svcEvents returns the outbox rows of a post in write order.
-func svcEvents(t *testing.T, db *gorm.DB, postID int64) []outbox.Message {
+// events returns the outbox rows of a post in write order.
+func (e *serviceBundle) events(t *testing.T, postID int64) []outbox.Message {
 	t.Helper()
 	var msgs []outbox.Message
-	require.NoError(t, db.Where("aggregate_id = ?", postID).Order("id").Find(&msgs).Error)
+	require.NoError(t, e.db.Where("aggregate_id = ?", postID).Order("id").Find(&msgs).Error)
 	return msgs
 }
 
-// svcRequireEvent checks one POSTING_EVENT row against the post it announces.
-func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, action event.Action, at time.Time) {
+// walk pages through the list of q to its end and returns the ids and the
+// number of pages; every page respects the limit and the status filter.
+func (e *serviceBundle) walk(t *testing.T, q reservation.ListQuery) (ids []int64, pages int) {
+	t.Helper()
+	for {
+		page, err := e.svc.List(context.Background(), q)
+		require.NoError(t, err)
+		pages++
+		require.LessOrEqual(t, len(page.Items), max(q.Limit, 1))
+		for _, p := range page.Items {
+			if q.Status != "" {
+				require.Equal(t, q.Status, p.Status)
+			}
+			ids = append(ids, p.ID)
+		}
+		if page.NextCursor == "" {
+			return ids, pages
+		}
+		q.Cursor = page.NextCursor
+		require.Less(t, pages, 20, "pagination does not end")
+	}
+}
+
+// requireEvent checks one POSTING_EVENT row against the post it announces.
+func requireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, action event.Action, at time.Time) {
 	t.Helper()
 	require.Equal(t, string(event.PostingEvent), msg.EventType)
 	require.Equal(t, p.ID, msg.AggregateID)
@@ -102,7 +134,7 @@ func svcRequireEvent(t *testing.T, msg outbox.Message, p *reservation.Post, acti
 	require.True(t, occurred.Equal(database.Normalize(at)), "occurredAt %s, want %s", occurred, at)
 }
 
-func svcRequireInvalid(t *testing.T, err error, field string) {
+func requireInvalid(t *testing.T, err error, field string) {
 	t.Helper()
 	require.ErrorIs(t, err, reservation.ErrInvalidInput)
 	var ve *reservation.ValidationError
@@ -110,23 +142,23 @@ func svcRequireInvalid(t *testing.T, err error, field string) {
 	require.Equal(t, field, ve.Field)
 }
 
-// svcOnPostRead runs fn after each read of the posts table while armed is
+// onPostRead runs fn after each read of the posts table while armed is
 // set: the moment between the service's read and its write.
-func svcOnPostRead(t *testing.T, db *gorm.DB, name string, armed *atomic.Bool, fn func()) {
+func (e *serviceBundle) onPostRead(t *testing.T, name string, armed *atomic.Bool, fn func()) {
 	t.Helper()
-	require.NoError(t, db.Callback().Query().After("gorm:query").Register("svc_test:"+name, func(tx *gorm.DB) {
+	require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("svc_test:"+name, func(tx *gorm.DB) {
 		if armed.Load() && tx.Statement.Table == "posts" && tx.Error == nil {
 			fn()
 		}
 	}))
 }
 
-// svcFailOutboxInserts makes every insert into the outbox fail while fail is
+// failOutboxInserts makes every insert into the outbox fail while fail is
 // set, after the post was written in the same transaction.
-func svcFailOutboxInserts(t *testing.T, db *gorm.DB, fail *atomic.Bool) error {
+func (e *serviceBundle) failOutboxInserts(t *testing.T, fail *atomic.Bool) error {
 	t.Helper()
 	forced := errors.New("forced outbox failure")
-	require.NoError(t, db.Callback().Create().Before("gorm:create").Register("svc_test:fail_outbox", func(tx *gorm.DB) {
+	require.NoError(t, e.db.Callback().Create().Before("gorm:create").Register("svc_test:fail_outbox", func(tx *gorm.DB) {
 		if fail.Load() && tx.Statement.Table == "outbox" {
 			_ = tx.AddError(forced)
 		}
@@ -147,10 +179,7 @@ func TestNewServiceConfig(t *testing.T) {
 }
 
 func TestServiceCreateWritesPostAndEvent(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		at := svcStart.Add(36*time.Hour + 789*time.Nanosecond)
 		p, err := e.svc.Create(context.Background(), reservation.CreateInput{Title: "héllo", Content: "world", ScheduledAt: at})
 		require.NoError(t, err)
@@ -174,17 +203,14 @@ func TestServiceCreateWritesPostAndEvent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, p.Title, got.Title)
 
-		events := svcEvents(t, db.DB, p.ID)
+		events := e.events(t, p.ID)
 		require.Len(t, events, 1)
-		svcRequireEvent(t, events[0], p, event.ActionCreated, svcStart)
+		requireEvent(t, events[0], p, event.ActionCreated, svcStart)
 	})
 }
 
 func TestServiceCreateRejectsInvalidInput(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ok := reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: svcStart.Add(time.Hour)}
 		cases := []struct {
 			name  string
@@ -206,10 +232,10 @@ func TestServiceCreateRejectsInvalidInput(t *testing.T) {
 			in := ok
 			tc.edit(&in)
 			_, err := e.svc.Create(context.Background(), in)
-			svcRequireInvalid(t, err, tc.field)
+			requireInvalid(t, err, tc.field)
 			require.Contains(t, err.Error(), tc.field, tc.name)
 		}
-		posts, rows := svcCounts(t, db.DB)
+		posts, rows := e.counts(t)
 		require.Zero(t, posts)
 		require.Zero(t, rows)
 
@@ -228,13 +254,10 @@ func TestServiceCreateRejectsInvalidInput(t *testing.T) {
 // (C0, DEL, C1); content holds tab, line feed and carriage return but no
 // other. Nothing is written for a refused input.
 func TestServiceRefusesControlCharacters(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ctx := context.Background()
 		kept := e.create(t, "kept")
-		postsBefore, rowsBefore := svcCounts(t, db.DB)
+		postsBefore, rowsBefore := e.counts(t)
 		at := svcStart.Add(time.Hour)
 		for _, tc := range []struct {
 			title, content, field string
@@ -254,16 +277,16 @@ func TestServiceRefusesControlCharacters(t *testing.T) {
 			{"t", "a\u0085", "content"},
 		} {
 			_, err := e.svc.Create(ctx, reservation.CreateInput{Title: tc.title, Content: tc.content, ScheduledAt: at})
-			svcRequireInvalid(t, err, tc.field)
+			requireInvalid(t, err, tc.field)
 			require.ErrorContains(t, err, "control characters", "%q %q", tc.title, tc.content)
 			in := reservation.UpdateInput{Title: &tc.title}
 			if tc.field == "content" {
 				in = reservation.UpdateInput{Content: &tc.content}
 			}
 			_, err = e.svc.Update(ctx, kept.ID, in)
-			svcRequireInvalid(t, err, tc.field)
+			requireInvalid(t, err, tc.field)
 		}
-		postsAfter, rowsAfter := svcCounts(t, db.DB)
+		postsAfter, rowsAfter := e.counts(t)
 		require.Equal(t, postsBefore, postsAfter)
 		require.Equal(t, rowsBefore, rowsAfter)
 		require.Equal(t, kept.Version.Int64, e.load(t, kept.ID).Version.Int64)
@@ -275,10 +298,7 @@ func TestServiceRefusesControlCharacters(t *testing.T) {
 }
 
 func TestServiceGetNotFound(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		_, err := e.svc.Get(context.Background(), 12345)
 		require.ErrorIs(t, err, reservation.ErrNotFound)
 		_, err = e.svc.Update(context.Background(), 12345, reservation.UpdateInput{Title: new("x")})
@@ -289,10 +309,7 @@ func TestServiceGetNotFound(t *testing.T) {
 }
 
 func TestServiceUpdate(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ctx := context.Background()
 		p := e.create(t, "first")
 
@@ -315,9 +332,9 @@ func TestServiceUpdate(t *testing.T) {
 		require.True(t, stored.UpdatedAt.Equal(got.UpdatedAt))
 		require.True(t, stored.CreatedAt.Equal(p.CreatedAt))
 
-		events := svcEvents(t, db.DB, p.ID)
+		events := e.events(t, p.ID)
 		require.Len(t, events, 2)
-		svcRequireEvent(t, events[1], got, event.ActionUpdated, svcStart.Add(time.Minute))
+		requireEvent(t, events[1], got, event.ActionUpdated, svcStart.Add(time.Minute))
 
 		// Once the stored time has passed, it may still be sent back
 		// unchanged with another change, but not moved into the past.
@@ -326,26 +343,23 @@ func TestServiceUpdate(t *testing.T) {
 		require.NoError(t, err)
 		past := at.Add(time.Second)
 		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{ScheduledAt: &past})
-		svcRequireInvalid(t, err, "scheduledAt")
+		requireInvalid(t, err, "scheduledAt")
 		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{Title: new("")})
-		svcRequireInvalid(t, err, "title")
+		requireInvalid(t, err, "title")
 		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{Content: new(strings.Repeat("x", 20001))})
-		svcRequireInvalid(t, err, "content")
+		requireInvalid(t, err, "content")
 		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{})
-		svcRequireInvalid(t, err, "body")
+		requireInvalid(t, err, "body")
 
 		stored = e.load(t, p.ID)
 		require.Equal(t, "new content", stored.Content)
 		require.Equal(t, int64(3), stored.Version.Int64)
-		require.Len(t, svcEvents(t, db.DB, p.ID), 3)
+		require.Len(t, e.events(t, p.ID), 3)
 	})
 }
 
 func TestServiceUpdateOnlyWhileReserved(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		for _, st := range []reservation.Status{reservation.StatusWorking, reservation.StatusPublished, reservation.StatusCancelled} {
 			p := e.create(t, string(st))
 			e.setStatus(t, p.ID, st)
@@ -354,16 +368,13 @@ func TestServiceUpdateOnlyWhileReserved(t *testing.T) {
 			stored := e.load(t, p.ID)
 			require.Equal(t, string(st), stored.Title)
 			require.Equal(t, int64(1), stored.Version.Int64)
-			require.Len(t, svcEvents(t, db.DB, p.ID), 1)
+			require.Len(t, e.events(t, p.ID), 1)
 		}
 	})
 }
 
 func TestServiceCancel(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ctx := context.Background()
 
 		reserved := e.create(t, "reserved")
@@ -379,9 +390,9 @@ func TestServiceCancel(t *testing.T) {
 			require.Equal(t, reservation.StatusCancelled, stored.Status)
 			require.Equal(t, int64(2), stored.Version.Int64)
 			require.True(t, stored.UpdatedAt.Equal(database.Normalize(svcStart.Add(time.Hour))))
-			events := svcEvents(t, db.DB, p.ID)
+			events := e.events(t, p.ID)
 			require.Len(t, events, 2)
-			svcRequireEvent(t, events[1], got, event.ActionCancelled, svcStart.Add(time.Hour))
+			requireEvent(t, events[1], got, event.ActionCancelled, svcStart.Add(time.Hour))
 		}
 
 		_, err := e.svc.Cancel(ctx, reserved.ID)
@@ -391,22 +402,19 @@ func TestServiceCancel(t *testing.T) {
 		_, err = e.svc.Cancel(ctx, published.ID)
 		require.ErrorIs(t, err, reservation.ErrInvalidTransition)
 		require.Equal(t, reservation.StatusPublished, e.load(t, published.ID).Status)
-		require.Len(t, svcEvents(t, db.DB, published.ID), 1)
-		require.Len(t, svcEvents(t, db.DB, reserved.ID), 2)
+		require.Len(t, e.events(t, published.ID), 1)
+		require.Len(t, e.events(t, reserved.ID), 2)
 	})
 }
 
 // TestServiceRollsBackWithOutbox forces the outbox insert to fail after the
 // post was written: the post change must be rolled back with it.
 func TestServiceRollsBackWithOutbox(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ctx := context.Background()
 		p := e.create(t, "kept")
 		var fail atomic.Bool
-		forced := svcFailOutboxInserts(t, db.DB, &fail)
+		forced := e.failOutboxInserts(t, &fail)
 		fail.Store(true)
 
 		_, err := e.svc.Create(ctx, reservation.CreateInput{Title: "lost", Content: "c", ScheduledAt: svcStart.Add(time.Hour)})
@@ -416,7 +424,7 @@ func TestServiceRollsBackWithOutbox(t *testing.T) {
 		_, err = e.svc.Cancel(ctx, p.ID)
 		require.ErrorIs(t, err, forced)
 
-		posts, rows := svcCounts(t, db.DB)
+		posts, rows := e.counts(t)
 		require.Equal(t, int64(1), posts)
 		require.Equal(t, int64(1), rows)
 		stored := e.load(t, p.ID)
@@ -426,13 +434,13 @@ func TestServiceRollsBackWithOutbox(t *testing.T) {
 
 		// The same with a real database error: the outbox table is gone.
 		fail.Store(false)
-		require.NoError(t, db.Exec("ALTER TABLE outbox RENAME TO outbox_hidden").Error)
+		require.NoError(t, e.db.Exec("ALTER TABLE outbox RENAME TO outbox_hidden").Error)
 		_, err = e.svc.Create(ctx, reservation.CreateInput{Title: "lost", Content: "c", ScheduledAt: svcStart.Add(time.Hour)})
 		require.Error(t, err)
 		_, err = e.svc.Cancel(ctx, p.ID)
 		require.Error(t, err)
-		require.NoError(t, db.Exec("ALTER TABLE outbox_hidden RENAME TO outbox").Error)
-		posts, rows = svcCounts(t, db.DB)
+		require.NoError(t, e.db.Exec("ALTER TABLE outbox_hidden RENAME TO outbox").Error)
+		posts, rows = e.counts(t)
 		require.Equal(t, int64(1), posts)
 		require.Equal(t, int64(1), rows)
 		require.Equal(t, reservation.StatusReserved, e.load(t, p.ID).Status)
@@ -440,15 +448,12 @@ func TestServiceRollsBackWithOutbox(t *testing.T) {
 		// And the service still works afterwards.
 		_, err = e.svc.Cancel(ctx, p.ID)
 		require.NoError(t, err)
-		require.Len(t, svcEvents(t, db.DB, p.ID), 2)
+		require.Len(t, e.events(t, p.ID), 2)
 	})
 }
 
 func TestServiceListKeyset(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ctx := context.Background()
 		var all, reserved []int64
 		for i := range 7 {
@@ -461,36 +466,17 @@ func TestServiceListKeyset(t *testing.T) {
 				reserved = append(reserved, p.ID)
 			}
 		}
-		walk := func(q reservation.ListQuery) (ids []int64, pages int) {
-			for {
-				page, err := e.svc.List(ctx, q)
-				require.NoError(t, err)
-				pages++
-				require.LessOrEqual(t, len(page.Items), max(q.Limit, 1))
-				for _, p := range page.Items {
-					if q.Status != "" {
-						require.Equal(t, q.Status, p.Status)
-					}
-					ids = append(ids, p.ID)
-				}
-				if page.NextCursor == "" {
-					return ids, pages
-				}
-				q.Cursor = page.NextCursor
-				require.Less(t, pages, 20, "pagination does not end")
-			}
-		}
-		ids, pages := walk(reservation.ListQuery{Limit: 3})
+		ids, pages := e.walk(t, reservation.ListQuery{Limit: 3})
 		require.Equal(t, all, ids)
 		require.Equal(t, 3, pages)
 		// Five reserved posts in pages of five: the first page knows it is the last.
-		ids, pages = walk(reservation.ListQuery{Status: reservation.StatusReserved, Limit: 5})
+		ids, pages = e.walk(t, reservation.ListQuery{Status: reservation.StatusReserved, Limit: 5})
 		require.Equal(t, reserved, ids)
 		require.Equal(t, 1, pages)
-		ids, pages = walk(reservation.ListQuery{Status: reservation.StatusReserved, Limit: 2})
+		ids, pages = e.walk(t, reservation.ListQuery{Status: reservation.StatusReserved, Limit: 2})
 		require.Equal(t, reserved, ids)
 		require.Equal(t, 3, pages)
-		ids, _ = walk(reservation.ListQuery{Status: reservation.StatusCancelled, Limit: 1})
+		ids, _ = e.walk(t, reservation.ListQuery{Status: reservation.StatusCancelled, Limit: 1})
 		require.Equal(t, []int64{all[1], all[4]}, ids)
 
 		page, err := e.svc.List(ctx, reservation.ListQuery{})
@@ -514,7 +500,7 @@ func TestServiceListKeyset(t *testing.T) {
 			{reservation.ListQuery{Status: "DONE"}, "status"},
 		} {
 			_, err := e.svc.List(ctx, tc.q)
-			svcRequireInvalid(t, err, tc.field)
+			requireInvalid(t, err, tc.field)
 		}
 	})
 }
@@ -522,10 +508,7 @@ func TestServiceListKeyset(t *testing.T) {
 // TestServiceListByScheduledAt: pages in (scheduledAt, id) order within a
 // [ScheduledFrom, ScheduledTo) range; a cursor belongs to its order.
 func TestServiceListByScheduledAt(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		ctx := context.Background()
 		day := 24 * time.Hour
 		// Scheduled in days from svcStart; equal days tie on id.
@@ -539,20 +522,8 @@ func TestServiceListByScheduledAt(t *testing.T) {
 			ids = append(ids, p.ID)
 		}
 		walk := func(q reservation.ListQuery) []int64 {
-			var got []int64
-			for pages := 1; ; pages++ {
-				page, err := e.svc.List(ctx, q)
-				require.NoError(t, err)
-				require.LessOrEqual(t, len(page.Items), q.Limit)
-				for _, p := range page.Items {
-					got = append(got, p.ID)
-				}
-				if page.NextCursor == "" {
-					return got
-				}
-				q.Cursor = page.NextCursor
-				require.Less(t, pages, 20, "pagination does not end")
-			}
+			ids, _ := e.walk(t, q)
+			return ids
 		}
 		byTime := reservation.ListQuery{Order: reservation.OrderByScheduledAt, Limit: 1}
 		require.Equal(t, []int64{ids[1], ids[3], ids[2], ids[5], ids[0], ids[4]}, walk(byTime))
@@ -581,7 +552,7 @@ func TestServiceListByScheduledAt(t *testing.T) {
 			{reservation.ListQuery{Cursor: timePage.NextCursor}, "cursor"},
 		} {
 			_, err := e.svc.List(ctx, tc.q)
-			svcRequireInvalid(t, err, tc.field)
+			requireInvalid(t, err, tc.field)
 		}
 	})
 }
@@ -610,10 +581,7 @@ func TestServiceOptimisticLockSQL(t *testing.T) {
 // TestServiceConcurrentUpdatesFromSameVersion lets two updates read the same
 // version before either writes: exactly one may win.
 func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		p := e.create(t, "original")
 
 		var armed atomic.Bool
@@ -621,7 +589,7 @@ func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
 		reads.Add(2)
 		bothRead := make(chan struct{})
 		go func() { reads.Wait(); close(bothRead) }()
-		svcOnPostRead(t, db.DB, "barrier", &armed, func() {
+		e.onPostRead(t, "barrier", &armed, func() {
 			reads.Done()
 			select {
 			case <-bothRead:
@@ -662,7 +630,7 @@ func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
 		stored := e.load(t, p.ID)
 		require.Equal(t, winner, stored.Title)
 		require.Equal(t, int64(2), stored.Version.Int64)
-		events := svcEvents(t, db.DB, p.ID)
+		events := e.events(t, p.ID)
 		require.Len(t, events, 2)
 		require.Contains(t, events[1].Payload, `"UPDATED"`)
 	})
@@ -672,13 +640,10 @@ func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
 // status without bumping the version between the read and the write must not
 // let an edit of a no longer RESERVED post through.
 func TestServiceUpdateSeesStatusChangeWithoutVersion(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		p := e.create(t, "original")
 		var armed atomic.Bool
-		svcOnPostRead(t, db.DB, "to_working", &armed, func() {
+		e.onPostRead(t, "to_working", &armed, func() {
 			armed.Store(false)
 			e.setStatus(t, p.ID, reservation.StatusWorking)
 		})
@@ -688,7 +653,7 @@ func TestServiceUpdateSeesStatusChangeWithoutVersion(t *testing.T) {
 		stored := e.load(t, p.ID)
 		require.Equal(t, "original", stored.Title)
 		require.Equal(t, reservation.StatusWorking, stored.Status)
-		require.Len(t, svcEvents(t, db.DB, p.ID), 1)
+		require.Len(t, e.events(t, p.ID), 1)
 	})
 }
 
@@ -696,10 +661,7 @@ func TestServiceUpdateSeesStatusChangeWithoutVersion(t *testing.T) {
 // success bumps the version once and leaves exactly one UPDATED event, and
 // every failure is a conflict.
 func TestServiceManyConcurrentUpdates(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := svcSetup(t, db)
+	eachService(t, func(t *testing.T, e *serviceBundle) {
 		p := e.create(t, "original")
 		const n = 12
 		start := make(chan struct{})
@@ -732,7 +694,7 @@ func TestServiceManyConcurrentUpdates(t *testing.T) {
 		stored := e.load(t, p.ID)
 		require.Equal(t, 1+successes.Load(), stored.Version.Int64)
 		var updated int64
-		require.NoError(t, db.Model(&outbox.Message{}).
+		require.NoError(t, e.db.Model(&outbox.Message{}).
 			Where("aggregate_id = ? AND payload LIKE ?", p.ID, `%"action":"UPDATED"%`).Count(&updated).Error)
 		require.Equal(t, successes.Load(), updated)
 		t.Logf("%d successes, %d conflicts", successes.Load(), conflicts.Load())

@@ -37,9 +37,7 @@ func adminPost(t *testing.T, db *gorm.DB, status reservation.Status, pubStatus P
 
 func adminLoad(t *testing.T, db *gorm.DB, postID int64) Publication {
 	t.Helper()
-	var p Publication
-	require.NoError(t, db.Where("post_id = ?", postID).Take(&p).Error)
-	return p
+	return databasetest.Load[Publication](t, db, postID)
 }
 
 func TestListPublications(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
@@ -112,24 +113,6 @@ func TestWebhookAnswers(t *testing.T) {
 	require.False(t, errors.As(publish(500, "7"), &rl), "only 429 and 503 carry Retry-After")
 }
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Through the worker: a receiver answering 408, then 429 with Retry-After,
 // then 200 gets the post published, the next request waiting as long as
 // the 429 asked (the worker's own pause is far shorter here). A 404 is a
@@ -173,7 +156,7 @@ func TestWorkerWebhookRetriesAndRefusals(t *testing.T) {
 		t.Cleanup(srv.Close)
 		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL})
 		require.NoError(t, err)
-		logs := &syncBuffer{}
+		logs := &logtest.Buffer{}
 		var outcomesMu sync.Mutex
 		outcomes := map[string]int{}
 		w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(logs, nil)),

@@ -120,9 +120,7 @@ func loadPost(t *testing.T, db *gorm.DB, id int64) *reservation.Post {
 
 func loadPublication(t *testing.T, db *gorm.DB, id int64) worker.Publication {
 	t.Helper()
-	var p worker.Publication
-	require.NoError(t, db.Where("post_id = ?", id).Take(&p).Error)
-	return p
+	return databasetest.Load[worker.Publication](t, db, id)
 }
 
 // A reservation is published at its time, not before, once, with the time

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -11,7 +12,20 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/logtest"
 )
+
+// runCLI runs the command line in process, as main does, and returns
+// stdout, stderr and the exit status.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs(args)
+	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
+	return out.String(), errOut.String(), code
+}
 
 // runBinary runs the built binary to its end and returns its combined output
 // and exit status.
@@ -34,7 +48,7 @@ func startBinary(t *testing.T, readyAddr string, env []string, args ...string) *
 	t.Helper()
 	bin, err := buildBinary()
 	require.NoError(t, err)
-	p := &proc{out: &syncBuffer{}, done: make(chan error, 1), http: readyAddr}
+	p := &proc{out: &logtest.Buffer{}, done: make(chan error, 1), http: readyAddr}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -16,6 +16,7 @@ import (
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
@@ -76,7 +77,7 @@ func TestEndToEndPublishesEveryPostOnceThroughABrokerPause(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("serve and worker output:\n%s", logs.String())

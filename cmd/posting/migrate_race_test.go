@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
 )
 
 // raceRounds is how many times each dialect starts the four processes
@@ -70,7 +71,7 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 		"POSTING_SHUTDOWN_TIMEOUT=20s",
 	}
 	start := func(name string, env ...string) *proc {
-		p := &proc{out: &syncBuffer{}, done: make(chan error, 1)}
+		p := &proc{out: &logtest.Buffer{}, done: make(chan error, 1)}
 		p.cmd = exec.Command(bin, name)
 		p.cmd.Env = append(append(os.Environ(), common...), env...)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

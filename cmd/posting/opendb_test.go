@@ -31,7 +31,7 @@ func TestOutboxCommandsNeverCreateADatabase(t *testing.T) {
 		dir := t.TempDir()
 		dataDir := filepath.Join(dir, "data")
 		embedded := append(append([]string{}, args...), "--data-dir", dataDir, "--database-url=")
-		_, stderr, code := outboxRun(t, embedded...)
+		_, stderr, code := runCLI(t, embedded...)
 		require.Equal(t, 1, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "posting: no database at "+filepath.Join(dataDir, "posting.db")+
 			"; run from the folder of `posting serve` or set --database-url / POSTING_DATABASE_URL", args)
@@ -39,7 +39,7 @@ func TestOutboxCommandsNeverCreateADatabase(t *testing.T) {
 
 		file := filepath.Join(dir, "elsewhere", "ops.db")
 		viaURL := append(append([]string{}, args...), "--database-url", "sqlite://"+file)
-		_, stderr, code = outboxRun(t, viaURL...)
+		_, stderr, code = runCLI(t, viaURL...)
 		require.Equal(t, 1, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "posting: no database at "+file+"; run from the folder of `posting serve`", args)
 
@@ -60,7 +60,7 @@ func TestMigrateCreatesTheEmbeddedDatabase(t *testing.T) {
 	require.Regexp(t, `applied [1-9][0-9]* migrations`, out.String())
 
 	// And now the operator commands find it.
-	stdout, stderr, code := outboxRun(t, "outbox", "stats", "--data-dir", dataDir, "--database-url=")
+	stdout, stderr, code := runCLI(t, "outbox", "stats", "--data-dir", dataDir, "--database-url=")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "PENDING")
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
@@ -37,21 +35,6 @@ func outboxTestDB(t *testing.T, dialect database.Dialect) (*database.DB, string)
 	return db, url
 }
 
-// outboxRun runs the command line as main does and returns stdout, stderr
-// and the exit status. It mounts the outbox command itself when the root
-// does not have it yet.
-func outboxRun(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCommand(&out, &errOut)
-	if c, _, err := root.Find([]string{"outbox"}); err != nil || c == root {
-		root.AddCommand(newOutboxCommand())
-	}
-	root.SetArgs(args)
-	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
-	return out.String(), errOut.String(), code
-}
-
 type outboxFixture struct {
 	db                          *database.DB
 	url                         string
@@ -64,11 +47,7 @@ func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 	t.Helper()
 	db, url := outboxTestDB(t, dialect)
 	base := time.Now().Add(-30 * 24 * time.Hour)
-	write := func(post int64, at time.Time) outbox.Message {
-		m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
-		require.NoError(t, err)
-		return *m
-	}
+	write := func(post int64, at time.Time) outbox.Message { return eventtest.Append(t, db.DB, post, at) }
 	f := &outboxFixture{db: db, url: url,
 		failed: write(1, base), held: write(1, base.Add(time.Second)),
 		sent: write(2, base.Add(2*time.Second)), oldSent: write(3, base.Add(3*time.Second))}
@@ -84,9 +63,7 @@ func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 
 func (f *outboxFixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
-	var m outbox.Message
-	require.NoError(t, f.db.First(&m, id).Error)
-	return m.Status
+	return databasetest.Load[outbox.Message](t, f.db.DB, id).Status
 }
 
 func outboxID(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
@@ -103,7 +80,7 @@ func outboxEachDialect(t *testing.T, fn func(t *testing.T, f *outboxFixture)) {
 func TestOutboxStats(t *testing.T) {
 	t.Parallel()
 	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
-		out, errOut, code := outboxRun(t, "outbox", "stats", "--database-url", f.url)
+		out, errOut, code := runCLI(t, "outbox", "stats", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		require.Regexp(t, `(?m)^STATUS\s+ROWS\s*$`, out)
 		require.Regexp(t, `(?m)^PENDING\s+1\s*$`, out)
@@ -114,7 +91,7 @@ func TestOutboxStats(t *testing.T) {
 		require.Contains(t, out, "blocked behind a FAIL row of their post: 1\n")
 		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+`+f.failed.EventID+`\s+1\s+1$`, out)
 
-		out, errOut, code = outboxRun(t, "outbox", "stats", "--json", "--database-url", f.url)
+		out, errOut, code = runCLI(t, "outbox", "stats", "--json", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		var st map[string]any
 		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
@@ -122,7 +99,7 @@ func TestOutboxStats(t *testing.T) {
 		require.EqualValues(t, 1, st["blocked"])
 		require.EqualValues(t, 1, st["failed"])
 
-		_, errOut, code = outboxRun(t, "outbox", "stats", "extra", "--database-url", f.url)
+		_, errOut, code = runCLI(t, "outbox", "stats", "extra", "--database-url", f.url)
 		require.Equal(t, 2, code)
 		require.Contains(t, errOut, `"extra"`)
 	})
@@ -131,7 +108,7 @@ func TestOutboxStats(t *testing.T) {
 func TestOutboxList(t *testing.T) {
 	t.Parallel()
 	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
-		out, errOut, code := outboxRun(t, "outbox", "list", "--status", "FAIL", "--database-url", f.url)
+		out, errOut, code := runCLI(t, "outbox", "list", "--status", "FAIL", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 2, out)
@@ -141,7 +118,7 @@ func TestOutboxList(t *testing.T) {
 		// The columns line up: the last error starts at the header's column.
 		require.Equal(t, strings.Index(lines[0], "LAST ERROR"), strings.Index(lines[1], "kafka:"))
 
-		out, errOut, code = outboxRun(t, "outbox", "list", "--status", "sent", "--limit", "1", "--json", "--database-url", f.url)
+		out, errOut, code = runCLI(t, "outbox", "list", "--status", "sent", "--limit", "1", "--json", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		var got struct {
 			Items []outbox.Entry `json:"items"`
@@ -150,12 +127,12 @@ func TestOutboxList(t *testing.T) {
 		require.Len(t, got.Items, 1)
 		require.Equal(t, f.sent.ID, got.Items[0].ID, "oldest first")
 
-		out, _, code = outboxRun(t, "outbox", "list", "--status", "RETRY", "--database-url", f.url)
+		out, _, code = runCLI(t, "outbox", "list", "--status", "RETRY", "--database-url", f.url)
 		require.Equal(t, 0, code)
 		require.Equal(t, "no RETRY rows\n", out)
 
 		for _, bad := range [][]string{{"--status", "DONE"}, {"--limit", "0"}, {"--limit", "x"}} {
-			_, errOut, code = outboxRun(t, append([]string{"outbox", "list", "--database-url", f.url}, bad...)...)
+			_, errOut, code = runCLI(t, append([]string{"outbox", "list", "--database-url", f.url}, bad...)...)
 			require.Equal(t, 2, code, "%v: %s", bad, errOut)
 			require.Contains(t, errOut, bad[0])
 		}
@@ -165,7 +142,7 @@ func TestOutboxList(t *testing.T) {
 func TestOutboxRequeue(t *testing.T) {
 	t.Parallel()
 	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
-		out, errOut, code := outboxRun(t, "outbox", "requeue", outboxID(f.failed), outboxID(f.sent), "999999",
+		out, errOut, code := runCLI(t, "outbox", "requeue", outboxID(f.failed), outboxID(f.sent), "999999",
 			"--database-url", f.url)
 		require.Equal(t, 1, code, "a refused id makes the exit status 1")
 		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+requeued \(now PENDING\)$`, out)
@@ -184,13 +161,13 @@ func TestOutboxRequeue(t *testing.T) {
 			{nil, "at least one ID"},
 			{[]string{"--all-failed", "3"}, "not both"},
 		} {
-			_, errOut, code = outboxRun(t, append([]string{"outbox", "requeue", "--database-url", f.url}, bad.args...)...)
+			_, errOut, code = runCLI(t, append([]string{"outbox", "requeue", "--database-url", f.url}, bad.args...)...)
 			require.Equal(t, 2, code, "%v: %s", bad.args, errOut)
 			require.Contains(t, errOut, bad.says)
 		}
 
 		require.NoError(t, f.db.Model(&outbox.Message{}).Where("id = ?", f.failed.ID).Update("status", outbox.StatusFail).Error)
-		out, errOut, code = outboxRun(t, "outbox", "requeue", "--all-failed", "--database-url", f.url)
+		out, errOut, code = runCLI(t, "outbox", "requeue", "--all-failed", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		require.Equal(t, "requeued 1 FAIL rows\n", out)
 		require.Equal(t, outbox.StatusPending, f.status(t, f.failed.ID))
@@ -200,7 +177,7 @@ func TestOutboxRequeue(t *testing.T) {
 func TestOutboxDiscard(t *testing.T) {
 	t.Parallel()
 	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
-		out, errOut, code := outboxRun(t, "outbox", "discard", outboxID(f.failed), "--database-url", f.url)
+		out, errOut, code := runCLI(t, "outbox", "discard", outboxID(f.failed), "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+discarded \(now FAIL\)$`, out)
 		st, err := outbox.Stats(context.Background(), f.db.DB, time.Now())
@@ -208,18 +185,18 @@ func TestOutboxDiscard(t *testing.T) {
 		require.EqualValues(t, 1, st.Discarded)
 		require.EqualValues(t, 0, st.Blocked)
 
-		out, _, code = outboxRun(t, "outbox", "requeue", outboxID(f.failed), "--database-url", f.url)
+		out, _, code = runCLI(t, "outbox", "requeue", outboxID(f.failed), "--database-url", f.url)
 		require.Equal(t, 1, code)
 		require.Contains(t, out, "not requeued: discarded at ")
 
-		out, errOut, code = outboxRun(t, "outbox", "discard", outboxID(f.sent), outboxID(f.failed), "--database-url", f.url)
+		out, errOut, code = runCLI(t, "outbox", "discard", outboxID(f.sent), outboxID(f.failed), "--database-url", f.url)
 		require.Equal(t, 1, code, "a refused id makes the exit status 1")
 		require.Regexp(t, `(?m)^`+outboxID(f.sent)+`\s+not discarded: status SENT, only FAIL rows can be discarded$`, out)
 		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+not discarded: already discarded at \S+Z$`, out)
 		require.Contains(t, errOut, "posting: 2 of 2 ids not discarded")
 		require.Equal(t, outbox.StatusSent, f.status(t, f.sent.ID))
 
-		_, errOut, code = outboxRun(t, "outbox", "discard", "--database-url", f.url)
+		_, errOut, code = runCLI(t, "outbox", "discard", "--database-url", f.url)
 		require.Equal(t, 2, code)
 		require.Contains(t, errOut, "discard needs at least one ID")
 	})
@@ -228,7 +205,7 @@ func TestOutboxDiscard(t *testing.T) {
 func TestOutboxPurge(t *testing.T) {
 	t.Parallel()
 	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
-		out, errOut, code := outboxRun(t, "outbox", "purge", "--older-than", "168h", "--batch-size", "1", "--pause", "0s",
+		out, errOut, code := runCLI(t, "outbox", "purge", "--older-than", "168h", "--batch-size", "1", "--pause", "0s",
 			"--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		require.Regexp(t, `^deleted 1 SENT rows sent before \S+Z\n$`, out)
@@ -237,7 +214,7 @@ func TestOutboxPurge(t *testing.T) {
 		require.Equal(t, []int64{f.failed.ID, f.held.ID, f.sent.ID}, left)
 
 		for _, bad := range [][]string{{"--older-than", "0s"}, {"--older-than", "soon"}, {"--batch-size", "0"}, {"--pause", "-1s"}} {
-			_, errOut, code = outboxRun(t, append([]string{"outbox", "purge", "--database-url", f.url}, bad...)...)
+			_, errOut, code = runCLI(t, append([]string{"outbox", "purge", "--database-url", f.url}, bad...)...)
 			require.Equal(t, 2, code, "%v: %s", bad, errOut)
 			require.Contains(t, errOut, bad[0])
 		}
@@ -251,18 +228,18 @@ func TestOutboxEnvironment(t *testing.T) {
 	t.Setenv("POSTING_DATABASE_URL", f.url)
 	t.Setenv("POSTING_STATUS", "BOGUS")
 	t.Setenv("POSTING_JSON", "true")
-	out, errOut, code := outboxRun(t, "outbox", "list")
+	out, errOut, code := runCLI(t, "outbox", "list")
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s`, out)
 
 	t.Setenv("POSTING_LOG_FORMAT", "yaml")
-	_, errOut, code = outboxRun(t, "outbox", "stats")
+	_, errOut, code = runCLI(t, "outbox", "stats")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "POSTING_LOG_FORMAT")
 
 	t.Setenv("POSTING_LOG_FORMAT", "text")
 	t.Setenv("POSTING_DATABASE_URL", "ftp://nowhere")
-	_, errOut, code = outboxRun(t, "outbox", "stats")
+	_, errOut, code = runCLI(t, "outbox", "stats")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "POSTING_DATABASE_URL")
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"regexp"
 	"strconv"
@@ -17,21 +15,6 @@ import (
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
-
-// publicationsRun runs the command line as main does and returns stdout,
-// stderr and the exit status. It mounts the publications command itself
-// until root.go registers it.
-func publicationsRun(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCommand(&out, &errOut)
-	if c, _, err := root.Find([]string{"publications"}); err != nil || c == root {
-		root.AddCommand(newPublicationsCommand())
-	}
-	root.SetArgs(args)
-	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
-	return out.String(), errOut.String(), code
-}
 
 type publicationsFixture struct {
 	db  *database.DB
@@ -65,9 +48,7 @@ func publicationsSetup(t *testing.T, dialect database.Dialect) *publicationsFixt
 
 func (f *publicationsFixture) status(t *testing.T, id int64) worker.PublicationStatus {
 	t.Helper()
-	var p worker.Publication
-	require.NoError(t, f.db.Where("post_id = ?", id).Take(&p).Error)
-	return p.Status
+	return databasetest.Load[worker.Publication](t, f.db.DB, id).Status
 }
 
 func publicationsEachDialect(t *testing.T, fn func(t *testing.T, f *publicationsFixture)) {
@@ -82,7 +63,7 @@ func publicationsEachDialect(t *testing.T, fn func(t *testing.T, f *publications
 func TestPublicationsList(t *testing.T) {
 	t.Parallel()
 	publicationsEachDialect(t, func(t *testing.T, f *publicationsFixture) {
-		out, errOut, code := publicationsRun(t, "publications", "list", "--database-url", f.url)
+		out, errOut, code := runCLI(t, "publications", "list", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 3, out)
@@ -92,7 +73,7 @@ func TestPublicationsList(t *testing.T) {
 		require.Regexp(t, `^`+strconv.FormatInt(f.cancelled, 10)+`\s+CANCELLED\s+1\s+`, lines[2])
 		require.Empty(t, errOut, "a read-only listing logs nothing")
 
-		out, errOut, code = publicationsRun(t, "publications", "list", "--status", "failed", "--limit", "1",
+		out, errOut, code = runCLI(t, "publications", "list", "--status", "failed", "--limit", "1",
 			"--after", strconv.FormatInt(f.refused, 10), "--json", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		var got struct {
@@ -105,12 +86,12 @@ func TestPublicationsList(t *testing.T) {
 		require.Equal(t, "CANCELLED", got.Items[0]["postStatus"])
 		require.Equal(t, "webhook refused: 410 Gone", got.Items[0]["lastError"])
 
-		out, _, code = publicationsRun(t, "publications", "list", "--status", "PUBLISHED", "--database-url", f.url)
+		out, _, code = runCLI(t, "publications", "list", "--status", "PUBLISHED", "--database-url", f.url)
 		require.Equal(t, 0, code)
 		require.Equal(t, "no PUBLISHED publications\n", out)
 
 		for _, bad := range [][]string{{"--status", "FAIL"}, {"--limit", "0"}, {"--limit", "1001"}, {"--after", "-1"}} {
-			_, errOut, code = publicationsRun(t, append([]string{"publications", "list", "--database-url", f.url}, bad...)...)
+			_, errOut, code = runCLI(t, append([]string{"publications", "list", "--database-url", f.url}, bad...)...)
 			require.Equal(t, 2, code, "%v: %s", bad, errOut)
 			require.Contains(t, errOut, bad[0])
 		}
@@ -121,7 +102,7 @@ func TestPublicationsRetry(t *testing.T) {
 	t.Parallel()
 	publicationsEachDialect(t, func(t *testing.T, f *publicationsFixture) {
 		id := func(n int64) string { return strconv.FormatInt(n, 10) }
-		out, errOut, code := publicationsRun(t, "publications", "retry", id(f.refused), id(f.cancelled), id(f.pending), "999999",
+		out, errOut, code := runCLI(t, "publications", "retry", id(f.refused), id(f.cancelled), id(f.pending), "999999",
 			"--database-url", f.url)
 		require.Equal(t, 1, code, "a refused id makes the exit status 1")
 		require.Regexp(t, `(?m)^`+id(f.refused)+`\s+retried \(now PENDING\)$`, out)
@@ -144,7 +125,7 @@ func TestPublicationsRetry(t *testing.T) {
 			{[]string{"-5"}, "-5"},
 			{nil, "at least one ID"},
 		} {
-			_, errOut, code = publicationsRun(t, append([]string{"publications", "retry", "--database-url", f.url}, bad.args...)...)
+			_, errOut, code = runCLI(t, append([]string{"publications", "retry", "--database-url", f.url}, bad.args...)...)
 			require.Equal(t, 2, code, "%v: %s", bad.args, errOut)
 			require.Contains(t, errOut, bad.says)
 		}
@@ -156,25 +137,25 @@ func TestPublicationsRetry(t *testing.T) {
 func TestOperatorCommandsLogOnStderrOnly(t *testing.T) {
 	t.Parallel()
 	f := publicationsSetup(t, database.SQLite)
-	out, errOut, code := publicationsRun(t, "publications", "retry", strconv.FormatInt(f.refused, 10), "--database-url", f.url)
+	out, errOut, code := runCLI(t, "publications", "retry", strconv.FormatInt(f.refused, 10), "--database-url", f.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^POST ID\s+RESULT\n\d+\s+retried \(now PENDING\)\n$`, out)
 	require.Contains(t, errOut, `level=INFO msg="publication retried by an operator"`)
 	require.Contains(t, errOut, "post_id="+strconv.FormatInt(f.refused, 10))
 
 	o := outboxSetup(t, database.SQLite)
-	out, errOut, code = outboxRun(t, "outbox", "requeue", outboxID(o.failed), "--log-format", "json", "--database-url", o.url)
+	out, errOut, code = runCLI(t, "outbox", "requeue", outboxID(o.failed), "--log-format", "json", "--database-url", o.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^ID\s+RESULT\n\d+\s+requeued \(now PENDING\)\n$`, out)
 	require.Contains(t, errOut, `"msg":"outbox row requeued by an operator"`)
 
-	out, errOut, code = outboxRun(t, "outbox", "purge", "--pause", "0s", "--database-url", o.url)
+	out, errOut, code = runCLI(t, "outbox", "purge", "--pause", "0s", "--database-url", o.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^deleted 1 SENT rows sent before \S+Z\n$`, out)
 	require.Contains(t, errOut, `msg="SENT outbox rows purged by an operator"`)
 	require.NotContains(t, out, "level=")
 
-	out, errOut, code = outboxRun(t, "migrate", "--database-url", o.url)
+	out, errOut, code = runCLI(t, "migrate", "--database-url", o.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^applied 0 migrations to \S+\n$`, out)
 	require.Contains(t, errOut, `msg="migrations applied"`)

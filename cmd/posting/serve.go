@@ -17,6 +17,7 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
@@ -24,6 +25,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
 )
 
 func newServeCommand() *cobra.Command {
@@ -125,7 +127,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	cc := s.cleanerConfig()
 	cc.Logger = log
-	cleaner, err := outbox.NewCleaner(db.DB, cc)
+	cleaner, err := outbox.NewCleaner(db.DB, cc,
+		outbox.PurgeStep{Name: "outbox", Purge: outbox.Purge},
+		outbox.PurgeStep{Name: "inbox", Purge: inbox.Purge},
+		outbox.PurgeStep{Name: "publications", Purge: worker.PurgePublications})
 	if err != nil {
 		return settingError(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
@@ -45,59 +46,22 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// syncBuffer collects a process's output for the test's failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *logtest.Buffer
 	done chan error
 	http string
 }
 
 func startServe(t *testing.T, env ...string) *proc {
 	t.Helper()
-	bin, err := buildBinary()
-	require.NoError(t, err)
-	p := &proc{out: &syncBuffer{}, done: make(chan error, 1)}
+	addr := ""
 	for _, e := range env {
 		if v, ok := strings.CutPrefix(e, "POSTING_HTTP_ADDR="); ok {
-			p.http = v
+			addr = v
 		}
 	}
-	p.cmd = exec.Command(bin, "serve")
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("posting serve output:\n%s", p.out.String())
-		}
-	})
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + p.http + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "serve never became ready")
-	return p
+	return startBinary(t, addr, env, "serve")
 }
 
 func (p *proc) terminate(t *testing.T) {
@@ -225,8 +189,6 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 // A bad setting stops the program at start with a message naming it, exit 2.
 func TestBadSettingExits2(t *testing.T) {
 	t.Parallel()
-	bin, err := buildBinary()
-	require.NoError(t, err)
 	for env, want := range map[string]string{
 		"POSTING_RELAY_INTERVAL=fast":            `POSTING_RELAY_INTERVAL="fast"`,
 		"POSTING_RELAY_BATCH_SIZE=0":             "POSTING_RELAY_BATCH_SIZE",
@@ -237,29 +199,22 @@ func TestBadSettingExits2(t *testing.T) {
 		"POSTING_PUBLISH_WEBHOOK_URL=ftp://x/y":  `POSTING_PUBLISH_WEBHOOK_URL="ftp://x/y"`,
 		"POSTING_WORKER_GROUP=":                  "POSTING_WORKER_GROUP",
 	} {
-		cmd := exec.Command(bin, "serve")
-		cmd.Env = append(os.Environ(), env, "POSTING_DATA_DIR="+t.TempDir(), "POSTING_HTTP_ADDR="+freeAddr(t),
-			"POSTING_EMBEDDED_KAFKA_ADDR="+freeAddr(t))
-		out, err := cmd.CombinedOutput()
-		require.Error(t, err, env)
-		require.Equal(t, 2, cmd.ProcessState.ExitCode(), "%s: %s", env, out)
-		require.Contains(t, string(out), want, env)
+		out, code := runBinary(t, []string{env, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_ADDR=" + freeAddr(t),
+			"POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}, "serve")
+		require.Equal(t, 2, code, "%s: %s", env, out)
+		require.Contains(t, out, want, env)
 	}
 	for env, want := range map[string]string{
 		"POSTING_PUBLISH_WEBHOOK_URL=http://": "POSTING_PUBLISH_WEBHOOK_URL",
 		"POSTING_LOG_FORMAT=xml":              "POSTING_LOG_FORMAT",
 	} {
-		cmd := exec.Command(bin, "worker")
-		cmd.Env = append(os.Environ(), env, "POSTING_DATA_DIR="+t.TempDir(), "POSTING_WORKER_HTTP_ADDR=")
-		out, err := cmd.CombinedOutput()
-		require.Error(t, err, env)
-		require.Equal(t, 2, cmd.ProcessState.ExitCode(), "worker %s: %s", env, out)
-		require.Contains(t, string(out), want, env)
+		out, code := runBinary(t, []string{env, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_WORKER_HTTP_ADDR="}, "worker")
+		require.Equal(t, 2, code, "worker %s: %s", env, out)
+		require.Contains(t, out, want, env)
 	}
-	cmd := exec.Command(bin, "serve", "--relay-interval", "soon")
-	out, _ := cmd.CombinedOutput()
-	require.Equal(t, 2, cmd.ProcessState.ExitCode(), string(out))
-	require.Contains(t, string(out), "relay-interval")
+	out, code := runBinary(t, nil, "serve", "--relay-interval", "soon")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "relay-interval")
 }
 
 // migrate applies the schema and is a no-op the second time.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,14 +12,9 @@ import (
 // wrapper).
 func TestServeRefusesAStaleLimitBelowTheSendBound(t *testing.T) {
 	t.Parallel()
-	bin, err := buildBinary()
-	require.NoError(t, err)
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), "POSTING_RELAY_STALE_AFTER=11s", "POSTING_DATA_DIR="+t.TempDir(),
-		"POSTING_HTTP_ADDR="+freeAddr(t), "POSTING_EMBEDDED_KAFKA_ADDR="+freeAddr(t))
-	out, err := cmd.CombinedOutput()
-	require.Error(t, err)
-	require.Equal(t, 2, cmd.ProcessState.ExitCode(), string(out))
-	require.Contains(t, string(out), `POSTING_RELAY_STALE_AFTER="11s"`)
-	require.Contains(t, string(out), "must be more than 1m15s", "the minimum: (30s send + 30s write) and a quarter")
+	out, code := runBinary(t, []string{"POSTING_RELAY_STALE_AFTER=11s", "POSTING_DATA_DIR=" + t.TempDir(),
+		"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}, "serve")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, `POSTING_RELAY_STALE_AFTER="11s"`)
+	require.Contains(t, out, "must be more than 1m15s", "the minimum: (30s send + 30s write) and a quarter")
 }

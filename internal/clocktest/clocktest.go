@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// T0 is the instant tests anchor their fixed times at, in UTC and with no
+// sub-second part, so it survives every database's DATETIME(6) unchanged.
+var T0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
 // Clock is a clock that stands still until the test moves it. It is safe
 // for concurrent use; pass its Now where a component takes a clock.
 type Clock struct {
