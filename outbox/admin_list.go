@@ -14,9 +14,9 @@ import (
 // payload, plus discarded_at. JSON names are camelCase for the admin API and
 // `posting outbox list --json`.
 type Entry struct {
-	ID            int64      `gorm:"column:id" json:"id"`
-	EventID       string     `gorm:"column:event_id" json:"eventId"`
-	EventType     string     `gorm:"column:event_type" json:"eventType"`
+	ID        int64  `gorm:"column:id" json:"id"`
+	EventID   string `gorm:"column:event_id" json:"eventId"`
+	EventType string `gorm:"column:event_type" json:"eventType"`
 	// PostID is the aggregate id; "postId" is the admin API's JSON shape and stays.
 	PostID        int64      `gorm:"column:aggregate_id" json:"postId"`
 	Status        Status     `gorm:"column:status" json:"status"`

@@ -31,7 +31,7 @@ type Summary struct {
 
 // Waiting describes the oldest row that waits for the relay.
 type Waiting struct {
-	ID      int64     `json:"id"`
+	ID int64 `json:"id"`
 	// PostID is the aggregate id; "postId" is the admin API's JSON shape and stays.
 	PostID  int64     `json:"postId"`
 	Status  Status    `json:"status"`
@@ -47,7 +47,7 @@ type Blocking struct {
 	ID      int64  `json:"id"`
 	EventID string `json:"eventId"`
 	// PostID is the aggregate id; "postId" is the admin API's JSON shape and stays.
-	PostID  int64  `json:"postId"`
+	PostID int64 `json:"postId"`
 	// Blocked is the PENDING and RETRY rows of the post after this one.
 	Blocked int64 `json:"blocked"`
 }
