@@ -39,7 +39,7 @@ var entryColumns = []string{"id", "event_id", "event_type", "aggregate_id", "sta
 	"created", "next_attempt_at", "claimed_by", "claimed_at", "sent_at", "discarded_at", "last_error"}
 
 // List returns up to limit rows of status, oldest first by (created, id),
-// so that for FAIL the head of each post comes before what it holds. limit
+// so that for FAIL the head of each aggregate comes before what it holds. limit
 // 0 means DefaultListLimit; it must not exceed MaxListLimit.
 func List(ctx context.Context, db *gorm.DB, status Status, limit int) ([]Entry, error) {
 	if !slices.Contains(Statuses, status) {

@@ -40,8 +40,8 @@ type RowResult struct {
 // (duplicates once). A row that is not FAIL, is discarded, or changed
 // between read and write (version check) is refused and left unchanged.
 //
-// Requeueing keeps per-post order: the later events of the post are still
-// waiting behind the row. A discarded row is refused because its post's
+// Requeueing keeps per-aggregate order: the later events of the aggregate are still
+// waiting behind the row. A discarded row is refused because its aggregate's
 // later events may have been sent after it was discarded; sending it now
 // would deliver it out of order.
 func Requeue(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []RowResult {
@@ -59,7 +59,7 @@ func Requeue(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []Row
 
 // Discard marks each FAIL row of ids as given up on by an operator: it stays
 // FAIL and in the history, with discarded_at and a note in last_error, and
-// no longer holds the later events of its post, which the relay then sends.
+// no longer holds the later events of its aggregate, which the relay then sends.
 // Each id is reported on its own, as by Requeue.
 func Discard(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []RowResult {
 	now = database.Normalize(now)
@@ -103,7 +103,7 @@ func eachRow(ctx context.Context, db *gorm.DB, ids []int64, verb string,
 				reason := "already discarded at " + e.DiscardedAt.Format(time.RFC3339)
 				if verb == "requeued" {
 					reason = "discarded at " + e.DiscardedAt.Format(time.RFC3339) +
-						"; a discarded event is not requeued, later events of its post may have been sent after it"
+						"; a discarded event is not requeued, later events of its key may have been sent after it"
 				}
 				return e, &RowError{ID: id, Err: ErrDiscarded, Reason: reason}
 			}

@@ -21,11 +21,11 @@ type Summary struct {
 	// none waits.
 	OldestWaiting *Waiting `json:"oldestWaiting"`
 	// Blocked is the PENDING and RETRY rows that cannot be claimed because an
-	// earlier event of the same post is FAIL (and not discarded).
+	// earlier event of the same aggregate is FAIL (and not discarded).
 	Blocked int64 `json:"blocked"`
-	// Blocking are the FAIL rows that hold later events of their post, by
+	// Blocking are the FAIL rows that hold later events of their aggregate, by
 	// id, at most MaxBlockingListed of them. Requeue or discard them to
-	// release their posts.
+	// release their aggregates.
 	Blocking []Blocking `json:"blocking"`
 }
 
@@ -42,13 +42,13 @@ type Waiting struct {
 	AgeSeconds float64 `json:"ageSeconds"`
 }
 
-// Blocking is a FAIL row that holds later events of its post.
+// Blocking is a FAIL row that holds later events of its aggregate.
 type Blocking struct {
 	ID      int64  `json:"id"`
 	EventID string `json:"eventId"`
 	// PostID is the aggregate id; "postId" is the admin API's JSON shape and stays.
 	PostID int64 `json:"postId"`
-	// Blocked is the PENDING and RETRY rows of the post after this one.
+	// Blocked is the PENDING and RETRY rows of the aggregate after this one.
 	Blocked int64 `json:"blocked"`
 }
 
@@ -95,8 +95,8 @@ func Stats(ctx context.Context, db *gorm.DB, now time.Time) (Summary, error) {
 	}
 
 	// Both queries start from the FAIL rows, which are few, and look up the
-	// later unsent rows of their post by idx_outbox_unsent_aggregate_id
-	// (migration 00004), which skips the post's SENT history.
+	// later unsent rows of their aggregate by idx_outbox_unsent_aggregate_id
+	// (migration 00004), which skips the aggregate's SENT history.
 	err := db.Raw(`SELECT COUNT(*) FROM outbox w
 JOIN (SELECT aggregate_id, MIN(id) AS first_id FROM outbox
       WHERE status = ? AND discarded_at IS NULL GROUP BY aggregate_id) f
