@@ -1,10 +1,13 @@
 // Package databasetest gives tests an isolated, migrated database on MySQL
-// (MariaDB) and on SQLite, so the same store and service tests run on both.
+// (MariaDB), PostgreSQL and SQLite, so the same store and service tests run
+// on all three.
 //
 // MySQL is reached at POSTING_TEST_MYSQL_URL (default
 // mysql://root@127.0.0.1:3306/test). When it is unreachable the MySQL variant
 // is skipped with a message, unless POSTING_TEST_REQUIRE_MYSQL=1, as in CI,
-// where it fails instead.
+// where it fails instead. PostgreSQL likewise, at POSTING_TEST_POSTGRES_URL
+// (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) with
+// POSTING_TEST_REQUIRE_POSTGRES=1.
 package databasetest
 
 import (
@@ -49,6 +52,8 @@ func New(t testing.TB, dialect database.Dialect) *database.DB {
 		return NewSQLite(t)
 	case database.MySQL:
 		return NewMySQL(t)
+	case database.PostgreSQL:
+		return NewPostgres(t)
 	default:
 		t.Fatalf("unknown dialect %q", dialect)
 		return nil
@@ -100,7 +105,7 @@ func MySQLURL(t testing.TB, prefix string) string {
 	if err != nil {
 		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", base, err)
 	}
-	admin, err := openAdmin(dsn)
+	admin, err := openMySQLAdmin(dsn)
 	if err != nil {
 		if os.Getenv("POSTING_TEST_REQUIRE_MYSQL") == "1" {
 			t.Fatalf("MySQL required (POSTING_TEST_REQUIRE_MYSQL=1) but not reachable at %s: %v", u.Host, err)
@@ -127,7 +132,7 @@ func MySQLURL(t testing.TB, prefix string) string {
 	return u.String()
 }
 
-func openAdmin(dsn string) (*sql.DB, error) {
+func openMySQLAdmin(dsn string) (*sql.DB, error) {
 	cfg, err := mysqldriver.ParseDSN(dsn)
 	if err != nil {
 		return nil, err
