@@ -11,7 +11,8 @@ import (
 )
 
 // dialect is what the Store says differently on each database, one
-// implementation per file (dialect_mysql.go, dialect_sqlite.go). The
+// implementation per file (dialect_mysql.go, dialect_postgres.go,
+// dialect_sqlite.go). The
 // statements stay the Store's; a dialect supplies the parts that differ, so
 // a new database is one more file and one more case in dialectFor.
 type dialect interface {
@@ -34,6 +35,8 @@ func dialectFor(d database.Dialect) dialect {
 	switch d {
 	case database.MySQL:
 		return mysqlDialect{}
+	case database.PostgreSQL:
+		return postgresDialect{}
 	case database.SQLite:
 		return sqliteDialect{}
 	default:
