@@ -19,13 +19,7 @@ import (
 // freshURL returns the URL of a fresh, empty database of the dialect.
 func freshURL(t *testing.T, d database.Dialect) string {
 	t.Helper()
-	switch d {
-	case database.MySQL:
-		return databasetest.MySQLURL(t, "migrate")
-	case database.PostgreSQL:
-		return databasetest.PostgresURL(t, "migrate")
-	}
-	return "sqlite://" + filepath.Join(t.TempDir(), "fresh.db")
+	return databasetest.URL(t, d, "migrate")
 }
 
 func migrationCount(t *testing.T, d database.Dialect) int {

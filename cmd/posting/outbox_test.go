@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,10 +24,7 @@ import (
 // as an operator would pass it.
 func outboxTestDB(t *testing.T, dialect database.Dialect) (*database.DB, string) {
 	t.Helper()
-	url := "sqlite://" + filepath.Join(t.TempDir(), "ops.db")
-	if dialect == database.MySQL {
-		url = databasetest.MySQLURL(t, "posting_cli")
-	}
+	url := databasetest.URL(t, dialect, "posting_cli")
 	db, err := database.Open(url, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })

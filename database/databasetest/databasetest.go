@@ -32,7 +32,7 @@ import (
 const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
 
 // Dialects lists the dialects Each runs a test on.
-var Dialects = []database.Dialect{database.MySQL, database.SQLite}
+var Dialects = []database.Dialect{database.MySQL, database.PostgreSQL, database.SQLite}
 
 // Each runs fn as a subtest per dialect, each with its own fresh database.
 func Each(t *testing.T, fn func(t *testing.T, db *database.DB)) {
@@ -168,4 +168,24 @@ func randomSuffix() string {
 		panic(fmt.Sprintf("crypto/rand: %v", err))
 	}
 	return hex.EncodeToString(b)
+}
+
+// URL returns the URL of a fresh empty database of the dialect, for code
+// that opens its own pools (several instances, the built binary): a new
+// database on the MySQL or PostgreSQL test server (see MySQLURL,
+// PostgresURL), or a SQLite file under t.TempDir(). prefix, if set, starts
+// a server database's name.
+func URL(t testing.TB, dialect database.Dialect, prefix string) string {
+	t.Helper()
+	switch dialect {
+	case database.MySQL:
+		return MySQLURL(t, prefix)
+	case database.PostgreSQL:
+		return PostgresURL(t, prefix)
+	case database.SQLite:
+		return "sqlite://" + filepath.Join(t.TempDir(), "test.db")
+	default:
+		t.Fatalf("unknown dialect %q", dialect)
+		return ""
+	}
 }
