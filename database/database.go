@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
@@ -33,6 +34,7 @@ type DB struct {
 	// Location says where the data lives, without credentials, for logs.
 	Location string
 	name     string // the MySQL or PostgreSQL database, for messages
+	pgConfig *pgx.ConnConfig // how the pool connects, on PostgreSQL
 }
 
 // Open opens rawURL: "mysql://user:pass@host:port/db?params",

@@ -80,7 +80,28 @@ func openPostgres(cfg *pgx.ConnConfig, location, name string) (*DB, error) {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", location, explainPostgres(err, name))
 	}
-	return &DB{DB: g, Dialect: PostgreSQL, Location: "postgres://" + location, name: name}, nil
+	return &DB{DB: g, Dialect: PostgreSQL, Location: "postgres://" + location, name: name, pgConfig: cfg}, nil
+}
+
+// ErrNotPostgres is ConnectPostgres's error on another database.
+var ErrNotPostgres = errors.New("not a PostgreSQL database")
+
+// ConnectPostgres opens one connection of its own to db's PostgreSQL server,
+// with the pool's settings, outside the pool: for a session that must last,
+// such as a LISTEN. The caller closes it.
+func (db *DB) ConnectPostgres(ctx context.Context) (*pgx.Conn, error) {
+	if db.pgConfig == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotPostgres, db.Location)
+	}
+	conn, err := pgx.ConnectConfig(ctx, db.pgConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if err := readInUTC(ctx, conn); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
 }
 
 // explainPostgres turns invalid_catalog_name (3D000, "database does not

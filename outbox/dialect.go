@@ -27,6 +27,10 @@ type dialect interface {
 	versionMatch(msgs []Message) clause.Expr
 	// defersAcksToNextClaim is Store.DefersAcksToNextClaim.
 	defersAcksToNextClaim() bool
+	// announce runs through tx, the transaction that appended rows, what
+	// tells waiting relays about them when it commits; nothing where the
+	// database has no such signal.
+	announce(tx *gorm.DB) error
 }
 
 // dialectFor returns the statements of d. Every database.Open dialect has

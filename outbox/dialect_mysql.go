@@ -30,3 +30,6 @@ func (mysqlDialect) versionMatch(msgs []Message) clause.Expr {
 // acknowledgements with the next claim saves a durable commit and two round
 // trips per batch.
 func (mysqlDialect) defersAcksToNextClaim() bool { return true }
+
+// announce does nothing: relays find new rows by polling.
+func (mysqlDialect) announce(*gorm.DB) error { return nil }

@@ -36,3 +36,11 @@ func (postgresDialect) versionMatch(msgs []Message) clause.Expr {
 // batches are small. Unlike SQLite, PostgreSQL's row locks let other relays
 // claim meanwhile.
 func (postgresDialect) defersAcksToNextClaim() bool { return true }
+
+// announce runs NOTIFY on NotifyChannel. PostgreSQL delivers it when the
+// transaction commits, and not at all if it rolls back, and folds the
+// identical notifications of one transaction into one: a transaction that
+// appends a hundred rows wakes each listening relay once.
+func (postgresDialect) announce(tx *gorm.DB) error {
+	return tx.Exec("NOTIFY " + NotifyChannel).Error
+}

@@ -172,6 +172,9 @@ type Relay struct {
 	// troubleUntil holds stale recovery back after a failed poll (by the
 	// relay's own clock): until a stale limit after the last failure.
 	troubleUntil time.Time
+	// wake holds one request to end the loop's pause early (see Wake);
+	// requests made while one is pending are folded into it.
+	wake chan struct{}
 }
 
 // StaleLimitError is why New refuses a StaleAfter that a healthy claim could
@@ -214,7 +217,34 @@ func New(store *outbox.Store, pub Publisher, cfg Config) (*Relay, error) {
 			})
 		}
 	}
-	return &Relay{cfg: cfg, store: store, pub: pub}, nil
+	return &Relay{cfg: cfg, store: store, pub: pub, wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake makes the loop poll now if it is pausing between polls, or as soon
+// as its poll in progress ends: rows were appended (a PostgreSQL
+// notification). It never blocks, and any number of calls before the loop
+// next looks make one poll. The interval stays the safety net for a wake
+// that never comes; a relay backing off an outage ignores wakes.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pause waits d, or less if Wake is called, and returns false if stop
+// ends first.
+func (r *Relay) pause(stop context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-stop.Done():
+		return false
+	case <-r.wake:
+		return true
+	case <-t.C:
+		return true
+	}
 }
 
 // Config returns the relay's configuration with defaults filled in.
@@ -555,7 +585,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			}
 			continue
 		}
-		if !backoff.Sleep(stop, wait) {
+		if !r.pause(stop, wait) {
 			return
 		}
 	}

@@ -153,6 +153,9 @@ func openMySQLAdmin(dsn string) (*sql.DB, error) {
 	return db, nil
 }
 
+// Migrate applies the migrations to db, a database made by URL.
+func Migrate(t testing.TB, db *database.DB) { t.Helper(); migrate(t, db) }
+
 func migrate(t testing.TB, db *database.DB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
