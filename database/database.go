@@ -33,7 +33,7 @@ type DB struct {
 	Dialect Dialect
 	// Location says where the data lives, without credentials, for logs.
 	Location string
-	name     string // the MySQL or PostgreSQL database, for messages
+	name     string          // the MySQL or PostgreSQL database, for messages
 	pgConfig *pgx.ConnConfig // how the pool connects, on PostgreSQL
 }
 

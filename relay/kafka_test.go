@@ -123,7 +123,7 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 		t.Run(string(dialect), func(t *testing.T) {
 			t.Parallel()
 			const instances, perPost = 4, 5
-			// 10,000 events on MariaDB. SQLite is the single-process embedded
+			// 10,000 events on MariaDB and PostgreSQL. SQLite is the single-process embedded
 			// mode and serializes every write transaction, so four instances on
 			// one file only queue on its lock (about 80 s for 10,000 events under
 			// -race): 2,000 events prove the same guarantees there.

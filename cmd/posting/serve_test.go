@@ -162,6 +162,12 @@ func TestServeOnMySQL(t *testing.T) {
 	serveLifecycle(t, databasetest.MySQLURL(t, "serve"))
 }
 
+// And against PostgreSQL, where the relay also listens for notifications.
+func TestServeOnPostgres(t *testing.T) {
+	t.Parallel()
+	serveLifecycle(t, databasetest.PostgresURL(t, "serve"))
+}
+
 func serveLifecycle(t *testing.T, databaseURL string) {
 	dataDir := t.TempDir()
 	kafkaAddr := freeAddr(t)
