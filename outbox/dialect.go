@@ -60,3 +60,21 @@ func writeVersionPairs(b *strings.Builder, msgs []Message, args []any) []any {
 	}
 	return args
 }
+
+// lockSkipLocked makes q read FOR UPDATE SKIP LOCKED: concurrent claimers
+// skip each other's rows instead of waiting (MySQL 8.0.1+, MariaDB 10.6+,
+// PostgreSQL).
+func lockSkipLocked(q *gorm.DB) *gorm.DB {
+	return q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+}
+
+// rowValueIn is "(id, version) IN ((?,?),...)" over msgs, a row-value IN
+// over a list of row constructors, which MySQL and PostgreSQL resolve by
+// primary key.
+func rowValueIn(msgs []Message) clause.Expr {
+	var b strings.Builder
+	b.WriteString("(id, version) IN (")
+	args := writeVersionPairs(&b, msgs, make([]any, 0, 2*len(msgs)))
+	b.WriteString(")")
+	return clause.Expr{SQL: b.String(), Vars: args}
+}

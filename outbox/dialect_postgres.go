@@ -1,8 +1,6 @@
 package outbox
 
 import (
-	"strings"
-
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -14,19 +12,11 @@ type postgresDialect struct{}
 // other's rows instead of waiting. Under READ COMMITTED the locking read
 // sees the latest committed version of each row, so the re-check of the
 // status in claimRows is against what other claimers wrote.
-func (postgresDialect) lockForClaim(q *gorm.DB) *gorm.DB {
-	return q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
-}
+func (postgresDialect) lockForClaim(q *gorm.DB) *gorm.DB { return lockSkipLocked(q) }
 
 // versionMatch is a row-value IN over a list of row constructors, as on
 // MySQL; PostgreSQL resolves it by primary key.
-func (postgresDialect) versionMatch(msgs []Message) clause.Expr {
-	var b strings.Builder
-	b.WriteString("(id, version) IN (")
-	args := writeVersionPairs(&b, msgs, make([]any, 0, 2*len(msgs)))
-	b.WriteString(")")
-	return clause.Expr{SQL: b.String(), Vars: args}
-}
+func (postgresDialect) versionMatch(msgs []Message) clause.Expr { return rowValueIn(msgs) }
 
 // defersAcksToNextClaim is true, by measurement: BenchmarkRelay on
 // PostgreSQL 15 here (10,000 events, one relay, the table analyzed) moved

@@ -232,21 +232,6 @@ func (r *Relay) Wake() {
 	}
 }
 
-// pause waits d, or less if Wake is called, and returns false if stop
-// ends first.
-func (r *Relay) pause(stop context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-stop.Done():
-		return false
-	case <-r.wake:
-		return true
-	case <-t.C:
-		return true
-	}
-}
-
 // Config returns the relay's configuration with defaults filled in.
 func (r *Relay) Config() Config { return r.cfg }
 
@@ -585,7 +570,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			}
 			continue
 		}
-		if !r.pause(stop, wait) {
+		if !backoff.SleepOrWake(stop, wait, r.wake) {
 			return
 		}
 	}

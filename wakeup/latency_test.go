@@ -13,11 +13,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
-	"github.com/postingsvc/posting/kafka"
-	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -34,19 +31,7 @@ func BenchmarkCommitToBroker(b *testing.B) {
 		rate     = 200
 		duration = 10 * time.Second
 	)
-	url := databasetest.URL(b, database.PostgreSQL, "latency")
-	open := func() *database.DB {
-		db, err := database.Open(url, "")
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = db.Close() })
-		return db
-	}
-	writer, relayDB := open(), open()
-	databasetest.Migrate(b, writer)
-	broker := kafkatest.Start(b)
-	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic}, slog.New(slog.DiscardHandler))
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = producer.Close() })
+	writer, relayDB, producer, broker := twoInstances(b)
 	r, err := relay.New(outbox.NewStore(relayDB), producer, relay.Config{InstanceID: "relay", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	l, err := New(Config{Connect: relayDB.ConnectPostgres, Channel: outbox.NotifyChannel, Wake: r.Wake, Logger: slog.New(slog.DiscardHandler)})

@@ -114,10 +114,11 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	waitFor(t, woken, "a notification on the new connection")
 }
 
-// The wakeup promise: a row appended by one instance is claimed and sent by
-// another instance's relay long before its 5 s poll interval.
-func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
-	t.Parallel()
+// twoInstances returns two pools on one fresh migrated PostgreSQL database,
+// as two instances of the service hold, and a producer to an in-process
+// broker.
+func twoInstances(t testing.TB) (writer, relayDB *database.DB, producer *kafka.Producer, broker *kafkatest.Broker) {
+	t.Helper()
 	url := databasetest.URL(t, database.PostgreSQL, "wakeup")
 	open := func() *database.DB {
 		db, err := database.Open(url, "")
@@ -125,13 +126,20 @@ func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
-	writer, relayDB := open(), open()
+	writer, relayDB = open(), open()
 	databasetest.Migrate(t, writer)
-
-	broker := kafkatest.Start(t)
+	broker = kafkatest.Start(t)
 	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = producer.Close() })
+	return writer, relayDB, producer, broker
+}
+
+// The wakeup promise: a row appended by one instance is claimed and sent by
+// another instance's relay long before its 5 s poll interval.
+func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
+	t.Parallel()
+	writer, relayDB, producer, _ := twoInstances(t)
 	idle := make(chan struct{}, 100)
 	r, err := relay.New(outbox.NewStore(relayDB), producer, relay.Config{
 		InstanceID: "b", Interval: 5 * time.Second, Logger: slog.New(slog.DiscardHandler),

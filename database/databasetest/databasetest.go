@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,10 +78,15 @@ func NewSQLite(t testing.TB) *database.DB {
 // reachable, or fails it when POSTING_TEST_REQUIRE_MYSQL=1.
 func NewMySQL(t testing.TB) *database.DB {
 	t.Helper()
-	url := MySQLURL(t, "")
+	return openMigrated(t, MySQLURL(t, ""))
+}
+
+// openMigrated opens url, migrates it and closes it when the test ends.
+func openMigrated(t testing.TB, url string) *database.DB {
+	t.Helper()
 	db, err := database.Open(url, "")
 	if err != nil {
-		t.Fatalf("open mysql test database: %v", err)
+		t.Fatalf("open test database: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	migrate(t, db)
@@ -107,27 +113,12 @@ func MySQLURL(t testing.TB, prefix string) string {
 	}
 	admin, err := openMySQLAdmin(dsn)
 	if err != nil {
-		if os.Getenv("POSTING_TEST_REQUIRE_MYSQL") == "1" {
-			t.Fatalf("MySQL required (POSTING_TEST_REQUIRE_MYSQL=1) but not reachable at %s: %v", u.Host, err)
-		}
-		t.Skipf("skipping MySQL test: no server reachable at %s (%v); set POSTING_TEST_MYSQL_URL, or POSTING_TEST_REQUIRE_MYSQL=1 to fail instead", u.Host, err)
+		unreachable(t, "MySQL", "POSTING_TEST_MYSQL_URL", "POSTING_TEST_REQUIRE_MYSQL", u.Host, err)
 	}
-	if prefix == "" {
-		prefix = "posting_test"
-	}
-	name := prefix + "_" + randomSuffix()
-	if _, err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"); err != nil {
-		_ = admin.Close()
-		t.Fatalf("create test database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		defer admin.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-		}
-	})
+	name := databaseName(prefix)
+	createDatabase(t, admin, name,
+		"CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci",
+		"DROP DATABASE IF EXISTS `"+name+"`")
 	u.Path = "/" + name
 	return u.String()
 }
@@ -163,6 +154,43 @@ func migrate(t testing.TB, db *database.DB) {
 	if _, err := migrations.Apply(ctx, db, nil); err != nil {
 		t.Fatalf("migrate %s: %v", db.Dialect, err)
 	}
+}
+
+// unreachable skips the test for a server that does not answer, or fails
+// it when requireEnv is 1.
+func unreachable(t testing.TB, server, urlEnv, requireEnv, host string, err error) {
+	t.Helper()
+	if os.Getenv(requireEnv) == "1" {
+		t.Fatalf("%s required (%s=1) but not reachable at %s: %v", server, requireEnv, host, err)
+	}
+	t.Skipf("skipping %s test: no server reachable at %s (%v); set %s, or %s=1 to fail instead",
+		server, host, err, urlEnv, requireEnv)
+}
+
+// databaseName is prefix (default posting_test) and a random suffix.
+func databaseName(prefix string) string {
+	if prefix == "" {
+		prefix = "posting_test"
+	}
+	return strings.ToLower(prefix) + "_" + randomSuffix()
+}
+
+// createDatabase runs create through admin, and drop when the test ends;
+// admin is closed then.
+func createDatabase(t testing.TB, admin *sql.DB, name, create, drop string) {
+	t.Helper()
+	if _, err := admin.Exec(create); err != nil {
+		_ = admin.Close()
+		t.Fatalf("create test database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, drop); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+	})
 }
 
 func randomSuffix() string {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,13 +23,7 @@ const DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 // server is reachable, or fails it when POSTING_TEST_REQUIRE_POSTGRES=1.
 func NewPostgres(t testing.TB) *database.DB {
 	t.Helper()
-	db, err := database.Open(PostgresURL(t, ""), "")
-	if err != nil {
-		t.Fatalf("open postgres test database: %v", err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	migrate(t, db)
-	return db
+	return openMigrated(t, PostgresURL(t, ""))
 }
 
 // PostgresURL creates a fresh empty database on the test server and returns
@@ -49,29 +42,13 @@ func PostgresURL(t testing.TB, prefix string) string {
 	}
 	admin, err := openPostgresAdmin(u)
 	if err != nil {
-		if os.Getenv("POSTING_TEST_REQUIRE_POSTGRES") == "1" {
-			t.Fatalf("PostgreSQL required (POSTING_TEST_REQUIRE_POSTGRES=1) but not reachable at %s: %v", u.Host, err)
-		}
-		t.Skipf("skipping PostgreSQL test: no server reachable at %s (%v); set POSTING_TEST_POSTGRES_URL, or POSTING_TEST_REQUIRE_POSTGRES=1 to fail instead", u.Host, err)
+		unreachable(t, "PostgreSQL", "POSTING_TEST_POSTGRES_URL", "POSTING_TEST_REQUIRE_POSTGRES", u.Host, err)
 	}
-	if prefix == "" {
-		prefix = "posting_test"
-	}
-	name := strings.ToLower(prefix) + "_" + randomSuffix()
-	if _, err := admin.Exec(`CREATE DATABASE "` + name + `" ENCODING 'UTF8'`); err != nil {
-		_ = admin.Close()
-		t.Fatalf("create test database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		defer admin.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		// FORCE: a pool the test leaked, or a killed child process's
-		// sessions, must not keep the database.
-		if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-		}
-	})
+	name := databaseName(prefix)
+	// FORCE: a pool the test leaked, or a killed child process's sessions,
+	// must not keep the database.
+	createDatabase(t, admin, name, `CREATE DATABASE "`+name+`" ENCODING 'UTF8'`,
+		`DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`)
 	u.Path = "/" + name
 	return u.String()
 }
