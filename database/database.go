@@ -74,7 +74,11 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		return openPostgres(cfg, u.Host+u.Path, strings.TrimPrefix(u.Path, "/"))
+		host := u.Host
+		if u.Port() == "" {
+			host += ":5432" // named in full: one database, one name (logs, the embedded broker's record)
+		}
+		return openPostgres(cfg, host+u.Path, strings.TrimPrefix(u.Path, "/"))
 	case "sqlite":
 		path, err := SQLitePath(u)
 		if err != nil {

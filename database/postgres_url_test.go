@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
 )
 
 // The URL's parts land where pgx wants them, sessions run in UTC, and the
@@ -55,4 +56,23 @@ func TestPostgresConfigRefuses(t *testing.T) {
 		require.ErrorIs(t, err, database.ErrInvalidURL, raw)
 		require.ErrorContains(t, err, want, raw)
 	}
+}
+
+// A URL without a port names the database with the default one, so the
+// same database always has the same name (logs, the embedded broker's
+// record of its database); credentials are left out.
+func TestOpenPostgresLocation(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(databasetest.PostgresURL(t, "where")) // skips without a server
+	require.NoError(t, err)
+	if u.Port() != "5432" {
+		t.Skipf("the test server is not on the default port: %s", u.Host)
+	}
+	u.Host = u.Hostname()
+	u.User = url.UserPassword(u.User.Username(), "secret")
+	db, err := database.Open(u.String(), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.Equal(t, database.PostgreSQL, db.Dialect)
+	require.Equal(t, "postgres://"+u.Hostname()+":5432"+u.Path, db.Location)
 }
