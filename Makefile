@@ -14,6 +14,7 @@ unit:
 # Benchmarks print figures; they are not part of make test.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./relay/ ./kafka/
+	$(GO) test -run '^$$' -bench CommitToBroker -benchtime 1x ./wakeup/
 
 build:
 	$(GO) build -o bin/posting ./cmd/posting

@@ -18,7 +18,9 @@ import (
 // agree on what is due and what is stale. An app's clock decides only what
 // stays within the app: how long to wait, when to look again.
 //
-// On MySQL it is CURRENT_TIMESTAMP(6) of the server; on SQLite, whose
+// On MySQL it is CURRENT_TIMESTAMP(6) of the server; on PostgreSQL
+// clock_timestamp(), the time of the reading even inside a transaction
+// (now() would be the transaction's start); on SQLite, whose
 // "server" is the process that opens the file, it is the host's clock read
 // by SQLite itself (millisecond precision), which every process on the file
 // shares.

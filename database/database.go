@@ -1,5 +1,5 @@
 // Package database opens the service's database from its URL:
-// MySQL/MariaDB in production, an embedded SQLite file otherwise.
+// MySQL/MariaDB or PostgreSQL in production, an embedded SQLite file otherwise.
 package database
 
 import (
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
@@ -32,12 +33,14 @@ type DB struct {
 	Dialect Dialect
 	// Location says where the data lives, without credentials, for logs.
 	Location string
-	name     string // the MySQL database, for messages
+	name     string          // the MySQL or PostgreSQL database, for messages
+	pgConfig *pgx.ConnConfig // how the pool connects, on PostgreSQL
 }
 
-// Open opens rawURL: "mysql://user:pass@host:port/db?params", "sqlite://path",
+// Open opens rawURL: "mysql://user:pass@host:port/db?params",
+// "postgres://user:pass@host:port/db?params" (or postgresql://), "sqlite://path",
 // or, when rawURL is empty, the embedded SQLite file in dataDir. A missing
-// SQLite file (and its folder) is created; a missing MySQL database is
+// SQLite file (and its folder) is created; a missing MySQL or PostgreSQL database is
 // ErrNoDatabase, with the statement that creates it.
 func Open(rawURL, dataDir string) (*DB, error) { return open(rawURL, dataDir, true) }
 
@@ -66,6 +69,16 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 			return nil, err
 		}
 		return openMySQL(dsn, u.Host+u.Path, strings.TrimPrefix(u.Path, "/"))
+	case "postgres", "postgresql":
+		cfg, err := PostgresConfig(u)
+		if err != nil {
+			return nil, err
+		}
+		host := u.Host
+		if u.Port() == "" {
+			host += ":5432" // named in full: one database, one name (logs, the embedded broker's record)
+		}
+		return openPostgres(cfg, host+u.Path, strings.TrimPrefix(u.Path, "/"))
 	case "sqlite":
 		path, err := SQLitePath(u)
 		if err != nil {
@@ -73,7 +86,7 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 		}
 		return openSQLite(path, create)
 	default:
-		return nil, fmt.Errorf("%w: scheme %q (want mysql:// or sqlite://)", ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("%w: scheme %q (want mysql://, postgres:// or sqlite://)", ErrInvalidURL, u.Scheme)
 	}
 }
 

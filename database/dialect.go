@@ -6,15 +6,17 @@ import (
 	"gorm.io/gorm"
 )
 
-// Dialect names the SQL dialect a database speaks: "mysql" or "sqlite". It
+// Dialect names the SQL dialect a database speaks: "mysql", "postgres" or
+// "sqlite". It
 // is also the name of the GORM dialector that speaks it, and of the folder of
 // the dialect's migrations.
 type Dialect string
 
 // The dialects the service runs on.
 const (
-	MySQL  Dialect = "mysql"
-	SQLite Dialect = "sqlite"
+	MySQL      Dialect = "mysql"
+	PostgreSQL Dialect = "postgres"
+	SQLite     Dialect = "sqlite"
 )
 
 // DialectOf returns the dialect of db, a pool or a transaction: what a
@@ -23,7 +25,7 @@ func DialectOf(db *gorm.DB) Dialect { return Dialect(db.Dialector.Name()) }
 
 // dialect is what this package does differently per database, one
 // implementation per file with the database's URL parsing and opening
-// (mysql.go, sqlite.go). A new database is one more file, one more entry in
+// (mysql.go, postgres.go, sqlite.go). A new database is one more file, one more entry in
 // dialects and one more URL scheme in open.
 type dialect interface {
 	// now reads the database's clock through db (see Now).
@@ -44,5 +46,5 @@ func dialectFor(d Dialect) dialect { return dialects()[d] }
 // dialects maps every Dialect to its implementation: the one list a new
 // database is added to.
 func dialects() map[Dialect]dialect {
-	return map[Dialect]dialect{MySQL: mysqlDialect{}, SQLite: sqliteDialect{}}
+	return map[Dialect]dialect{MySQL: mysqlDialect{}, PostgreSQL: postgresDialect{}, SQLite: sqliteDialect{}}
 }

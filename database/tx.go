@@ -16,7 +16,8 @@ const maxTxAttempts = 5
 
 // Transaction runs fn in one transaction of db and commits it, re-running the
 // whole transaction when the database chose it as a deadlock victim or a lock
-// wait timed out (MySQL 1213/1205, SQLite busy). fn must be safe to re-run: it
+// wait timed out (MySQL 1213/1205, PostgreSQL 40001/40P01/55P03, SQLite
+// busy). fn must be safe to re-run: it
 // sees none of the failed attempt's writes.
 func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
 	var err error

@@ -120,15 +120,17 @@ func TestMySQLDSNForcesUTC(t *testing.T) {
 func TestOpenRefusesBadURLs(t *testing.T) {
 	t.Parallel()
 	for raw, want := range map[string]string{
-		"postgres://u@h/db":          `scheme "postgres"`,
-		"posting.db":                 `scheme ""`,
-		"mysql://host-only":          "exactly one database name",
-		"mysql://h/a/b":              "exactly one database name",
-		"mysql:///db":                "without host",
-		"sqlite://":                  "sqlite URL without a path",
-		"mysql://h/db?loc=Local":     "mysql parameter loc",
-		"mysql://h/db?parseTime=off": "mysql parameter parseTime",
-		"mysql://h:3306/%zz":         "invalid URL escape",
+		"oracle://u@h/db":                `scheme "oracle"`,
+		"postgres://u@h":                 "exactly one database name",
+		"postgresql://h/db?timezone=CET": "postgres parameter timezone",
+		"posting.db":                     `scheme ""`,
+		"mysql://host-only":              "exactly one database name",
+		"mysql://h/a/b":                  "exactly one database name",
+		"mysql:///db":                    "without host",
+		"sqlite://":                      "sqlite URL without a path",
+		"mysql://h/db?loc=Local":         "mysql parameter loc",
+		"mysql://h/db?parseTime=off":     "mysql parameter parseTime",
+		"mysql://h:3306/%zz":             "invalid URL escape",
 	} {
 		_, err := database.Open(raw, t.TempDir())
 		require.ErrorIs(t, err, database.ErrInvalidURL, raw)

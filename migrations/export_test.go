@@ -5,3 +5,6 @@ var UpWithLockWait = up
 
 // MySQLLockName is the name of the GET_LOCK Up takes on a database.
 var MySQLLockName = mysqlLockName
+
+// PostgresLockKey is the pg_advisory_lock key Up takes.
+const PostgresLockKey = postgresLockKey

@@ -23,7 +23,7 @@ import (
 // TestReviewHoldMigrationLock is not a test: run by
 // TestMigrationLockOfAKilledProcessIsFreed as a child process, it takes the
 // migration lock of the database in REVIEW_HOLD_LOCK_URL the way Up does
-// (GET_LOCK on its own session, or the flock beside the SQLite file), says
+// (GET_LOCK or pg_advisory_lock on its own session, or the flock beside the SQLite file), says
 // "locked" and waits to be killed.
 func TestReviewHoldMigrationLock(t *testing.T) {
 	url := os.Getenv("REVIEW_HOLD_LOCK_URL")
@@ -41,11 +41,16 @@ func TestReviewHoldMigrationLock(t *testing.T) {
 		require.NoError(t, err)
 		conn, err := sqlDB.Conn(context.Background())
 		require.NoError(t, err)
-		var schema string
-		require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&schema))
-		var got int
-		require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", migrations.MySQLLockName(schema)).Scan(&got))
-		require.Equal(t, 1, got)
+		if db.Dialect == database.PostgreSQL {
+			_, err := conn.ExecContext(context.Background(), "SELECT pg_advisory_lock($1)", migrations.PostgresLockKey)
+			require.NoError(t, err)
+		} else {
+			var schema string
+			require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&schema))
+			var got int
+			require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", migrations.MySQLLockName(schema)).Scan(&got))
+			require.Equal(t, 1, got)
+		}
 	}
 	fmt.Println("locked")
 	select {}
@@ -57,7 +62,7 @@ func TestReviewHoldMigrationLock(t *testing.T) {
 // a short wait instead of timing out.
 func TestMigrationLockOfAKilledProcessIsFreed(t *testing.T) {
 	t.Parallel()
-	for _, d := range []database.Dialect{database.MySQL, database.SQLite} {
+	for _, d := range []database.Dialect{database.MySQL, database.PostgreSQL, database.SQLite} {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			url := freshURL(t, d)

@@ -19,10 +19,7 @@ import (
 // freshURL returns the URL of a fresh, empty database of the dialect.
 func freshURL(t *testing.T, d database.Dialect) string {
 	t.Helper()
-	if d == database.MySQL {
-		return databasetest.MySQLURL(t, "migrate")
-	}
-	return "sqlite://" + filepath.Join(t.TempDir(), "fresh.db")
+	return databasetest.URL(t, d, "migrate")
 }
 
 func migrationCount(t *testing.T, d database.Dialect) int {
@@ -121,4 +118,49 @@ func TestUpWaitsForTheMySQLLock(t *testing.T) {
 	var free sql.NullInt64
 	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT IS_FREE_LOCK(?)", name).Scan(&free))
 	require.Equal(t, int64(1), free.Int64, "the lock is free after Up")
+}
+
+// While another session holds the PostgreSQL migration lock, Up waits for it
+// and gives up with ErrLockTimeout naming the lock; once it is released, Up
+// runs, and releases it in turn.
+func TestUpWaitsForThePostgresLock(t *testing.T) {
+	t.Parallel()
+	url := freshURL(t, database.PostgreSQL)
+	db, err := database.Open(url, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+
+	other, err := database.Open(url, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	otherDB, err := other.DB.DB()
+	require.NoError(t, err)
+	conn, err := otherDB.Conn(context.Background())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(context.Background(), "SELECT pg_advisory_lock($1)", migrations.PostgresLockKey)
+	require.NoError(t, err)
+
+	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, database.PostgreSQL, nil, time.Second)
+	require.ErrorIs(t, err, migrations.ErrLockTimeout)
+	require.ErrorContains(t, err, "pg_advisory_lock")
+	require.False(t, db.Migrator().HasTable("posts"), "nothing applied without the lock")
+
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_, err := conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", migrations.PostgresLockKey)
+		released <- err
+	}()
+	n, err := migrations.UpWithLockWait(context.Background(), sqlDB, database.PostgreSQL, nil, 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, <-released)
+	require.Equal(t, migrationCount(t, database.PostgreSQL), n)
+
+	// Up released the lock: another session takes it at once.
+	var got bool
+	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT pg_try_advisory_lock($1)", migrations.PostgresLockKey).Scan(&got))
+	require.True(t, got, "the lock is free after Up")
 }

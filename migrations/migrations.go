@@ -18,14 +18,14 @@ import (
 	"github.com/postingsvc/posting/database"
 )
 
-//go:embed mysql/*.sql sqlite/*.sql
+//go:embed mysql/*.sql postgres/*.sql sqlite/*.sql
 var files embed.FS
 
 // Up applies every migration not yet applied and returns how many it applied.
 // Running it on an up-to-date database is a no-op.
 //
 // It holds the migration lock of the database throughout (MySQL GET_LOCK,
-// a file lock beside a SQLite file), so processes started together on a
+// PostgreSQL pg_advisory_lock, a file lock beside a SQLite file), so processes started together on a
 // fresh database apply each migration once: the first applies them, the
 // others wait, then find nothing to do. Waiting longer than DefaultLockWait
 // is ErrLockTimeout.
@@ -34,7 +34,7 @@ func Up(ctx context.Context, db *sql.DB, dialect database.Dialect, logger *slog.
 }
 
 // Apply applies the migrations of db's dialect with Up, and explains an
-// error the operator can fix (a MySQL database that is gone) as db does
+// error the operator can fix (a MySQL or PostgreSQL database that is gone) as db does
 // when it opens.
 func Apply(ctx context.Context, db *database.DB, logger *slog.Logger) (int, error) {
 	sqlDB, err := db.DB.DB()
@@ -59,6 +59,8 @@ func migrationsOf(dialect database.Dialect) (dialectMigrations, error) {
 	switch dialect {
 	case database.MySQL:
 		return dialectMigrations{goose: goose.DialectMySQL, lock: lockMySQL}, nil
+	case database.PostgreSQL:
+		return dialectMigrations{goose: goose.DialectPostgres, lock: lockPostgres}, nil
 	case database.SQLite:
 		return dialectMigrations{goose: goose.DialectSQLite3, lock: lockSQLite}, nil
 	default:

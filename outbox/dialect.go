@@ -11,7 +11,8 @@ import (
 )
 
 // dialect is what the Store says differently on each database, one
-// implementation per file (dialect_mysql.go, dialect_sqlite.go). The
+// implementation per file (dialect_mysql.go, dialect_postgres.go,
+// dialect_sqlite.go). The
 // statements stay the Store's; a dialect supplies the parts that differ, so
 // a new database is one more file and one more case in dialectFor.
 type dialect interface {
@@ -26,6 +27,10 @@ type dialect interface {
 	versionMatch(msgs []Message) clause.Expr
 	// defersAcksToNextClaim is Store.DefersAcksToNextClaim.
 	defersAcksToNextClaim() bool
+	// announce runs through tx, the transaction that appended rows, what
+	// tells waiting relays about them when it commits; nothing where the
+	// database has no such signal.
+	announce(tx *gorm.DB) error
 }
 
 // dialectFor returns the statements of d. Every database.Open dialect has
@@ -34,6 +39,8 @@ func dialectFor(d database.Dialect) dialect {
 	switch d {
 	case database.MySQL:
 		return mysqlDialect{}
+	case database.PostgreSQL:
+		return postgresDialect{}
 	case database.SQLite:
 		return sqliteDialect{}
 	default:
@@ -52,4 +59,22 @@ func writeVersionPairs(b *strings.Builder, msgs []Message, args []any) []any {
 		args = append(args, m.ID, m.Version)
 	}
 	return args
+}
+
+// lockSkipLocked makes q read FOR UPDATE SKIP LOCKED: concurrent claimers
+// skip each other's rows instead of waiting (MySQL 8.0.1+, MariaDB 10.6+,
+// PostgreSQL).
+func lockSkipLocked(q *gorm.DB) *gorm.DB {
+	return q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+}
+
+// rowValueIn is "(id, version) IN ((?,?),...)" over msgs, a row-value IN
+// over a list of row constructors, which MySQL and PostgreSQL resolve by
+// primary key.
+func rowValueIn(msgs []Message) clause.Expr {
+	var b strings.Builder
+	b.WriteString("(id, version) IN (")
+	args := writeVersionPairs(&b, msgs, make([]any, 0, 2*len(msgs)))
+	b.WriteString(")")
+	return clause.Expr{SQL: b.String(), Vars: args}
 }

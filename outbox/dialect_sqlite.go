@@ -35,3 +35,6 @@ func (sqliteDialect) versionMatch(msgs []Message) clause.Expr {
 // from one batch's send to its next claim would hold that lock back to back
 // and starve the other instances on the file.
 func (sqliteDialect) defersAcksToNextClaim() bool { return false }
+
+// announce does nothing: relays find new rows by polling.
+func (sqliteDialect) announce(*gorm.DB) error { return nil }

@@ -101,9 +101,15 @@ type Event struct {
 	DedupKey string
 }
 
+// NotifyChannel is the PostgreSQL channel Append notifies when it writes a
+// row, and that relays LISTEN on to poll at once instead of at their next
+// interval.
+const NotifyChannel = "posting_outbox"
+
 // Append writes ev as a PENDING row through tx, which should be the caller's
 // transaction that also writes the change the event announces, so both commit
-// or neither does. It returns the written row.
+// or neither does. It returns the written row. On PostgreSQL it also
+// notifies NotifyChannel, which listening relays hear when tx commits.
 func Append(tx *gorm.DB, ev Event) (*Message, error) {
 	msg, err := NewMessage(ev)
 	if err != nil {
@@ -114,6 +120,9 @@ func Append(tx *gorm.DB, ev Event) (*Message, error) {
 			return nil, fmt.Errorf("%w: dedup key %s", ErrDuplicate, ev.DedupKey)
 		}
 		return nil, fmt.Errorf("append outbox event: %w", err)
+	}
+	if err := dialectFor(database.DialectOf(tx)).announce(tx); err != nil {
+		return nil, fmt.Errorf("append outbox event: notify relays: %w", err)
 	}
 	return msg, nil
 }

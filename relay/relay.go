@@ -172,6 +172,9 @@ type Relay struct {
 	// troubleUntil holds stale recovery back after a failed poll (by the
 	// relay's own clock): until a stale limit after the last failure.
 	troubleUntil time.Time
+	// wake holds one request to end the loop's pause early (see Wake);
+	// requests made while one is pending are folded into it.
+	wake chan struct{}
 }
 
 // StaleLimitError is why New refuses a StaleAfter that a healthy claim could
@@ -214,7 +217,19 @@ func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 			})
 		}
 	}
-	return &Relay{cfg: cfg, store: store, send: send}, nil
+	return &Relay{cfg: cfg, store: store, send: send, wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake makes the loop poll now if it is pausing between polls, or as soon
+// as its poll in progress ends: rows were appended (a PostgreSQL
+// notification). It never blocks, and any number of calls before the loop
+// next looks make one poll. The interval stays the safety net for a wake
+// that never comes; a relay backing off an outage ignores wakes.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Config returns the relay's configuration with defaults filled in.
@@ -555,7 +570,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			}
 			continue
 		}
-		if !backoff.Sleep(stop, wait) {
+		if !backoff.SleepOrWake(stop, wait, r.wake) {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 )
 
 // holdWrites makes the next write of row wait until release: on MySQL a
-// row lock on it, on SQLite the file's write lock.
+// row lock on it (PostgreSQL too), on SQLite the file's write lock.
 func holdWrites(t *testing.T, db *database.DB, row int64) (release func()) {
 	t.Helper()
 	ctx := context.Background()
@@ -31,7 +32,7 @@ func holdWrites(t *testing.T, db *database.DB, row int64) (release func()) {
 	} else {
 		_, err = conn.ExecContext(ctx, "BEGIN")
 		require.NoError(t, err)
-		_, err = conn.ExecContext(ctx, "SELECT id FROM outbox WHERE id = ? FOR UPDATE", row)
+		_, err = conn.ExecContext(ctx, fmt.Sprintf("SELECT id FROM outbox WHERE id = %d FOR UPDATE", row))
 		require.NoError(t, err)
 	}
 	done := false

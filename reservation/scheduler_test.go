@@ -254,7 +254,15 @@ func TestSchedulerDuplicateGuardSkipsOnlyThatPost(t *testing.T) {
 // concurrently against 1,000 due posts: exactly one event per post.
 func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 	t.Parallel()
-	url := databasetest.MySQLURL(t, "sched")
+	for _, d := range []database.Dialect{database.MySQL, database.PostgreSQL} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			schedulersOnSeparatePools(t, databasetest.URL(t, d, "sched"))
+		})
+	}
+}
+
+func schedulersOnSeparatePools(t *testing.T, url string) {
 	var pools []*database.DB
 	for range 2 {
 		db, err := database.Open(url, "")

@@ -40,24 +40,32 @@ func e2eRun(t *testing.T, out io.Writer, args ...string) {
 	})
 }
 
-// The whole lifecycle on MariaDB and the in-process broker: 200 posts
-// reserved over HTTP with times spread over the next minute, `posting serve`
-// (API, scheduler with a short lead, relay) and `posting worker` (publishing
-// through a webhook) running, and the broker down for 20 seconds in the
-// middle. Every post ends PUBLISHED, none before its time, none later than
-// its time plus the pause plus a few seconds, and the webhook hears of each
-// post exactly once.
+// The whole lifecycle on MariaDB and on PostgreSQL with the in-process
+// broker: 200 posts reserved over HTTP with times spread over the next
+// minute, `posting serve` (API, scheduler with a short lead, relay) and
+// `posting worker` (publishing through a webhook) running, and the broker
+// down for 20 seconds in the middle. Every post ends PUBLISHED, none before
+// its time, none later than its time plus the pause plus a few seconds, and
+// the webhook hears of each post exactly once.
 func TestEndToEndPublishesEveryPostOnceThroughABrokerPause(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("takes about 80 s")
 	}
+	for _, d := range []database.Dialect{database.MySQL, database.PostgreSQL} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			endToEnd(t, databasetest.URL(t, d, "e2e"))
+		})
+	}
+}
+
+func endToEnd(t *testing.T, dbURL string) {
 	const (
 		posts = 200
 		pause = 20 * time.Second
 		slack = 15 * time.Second // relay outage backoff, consumer rejoin, a noisy machine
 	)
-	dbURL := databasetest.MySQLURL(t, "e2e")
 	b := kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))
 
 	var (

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/internal/logtest"
 )
@@ -22,14 +23,14 @@ const raceRounds = 10
 
 // Two `posting migrate` and a `posting serve` + `posting worker` pair started
 // together on a fresh database all succeed: the migrations run under a lock
-// (GET_LOCK on MySQL, a file lock on SQLite) and opening SQLite waits out a
+// (GET_LOCK on MySQL, pg_advisory_lock on PostgreSQL, a file lock on SQLite) and opening SQLite waits out a
 // busy file instead of failing. Without the lock two migrators create the
 // same tables and one fails (issue 10, defect 5).
 func TestStartTogetherOnFreshDatabase(t *testing.T) {
 	t.Parallel()
 	bin, err := buildBinary()
 	require.NoError(t, err)
-	for _, dialect := range []string{"mysql", "sqlite"} {
+	for _, dialect := range []string{"mysql", "postgres", "sqlite"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			for round := 1; round <= raceRounds; round++ {
@@ -39,8 +40,8 @@ func TestStartTogetherOnFreshDatabase(t *testing.T) {
 					// file under the data dir, as `serve` and `worker` started
 					// in one folder do.
 					var url string
-					if dialect == "mysql" {
-						url = databasetest.MySQLURL(t, "race")
+					if dialect != "sqlite" {
+						url = databasetest.URL(t, database.Dialect(dialect), "race")
 					}
 					startTogether(t, bin, dataDir, url)
 					if dialect == "sqlite" {

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -77,4 +78,18 @@ func TestMigrateUnknownMySQLDatabaseSaysCreateIt(t *testing.T) {
 	require.Equal(t, 1, exitCode(err, &errOut))
 	require.Contains(t, errOut.String(), "Unknown database '"+u.Path[1:]+"'")
 	require.Contains(t, errOut.String(), "create it first: CREATE DATABASE `"+u.Path[1:]+"`")
+}
+
+// A PostgreSQL database that does not exist: migrate says to create it, exit 1.
+func TestMigrateUnknownPostgresDatabaseSaysCreateIt(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(databasetest.PostgresURL(t, "exists")) // skips without a server
+	require.NoError(t, err)
+	u.Path = "/newcomer_" + strings.ToLower(filepath.Base(t.TempDir()))
+	var out, errOut bytes.Buffer
+	err = Run(context.Background(), []string{"migrate", "--database-url", u.String()}, &out, &errOut)
+	require.Error(t, err)
+	require.Equal(t, 1, exitCode(err, &errOut))
+	require.Contains(t, errOut.String(), `database "`+u.Path[1:]+`" does not exist`)
+	require.Contains(t, errOut.String(), `create it first: CREATE DATABASE "`+u.Path[1:]+`"`)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,10 +22,7 @@ import (
 // as an operator would pass it.
 func outboxTestDB(t *testing.T, dialect database.Dialect) (*database.DB, string) {
 	t.Helper()
-	url := "sqlite://" + filepath.Join(t.TempDir(), "ops.db")
-	if dialect == database.MySQL {
-		url = databasetest.MySQLURL(t, "posting_cli")
-	}
+	url := databasetest.URL(t, dialect, "posting_cli")
 	db, err := database.Open(url, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })

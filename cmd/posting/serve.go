@@ -25,6 +25,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/wakeup"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -163,7 +164,18 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// cut off by the signal.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	for _, svc := range []startstop.Service{sched, rel, cleaner} {
+	services := []startstop.Service{sched, rel, cleaner}
+	if db.Dialect == database.PostgreSQL {
+		// Appends NOTIFY on commit: the relay polls at once instead of at
+		// its next interval, which stays the safety net.
+		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
+			Wake: rel.Wake, Logger: log})
+		if err != nil {
+			return err
+		}
+		services = append(services, wake)
+	}
+	for _, svc := range services {
 		if err := st.Start(bg, svc); err != nil {
 			return err
 		}

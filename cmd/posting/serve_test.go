@@ -126,6 +126,12 @@ func TestServeOnMySQL(t *testing.T) {
 	serveLifecycle(t, databasetest.MySQLURL(t, "serve"))
 }
 
+// And against PostgreSQL, where the relay also listens for notifications.
+func TestServeOnPostgres(t *testing.T) {
+	t.Parallel()
+	serveLifecycle(t, databasetest.PostgresURL(t, "serve"))
+}
+
 func serveLifecycle(t *testing.T, databaseURL string) {
 	dataDir := t.TempDir()
 	kafkaAddr := freeAddr(t)
@@ -194,7 +200,8 @@ func TestBadSettingExits2(t *testing.T) {
 		"POSTING_RELAY_BATCH_SIZE=0":             "POSTING_RELAY_BATCH_SIZE",
 		"POSTING_LOG_FORMAT=xml":                 `POSTING_LOG_FORMAT="xml"`,
 		"POSTING_SCHEDULER_SPEC=sometimes":       "POSTING_SCHEDULER_SPEC",
-		"POSTING_DATABASE_URL=postgres://x/y":    "POSTING_DATABASE_URL",
+		"POSTING_DATABASE_URL=oracle://x/y":      "POSTING_DATABASE_URL",
+		"POSTING_DATABASE_URL=postgres://x":      "POSTING_DATABASE_URL",
 		"POSTING_DATABASE_URL=mysql://host-only": "POSTING_DATABASE_URL",
 		"POSTING_PUBLISH_WEBHOOK_URL=ftp://x/y":  `POSTING_PUBLISH_WEBHOOK_URL="ftp://x/y"`,
 		"POSTING_WORKER_GROUP=":                  "POSTING_WORKER_GROUP",

@@ -1,10 +1,13 @@
 // Package databasetest gives tests an isolated, migrated database on MySQL
-// (MariaDB) and on SQLite, so the same store and service tests run on both.
+// (MariaDB), PostgreSQL and SQLite, so the same store and service tests run
+// on all three.
 //
 // MySQL is reached at POSTING_TEST_MYSQL_URL (default
 // mysql://root@127.0.0.1:3306/test). When it is unreachable the MySQL variant
 // is skipped with a message, unless POSTING_TEST_REQUIRE_MYSQL=1, as in CI,
-// where it fails instead.
+// where it fails instead. PostgreSQL likewise, at POSTING_TEST_POSTGRES_URL
+// (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) with
+// POSTING_TEST_REQUIRE_POSTGRES=1.
 package databasetest
 
 import (
@@ -16,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +33,7 @@ import (
 const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
 
 // Dialects lists the dialects Each runs a test on.
-var Dialects = []database.Dialect{database.MySQL, database.SQLite}
+var Dialects = []database.Dialect{database.MySQL, database.PostgreSQL, database.SQLite}
 
 // Each runs fn as a subtest per dialect, each with its own fresh database.
 func Each(t *testing.T, fn func(t *testing.T, db *database.DB)) {
@@ -49,6 +53,8 @@ func New(t testing.TB, dialect database.Dialect) *database.DB {
 		return NewSQLite(t)
 	case database.MySQL:
 		return NewMySQL(t)
+	case database.PostgreSQL:
+		return NewPostgres(t)
 	default:
 		t.Fatalf("unknown dialect %q", dialect)
 		return nil
@@ -72,10 +78,15 @@ func NewSQLite(t testing.TB) *database.DB {
 // reachable, or fails it when POSTING_TEST_REQUIRE_MYSQL=1.
 func NewMySQL(t testing.TB) *database.DB {
 	t.Helper()
-	url := MySQLURL(t, "")
+	return openMigrated(t, MySQLURL(t, ""))
+}
+
+// openMigrated opens url, migrates it and closes it when the test ends.
+func openMigrated(t testing.TB, url string) *database.DB {
+	t.Helper()
 	db, err := database.Open(url, "")
 	if err != nil {
-		t.Fatalf("open mysql test database: %v", err)
+		t.Fatalf("open test database: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	migrate(t, db)
@@ -100,34 +111,19 @@ func MySQLURL(t testing.TB, prefix string) string {
 	if err != nil {
 		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", base, err)
 	}
-	admin, err := openAdmin(dsn)
+	admin, err := openMySQLAdmin(dsn)
 	if err != nil {
-		if os.Getenv("POSTING_TEST_REQUIRE_MYSQL") == "1" {
-			t.Fatalf("MySQL required (POSTING_TEST_REQUIRE_MYSQL=1) but not reachable at %s: %v", u.Host, err)
-		}
-		t.Skipf("skipping MySQL test: no server reachable at %s (%v); set POSTING_TEST_MYSQL_URL, or POSTING_TEST_REQUIRE_MYSQL=1 to fail instead", u.Host, err)
+		unreachable(t, "MySQL", "POSTING_TEST_MYSQL_URL", "POSTING_TEST_REQUIRE_MYSQL", u.Host, err)
 	}
-	if prefix == "" {
-		prefix = "posting_test"
-	}
-	name := prefix + "_" + randomSuffix()
-	if _, err := admin.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"); err != nil {
-		_ = admin.Close()
-		t.Fatalf("create test database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		defer admin.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-		}
-	})
+	name := databaseName(prefix)
+	createDatabase(t, admin, name,
+		"CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci",
+		"DROP DATABASE IF EXISTS `"+name+"`")
 	u.Path = "/" + name
 	return u.String()
 }
 
-func openAdmin(dsn string) (*sql.DB, error) {
+func openMySQLAdmin(dsn string) (*sql.DB, error) {
 	cfg, err := mysqldriver.ParseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -148,6 +144,9 @@ func openAdmin(dsn string) (*sql.DB, error) {
 	return db, nil
 }
 
+// Migrate applies the migrations to db, a database made by URL.
+func Migrate(t testing.TB, db *database.DB) { t.Helper(); migrate(t, db) }
+
 func migrate(t testing.TB, db *database.DB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -157,10 +156,67 @@ func migrate(t testing.TB, db *database.DB) {
 	}
 }
 
+// unreachable skips the test for a server that does not answer, or fails
+// it when requireEnv is 1.
+func unreachable(t testing.TB, server, urlEnv, requireEnv, host string, err error) {
+	t.Helper()
+	if os.Getenv(requireEnv) == "1" {
+		t.Fatalf("%s required (%s=1) but not reachable at %s: %v", server, requireEnv, host, err)
+	}
+	t.Skipf("skipping %s test: no server reachable at %s (%v); set %s, or %s=1 to fail instead",
+		server, host, err, urlEnv, requireEnv)
+}
+
+// databaseName is prefix (default posting_test) and a random suffix.
+func databaseName(prefix string) string {
+	if prefix == "" {
+		prefix = "posting_test"
+	}
+	return strings.ToLower(prefix) + "_" + randomSuffix()
+}
+
+// createDatabase runs create through admin, and drop when the test ends;
+// admin is closed then.
+func createDatabase(t testing.TB, admin *sql.DB, name, create, drop string) {
+	t.Helper()
+	if _, err := admin.Exec(create); err != nil {
+		_ = admin.Close()
+		t.Fatalf("create test database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, drop); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+	})
+}
+
 func randomSuffix() string {
 	b := make([]byte, 6)
 	if _, err := rand.Read(b); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err))
 	}
 	return hex.EncodeToString(b)
+}
+
+// URL returns the URL of a fresh empty database of the dialect, for code
+// that opens its own pools (several instances, the built binary): a new
+// database on the MySQL or PostgreSQL test server (see MySQLURL,
+// PostgresURL), or a SQLite file under t.TempDir(). prefix, if set, starts
+// a server database's name.
+func URL(t testing.TB, dialect database.Dialect, prefix string) string {
+	t.Helper()
+	switch dialect {
+	case database.MySQL:
+		return MySQLURL(t, prefix)
+	case database.PostgreSQL:
+		return PostgresURL(t, prefix)
+	case database.SQLite:
+		return "sqlite://" + filepath.Join(t.TempDir(), "test.db")
+	default:
+		t.Fatalf("unknown dialect %q", dialect)
+		return ""
+	}
 }

@@ -66,7 +66,12 @@ func Jitter(d time.Duration) time.Duration {
 // Sleep waits d, or until ctx ends, and reports whether d passed. With d
 // of zero or less it only reports whether ctx is still going, so a loop
 // that goes on at once still stops when asked.
-func Sleep(ctx context.Context, d time.Duration) bool {
+func Sleep(ctx context.Context, d time.Duration) bool { return SleepOrWake(ctx, d, nil) }
+
+// SleepOrWake is Sleep that also ends early, reporting true, when wake
+// receives: a loop that pauses between polls and can be told there is work
+// (a nil wake never does).
+func SleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
@@ -75,6 +80,8 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
 		return false
+	case <-wake:
+		return true
 	case <-t.C:
 		return true
 	}

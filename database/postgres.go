@@ -1,0 +1,156 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// PostgresConfig turns a postgres:// or postgresql:// URL into the pgx
+// connection config the service opens: sessions in UTC, a 5 s connect
+// timeout unless connect_timeout says otherwise, and timestamptz values read
+// back in UTC, so that a time read compares equal to the one written (as on
+// MySQL and SQLite). Other query parameters (sslmode, sslrootcert,
+// application_name, run-time settings such as statement_timeout) are passed
+// to pgx. As on MySQL the time zone is not the user's to choose: a timezone
+// parameter other than UTC is ErrInvalidURL naming it.
+func PostgresConfig(u *url.URL) (*pgx.ConnConfig, error) {
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: postgres URL without host (want postgres://user:pass@host:5432/db)", ErrInvalidURL)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("%w: postgres URL needs exactly one database name in its path, got %q", ErrInvalidURL, u.Path)
+	}
+	c := *u
+	q := c.Query()
+	for k, vs := range q {
+		if strings.EqualFold(k, "timezone") || k == "time_zone" {
+			for _, v := range vs {
+				if !isUTCName(v) {
+					return nil, fmt.Errorf("%w: postgres parameter %s=%s: the service's sessions run in UTC only (omit it, or timezone=UTC)", ErrInvalidURL, k, v)
+				}
+			}
+			q.Del(k)
+		}
+	}
+	if q.Get("connect_timeout") == "" {
+		q.Set("connect_timeout", "5")
+	}
+	c.RawQuery = q.Encode()
+	cfg, err := pgx.ParseConfig(c.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	cfg.RuntimeParams["timezone"] = "UTC"
+	return cfg, nil
+}
+
+// readInUTC makes a connection return timestamptz (and timestamp) values in
+// UTC rather than time.Local.
+func readInUTC(_ context.Context, conn *pgx.Conn) error {
+	m := conn.TypeMap()
+	m.RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID,
+		Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
+	m.RegisterType(&pgtype.Type{Name: "timestamp", OID: pgtype.TimestampOID,
+		Codec: &pgtype.TimestampCodec{ScanLocation: time.UTC}})
+	return nil
+}
+
+func openPostgres(cfg *pgx.ConnConfig, location, name string) (*DB, error) {
+	sqlDB := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(readInUTC))
+	// The same pool as on MySQL: a relay, a scheduler, the API and a
+	// cleaner share it; PostgreSQL's default max_connections is 100.
+	sqlDB.SetMaxOpenConns(20)
+	sqlDB.SetMaxIdleConns(10)
+	sqlDB.SetConnMaxLifetime(30 * time.Minute)
+	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	g, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), gormConfig())
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("open postgres %s: %w", location, explainPostgres(err, name))
+	}
+	return &DB{DB: g, Dialect: PostgreSQL, Location: "postgres://" + location, name: name, pgConfig: cfg}, nil
+}
+
+// ErrNotPostgres is ConnectPostgres's error on another database.
+var ErrNotPostgres = errors.New("not a PostgreSQL database")
+
+// ConnectPostgres opens one connection of its own to db's PostgreSQL server,
+// with the pool's settings, outside the pool: for a session that must last,
+// such as a LISTEN. The caller closes it.
+func (db *DB) ConnectPostgres(ctx context.Context) (*pgx.Conn, error) {
+	if db.pgConfig == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotPostgres, db.Location)
+	}
+	conn, err := pgx.ConnectConfig(ctx, db.pgConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if err := readInUTC(ctx, conn); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// explainPostgres turns invalid_catalog_name (3D000, "database does not
+// exist") into ErrNoDatabase with the statement that creates it.
+func explainPostgres(err error, name string) error {
+	if pgCode(err) != "3D000" {
+		return err
+	}
+	return fmt.Errorf("%w %q on this server (%v); create it first: CREATE DATABASE \"%s\" ENCODING 'UTF8'",
+		ErrNoDatabase, name, err, strings.ReplaceAll(name, `"`, `""`))
+}
+
+// pgCode returns the SQLSTATE of a PostgreSQL error in err's chain, "" if
+// there is none.
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// postgresDialect is what the package does on PostgreSQL.
+type postgresDialect struct{}
+
+// now reads clock_timestamp(), the time at the moment of reading, rather
+// than now() (CURRENT_TIMESTAMP), which inside a transaction is the time the
+// transaction started. A claim is stamped with the time read once its locks
+// are held (see outbox.Store.MarkSentAndClaim); with now() a claim that
+// waited for a lock would be stamped with the moment before the wait, which
+// is what reading the clock inside the transaction is there to avoid. It is
+// also what MySQL's CURRENT_TIMESTAMP(6) gives: the statement's time.
+func (postgresDialect) now(db *gorm.DB) (time.Time, error) {
+	var t time.Time
+	if err := db.Raw("SELECT clock_timestamp()").Scan(&t).Error; err != nil {
+		return time.Time{}, err
+	}
+	return Normalize(t), nil
+}
+
+// isRetryable: serialization_failure (40001), deadlock_detected (40P01),
+// lock_not_available (55P03, a lock_timeout or NOWAIT).
+func (postgresDialect) isRetryable(err error) bool {
+	switch pgCode(err) {
+	case "40001", "40P01", "55P03":
+		return true
+	}
+	return false
+}
+
+// explain is explainPostgres.
+func (postgresDialect) explain(err error, name string) error { return explainPostgres(err, name) }

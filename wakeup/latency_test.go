@@ -1,0 +1,116 @@
+package wakeup
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+// BenchmarkCommitToBroker measures, on PostgreSQL, how long an event takes
+// from the commit of its transaction (one instance's pool) to a consumer of
+// the in-process broker, with another instance's relay at the default 5 s
+// interval woken by the listener: 200 events/s for 10 s, each in its own
+// transaction. It reports p50/p99/max in ms; b.N is ignored (-benchtime=1x).
+//
+//	go test -run '^$' -bench CommitToBroker -benchtime=1x ./wakeup/
+func BenchmarkCommitToBroker(b *testing.B) {
+	const (
+		rate     = 200
+		duration = 10 * time.Second
+	)
+	writer, relayDB, producer, broker := twoInstances(b)
+	r, err := relay.New(outbox.NewStore(relayDB), producer, relay.Config{InstanceID: "relay", Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	l, err := New(Config{Connect: relayDB.ConnectPostgres, Channel: outbox.NotifyChannel, Wake: r.Wake, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	require.NoError(b, r.Start(context.Background()))
+	b.Cleanup(r.Stop)
+	require.NoError(b, l.Start(context.Background()))
+	b.Cleanup(l.Stop)
+
+	var (
+		mu        sync.Mutex
+		committed = map[string]time.Time{}
+		received  = map[string]time.Time{}
+	)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.Addr), kgo.ConsumeTopics(broker.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(10*time.Millisecond))
+	require.NoError(b, err)
+	defer cl.Close()
+	cctx, stopConsumer := context.WithCancel(context.Background())
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for cctx.Err() == nil {
+			fetches := cl.PollFetches(cctx)
+			at := time.Now()
+			fetches.EachRecord(func(rec *kgo.Record) {
+				for _, h := range rec.Headers {
+					if h.Key == "event-id" {
+						mu.Lock()
+						received[string(h.Value)] = at
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the listener's first connection and wake
+
+	b.ResetTimer()
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	end := time.Now().Add(duration)
+	for n := int64(1); time.Now().Before(end); n++ {
+		<-tick.C
+		ev := eventtest.Outbox(b, event.PostingEvent, n, time.Now(), map[string]any{"action": "CREATED"})
+		require.NoError(b, database.Transaction(context.Background(), writer.DB, func(tx *gorm.DB) error {
+			_, err := outbox.Append(tx, ev)
+			return err
+		}))
+		mu.Lock()
+		committed[ev.ID] = time.Now()
+		mu.Unlock()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		done := len(received) >= len(committed)
+		mu.Unlock()
+		if done || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopConsumer()
+	<-consumed
+	b.StopTimer()
+
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, len(committed))
+	for id, c := range committed {
+		got, ok := received[id]
+		require.True(b, ok, "event %s never reached the consumer", id)
+		lat = append(lat, max(got.Sub(c), 0))
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(float64(len(lat)), "events")
+	b.ReportMetric(q(0.50), "p50_ms")
+	b.ReportMetric(q(0.99), "p99_ms")
+	b.ReportMetric(q(1), "max_ms")
+}

@@ -1,0 +1,170 @@
+// Package wakeup wakes relays when outbox rows are committed, instead of
+// leaving them to the next poll: on PostgreSQL every transaction that
+// appends rows notifies a channel (outbox.NotifyChannel), and a Listener in
+// each instance LISTENs on it on a connection of its own and calls Wake.
+//
+// A notification is only a hint. One lost while the connection was down
+// costs at most one poll interval, and every (re)connection wakes once, for
+// whatever was appended while nobody listened.
+package wakeup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/startstop"
+)
+
+// Config configures a Listener.
+type Config struct {
+	// Connect opens the listening connection, a session of its own outside
+	// any pool (database.DB.ConnectPostgres). Required.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// Channel is the channel to LISTEN on. Required (outbox.NotifyChannel).
+	Channel string
+	// Wake is called for every notification and after every (re)connection;
+	// it must not block (relay.Relay.Wake). Required.
+	Wake func()
+	// CheckEvery is how long the connection may stay silent before it is
+	// pinged, so that a connection a network dropped without a word is
+	// noticed and replaced. Default 30s; at least 10ms.
+	CheckEvery time.Duration
+	// RetryBase is the pause after the first failed connection; it doubles
+	// with jitter up to RetryMax. Defaults 250ms and 30s.
+	RetryBase, RetryMax time.Duration
+	// Logger receives the listener's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config with every optional field at its default.
+func DefaultConfig() Config {
+	return Config{
+		CheckEvery: 30 * time.Second,
+		RetryBase:  250 * time.Millisecond,
+		RetryMax:   30 * time.Second,
+		Logger:     slog.Default(),
+	}
+}
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
+func (c Config) Validate() error {
+	const f = "wakeup.Config."
+	switch {
+	case c.Connect == nil:
+		return config.Invalid(f+"Connect", nil, "required")
+	case c.Channel == "":
+		return config.Invalid(f+"Channel", c.Channel, "required")
+	case c.Wake == nil:
+		return config.Invalid(f+"Wake", nil, "required")
+	case c.CheckEvery < 10*time.Millisecond:
+		return config.Invalid(f+"CheckEvery", c.CheckEvery, "below 10ms")
+	case c.RetryBase <= 0:
+		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
+	case c.RetryMax < c.RetryBase:
+		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
+	}
+	return nil
+}
+
+// Listener LISTENs on a PostgreSQL channel and calls Wake for each
+// notification, reconnecting when its connection drops.
+type Listener struct {
+	startstop.BaseStartStop
+	cfg Config
+	// listening, if set, is called each time LISTEN has been run on a new
+	// connection (tests wait for it).
+	listening func()
+}
+
+// New returns a Listener.
+func New(cfg Config) (*Listener, error) {
+	config.FillZero(&cfg, DefaultConfig())
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid wakeup config: %w", err)
+	}
+	return &Listener{cfg: cfg}, nil
+}
+
+// Start runs the listener in one goroutine until Stop is called or ctx ends.
+func (l *Listener) Start(ctx context.Context) error {
+	ctx, done, err := l.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("wakeup listener: %w", err)
+	}
+	go func() {
+		defer done()
+		l.loop(ctx)
+	}()
+	return nil
+}
+
+func (l *Listener) loop(ctx context.Context) {
+	log := l.cfg.Logger.With("component", "wakeup", "channel", l.cfg.Channel)
+	retry := backoff.Backoff{Base: l.cfg.RetryBase, Max: l.cfg.RetryMax}
+	for ctx.Err() == nil {
+		err := l.listen(ctx, func() { retry.Reset() })
+		if ctx.Err() != nil {
+			return
+		}
+		wait := retry.Next()
+		if retry.Failures() == 1 || retry.Failures()%10 == 0 {
+			log.Warn("not listening for outbox notifications; relays poll at their interval meanwhile",
+				"err", err, "retry_in", wait, "failures", retry.Failures())
+		}
+		if !backoff.Sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// listen connects, LISTENs and wakes for every notification until the
+// connection fails or ctx ends; connected is called once LISTEN succeeded.
+func (l *Listener) listen(ctx context.Context, connected func()) error {
+	conn, err := l.cfg.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	connected()
+	if l.listening != nil {
+		l.listening()
+	}
+	// Rows appended while nobody listened (start, reconnection) are due now.
+	l.cfg.Wake()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.CheckEvery)
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			l.cfg.Wake()
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			// Silence: make sure the connection is still there.
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("connection check: %w", err)
+			}
+		default:
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package wakeup
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+// startListener starts a Listener on db that calls wake, and returns a
+// channel that receives once per LISTEN on a new connection.
+func startListener(t *testing.T, db *database.DB, wake func()) <-chan struct{} {
+	t.Helper()
+	return startListenerPID(t, db, wake, new(atomic.Uint32))
+}
+
+// startListenerPID is startListener that keeps the server's process id of
+// the listening session in pid.
+func startListenerPID(t *testing.T, db *database.DB, wake func(), pid *atomic.Uint32) <-chan struct{} {
+	t.Helper()
+	connect := func(ctx context.Context) (*pgx.Conn, error) {
+		conn, err := db.ConnectPostgres(ctx)
+		if err == nil {
+			pid.Store(conn.PgConn().PID())
+		}
+		return conn, err
+	}
+	l, err := New(Config{Connect: connect, Channel: outbox.NotifyChannel, Wake: wake,
+		CheckEvery: 200 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	listening := make(chan struct{}, 10)
+	l.listening = func() { listening <- struct{}{} }
+	require.NoError(t, l.Start(context.Background()))
+	t.Cleanup(l.Stop)
+	return listening
+}
+
+func waitFor(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// An append wakes the listener when its transaction commits, not before,
+// and never for a rollback; a dropped connection is replaced, and the new
+// one wakes once on its own for what it may have missed.
+func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewPostgres(t)
+	var wakes atomic.Int64
+	woken := make(chan struct{}, 100)
+	var pid atomic.Uint32
+	listening := startListenerPID(t, db, func() { wakes.Add(1); woken <- struct{}{} }, &pid)
+	waitFor(t, listening, "LISTEN")
+	waitFor(t, woken, "the wake after connecting")
+
+	ctx := context.Background()
+	require.NoError(t, database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
+		for i := range 3 {
+			if _, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, int64(i+1), time.Now(), map[string]any{"action": "CREATED"})); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-woken:
+			t.Error("woken before the commit")
+		case <-time.After(300 * time.Millisecond):
+		}
+		return nil
+	}))
+	waitFor(t, woken, "the notification of the commit")
+	select {
+	case <-woken:
+		t.Error("three appends in one transaction woke twice")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	_ = db.Transaction(func(tx *gorm.DB) error {
+		_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, 9, time.Now(), map[string]any{"action": "CREATED"}))
+		require.NoError(t, err)
+		return context.Canceled // roll back
+	})
+	select {
+	case <-woken:
+		t.Error("a rolled back append woke the listener")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// The server ends the listening session: the listener connects again.
+	var killed bool
+	require.NoError(t, db.Raw("SELECT pg_terminate_backend(?)", pid.Load()).Scan(&killed).Error)
+	require.True(t, killed, "the listening session")
+	waitFor(t, listening, "LISTEN on a new connection")
+	waitFor(t, woken, "the wake after reconnecting")
+	require.NoError(t, db.Exec("NOTIFY "+outbox.NotifyChannel).Error)
+	waitFor(t, woken, "a notification on the new connection")
+}
+
+// twoInstances returns two pools on one fresh migrated PostgreSQL database,
+// as two instances of the service hold, and a producer to an in-process
+// broker.
+func twoInstances(t testing.TB) (writer, relayDB *database.DB, producer *kafka.Producer, broker *kafkatest.Broker) {
+	t.Helper()
+	url := databasetest.URL(t, database.PostgreSQL, "wakeup")
+	open := func() *database.DB {
+		db, err := database.Open(url, "")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	writer, relayDB = open(), open()
+	databasetest.Migrate(t, writer)
+	broker = kafkatest.Start(t)
+	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = producer.Close() })
+	return writer, relayDB, producer, broker
+}
+
+// The wakeup promise: a row appended by one instance is claimed and sent by
+// another instance's relay long before its 5 s poll interval.
+func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
+	t.Parallel()
+	writer, relayDB, producer, _ := twoInstances(t)
+	idle := make(chan struct{}, 100)
+	r, err := relay.New(outbox.NewStore(relayDB), producer, relay.Config{
+		InstanceID: "b", Interval: 5 * time.Second, Logger: slog.New(slog.DiscardHandler),
+		Observe: func(res relay.Result, _ time.Duration, err error) {
+			if err == nil && res.Claimed == 0 {
+				select {
+				case idle <- struct{}{}:
+				default:
+				}
+			}
+		}})
+	require.NoError(t, err)
+	listening := startListener(t, relayDB, r.Wake)
+	require.NoError(t, r.Start(context.Background()))
+	t.Cleanup(r.Stop)
+	waitFor(t, listening, "LISTEN")
+	waitFor(t, idle, "the relay's first poll")
+	// The wake after connecting may come after that poll: let its poll pass.
+	time.Sleep(200 * time.Millisecond)
+	for len(idle) > 0 {
+		<-idle
+	}
+
+	for round := range 3 {
+		start := time.Now()
+		var id int64
+		require.NoError(t, database.Transaction(context.Background(), writer.DB, func(tx *gorm.DB) error {
+			m, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, int64(round+1), time.Now(), map[string]any{"action": "CREATED"}))
+			if err == nil {
+				id = m.ID
+			}
+			return err
+		}))
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			var m outbox.Message
+			require.NoError(t, writer.Where("id = ?", id).Take(&m).Error)
+			if m.Status == outbox.StatusSent {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "round %d: row %d still %s after %s", round, id, m.Status, time.Since(start))
+			time.Sleep(5 * time.Millisecond)
+		}
+		took := time.Since(start)
+		t.Logf("round %d: appended to SENT in %s", round, took)
+		require.Less(t, took, time.Second, "round %d: the relay woke on the notification, not its 5s interval", round)
+		time.Sleep(100 * time.Millisecond) // the next round starts from a pause
+	}
+}
