@@ -57,7 +57,7 @@ var mutations = []mutation{
 		pkg:  "./outbox/",
 		why:  "late MarkSent/Release of a recovered claim must be refused while another relay holds the row (issue 11)",
 		old: `			Where("status = ?", StatusProcessing).
-			Where(s.versionMatch(chunk)).`,
+			Where(s.dialect.versionMatch(chunk)).`,
 		new: `			Where("status = ?", StatusProcessing).
 			Where("id IN ?", slices.Collect(func(yield func(int64) bool) {
 				for _, m := range chunk {
@@ -83,7 +83,7 @@ var mutations = []mutation{
 		equivalent: "between the locking read and the UPDATE no other transaction can change the rows " +
 			"(FOR UPDATE SKIP LOCKED on MySQL, BEGIN IMMEDIATE on SQLite), so their versions are the ones read",
 		old: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
-		Where(s.versionMatch(rows)).`,
+		Where(s.dialect.versionMatch(rows)).`,
 		new: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
 		Where("id IN ?", slices.Collect(func(yield func(int64) bool) {
 			for _, m := range rows {
@@ -122,19 +122,15 @@ var mutations = []mutation{
 		file: "kafka/consumer.go",
 		pkg:  "./kafka/",
 		why:  "failed joins must wait longer and longer, not retry several times a second (issue 11)",
-		old: `	for i := 0; i < b.failures && d < b.max; i++ {
-		d *= 2
-	}`,
-		new: `	for i := 0; i < b.failures && d < b.max; i++ {
-		d *= 1
-	}`,
+		old:  "b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinMax}",
+		new:  "b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinBase}",
 	},
 	{
 		name: "kafka-rejoin-no-reset",
 		file: "kafka/consumer.go",
 		pkg:  "./kafka/",
 		why:  "after a session the next outage starts again from the base pause",
-		old:  "\t\t\tb.reset() // a session was set up: the cluster answered\n",
+		old:  "\t\t\tb.Reset() // a session was set up: the cluster answered\n",
 		new:  "",
 	},
 	{
@@ -147,13 +143,13 @@ var mutations = []mutation{
 	},
 	{
 		name: "relay-stop-no-wait",
-		file: "relay/relay.go",
+		file: "internal/startstop/startstop.go",
 		pkg:  "./relay/",
 		why:  "Stop returns only after the poll in flight is recorded and the loop has exited (issue 11)",
-		old: `	r.mu.Unlock()
+		old: `	cancel(ErrStop)
 	<-done
 }`,
-		new: `	r.mu.Unlock()
+		new: `	cancel(ErrStop)
 	_ = done
 }`,
 	},
