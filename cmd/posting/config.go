@@ -187,7 +187,7 @@ func (s *settings) validateServe() error {
 	}
 	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
 	cfgs = append(cfgs, s.workerConfigs(brokers)...)
-	return validateConfigs(cfgs...)
+	return s.validateConfigs(cfgs...)
 }
 
 // validateLongRunning checks the settings of serve and worker that belong
@@ -207,10 +207,10 @@ type validator interface{ Validate() error }
 
 // validateConfigs validates cfgs in order and returns the first refusal
 // as a bad setting.
-func validateConfigs(cfgs ...validator) error {
+func (s *settings) validateConfigs(cfgs ...validator) error {
 	for _, c := range cfgs {
 		if err := c.Validate(); err != nil {
-			return settingError(err)
+			return s.settingError(err)
 		}
 	}
 	return nil
@@ -258,6 +258,18 @@ func settingError(err error) error {
 		value = strings.Join(list, ",")
 	}
 	return badSetting(name, value, ce.Err)
+}
+
+// settingError is settingError for the settings s: without
+// POSTING_KAFKA_BROKERS the bootstrap list is the embedded broker's address
+// (s.brokers), so a refused broker is POSTING_EMBEDDED_KAFKA_ADDR's fault,
+// and the message names the setting the operator actually gave.
+func (s *settings) settingError(err error) error {
+	var ce *config.Error
+	if len(s.KafkaBrokers) == 0 && errors.As(err, &ce) && settingOf[ce.Field] == "POSTING_KAFKA_BROKERS" {
+		return badSetting("POSTING_EMBEDDED_KAFKA_ADDR", s.EmbeddedKafkaAddr, ce.Err)
+	}
+	return settingError(err)
 }
 
 // brokers is the bootstrap list: the configured brokers, or the embedded
