@@ -257,7 +257,17 @@ func settingError(err error) error {
 	if list, isList := ce.Value.([]string); isList {
 		value = strings.Join(list, ",")
 	}
+	if more, ok := settingAlso[ce.Field]; ok {
+		return badSetting(name, value, fmt.Sprintf("%v, %s", ce.Err, more))
+	}
 	return badSetting(name, value, ce.Err)
+}
+
+// settingAlso completes a component's reason where the setting accepts a
+// value the component does not: the setting's 0 means the component's
+// default, so the limits the component names are not the whole answer.
+var settingAlso = map[string]string{
+	"worker.Config.Concurrency": "or 0 for the worker's default",
 }
 
 // settingError is settingError for the settings s: without

@@ -24,3 +24,15 @@ func TestWorkerBadEmbeddedAddrNamesItsSetting(t *testing.T) {
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, `invalid POSTING_KAFKA_BROKERS="nohostport"`)
 }
+
+// POSTING_WORKER_CONCURRENCY=0 is the worker's default (README "Settings"),
+// so a refusal must not say the setting wants 1..256 only, as it did before
+// the settings table (issue 12): "want 1..256, or 0 for the default".
+func TestWorkerConcurrencyRefusalSaysZeroIsTheDefault(t *testing.T) {
+	for _, cmd := range []string{"serve", "worker"} {
+		_, errOut, code := runCLI(t, cmd, "--data-dir", t.TempDir(), "--worker-concurrency", "257")
+		require.Equal(t, exitUsage, code, errOut)
+		require.Contains(t, errOut, `invalid POSTING_WORKER_CONCURRENCY="257"`, cmd)
+		require.Contains(t, errOut, "or 0 for the worker's default", cmd)
+	}
+}
