@@ -187,7 +187,7 @@ func (s *settings) validateServe() error {
 	}
 	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
 	cfgs = append(cfgs, s.workerConfigs(brokers)...)
-	return validateConfigs(cfgs...)
+	return s.validateConfigs(cfgs...)
 }
 
 // validateLongRunning checks the settings of serve and worker that belong
@@ -207,10 +207,10 @@ type validator interface{ Validate() error }
 
 // validateConfigs validates cfgs in order and returns the first refusal
 // as a bad setting.
-func validateConfigs(cfgs ...validator) error {
+func (s *settings) validateConfigs(cfgs ...validator) error {
 	for _, c := range cfgs {
 		if err := c.Validate(); err != nil {
-			return settingError(err)
+			return s.settingError(err)
 		}
 	}
 	return nil
@@ -257,7 +257,29 @@ func settingError(err error) error {
 	if list, isList := ce.Value.([]string); isList {
 		value = strings.Join(list, ",")
 	}
+	if more, ok := settingAlso[ce.Field]; ok {
+		return badSetting(name, value, fmt.Sprintf("%v, %s", ce.Err, more))
+	}
 	return badSetting(name, value, ce.Err)
+}
+
+// settingAlso completes a component's reason where the setting accepts a
+// value the component does not: the setting's 0 means the component's
+// default, so the limits the component names are not the whole answer.
+var settingAlso = map[string]string{
+	"worker.Config.Concurrency": "or 0 for the worker's default",
+}
+
+// settingError is settingError for the settings s: without
+// POSTING_KAFKA_BROKERS the bootstrap list is the embedded broker's address
+// (s.brokers), so a refused broker is POSTING_EMBEDDED_KAFKA_ADDR's fault,
+// and the message names the setting the operator actually gave.
+func (s *settings) settingError(err error) error {
+	var ce *config.Error
+	if len(s.KafkaBrokers) == 0 && errors.As(err, &ce) && settingOf[ce.Field] == "POSTING_KAFKA_BROKERS" {
+		return badSetting("POSTING_EMBEDDED_KAFKA_ADDR", s.EmbeddedKafkaAddr, ce.Err)
+	}
+	return settingError(err)
 }
 
 // brokers is the bootstrap list: the configured brokers, or the embedded

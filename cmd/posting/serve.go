@@ -90,7 +90,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	producer, err := kafka.NewProducer(s.producerConfig(brokers), log)
 	if err != nil {
-		return fmt.Errorf("kafka producer: %w", settingError(err))
+		return fmt.Errorf("kafka producer: %w", s.settingError(err))
 	}
 	st.OnStop(func() { _ = producer.Close() })
 	m := metrics.New(db.DB, s.InstanceID)
@@ -100,7 +100,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	rc.Logger, rc.Observe = log, m.ObserveRelay
 	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(producer), rc)
 	if err != nil {
-		return settingError(err)
+		return s.settingError(err)
 	}
 	if !embedded {
 		// Against a real cluster the topic must exist (or be auto-created by
@@ -124,7 +124,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	sched, err := reservation.NewScheduler(db.DB, sc)
 	if err != nil {
-		return settingError(err)
+		return s.settingError(err)
 	}
 	cc := s.cleanerConfig()
 	cc.Logger = log
@@ -133,7 +133,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		outbox.PurgeStep{Name: "inbox", Purge: inbox.Purge},
 		outbox.PurgeStep{Name: "publications", Purge: worker.PurgePublications})
 	if err != nil {
-		return settingError(err)
+		return s.settingError(err)
 	}
 	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: s.AdminToken, Logger: log})
 	if err != nil {

@@ -69,7 +69,7 @@ func (s *settings) validateWorker() error {
 	if err := s.validateLongRunning(); err != nil {
 		return err
 	}
-	return validateConfigs(s.workerConfigs(s.brokers())...)
+	return s.validateConfigs(s.workerConfigs(s.brokers())...)
 }
 
 // workerConfigs are the configurations of the worker's components, which
@@ -114,20 +114,20 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	if s.PublishWebhookURL != "" {
 		hook, err := worker.NewWebhook(s.webhookConfig())
 		if err != nil {
-			return settingError(err)
+			return s.settingError(err)
 		}
 		pub = hook
 	}
 	w, err := worker.New(db.DB, s.workerConfig(pub, m, log))
 	if err != nil {
-		return settingError(err)
+		return s.settingError(err)
 	}
 	st.OnStop(w.Stop)
 	cc := s.consumerConfig(brokers)
 	cc.Observe = m.ObserveConsumed
 	c, err := kafka.NewConsumer(cc, w, log)
 	if err != nil {
-		return settingError(err)
+		return s.settingError(err)
 	}
 	if err := st.Start(ctx, c); err != nil {
 		return err
@@ -204,7 +204,7 @@ func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metri
 	// A producer that never sends: its Ping asks the brokers for metadata.
 	probe, err := kafka.NewProducer(s.producerConfig(brokers), nil)
 	if err != nil {
-		return nil, settingError(err)
+		return nil, s.settingError(err)
 	}
 	checks := []struct {
 		name string

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Without POSTING_KAFKA_BROKERS, `posting worker` reads the embedded broker
+// of a running serve at POSTING_EMBEDDED_KAFKA_ADDR; a bad address there is
+// that setting's fault, and the message must name it, not
+// POSTING_KAFKA_BROKERS, which the operator never set.
+func TestWorkerBadEmbeddedAddrNamesItsSetting(t *testing.T) {
+	t.Setenv("POSTING_KAFKA_BROKERS", "")
+	t.Setenv("POSTING_EMBEDDED_KAFKA_ADDR", "nonsense")
+	_, errOut, code := runCLI(t, "worker", "--data-dir", t.TempDir(), "--worker-http-addr", "")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, `invalid POSTING_EMBEDDED_KAFKA_ADDR="nonsense"`)
+	require.NotContains(t, errOut, "POSTING_KAFKA_BROKERS")
+
+	// With brokers set, a bad one is still named as POSTING_KAFKA_BROKERS.
+	t.Setenv("POSTING_KAFKA_BROKERS", "nohostport")
+	_, errOut, code = runCLI(t, "worker", "--data-dir", t.TempDir(), "--worker-http-addr", "")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, `invalid POSTING_KAFKA_BROKERS="nohostport"`)
+}
+
+// POSTING_WORKER_CONCURRENCY=0 is the worker's default (README "Settings"),
+// so a refusal must not say the setting wants 1..256 only, as it did before
+// the settings table (issue 12): "want 1..256, or 0 for the default".
+func TestWorkerConcurrencyRefusalSaysZeroIsTheDefault(t *testing.T) {
+	for _, cmd := range []string{"serve", "worker"} {
+		_, errOut, code := runCLI(t, cmd, "--data-dir", t.TempDir(), "--worker-concurrency", "257")
+		require.Equal(t, exitUsage, code, errOut)
+		require.Contains(t, errOut, `invalid POSTING_WORKER_CONCURRENCY="257"`, cmd)
+		require.Contains(t, errOut, "or 0 for the worker's default", cmd)
+	}
+}
