@@ -35,19 +35,29 @@ func PostgresConfig(u *url.URL) (*pgx.ConnConfig, error) {
 	c := *u
 	q := c.Query()
 	for k, vs := range q {
-		if strings.EqualFold(k, "timezone") || k == "time_zone" {
+		if isTimezoneParam(k) {
 			for _, v := range vs {
 				if !isUTCName(v) {
 					return nil, fmt.Errorf("%w: postgres parameter %s=%s: the service's sessions run in UTC only (omit it, or timezone=UTC)", ErrInvalidURL, k, v)
 				}
 			}
-			q.Del(k)
 		}
 	}
-	if q.Get("connect_timeout") == "" {
-		q.Set("connect_timeout", "5")
+	// The other parameters go to pgx as written: url.Values.Encode would
+	// turn a space into a +, which pgx (like libpq) reads as a plus, so
+	// options=-c%20statement_timeout%3D5s would fail to connect.
+	var kept []string
+	for _, pair := range strings.Split(c.RawQuery, "&") {
+		k, _, _ := strings.Cut(pair, "=")
+		if dk, err := url.QueryUnescape(k); pair == "" || err == nil && isTimezoneParam(dk) {
+			continue
+		}
+		kept = append(kept, pair)
 	}
-	c.RawQuery = q.Encode()
+	if q.Get("connect_timeout") == "" {
+		kept = append(kept, "connect_timeout=5")
+	}
+	c.RawQuery = strings.Join(kept, "&")
 	cfg, err := pgx.ParseConfig(c.String())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
@@ -55,6 +65,10 @@ func PostgresConfig(u *url.URL) (*pgx.ConnConfig, error) {
 	cfg.RuntimeParams["timezone"] = "UTC"
 	return cfg, nil
 }
+
+// isTimezoneParam reports whether a URL parameter sets the session's time
+// zone.
+func isTimezoneParam(k string) bool { return strings.EqualFold(k, "timezone") || k == "time_zone" }
 
 // readInUTC makes a connection return timestamptz (and timestamp) values in
 // UTC rather than time.Local.
