@@ -22,8 +22,9 @@ const postgresLockKey int64 = 0x706f7374696e67
 // that connection out of the pool until the lock is released: a session
 // lock belongs to its session, and goose runs the migrations on other
 // connections of the pool meanwhile. The wait is bounded with the session's
-// lock_timeout, so it ends as soon as the holder releases the lock; the
-// server frees the lock of a session that dies.
+// lock_timeout (and not by a statement_timeout of the URL), so it ends as
+// soon as the holder releases the lock; the server frees the lock of a
+// session that dies.
 func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() error, error) {
 	if db.Stats().MaxOpenConnections == 1 {
 		return nil, errors.New("migration lock: the pool needs at least 2 connections (SetMaxOpenConns(1))")
@@ -39,7 +40,10 @@ func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() e
 		return nil, err
 	}
 	ms := max(wait.Milliseconds(), 1)
-	if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, false)", strconv.FormatInt(ms, 10)); err != nil {
+	// lock_timeout bounds the wait; a statement_timeout from the URL (the
+	// options parameter) must not cut it short, or a process started while
+	// another migrates fails instead of waiting for it.
+	if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, false), set_config('statement_timeout', '0', false)", strconv.FormatInt(ms, 10)); err != nil {
 		return fail(fmt.Errorf("migration lock: %w", err))
 	}
 	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", postgresLockKey); err != nil {
@@ -50,8 +54,10 @@ func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() e
 		}
 		return fail(fmt.Errorf("migration lock pg_advisory_lock(%d): %w", postgresLockKey, err))
 	}
-	if _, err := conn.ExecContext(ctx, "RESET lock_timeout"); err != nil {
-		return fail(fmt.Errorf("migration lock: %w", err))
+	for _, reset := range []string{"RESET lock_timeout", "RESET statement_timeout"} {
+		if _, err := conn.ExecContext(ctx, reset); err != nil {
+			return fail(fmt.Errorf("migration lock: %w", err))
+		}
 	}
 	return func() error {
 		// Not the caller's context: a cancelled migration must still release
