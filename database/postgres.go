@@ -89,7 +89,15 @@ func openPostgres(cfg *pgx.ConnConfig, location, name string) (*DB, error) {
 	sqlDB.SetMaxIdleConns(10)
 	sqlDB.SetConnMaxLifetime(30 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	g, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), gormConfig())
+	gcfg := gormConfig()
+	// pgx keeps each query's prepared statement per connection, and a
+	// cached SELECT * fails once its table gains a column (0A000 "cached
+	// plan must not change result type"): a migration that adds one, applied
+	// while instances run, would fail their claims and reads on every
+	// connection. Reading a model's columns by name keeps those statements
+	// valid.
+	gcfg.QueryFields = true
+	g, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), gcfg)
 	if err != nil {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", location, explainPostgres(err, name))

@@ -1,15 +1,19 @@
 package database_test
 
 import (
+	"context"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/outbox"
 )
 
 // The parameters the service does not set reach pgx as written, so they
@@ -53,4 +57,40 @@ func TestPostgresOptionsParameterReachesTheSession(t *testing.T) {
 	require.NoError(t, db.Raw("SHOW application_name").Scan(&name).Error)
 	require.Equal(t, "4321ms", timeout)
 	require.Equal(t, "posting review", name)
+}
+
+// A migration that adds a column (as 00003 and 00004 did, and as a rolling
+// upgrade applies while the old instances still run) does not break the
+// running instances' reads. pgx caches each query's prepared statement per
+// connection, and a cached SELECT * whose table gained a column fails once
+// per connection and statement with "cached plan must not change result
+// type" (0A000): relay claims failed, and so would API reads (a 500).
+// Reads of a model name its columns instead.
+func TestPostgresReadsSurviveAnAddedColumn(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewPostgres(t)
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	sqlDB.SetMaxOpenConns(1) // one session: the one whose statements are cached
+	ctx := context.Background()
+	first := eventtest.Append(t, db.DB, 1, time.Now())
+	eventtest.Append(t, db.DB, 2, time.Now())
+	store := outbox.NewStore(db)
+	now, err := store.Now(ctx)
+	require.NoError(t, err)
+	claimed, err := store.Claim(ctx, "before", 1, now)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	var m outbox.Message
+	require.NoError(t, db.Where("id = ?", first.ID).Take(&m).Error)
+
+	require.NoError(t, db.Exec("ALTER TABLE outbox ADD COLUMN added_by_a_later_migration INT").Error)
+
+	require.NoError(t, db.Where("id = ?", first.ID).Take(&m).Error, "a read after the migration")
+	require.Equal(t, first.EventID, m.EventID)
+	now, err = store.Now(ctx)
+	require.NoError(t, err)
+	claimed, err = store.Claim(ctx, "after", 1, now)
+	require.NoError(t, err, "a claim after the migration")
+	require.Len(t, claimed, 1)
 }
