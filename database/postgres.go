@@ -127,12 +127,14 @@ func (db *DB) ConnectPostgres(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // explainPostgres turns invalid_catalog_name (3D000, "database does not
-// exist") into ErrNoDatabase with the statement that creates it.
+// exist") into ErrNoDatabase with the statement that creates it. The
+// statement copies template0, since ENCODING 'UTF8' from template1 fails on
+// a server initialized under the C locale, whose template1 is SQL_ASCII.
 func explainPostgres(err error, name string) error {
 	if pgCode(err) != "3D000" {
 		return err
 	}
-	return fmt.Errorf("%w %q on this server (%v); create it first: CREATE DATABASE \"%s\" ENCODING 'UTF8'",
+	return fmt.Errorf("%w %q on this server (%v); create it first: CREATE DATABASE \"%s\" TEMPLATE template0 ENCODING 'UTF8'",
 		ErrNoDatabase, name, err, strings.ReplaceAll(name, `"`, `""`))
 }
 

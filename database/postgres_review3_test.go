@@ -94,3 +94,48 @@ func TestPostgresReadsSurviveAnAddedColumn(t *testing.T) {
 	require.NoError(t, err, "a claim after the migration")
 	require.Len(t, claimed, 1)
 }
+
+// The statement a missing database's error gives creates it whatever the
+// server's template1 holds. Run as it was, CREATE DATABASE … ENCODING
+// 'UTF8' fails on a server initialized under the C or POSIX locale, whose
+// template1 is SQL_ASCII: "new encoding (UTF8) is incompatible with the
+// encoding of the template database (SQL_ASCII)". Such a template stands in
+// for template1 here (this server's is UTF8): the statement must not
+// depend on it.
+func TestPostgresMissingDatabaseHintWorksWithAnSQLASCIITemplate1(t *testing.T) {
+	t.Parallel()
+	base := databasetest.URL(t, database.PostgreSQL, "hint")
+	admin, err := database.Open(base, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	ascii := "r3_ascii_" + strings.ReplaceAll(strings.TrimPrefix(mustParse(t, base).Path, "/"), "hint_", "")
+	require.NoError(t, admin.Exec(`CREATE DATABASE "`+ascii+`" TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'`).Error)
+	t.Cleanup(func() { _ = admin.Exec(`DROP DATABASE IF EXISTS "` + ascii + `"`).Error })
+
+	missing := mustParse(t, base)
+	missing.Path += "_missing"
+	_, err = database.Open(missing.String(), "")
+	require.ErrorIs(t, err, database.ErrNoDatabase)
+	_, stmt, ok := strings.Cut(err.Error(), "create it first: ")
+	require.True(t, ok, err.Error())
+	name := strings.TrimPrefix(missing.Path, "/")
+	if !strings.Contains(stmt, "TEMPLATE") {
+		// It copies template1: run it with the stand-in.
+		stmt = strings.Replace(stmt, `"`+name+`"`, `"`+name+`" TEMPLATE "`+ascii+`"`, 1)
+	}
+	t.Cleanup(func() { _ = admin.Exec(`DROP DATABASE IF EXISTS "` + name + `"`).Error })
+	require.NoError(t, admin.Exec(stmt).Error, stmt)
+	db, err := database.Open(missing.String(), "")
+	require.NoError(t, err, "the database the hint created")
+	t.Cleanup(func() { _ = db.Close() })
+	var enc string
+	require.NoError(t, db.Raw("SHOW server_encoding").Scan(&enc).Error)
+	require.Equal(t, "UTF8", enc)
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	return u
+}
