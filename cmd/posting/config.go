@@ -249,6 +249,9 @@ var settingOf = map[string]string{
 	"worker.WebhookConfig.URL":         "POSTING_PUBLISH_WEBHOOK_URL",
 	"rabbitmq.Config.URL":              "POSTING_RABBITMQ_URL",
 	"rabbitmq.Config.Exchange":         "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.URL":      "POSTING_RABBITMQ_URL",
+	"rabbitmq.ConsumerConfig.Exchange": "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.Queue":    "POSTING_WORKER_GROUP",
 }
 
 // settingError turns a component's refusal of a field taken from a setting

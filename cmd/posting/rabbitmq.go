@@ -76,3 +76,11 @@ func declareExchange(ctx context.Context, s *settings, rs *rabbitmq.Sender) erro
 		}
 	}
 }
+
+// rabbitmqConsumerConfig reads the worker group's queue: the queue is named
+// after POSTING_WORKER_GROUP, as the Kafka consumer group is.
+func (s *settings) rabbitmqConsumerConfig() rabbitmq.ConsumerConfig {
+	c := rabbitmq.DefaultConsumerConfig()
+	c.URL, c.Exchange, c.Queue = s.RabbitMQURL, s.RabbitMQExchange, s.WorkerGroup
+	return c
+}

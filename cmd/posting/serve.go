@@ -209,7 +209,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
-		if err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+		if _, err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
 			return err
 		}
 	}
