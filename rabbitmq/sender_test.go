@@ -327,3 +327,11 @@ func TestConnectionsCutFor15sSpendNoRetries(t *testing.T) {
 		require.Equal(t, relay.Result{}, o.bad, "retried, failed, recovered or fenced rows")
 	})
 }
+
+// reservationLike is an outbox row of a posting event about post, not stored.
+func reservationLike(t testing.TB, post int64) outbox.Message {
+	t.Helper()
+	m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, post, time.Now(), map[string]any{"action": "UPDATED"}))
+	require.NoError(t, err)
+	return *m
+}
