@@ -58,6 +58,8 @@ type settings struct {
 	PublishWebhookURL string
 	WorkerHTTPAddr    string
 	WorkerConcurrency int
+	RabbitMQURL       string
+	RabbitMQExchange  string
 }
 
 func defaultInstanceID() string {
@@ -180,6 +182,12 @@ func (s *settings) validateServe() error {
 	if err := s.validateLongRunning(); err != nil {
 		return err
 	}
+	if err := s.validateBrokerChoice(); err != nil {
+		return err
+	}
+	if s.RabbitMQURL != "" {
+		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
+	}
 	brokers := s.brokers()
 	var cfgs []validator
 	if len(s.KafkaBrokers) == 0 {
@@ -239,6 +247,11 @@ var settingOf = map[string]string{
 	"worker.Config.Consumer":           "POSTING_WORKER_GROUP",
 	"worker.Config.Concurrency":        "POSTING_WORKER_CONCURRENCY",
 	"worker.WebhookConfig.URL":         "POSTING_PUBLISH_WEBHOOK_URL",
+	"rabbitmq.Config.URL":              "POSTING_RABBITMQ_URL",
+	"rabbitmq.Config.Exchange":         "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.URL":      "POSTING_RABBITMQ_URL",
+	"rabbitmq.ConsumerConfig.Exchange": "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.Queue":    "POSTING_WORKER_GROUP",
 }
 
 // settingError turns a component's refusal of a field taken from a setting

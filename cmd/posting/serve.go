@@ -51,6 +51,7 @@ func newServeCommand() *cobra.Command {
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
+	addRabbitMQFlags(cmd.Flags(), &s)
 	return cmd
 }
 
@@ -84,32 +85,57 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
 	}
 
-	brokers, embedded, err := startKafka(s, db, log, st)
-	if err != nil {
-		return err
+	// The broker: RabbitMQ when POSTING_RABBITMQ_URL is set, else Kafka (a
+	// cluster, or the embedded broker).
+	var (
+		brokers  []string
+		embedded bool
+		sender   brokerSender
+		check    func(context.Context) error // the broker's start-up check
+	)
+	if s.RabbitMQURL != "" {
+		rs, err := newRabbitSender(s, log)
+		if err != nil {
+			return err
+		}
+		st.OnStop(func() { _ = rs.Close() })
+		sender, check = rs, func(ctx context.Context) error { return declareExchange(ctx, s, rs) }
+	} else {
+		brokers, embedded, err = startKafka(s, db, log, st)
+		if err != nil {
+			return err
+		}
+		producer, err := kafka.NewProducer(s.producerConfig(brokers), log)
+		if err != nil {
+			return fmt.Errorf("kafka producer: %w", s.settingError(err))
+		}
+		st.OnStop(func() { _ = producer.Close() })
+		sender = producer
+		if !embedded {
+			// Against a real cluster the topic must exist (or be auto-created by
+			// the cluster); serve creates nothing there.
+			check = func(ctx context.Context) error {
+				tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+				defer cancel()
+				if err := producer.CheckTopic(tctx); err != nil {
+					return fmt.Errorf("kafka topic check (POSTING_KAFKA_TOPIC=%s, POSTING_KAFKA_BROKERS=%v): %w", s.KafkaTopic, brokers, err)
+				}
+				return nil
+			}
+		}
 	}
-	producer, err := kafka.NewProducer(s.producerConfig(brokers), log)
-	if err != nil {
-		return fmt.Errorf("kafka producer: %w", s.settingError(err))
-	}
-	st.OnStop(func() { _ = producer.Close() })
 	m := metrics.New(db.DB, s.InstanceID)
-	// Before the topic check: a stale limit the sender could outlast is a
-	// bad setting, whether or not the cluster answers.
+	// Before the broker check: a stale limit the sender could outlast is a
+	// bad setting, whether or not the broker answers.
 	rc := s.relayConfig()
 	rc.Logger, rc.Observe = log, m.ObserveRelay
-	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(producer), rc)
+	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(sender), rc)
 	if err != nil {
 		return s.settingError(err)
 	}
-	if !embedded {
-		// Against a real cluster the topic must exist (or be auto-created by
-		// the cluster); serve creates nothing there.
-		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := producer.CheckTopic(tctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("kafka topic check (POSTING_KAFKA_TOPIC=%s, POSTING_KAFKA_BROKERS=%v): %w", s.KafkaTopic, brokers, err)
+	if check != nil {
+		if err := check(ctx); err != nil {
+			return err
 		}
 	}
 
@@ -147,7 +173,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Routes: routes,
 		Ready: []api.Check{
 			{Name: "database", Fn: db.Ping},
-			{Name: "kafka", Fn: producer.Ping},
+			{Name: brokerName(s), Fn: sender.Ping},
 		},
 	})
 	if err != nil {
@@ -183,7 +209,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
-		if err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+		if _, err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -59,7 +60,7 @@ func newWorkerCommand() *cobra.Command {
 	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
-	showEnvTwins(fs)
+	addRabbitMQFlags(fs, &s)
 	return cmd
 }
 
@@ -68,6 +69,16 @@ func newWorkerCommand() *cobra.Command {
 func (s *settings) validateWorker() error {
 	if err := s.validateLongRunning(); err != nil {
 		return err
+	}
+	if err := s.validateBrokerChoice(); err != nil {
+		return err
+	}
+	if s.RabbitMQURL != "" {
+		cfgs := []validator{s.workerConfig(nil, nil, nil), s.rabbitmqConsumerConfig()}
+		if s.PublishWebhookURL != "" {
+			cfgs = append(cfgs, s.webhookConfig())
+		}
+		return s.validateConfigs(cfgs...)
 	}
 	return s.validateConfigs(s.workerConfigs(s.brokers())...)
 }
@@ -109,28 +120,40 @@ func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *s
 // startWorker starts the worker and its consumer on brokers and registers
 // their stops: the consumer first (it finishes the event in hand, commits,
 // and revokes its partitions from the worker), then the worker.
-func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *startstop.Stack) error {
+func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *startstop.Stack) (ping func(context.Context) error, err error) {
 	var pub worker.Publisher
 	if s.PublishWebhookURL != "" {
 		hook, err := worker.NewWebhook(s.webhookConfig())
 		if err != nil {
-			return s.settingError(err)
+			return nil, s.settingError(err)
 		}
 		pub = hook
 	}
 	w, err := worker.New(db.DB, s.workerConfig(pub, m, log))
 	if err != nil {
-		return s.settingError(err)
+		return nil, s.settingError(err)
 	}
 	st.OnStop(w.Stop)
-	cc := s.consumerConfig(brokers)
-	cc.Observe = m.ObserveConsumed
-	c, err := kafka.NewConsumer(cc, w, log)
-	if err != nil {
-		return s.settingError(err)
+	var c startstop.Service
+	if s.RabbitMQURL != "" {
+		rc := s.rabbitmqConsumerConfig()
+		rc.Observe = m.ObserveConsumed
+		rcons, err := rabbitmq.NewConsumer(rc, w, log)
+		if err != nil {
+			return nil, s.settingError(err)
+		}
+		c, ping = rcons, rcons.Ping
+	} else {
+		cc := s.consumerConfig(brokers)
+		cc.Observe = m.ObserveConsumed
+		kc, err := kafka.NewConsumer(cc, w, log)
+		if err != nil {
+			return nil, s.settingError(err)
+		}
+		c = kc
 	}
 	if err := st.Start(ctx, c); err != nil {
-		return err
+		return nil, err
 	}
 	publisher := "record only"
 	if s.PublishWebhookURL != "" {
@@ -141,8 +164,8 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 		concurrency = fmt.Sprint(s.WorkerConcurrency)
 	}
 	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher,
-		"concurrency", concurrency)
-	return nil
+		"concurrency", concurrency, "broker", brokerName(s))
+	return ping, nil
 }
 
 // runWorker runs the worker until ctx ends, then stops it within the
@@ -171,11 +194,12 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	m := metrics.New(db.DB, s.InstanceID)
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	if err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+	ping, err := startWorker(bg, s, db, brokers, m, log, st)
+	if err != nil {
 		return err
 	}
 	if s.WorkerHTTPAddr != "" {
-		srv, err := workerHTTP(s, db, brokers, m, log)
+		srv, err := workerHTTP(s, db, brokers, ping, m, log)
 		if err != nil {
 			return err
 		}
@@ -200,16 +224,20 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 }
 
 // workerHTTP serves the worker's probes and metrics.
-func workerHTTP(s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
-	// A producer that never sends: its Ping asks the brokers for metadata.
-	probe, err := kafka.NewProducer(s.producerConfig(brokers), nil)
-	if err != nil {
-		return nil, s.settingError(err)
+// consumerPing, when not nil, checks the consumer's own connection (RabbitMQ).
+func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing func(context.Context) error, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
+	if consumerPing == nil {
+		// A producer that never sends: its Ping asks the brokers for metadata.
+		probe, err := kafka.NewProducer(s.producerConfig(brokers), nil)
+		if err != nil {
+			return nil, s.settingError(err)
+		}
+		consumerPing = probe.Ping
 	}
 	checks := []struct {
 		name string
 		fn   func(context.Context) error
-	}{{"database", db.Ping}, {"kafka", probe.Ping}}
+	}{{"database", db.Ping}, {brokerName(s), consumerPing}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/relay"
+)
+
+// brokerSender is what serve needs of either broker's sender: the relay's
+// Sender and Pinger (the ping also answers /readyz).
+type brokerSender interface {
+	relay.Sender
+	relay.Pinger
+}
+
+// addRabbitMQFlags adds the settings that switch serve and worker to
+// RabbitMQ (CONTRACT.md, "Second stack").
+func addRabbitMQFlags(fs *pflag.FlagSet, s *settings) {
+	fs.StringVar(&s.RabbitMQURL, "rabbitmq-url", "", "amqp://user:pass@host:5672/vhost; when set, events go through RabbitMQ instead of Kafka")
+	fs.StringVar(&s.RabbitMQExchange, "rabbitmq-exchange", rabbitmq.DefaultExchange, "durable topic exchange that receives both event types (serve declares it)")
+	showEnvTwins(fs)
+}
+
+// validateBrokerChoice refuses both brokers at once: which one the events
+// go through must be the operator's choice, never a guess.
+func (s *settings) validateBrokerChoice() error {
+	if s.RabbitMQURL != "" && len(s.KafkaBrokers) > 0 {
+		return usageError{fmt.Errorf("POSTING_RABBITMQ_URL and POSTING_KAFKA_BROKERS are both set: choose one broker (unset POSTING_KAFKA_BROKERS to use RabbitMQ, or POSTING_RABBITMQ_URL to use Kafka)")}
+	}
+	return nil
+}
+
+// brokerName names the broker in /readyz and logs.
+func brokerName(s *settings) string {
+	if s.RabbitMQURL != "" {
+		return "rabbitmq"
+	}
+	return "kafka"
+}
+
+func (s *settings) rabbitmqConfig() rabbitmq.Config {
+	c := rabbitmq.DefaultConfig()
+	c.URL, c.Exchange = s.RabbitMQURL, s.RabbitMQExchange
+	return c
+}
+
+func newRabbitSender(s *settings, log *slog.Logger) (*rabbitmq.Sender, error) {
+	rs, err := rabbitmq.NewSender(s.rabbitmqConfig(), log)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq sender: %w", s.settingError(err))
+	}
+	return rs, nil
+}
+
+// declareExchange connects the sender, which declares the exchange, within
+// 15 s: serve does not start against a broker it cannot reach, as it does
+// not against a Kafka cluster without the topic.
+func declareExchange(ctx context.Context, s *settings, rs *rabbitmq.Sender) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	b := backoff.Backoff{Base: 250 * time.Millisecond, Max: 2 * time.Second}
+	for {
+		err := rs.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		if !backoff.Sleep(ctx, b.Next()) {
+			return fmt.Errorf("rabbitmq exchange %s (POSTING_RABBITMQ_URL=%s): %w", s.RabbitMQExchange, redactURL(s.RabbitMQURL), err)
+		}
+	}
+}
+
+// rabbitmqConsumerConfig reads the worker group's queue: the queue is named
+// after POSTING_WORKER_GROUP, as the Kafka consumer group is.
+func (s *settings) rabbitmqConsumerConfig() rabbitmq.ConsumerConfig {
+	c := rabbitmq.DefaultConsumerConfig()
+	c.URL, c.Exchange, c.Queue = s.RabbitMQURL, s.RabbitMQExchange, s.WorkerGroup
+	return c
+}

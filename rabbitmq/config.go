@@ -1,0 +1,124 @@
+package rabbitmq
+
+import (
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/event"
+)
+
+// DefaultExchange is the exchange both event types go to unless
+// POSTING_RABBITMQ_EXCHANGE says otherwise: the contract's topic name.
+const DefaultExchange = event.DefaultTopic
+
+// Config configures a Sender. The zero value of every field but URL means
+// its default.
+type Config struct {
+	// URL is the broker, amqp://user:pass@host:5672/vhost (or amqps://).
+	// Required.
+	URL string
+	// Exchange is the durable topic exchange that receives every event; the
+	// sender declares it. Default DefaultExchange.
+	Exchange string
+	// SendTimeout bounds one Send, from the call until every message has
+	// an outcome, including waiting for an earlier Send and connecting.
+	// Default 30s; 1s to 10m, and at least DialTimeout.
+	SendTimeout time.Duration
+	// DialTimeout bounds opening the TCP connection. Default 3s; 100ms to 1m.
+	DialTimeout time.Duration
+	// Heartbeat is the AMQP heartbeat interval: a silent network is noticed
+	// after about two of them. Default 10s; 1s to 1m.
+	Heartbeat time.Duration
+	// ProbeTimeout bounds Ping. Default 2s; 100ms to 1m.
+	ProbeTimeout time.Duration
+	// ReconnectBase is the first pause after a failed connection attempt,
+	// doubling (jittered) up to ReconnectMax; during the pause Send and
+	// Ping answer unavailable without dialing. Default 250ms; 1ms to 1m.
+	ReconnectBase time.Duration
+	// ReconnectMax caps that pause. Default 5s; ReconnectBase to 5m. Keep
+	// it short: the relay has its own outage backoff, and the pause delays
+	// the first send after the broker's return by up to this much.
+	ReconnectMax time.Duration
+}
+
+// DefaultConfig returns a Config with every field but URL at its default:
+// the one place the defaults are written.
+func DefaultConfig() Config {
+	return Config{
+		Exchange:      DefaultExchange,
+		SendTimeout:   30 * time.Second,
+		DialTimeout:   3 * time.Second,
+		Heartbeat:     10 * time.Second,
+		ProbeTimeout:  2 * time.Second,
+		ReconnectBase: 250 * time.Millisecond,
+		ReconnectMax:  5 * time.Second,
+	}
+}
+
+func (cfg Config) withDefaults() Config {
+	config.FillZero(&cfg, DefaultConfig())
+	return cfg
+}
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
+func (cfg Config) Validate() error {
+	const f = "rabbitmq.Config."
+	if err := ValidateURL(f+"URL", cfg.URL); err != nil {
+		return err
+	}
+	if strings.TrimSpace(cfg.Exchange) == "" || len(cfg.Exchange) > 255 {
+		return config.Invalid(f+"Exchange", cfg.Exchange, "want 1 to 255 characters")
+	}
+	if strings.HasPrefix(cfg.Exchange, "amq.") {
+		return config.Invalid(f+"Exchange", cfg.Exchange, "the amq. prefix is reserved by the broker")
+	}
+	durations := []struct {
+		name     string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"SendTimeout", cfg.SendTimeout, time.Second, 10 * time.Minute},
+		{"DialTimeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
+		{"Heartbeat", cfg.Heartbeat, time.Second, time.Minute},
+		{"ProbeTimeout", cfg.ProbeTimeout, 100 * time.Millisecond, time.Minute},
+		{"ReconnectBase", cfg.ReconnectBase, time.Millisecond, time.Minute},
+		{"ReconnectMax", cfg.ReconnectMax, cfg.ReconnectBase, 5 * time.Minute},
+	}
+	for _, d := range durations {
+		if d.v < d.min || d.v > d.max {
+			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
+		}
+	}
+	if cfg.SendTimeout < cfg.DialTimeout {
+		return config.Invalid(f+"SendTimeout", cfg.SendTimeout, "must be at least the dial timeout %s", cfg.DialTimeout)
+	}
+	return nil
+}
+
+// ValidateURL checks a broker URL, the field named field: amqp:// or
+// amqps:// with a host.
+func ValidateURL(field, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return config.Invalid(field, redact(raw), "%w", err)
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return config.Invalid(field, redact(raw), "want amqp://user:pass@host:5672/vhost or amqps://")
+	}
+	if u.Host == "" {
+		return config.Invalid(field, redact(raw), "no host")
+	}
+	return nil
+}
+
+// redact hides a URL's password, for logs and error messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,377 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/startstop"
+)
+
+// Partition is the one pseudo-partition of a RabbitMQ queue: with a single
+// active consumer the whole queue is owned by one worker at a time, which
+// the worker hears as this partition being assigned and revoked.
+const Partition int32 = 0
+
+// probeType marks the probe messages a waiting consumer puts on its own
+// queue. RabbitMQ does not tell an AMQP 0-9-1 consumer that it became the
+// single active one; it just starts delivering. A waiting consumer's probe
+// makes sure something is delivered: to the active consumer, which drops
+// it, or, once the active one is gone, to the waiting one, which thereby
+// learns it took over, even on an idle queue.
+const probeType = "posting.active-consumer-probe"
+
+// ConsumerConfig configures a Consumer. The zero value of every field but
+// URL and Queue means its default.
+type ConsumerConfig struct {
+	// URL is the broker. Required.
+	URL string
+	// Exchange is the topic exchange the queue is bound to with "#"; the
+	// consumer declares it too. Default DefaultExchange.
+	Exchange string
+	// Queue is the durable quorum queue (single active consumer) the
+	// consumer declares and reads; "<Queue>.dead" receives malformed
+	// messages. Required (the worker group).
+	Queue string
+	// Prefetch bounds the unacknowledged messages delivered at once.
+	// Default 64; 1 to 10000.
+	Prefetch int
+	// DialTimeout bounds opening the TCP connection. Default 3s; 100ms to 1m.
+	DialTimeout time.Duration
+	// Heartbeat is the AMQP heartbeat interval. Default 10s; 1s to 1m.
+	Heartbeat time.Duration
+	// ProbeInterval is how often a waiting consumer probes whether it has
+	// become the active one. Default 1s; 10ms to 1m.
+	ProbeInterval time.Duration
+	// ReconnectBase is the first pause after a lost or refused connection,
+	// doubling (jittered) up to ReconnectMax. Default 250ms; 1ms to 1m.
+	ReconnectBase time.Duration
+	// ReconnectMax caps that pause. Default 30s; ReconnectBase to 10m.
+	ReconnectMax time.Duration
+	// RetryBase is the first pause before handling a message again after
+	// the handler failed (the database is down), doubling up to RetryMax;
+	// the queue does not move past it. Default 100ms; 1ms to 1m.
+	RetryBase time.Duration
+	// RetryMax caps that pause. Default 5s; RetryBase to 10m.
+	RetryMax time.Duration
+	// Observe, if set, counts outcomes: (event type, "malformed" or "error").
+	Observe func(eventType, outcome string)
+}
+
+// DefaultConsumerConfig returns a ConsumerConfig with every field but URL
+// and Queue at its default.
+func DefaultConsumerConfig() ConsumerConfig {
+	return ConsumerConfig{
+		Exchange:      DefaultExchange,
+		Prefetch:      64,
+		DialTimeout:   3 * time.Second,
+		Heartbeat:     10 * time.Second,
+		ProbeInterval: time.Second,
+		ReconnectBase: 250 * time.Millisecond,
+		ReconnectMax:  30 * time.Second,
+		RetryBase:     100 * time.Millisecond,
+		RetryMax:      5 * time.Second,
+	}
+}
+
+func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
+	obs := cfg.Observe
+	config.FillZero(&cfg, DefaultConsumerConfig())
+	cfg.Observe = obs
+	return cfg
+}
+
+// Validate reports the first setting out of its limits, as a *config.Error
+// naming the field.
+func (cfg ConsumerConfig) Validate() error {
+	const f = "rabbitmq.ConsumerConfig."
+	if err := ValidateURL(f+"URL", cfg.URL); err != nil {
+		return err
+	}
+	if strings.TrimSpace(cfg.Exchange) == "" || len(cfg.Exchange) > 255 {
+		return config.Invalid(f+"Exchange", cfg.Exchange, "want 1 to 255 characters")
+	}
+	if strings.TrimSpace(cfg.Queue) == "" || len(cfg.Queue) > 250 || strings.HasPrefix(cfg.Queue, "amq.") {
+		return config.Invalid(f+"Queue", cfg.Queue, "want 1 to 250 characters, not starting with amq.")
+	}
+	if cfg.Prefetch < 1 || cfg.Prefetch > 10000 {
+		return config.Invalid(f+"Prefetch", cfg.Prefetch, "want 1 to 10000")
+	}
+	durations := []struct {
+		name     string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"DialTimeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
+		{"Heartbeat", cfg.Heartbeat, time.Second, time.Minute},
+		{"ProbeInterval", cfg.ProbeInterval, 10 * time.Millisecond, time.Minute},
+		{"ReconnectBase", cfg.ReconnectBase, time.Millisecond, time.Minute},
+		{"ReconnectMax", cfg.ReconnectMax, cfg.ReconnectBase, 10 * time.Minute},
+		{"RetryBase", cfg.RetryBase, time.Millisecond, time.Minute},
+		{"RetryMax", cfg.RetryMax, cfg.RetryBase, 10 * time.Minute},
+	}
+	for _, d := range durations {
+		if d.v < d.min || d.v > d.max {
+			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
+		}
+	}
+	return nil
+}
+
+// Consumer feeds a worker from a RabbitMQ queue: one durable quorum queue
+// per worker group with a single active consumer, so that events reach the
+// handler in queue order, one at a time, with several workers running. A
+// message is acknowledged only after the handler returned nil (its
+// database transaction committed); a malformed one is logged, counted and
+// rejected without requeue, which dead-letters it to "<queue>.dead". When
+// it becomes the active consumer it tells a PartitionHandler that
+// Partition is assigned, and revoked when it stops being it.
+type Consumer struct {
+	startstop.BaseStartStop
+
+	cfg     ConsumerConfig
+	handler inbox.Handler
+	log     *slog.Logger
+
+	mu   sync.Mutex
+	conn *amqp.Connection // the current connection, for Ping
+}
+
+// NewConsumer checks cfg and returns a consumer that feeds h. It connects on
+// Start and keeps trying while the broker is down.
+func NewConsumer(cfg ConsumerConfig, h inbox.Handler, logger *slog.Logger) (*Consumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid rabbitmq consumer config: %w", err)
+	}
+	if h == nil {
+		return nil, errors.New("invalid rabbitmq consumer config: no handler")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{cfg: cfg, handler: h,
+		log: logger.With("component", "consumer", "queue", cfg.Queue, "exchange", cfg.Exchange)}, nil
+}
+
+// DeadQueue is the queue that receives q's malformed messages.
+func DeadQueue(q string) string { return q + ".dead" }
+
+// Start consumes in one goroutine until Stop or until ctx ends.
+func (c *Consumer) Start(ctx context.Context) error {
+	ctx, done, err := c.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	go func() {
+		defer done()
+		c.run(ctx)
+	}()
+	return nil
+}
+
+// Stop finishes or abandons the message in hand (unacknowledged, it goes
+// back to the queue), revokes the partition from the handler and closes
+// the connection, which lets another consumer become the active one. It
+// waits for all of that; safe twice and without Start.
+func (c *Consumer) Stop() { c.BaseStartStop.Stop() }
+
+// Ping returns nil while the consumer's connection is open.
+func (c *Consumer) Ping(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil || c.conn.IsClosed() {
+		return fmt.Errorf("rabbitmq consumer not connected to %s", redact(c.cfg.URL))
+	}
+	return nil
+}
+
+func (c *Consumer) run(ctx context.Context) {
+	c.log.Info("consumer started", "url", redact(c.cfg.URL))
+	defer c.log.Info("consumer stopped")
+	b := &backoff.Backoff{Base: c.cfg.ReconnectBase, Max: c.cfg.ReconnectMax}
+	for ctx.Err() == nil {
+		err := c.session(ctx, b)
+		if ctx.Err() != nil {
+			return
+		}
+		pause := b.Next()
+		c.log.Warn(fmt.Sprintf("rabbitmq consumer of queue %s lost or refused its connection; retrying in %s", c.cfg.Queue, pause),
+			"retry_in", pause, "failures", b.Failures(), "err", err)
+		if !backoff.Sleep(ctx, pause) {
+			return
+		}
+	}
+}
+
+// Declare declares what a worker group reads: the exchange, the dead-letter
+// queue, and the group's quorum queue (single active consumer, malformed
+// messages dead-lettered) bound to the exchange with "#".
+func Declare(ch *amqp.Channel, exchange, queue string) error {
+	if err := DeclareExchange(ch, exchange); err != nil {
+		return err
+	}
+	quorum := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	if _, err := ch.QueueDeclare(DeadQueue(queue), true, false, false, false, quorum); err != nil {
+		return fmt.Errorf("declare queue %s: %w", DeadQueue(queue), err)
+	}
+	args := amqp.Table{
+		amqp.QueueTypeArg:            amqp.QueueTypeQuorum,
+		amqp.SingleActiveConsumerArg: true,
+		"x-dead-letter-exchange":     "",
+		"x-dead-letter-routing-key":  DeadQueue(queue),
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		return fmt.Errorf("declare queue %s: %w", queue, err)
+	}
+	if err := ch.QueueBind(queue, "#", exchange, false, nil); err != nil {
+		return fmt.Errorf("bind queue %s to %s: %w", queue, exchange, err)
+	}
+	return nil
+}
+
+// session connects, declares, consumes until the connection or ctx ends,
+// and returns why it ended.
+func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
+	conn, err := dial(c.cfg.URL, c.cfg.DialTimeout, c.cfg.Heartbeat)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := Declare(ch, c.cfg.Exchange, c.cfg.Queue); err != nil {
+		return err
+	}
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return err
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, c.cfg.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
+	}
+	b.Reset() // the broker answered
+	c.mu.Lock()
+	c.conn = conn
+	c.mu.Unlock()
+	c.log.Info("consumer connected, waiting to be the active consumer")
+
+	active := false
+	defer func() {
+		if active {
+			// Let go before the connection closes, so that the next
+			// active consumer never overlaps this one's timers.
+			if ph, ok := c.handler.(inbox.PartitionHandler); ok {
+				ph.Revoked(c.cfg.Queue, []int32{Partition})
+			}
+			c.log.Info("no longer the active consumer")
+		}
+	}()
+	probe := time.NewTicker(c.cfg.ProbeInterval)
+	defer probe.Stop()
+	c.sendProbe(ctx, ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-probe.C:
+			if !active {
+				c.sendProbe(ctx, ch)
+			}
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("rabbitmq channel closed")
+			}
+			if !active {
+				active = true
+				c.log.Info("became the active consumer", "partition", Partition)
+				if ph, ok := c.handler.(inbox.PartitionHandler); ok {
+					if err := ph.Assigned(ctx, c.cfg.Queue, []int32{Partition}); err != nil {
+						return fmt.Errorf("assign: %w", err)
+					}
+				}
+			}
+			if d.Type == probeType {
+				if err := d.Ack(false); err != nil {
+					return err
+				}
+				continue
+			}
+			settled, err := c.handle(ctx, d)
+			if err != nil {
+				return err
+			}
+			if !settled {
+				return ctx.Err() // unacknowledged: the broker requeues it
+			}
+		}
+	}
+}
+
+// sendProbe puts a probe on the queue (see probeType). A failure shows up
+// as the channel closing.
+func (c *Consumer) sendProbe(ctx context.Context, ch *amqp.Channel) {
+	err := ch.PublishWithContext(ctx, "", c.cfg.Queue, false, false, amqp.Publishing{Type: probeType, DeliveryMode: amqp.Transient})
+	if err != nil {
+		c.log.Debug("active consumer probe not sent", "err", err)
+	}
+}
+
+// handle decodes d and hands it to the handler until it is settled:
+// acknowledged after the handler committed, or rejected to the dead-letter
+// queue as malformed. It returns false when ctx ended first, and an error
+// when the acknowledgement could not be sent (the channel is gone).
+func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) (bool, error) {
+	headers := make(map[string]string, len(d.Headers))
+	for k, v := range d.Headers {
+		if s, ok := v.(string); ok {
+			headers[k] = s
+		}
+	}
+	where := []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered, "routing_key", d.RoutingKey}
+	ev, err := inbox.Decode([]byte(d.RoutingKey), headers, d.Body)
+	if err == nil {
+		ev.Topic, ev.Partition, ev.Offset = c.cfg.Queue, Partition, int64(d.DeliveryTag)
+		where = append(where, "event_id", ev.EventID, "event_type", ev.Type, "post_id", ev.PostID)
+	}
+	retry := backoff.Backoff{Base: c.cfg.RetryBase, Max: c.cfg.RetryMax, Exact: true}
+	for err == nil {
+		err = c.handler.Handle(ctx, ev)
+		switch {
+		case err == nil:
+			return true, d.Ack(false)
+		case errors.Is(err, inbox.ErrMalformed):
+		case ctx.Err() != nil:
+			return false, nil
+		default:
+			c.observe(string(ev.Type), "error")
+			pause := retry.Next()
+			c.log.Warn("event handling failed; trying again", append(where, "err", err, "pause", pause)...)
+			if !backoff.Sleep(ctx, pause) {
+				return false, nil
+			}
+			err = nil
+		}
+	}
+	c.observe(headers[event.HeaderEventType], "malformed")
+	c.log.Error("malformed message dead-lettered", append(where, "dead_letter_queue", DeadQueue(c.cfg.Queue), "err", err)...)
+	return true, d.Nack(false, false)
+}
+
+func (c *Consumer) observe(eventType, outcome string) {
+	if c.cfg.Observe != nil {
+		c.cfg.Observe(eventType, outcome)
+	}
+}

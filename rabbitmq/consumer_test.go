@@ -1,0 +1,202 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
+)
+
+// recorder is a Publisher that counts calls per post and notes any call
+// before the post's time.
+type recorder struct {
+	mu    sync.Mutex
+	calls map[int64]int
+	early []int64
+}
+
+func (r *recorder) Publish(_ context.Context, p worker.Publishing) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls == nil {
+		r.calls = map[int64]int{}
+	}
+	r.calls[p.Post.ID]++
+	if time.Now().Before(p.Post.ScheduledAt) {
+		r.early = append(r.early, p.Post.ID)
+	}
+	return nil
+}
+
+func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
+	t.Helper()
+	now := database.Normalize(time.Now())
+	p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusWorking,
+		ScheduledAt: database.Normalize(at), CreatedAt: now, UpdatedAt: now}
+	require.NoError(t, db.Create(p).Error)
+	return p
+}
+
+func reservationMessage(t *testing.T, p *reservation.Post) outbox.Message {
+	t.Helper()
+	m, err := outbox.NewMessage(eventtest.Outbox(t, event.ReservationEvent, p.ID, time.Now(), event.ReservationEventFields{ScheduledAt: p.ScheduledAt}))
+	require.NoError(t, err)
+	return *m
+}
+
+// member is one worker process: its worker and its consumer, connected
+// through a proxy that the test can cut.
+type member struct {
+	w     *worker.Worker
+	c     *rabbitmq.Consumer
+	proxy *rabbitmqtest.Proxy
+}
+
+func startMember(t *testing.T, db *gorm.DB, url, exchange, queue string, pub worker.Publisher) *member {
+	t.Helper()
+	w, err := worker.New(db, worker.Config{Consumer: queue, Publisher: pub, Logger: slog.New(slog.DiscardHandler),
+		RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	require.NoError(t, err)
+	proxy := rabbitmqtest.StartProxy(t, url)
+	c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: proxy.URL, Exchange: exchange, Queue: queue,
+		ProbeInterval: 100 * time.Millisecond, ReconnectMax: time.Second}, w, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() { c.Stop(); w.Stop() })
+	require.Eventually(t, func() bool { return c.Ping(context.Background()) == nil }, 30*time.Second, 10*time.Millisecond)
+	return &member{w: w, c: c, proxy: proxy}
+}
+
+// kill ends a member as a crash would: its connection drops and its
+// timers are gone.
+func (m *member) kill() {
+	m.proxy.Cut()
+	m.w.Stop()
+	m.c.Stop()
+}
+
+// Two workers on one queue: one is active and holds the timers; when it is
+// killed the other becomes active, arms every pending publication, takes
+// the rest of the queue, and every post is published once, none early.
+func TestSecondWorkerTakesOverWhenTheActiveOneDies(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		exchange, queue := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+		rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+		pub := &recorder{}
+		members := []*member{startMember(t, db.DB, url, exchange, queue, pub), startMember(t, db.DB, url, exchange, queue, pub)}
+		sender := newSender(t, url, exchange)
+
+		const before, after = 20, 10
+		var posts []*reservation.Post
+		send := func(n int) {
+			var msgs []outbox.Message
+			for range n {
+				p := insertWorking(t, db.DB, time.Now().Add(4*time.Second))
+				posts = append(posts, p)
+				msgs = append(msgs, reservationMessage(t, p))
+			}
+			for _, err := range sender.Send(context.Background(), msgs) {
+				require.NoError(t, err)
+			}
+		}
+		send(before)
+		var active, standby *member
+		require.Eventually(t, func() bool {
+			for i, m := range members {
+				if m.w.Pending() == before {
+					active, standby = m, members[1-i]
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 10*time.Millisecond, "one worker holds every timer")
+		require.Zero(t, standby.w.Pending(), "the waiting worker holds nothing")
+
+		active.kill()
+		send(after)
+		require.Eventually(t, func() bool { return standby.w.Pending() > 0 || publishedCount(t, db.DB) > 0 },
+			30*time.Second, 10*time.Millisecond, "the other worker took over")
+		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == int64(len(posts)) },
+			time.Minute, 20*time.Millisecond)
+
+		var pubs []worker.Publication
+		require.NoError(t, db.DB.Find(&pubs).Error)
+		require.Len(t, pubs, len(posts))
+		for _, p := range pubs {
+			require.Equal(t, rabbitmq.Partition, p.PartitionID)
+		}
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		require.Empty(t, pub.early, "published before their time")
+		require.Len(t, pub.calls, len(posts))
+		for id, n := range pub.calls {
+			require.Equal(t, 1, n, "post %d published %d times", id, n)
+		}
+		for _, p := range posts {
+			got, err := reservation.LoadPost(db.DB, p.ID)
+			require.NoError(t, err)
+			require.Equal(t, reservation.StatusPublished, got.Status)
+			require.False(t, got.PublishedAt.Before(p.ScheduledAt), "post %d published early", p.ID)
+		}
+	})
+}
+
+func publishedCount(t *testing.T, db *gorm.DB) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
+	return n
+}
+
+// A malformed message is dead-lettered to <queue>.dead, not requeued, and
+// the next message is handled.
+func TestMalformedMessageIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	db := databasetest.NewSQLite(t)
+	exchange, queue := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+	rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	w, err := worker.New(db.DB, worker.Config{Consumer: queue, Publisher: &recorder{}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue,
+		Observe: func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }}, w, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() { c.Stop(); w.Stop() })
+	require.Eventually(t, func() bool { return c.Ping(context.Background()) == nil }, 30*time.Second, 10*time.Millisecond)
+
+	ch := rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.PublishWithContext(context.Background(), exchange, "7", false, false,
+		amqp.Publishing{Body: []byte("not json"), Headers: amqp.Table{event.HeaderEventID: "x", event.HeaderEventType: "POSTING_EVENT"}}))
+	p := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+	for _, err := range newSender(t, url, exchange).Send(context.Background(), []outbox.Message{reservationMessage(t, p)}) {
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return w.Pending() == 1 }, 30*time.Second, 10*time.Millisecond, "the next message was handled")
+	dead := rabbitmqtest.Read(t, url, rabbitmq.DeadQueue(queue), 1, 10*time.Second)
+	require.Len(t, dead, 1)
+	require.Equal(t, "not json", string(dead[0].Body))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, outcomes["malformed"])
+}

@@ -1,0 +1,345 @@
+// Package rabbitmq sends outbox rows to RabbitMQ (Sender, a relay.Sender)
+// and consumes them for the worker (Consumer). It is the only package that
+// knows amqp091; the rest of the tree sees relay.Sender and the worker's
+// Handle/Assigned/Revoked, as with kafka/.
+//
+// A message has routing key = the postId in decimal (event.Key), body = the
+// event's JSON value, properties content_type=application/json,
+// delivery_mode=2, message_id = event id, type = event type, timestamp, and
+// the headers event-id and event-type (CONTRACT.md, "Second stack").
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+// ErrRejected marks a message the broker refused: a nack, or a basic.return
+// because no queue is bound for its routing key. It spends an attempt.
+var ErrRejected = errors.New("rabbitmq rejected the message")
+
+// errSenderClosed is what Send reports after Close: it says nothing about
+// the message.
+var errSenderClosed = fmt.Errorf("%w: rabbitmq sender closed", relay.ErrUnavailable)
+
+// chunkSize bounds the messages published before their confirms are
+// awaited. basic.return frames are handed to a buffered Go channel by the
+// connection's reader, which blocks when it is full; a chunk never
+// outgrows the buffer, so the reader never waits for us.
+const chunkSize = 1024
+
+// Sender publishes outbox rows to a topic exchange with publisher confirms
+// and mandatory. It implements relay.Sender, relay.Pinger and
+// relay.SendBounder. It connects lazily (it can be built while the broker
+// is down) and drops its connection after any failed send, reconnecting
+// with backoff.
+type Sender struct {
+	cfg    Config
+	logger *slog.Logger
+
+	// turn holds one token while a send runs, so two batches are never in
+	// flight at once (a late batch cannot overtake a resend of itself).
+	turn chan struct{}
+
+	mu        sync.Mutex
+	conn      *amqp.Connection
+	ch        *amqp.Channel
+	returns   chan amqp.Return
+	closed    bool
+	connected bool // logged the first connection
+	redial    backoff.Backoff
+	nextDial  time.Time // no dialing before this, after a failure
+}
+
+// NewSender checks cfg and returns a sender that connects on its first
+// Send or Ping.
+func NewSender(cfg Config, logger *slog.Logger) (*Sender, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid rabbitmq config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sender{
+		cfg:    cfg,
+		logger: logger,
+		turn:   make(chan struct{}, 1),
+		redial: backoff.Backoff{Base: cfg.ReconnectBase, Max: cfg.ReconnectMax},
+	}, nil
+}
+
+// Config returns the sender's configuration with defaults filled in.
+func (s *Sender) Config() Config { return s.cfg }
+
+// SendBound is the longest one Send takes (SendTimeout).
+func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout }
+
+// Send publishes msgs in order and awaits their confirms together. It
+// returns one error per message: nil when confirmed; an error wrapping
+// ErrRejected on a nack or a return; an error wrapping relay.ErrUnavailable
+// when the connection or channel was lost, the broker could not be reached
+// or SendTimeout passed (then some may have been delivered, which the
+// consumer's event-id dedup absorbs).
+func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	defer cancel()
+	select {
+	case s.turn <- struct{}{}:
+		defer func() { <-s.turn }()
+	case <-ctx.Done():
+		return fill(errs, fmt.Errorf("%w: an earlier send still runs: %w", relay.ErrUnavailable, ctx.Err()))
+	}
+	ch, returns, err := s.channel()
+	if err != nil {
+		return fill(errs, err)
+	}
+	for start := 0; start < len(msgs); start += chunkSize {
+		end := min(start+chunkSize, len(msgs))
+		if err := s.sendChunk(ctx, ch, returns, msgs[start:end], errs[start:end]); err != nil {
+			// The channel is no longer trustworthy: the rest waits for the
+			// next connection, in order, and spends nothing.
+			fill(errs[end:], err)
+			s.disconnect(ch, err)
+			break
+		}
+	}
+	return errs
+}
+
+// sendChunk publishes msgs and waits for each confirm, filling errs. A
+// non-nil result means the channel failed and must be dropped; errs is
+// filled then too.
+func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan amqp.Return, msgs []outbox.Message, errs []error) error {
+	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	now := time.Now().UTC()
+	for i, m := range msgs {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, m.Key(), true, false, publishing(m, now))
+		if err != nil {
+			err = fmt.Errorf("%w: publish to rabbitmq: %w", relay.ErrUnavailable, err)
+			fill(errs, err)
+			return err
+		}
+		dcs[i] = dc
+	}
+	var lost error
+	for i, dc := range dcs {
+		ack, err := dc.WaitContext(ctx)
+		switch {
+		case err != nil:
+			lost = fmt.Errorf("%w: no confirm from rabbitmq: %w", relay.ErrUnavailable, err)
+		case !ack && ch.IsClosed():
+			// The library nacks what is pending when the channel closes.
+			lost = fmt.Errorf("%w: rabbitmq channel closed before the confirm", relay.ErrUnavailable)
+		case !ack:
+			errs[i] = fmt.Errorf("%w: nack for event %s", ErrRejected, msgs[i].EventID)
+			continue
+		default:
+			continue
+		}
+		fill(errs, lost)
+		return lost
+	}
+	// A return comes before the ack of its message, from the same reader,
+	// so every return of this chunk is in the buffer by now.
+	returned := map[string]amqp.Return{}
+	for drained := false; !drained; {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				drained = true
+				break
+			}
+			returned[r.MessageId] = r
+		default:
+			drained = true
+		}
+	}
+	for i, m := range msgs {
+		if r, ok := returned[m.EventID]; ok && errs[i] == nil {
+			errs[i] = fmt.Errorf("%w: returned by exchange %s with routing key %s: %d %s", ErrRejected, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
+		}
+	}
+	return nil
+}
+
+// publishing is the AMQP message of one outbox row.
+func publishing(m outbox.Message, now time.Time) amqp.Publishing {
+	return amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.EventID,
+		Type:         m.EventType,
+		Timestamp:    now,
+		Headers: amqp.Table{
+			event.HeaderEventID:   m.EventID,
+			event.HeaderEventType: m.EventType,
+		},
+		Body: []byte(m.Payload),
+	}
+}
+
+// channel returns the open confirm channel or opens one (connection,
+// channel, confirm mode, the exchange's declaration, the return listener).
+func (s *Sender) channel() (*amqp.Channel, chan amqp.Return, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, errSenderClosed
+	}
+	if s.ch != nil && !s.ch.IsClosed() && !s.conn.IsClosed() {
+		return s.ch, s.returns, nil
+	}
+	s.dropLocked()
+	if wait := time.Until(s.nextDial); wait > 0 {
+		return nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s", relay.ErrUnavailable, wait.Round(time.Millisecond))
+	}
+	conn, ch, returns, err := s.open()
+	if err != nil {
+		s.nextDial = time.Now().Add(s.redial.Next())
+		return nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, redact(s.cfg.URL), err)
+	}
+	s.redial.Reset()
+	s.conn, s.ch, s.returns = conn, ch, returns
+	if !s.connected {
+		s.connected = true
+		s.logger.Info("rabbitmq sender connected", "url", redact(s.cfg.URL), "exchange", s.cfg.Exchange)
+	}
+	return ch, returns, nil
+}
+
+func (s *Sender) open() (*amqp.Connection, *amqp.Channel, chan amqp.Return, error) {
+	conn, err := dial(s.cfg.URL, s.cfg.DialTimeout, s.cfg.Heartbeat)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err == nil {
+		err = DeclareExchange(ch, s.cfg.Exchange)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, chunkSize))
+	return conn, ch, returns, nil
+}
+
+// dial opens a connection with a bounded TCP connect and handshake.
+func dial(url string, timeout, heartbeat time.Duration) (*amqp.Connection, error) {
+	return amqp.DialConfig(url, amqp.Config{
+		Heartbeat:  heartbeat,
+		Locale:     "en_US",
+		Dial:       amqp.DefaultDial(timeout),
+		Properties: amqp.Table{"connection_name": "posting"},
+	})
+}
+
+// DeclareExchange declares the durable topic exchange both event types go
+// to; declaring it again with the same arguments is a no-op.
+func DeclareExchange(ch *amqp.Channel, name string) error {
+	if err := ch.ExchangeDeclare(name, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", name, err)
+	}
+	return nil
+}
+
+// disconnect drops ch's connection if it is still the current one, so the
+// next send opens a new one.
+func (s *Sender) disconnect(ch *amqp.Channel, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == ch {
+		s.logger.Debug("rabbitmq sender drops its connection", "cause", cause)
+		s.dropLocked()
+	}
+}
+
+func (s *Sender) dropLocked() {
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	s.conn, s.ch, s.returns = nil, nil, nil
+}
+
+// Ping returns nil when the broker answers: the connection is open, or a
+// new one (within ProbeTimeout) could be opened.
+func (s *Sender) Ping(ctx context.Context) error {
+	select {
+	case s.turn <- struct{}{}:
+		defer func() { <-s.turn }()
+	default:
+		// A send runs: its outcome says more than a probe would.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.conn != nil && !s.conn.IsClosed() {
+			return nil
+		}
+		return fmt.Errorf("%w: rabbitmq connection not open", relay.ErrUnavailable)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.channel()
+		done <- err
+	}()
+	t := time.NewTimer(s.cfg.ProbeTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", relay.ErrUnavailable, ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("%w: rabbitmq did not answer within %s", relay.ErrUnavailable, s.cfg.ProbeTimeout)
+	}
+}
+
+// Close closes the connection after a running send ends (waiting up to
+// SendTimeout). Later sends report every message unavailable. Safe twice.
+func (s *Sender) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	t := time.NewTimer(s.cfg.SendTimeout)
+	defer t.Stop()
+	select {
+	case s.turn <- struct{}{}:
+		defer func() { <-s.turn }()
+	case <-t.C:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLocked()
+	return nil
+}
+
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+var (
+	_ relay.Sender      = (*Sender)(nil)
+	_ relay.Pinger      = (*Sender)(nil)
+	_ relay.SendBounder = (*Sender)(nil)
+)

@@ -1,0 +1,337 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/relay"
+)
+
+func newSender(t testing.TB, url, exchange string) *rabbitmq.Sender {
+	t.Helper()
+	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: url, Exchange: exchange}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// seed writes perPost events for each of posts post ids, interleaved, and
+// returns the rows in id order.
+func seed(t testing.TB, db *gorm.DB, posts, perPost int) []outbox.Message {
+	t.Helper()
+	at := time.Now().Add(-time.Second)
+	var rows []*outbox.Message
+	for round := range perPost {
+		for p := 1; p <= posts; p++ {
+			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
+			require.NoError(t, err)
+			rows = append(rows, m)
+		}
+	}
+	require.NoError(t, db.CreateInBatches(rows, 1000).Error)
+	out := make([]outbox.Message, len(rows))
+	for i, m := range rows {
+		out[i] = *m
+	}
+	return out
+}
+
+func countByStatus(t testing.TB, db *gorm.DB) map[outbox.Status]int64 {
+	t.Helper()
+	var rows []struct {
+		Status outbox.Status
+		N      int64
+	}
+	require.NoError(t, db.Model(&outbox.Message{}).Select("status, COUNT(*) AS n").Group("status").Scan(&rows).Error)
+	out := map[outbox.Status]int64{}
+	for _, r := range rows {
+		out[r.Status] = r.N
+	}
+	return out
+}
+
+// requirePostOrder checks that each post's deliveries come in outbox id
+// order (a resend of the same event may follow itself) and returns how
+// often each event id came.
+func requirePostOrder(t *testing.T, ds []amqp.Delivery, rows []outbox.Message) map[string]int {
+	t.Helper()
+	idOf := map[string]int64{}
+	for _, m := range rows {
+		idOf[m.EventID] = m.ID
+	}
+	seen := map[string]int{}
+	last := map[string]int64{}
+	for _, d := range ds {
+		id, ok := idOf[d.MessageId]
+		require.True(t, ok, "unknown event id %s", d.MessageId)
+		require.GreaterOrEqual(t, id, last[d.RoutingKey], "post %s: event %d after %d", d.RoutingKey, id, last[d.RoutingKey])
+		last[d.RoutingKey] = id
+		seen[d.MessageId]++
+	}
+	return seen
+}
+
+func TestSendPublishesTheContractMessage(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	exchange := rabbitmqtest.Name("posting-events")
+	queue := rabbitmqtest.BoundQueue(t, url, exchange)
+	s := newSender(t, url, exchange)
+
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	var msgs []outbox.Message
+	for i, typ := range []event.Type{event.PostingEvent, event.ReservationEvent} {
+		fields := map[string]any{"action": "CREATED", "status": "RESERVED", "scheduledAt": at}
+		if typ == event.ReservationEvent {
+			fields = map[string]any{"scheduledAt": at}
+		}
+		m, err := outbox.NewMessage(eventtest.Outbox(t, typ, 42, at, fields))
+		require.NoError(t, err)
+		m.ID = int64(i + 1)
+		msgs = append(msgs, *m)
+	}
+	before := time.Now().Add(-time.Second).Truncate(time.Second)
+	errs := s.Send(context.Background(), msgs)
+	require.Equal(t, []error{nil, nil}, errs)
+
+	ds := rabbitmqtest.Read(t, url, queue, 2, 10*time.Second)
+	require.Len(t, ds, 2)
+	for i, d := range ds {
+		m := msgs[i]
+		require.Equal(t, exchange, d.Exchange)
+		require.Equal(t, "42", d.RoutingKey)
+		require.Equal(t, "application/json", d.ContentType)
+		require.Equal(t, amqp.Persistent, d.DeliveryMode)
+		require.Equal(t, m.EventID, d.MessageId)
+		require.Equal(t, m.EventType, d.Type)
+		require.False(t, d.Timestamp.Before(before), "timestamp %s", d.Timestamp)
+		require.Equal(t, amqp.Table{event.HeaderEventID: m.EventID, event.HeaderEventType: m.EventType}, d.Headers)
+		require.JSONEq(t, m.Payload, string(d.Body))
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(d.Body, &v))
+		require.Equal(t, m.EventID, v["eventId"])
+	}
+}
+
+func TestUnreachableBrokerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	p := rabbitmqtest.StartProxy(t, url)
+	p.Cut()
+	s := newSender(t, p.URL, rabbitmqtest.Name("posting-events"))
+	m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, 1, time.Now(), map[string]any{"action": "CREATED"}))
+	require.NoError(t, err)
+	errs := s.Send(context.Background(), []outbox.Message{*m})
+	require.ErrorIs(t, errs[0], relay.ErrUnavailable)
+	require.ErrorIs(t, s.Ping(context.Background()), relay.ErrUnavailable)
+}
+
+func TestUnroutableMessageFailsAfterItsRetries(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		exchange := rabbitmqtest.Name("posting-events")
+		rabbitmqtest.DeleteAfter(t, url, exchange) // no queue bound: every message is returned
+		s := newSender(t, url, exchange)
+		const retries = 2
+		r, err := relay.New(outbox.NewStore(db), s, relay.Config{
+			InstanceID: "relay-unroutable", Interval: 20 * time.Millisecond, BatchSize: 10,
+			MaxRetries: relay.Retries(retries), RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		require.NoError(t, err)
+		rows := seed(t, db.DB, 1, 1)
+
+		ctx := context.Background()
+		var total relay.Result
+		require.Eventually(t, func() bool {
+			res, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.False(t, res.Unavailable, "a return is a rejection, not an outage")
+			total.Claimed += res.Claimed
+			total.Retried += res.Retried
+			total.Failed += res.Failed
+			return countByStatus(t, db.DB)[outbox.StatusFail] == 1
+		}, time.Minute, 20*time.Millisecond)
+		require.Equal(t, 1+retries, total.Claimed, "1 + retries attempts")
+		require.Equal(t, retries, total.Retried)
+		require.Equal(t, 1, total.Failed)
+		var got outbox.Message
+		require.NoError(t, db.DB.First(&got, rows[0].ID).Error)
+		require.Equal(t, outbox.StatusFail, got.Status)
+		require.NotNil(t, got.LastError)
+		require.Contains(t, *got.LastError, "NO_ROUTE")
+	})
+}
+
+// openPools opens n connection pools on one fresh migrated database, as n
+// relay processes would.
+func openPools(t *testing.T, dialect database.Dialect, n int) []*database.DB {
+	t.Helper()
+	url := databasetest.URL(t, dialect, "rabbit")
+	var pools []*database.DB
+	for i := range n {
+		db, err := database.Open(url, "")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		if i == 0 {
+			_, err := migrations.Apply(context.Background(), db, nil)
+			require.NoError(t, err)
+		}
+		pools = append(pools, db)
+	}
+	return pools
+}
+
+// observer collects what must not happen in a healthy run.
+type observer struct {
+	mu          sync.Mutex
+	errs        []string
+	bad         relay.Result
+	unavailable int
+}
+
+func (o *observer) observe(name string) func(relay.Result, time.Duration, error) {
+	return func(res relay.Result, _ time.Duration, err error) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if err != nil {
+			o.errs = append(o.errs, fmt.Sprintf("%s: %v", name, err))
+		}
+		if res.Unavailable {
+			o.unavailable++
+		}
+		o.bad.Retried += res.Retried
+		o.bad.Failed += res.Failed
+		o.bad.Recovered += res.Recovered
+		o.bad.RecoveredFailed += res.RecoveredFailed
+		o.bad.Fenced += res.Fenced
+	}
+}
+
+func TestFourRelaysDeliverEveryEventOnceInPostOrder(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	for _, dialect := range databasetest.Dialects {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			const instances, perPost = 4, 5
+			posts, batch := 2000, 500
+			if dialect == database.SQLite {
+				// One file serializes every write: fewer events prove the
+				// same there (see relay's Kafka test).
+				posts, batch = 400, 25
+			}
+			exchange := rabbitmqtest.Name("posting-events")
+			queue := rabbitmqtest.BoundQueue(t, url, exchange)
+			pools := openPools(t, dialect, instances)
+			rows := seed(t, pools[0].DB, posts, perPost)
+
+			var o observer
+			for i, db := range pools {
+				r, err := relay.New(outbox.NewStore(db), newSender(t, url, exchange), relay.Config{
+					InstanceID: fmt.Sprintf("relay-%d", i), Interval: 20 * time.Millisecond, BatchSize: batch,
+					Logger: slog.New(slog.DiscardHandler), Observe: o.observe(fmt.Sprintf("relay-%d", i)),
+				})
+				require.NoError(t, err)
+				require.NoError(t, r.Start(context.Background()))
+				t.Cleanup(r.Stop)
+			}
+			require.Eventually(t, func() bool {
+				return countByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))
+			}, 3*time.Minute, 50*time.Millisecond)
+
+			ds := rabbitmqtest.Read(t, url, queue, len(rows), time.Minute)
+			require.Len(t, ds, len(rows), "every event exactly once")
+			seen := requirePostOrder(t, ds, rows)
+			require.Len(t, seen, len(rows))
+			for eid, n := range seen {
+				require.Equal(t, 1, n, "event %s delivered %d times", eid, n)
+			}
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			require.Empty(t, o.errs)
+			require.Equal(t, relay.Result{}, o.bad, "retried, failed, recovered or fenced rows")
+		})
+	}
+}
+
+func TestConnectionsCutFor15sSpendNoRetries(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		exchange := rabbitmqtest.Name("posting-events")
+		queue := rabbitmqtest.BoundQueue(t, url, exchange)
+		proxy := rabbitmqtest.StartProxy(t, url)
+		rows := seed(t, db.DB, 50, 20) // 1,000 events
+
+		var o observer
+		r, err := relay.New(outbox.NewStore(db), newSender(t, proxy.URL, exchange), relay.Config{
+			InstanceID: "relay-cut", Interval: 50 * time.Millisecond, BatchSize: 20, OutageBackoffMax: time.Second,
+			Logger: slog.New(slog.DiscardHandler), Observe: o.observe("relay-cut"),
+		})
+		require.NoError(t, err)
+		require.NoError(t, r.Start(context.Background()))
+		t.Cleanup(r.Stop)
+
+		// Cut once some, but not all, have gone.
+		require.Eventually(t, func() bool {
+			return countByStatus(t, db.DB)[outbox.StatusSent] >= 100
+		}, time.Minute, 5*time.Millisecond)
+		proxy.Cut()
+		cutAt := time.Now()
+		require.Eventually(t, func() bool {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			return o.unavailable > 0
+		}, 30*time.Second, 10*time.Millisecond, "the relay noticed the outage")
+		sentDuringCut := countByStatus(t, db.DB)[outbox.StatusSent]
+		require.Less(t, sentDuringCut, int64(len(rows)), "the cut came too late to matter")
+		time.Sleep(15*time.Second - time.Since(cutAt)) // the outage itself lasts 15 s
+		require.Equal(t, sentDuringCut, countByStatus(t, db.DB)[outbox.StatusSent], "nothing sent while cut")
+		proxy.Restore(t)
+
+		require.Eventually(t, func() bool {
+			return countByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+		}, time.Minute, 50*time.Millisecond)
+		r.Stop()
+		var spent int64
+		require.NoError(t, db.DB.Model(&outbox.Message{}).Select("COALESCE(SUM(retry_count), 0)").Scan(&spent).Error)
+		require.Zero(t, spent, "retries spent by the outage")
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, countByStatus(t, db.DB))
+
+		ds := rabbitmqtest.Read(t, url, queue, len(rows), time.Minute)
+		seen := requirePostOrder(t, ds, rows)
+		require.Len(t, seen, len(rows), "every event delivered")
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		require.Empty(t, o.errs)
+		require.Equal(t, relay.Result{}, o.bad, "retried, failed, recovered or fenced rows")
+	})
+}
+
+// reservationLike is an outbox row of a posting event about post, not stored.
+func reservationLike(t testing.TB, post int64) outbox.Message {
+	t.Helper()
+	m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, post, time.Now(), map[string]any{"action": "UPDATED"}))
+	require.NoError(t, err)
+	return *m
+}
