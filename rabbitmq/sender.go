@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -54,6 +55,7 @@ type Sender struct {
 
 	mu        sync.Mutex
 	conn      *amqp.Connection
+	sock      net.Conn // conn's TCP socket, closed to end a stuck write
 	ch        *amqp.Channel
 	returns   chan amqp.Return
 	closed    bool
@@ -105,10 +107,18 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	case <-ctx.Done():
 		return fill(errs, fmt.Errorf("%w: an earlier send still runs: %w", relay.ErrUnavailable, ctx.Err()))
 	}
-	ch, returns, err := s.channel()
+	ch, returns, sock, err := s.channel()
 	if err != nil {
 		return fill(errs, err)
 	}
+	// The client's writes ignore ctx: a broker that stops reading (a memory
+	// or disk alarm blocks publishing connections) would hold a publish, and
+	// so Send, past SendTimeout, which the relay's stale limit relies on.
+	// At the deadline the socket is closed under it: the write fails, the
+	// connection shuts down, and every message without a confirm is
+	// unavailable.
+	stop := context.AfterFunc(ctx, func() { _ = sock.Close() })
+	defer stop()
 	for start := 0; start < len(msgs); start += chunkSize {
 		end := min(start+chunkSize, len(msgs))
 		if err := s.sendChunk(ctx, ch, returns, msgs[start:end], errs[start:end]); err != nil {
@@ -196,37 +206,38 @@ func publishing(m outbox.Message, now time.Time) amqp.Publishing {
 
 // channel returns the open confirm channel or opens one (connection,
 // channel, confirm mode, the exchange's declaration, the return listener).
-func (s *Sender) channel() (*amqp.Channel, chan amqp.Return, error) {
+func (s *Sender) channel() (*amqp.Channel, chan amqp.Return, net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, errSenderClosed
+		return nil, nil, nil, errSenderClosed
 	}
 	if s.ch != nil && !s.ch.IsClosed() && !s.conn.IsClosed() {
-		return s.ch, s.returns, nil
+		return s.ch, s.returns, s.sock, nil
 	}
 	s.dropLocked()
 	if wait := time.Until(s.nextDial); wait > 0 {
-		return nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s", relay.ErrUnavailable, wait.Round(time.Millisecond))
+		return nil, nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s", relay.ErrUnavailable, wait.Round(time.Millisecond))
 	}
-	conn, ch, returns, err := s.open()
+	conn, sock, ch, returns, err := s.open()
 	if err != nil {
 		s.nextDial = time.Now().Add(s.redial.Next())
-		return nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, redact(s.cfg.URL), err)
+		return nil, nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, redact(s.cfg.URL), err)
 	}
 	s.redial.Reset()
-	s.conn, s.ch, s.returns = conn, ch, returns
+	s.conn, s.sock, s.ch, s.returns = conn, sock, ch, returns
 	if !s.connected {
 		s.connected = true
 		s.logger.Info("rabbitmq sender connected", "url", redact(s.cfg.URL), "exchange", s.cfg.Exchange)
 	}
-	return ch, returns, nil
+	return ch, returns, sock, nil
 }
 
-func (s *Sender) open() (*amqp.Connection, *amqp.Channel, chan amqp.Return, error) {
-	conn, err := dial(s.cfg.URL, s.cfg.DialTimeout, s.cfg.Heartbeat)
+func (s *Sender) open() (*amqp.Connection, net.Conn, *amqp.Channel, chan amqp.Return, error) {
+	var sock net.Conn
+	conn, err := dialConfig(s.cfg.URL, s.cfg.DialTimeout, s.cfg.Heartbeat, func(c net.Conn) { sock = c })
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	ch, err := conn.Channel()
 	if err == nil {
@@ -237,18 +248,31 @@ func (s *Sender) open() (*amqp.Connection, *amqp.Channel, chan amqp.Return, erro
 	}
 	if err != nil {
 		_ = conn.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, chunkSize))
-	return conn, ch, returns, nil
+	return conn, sock, ch, returns, nil
 }
 
 // dial opens a connection with a bounded TCP connect and handshake.
 func dial(url string, timeout, heartbeat time.Duration) (*amqp.Connection, error) {
+	return dialConfig(url, timeout, heartbeat, nil)
+}
+
+// dialConfig is dial that also hands the TCP socket to dialed, if set (under
+// TLS, the socket beneath it).
+func dialConfig(url string, timeout, heartbeat time.Duration, dialed func(net.Conn)) (*amqp.Connection, error) {
+	dialTCP := amqp.DefaultDial(timeout)
 	return amqp.DialConfig(url, amqp.Config{
-		Heartbeat:  heartbeat,
-		Locale:     "en_US",
-		Dial:       amqp.DefaultDial(timeout),
+		Heartbeat: heartbeat,
+		Locale:    "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := dialTCP(network, addr)
+			if err == nil && dialed != nil {
+				dialed(c)
+			}
+			return c, err
+		},
 		Properties: amqp.Table{"connection_name": "posting"},
 	})
 }
@@ -277,7 +301,7 @@ func (s *Sender) dropLocked() {
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
-	s.conn, s.ch, s.returns = nil, nil, nil
+	s.conn, s.sock, s.ch, s.returns = nil, nil, nil, nil
 }
 
 // Ping returns nil when the broker answers: the connection is open, or a
@@ -297,7 +321,7 @@ func (s *Sender) Ping(ctx context.Context) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := s.channel()
+		_, _, _, err := s.channel()
 		done <- err
 	}()
 	t := time.NewTimer(s.cfg.ProbeTimeout)
