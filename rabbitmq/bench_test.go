@@ -14,6 +14,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 // BenchmarkRelayToRabbitMQ moves 10,000 seeded events (2,000 posts x 5)
@@ -38,7 +39,7 @@ func BenchmarkRelayToRabbitMQ(b *testing.B) {
 				var total time.Duration
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					seed(b, db.DB, events/5, 5)
+					relaytest.Seed(b, db.DB, events/5, 5, time.Now().Add(-time.Second))
 					if dialect == database.PostgreSQL {
 						require.NoError(b, db.Exec("ANALYZE outbox").Error)
 					}

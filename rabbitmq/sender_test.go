@@ -11,17 +11,16 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 func newSender(t testing.TB, url, exchange string) *rabbitmq.Sender {
@@ -30,41 +29,6 @@ func newSender(t testing.TB, url, exchange string) *rabbitmq.Sender {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// seed writes perPost events for each of posts post ids, interleaved, and
-// returns the rows in id order.
-func seed(t testing.TB, db *gorm.DB, posts, perPost int) []outbox.Message {
-	t.Helper()
-	at := time.Now().Add(-time.Second)
-	var rows []*outbox.Message
-	for round := range perPost {
-		for p := 1; p <= posts; p++ {
-			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
-			require.NoError(t, err)
-			rows = append(rows, m)
-		}
-	}
-	require.NoError(t, db.CreateInBatches(rows, 1000).Error)
-	out := make([]outbox.Message, len(rows))
-	for i, m := range rows {
-		out[i] = *m
-	}
-	return out
-}
-
-func countByStatus(t testing.TB, db *gorm.DB) map[outbox.Status]int64 {
-	t.Helper()
-	var rows []struct {
-		Status outbox.Status
-		N      int64
-	}
-	require.NoError(t, db.Model(&outbox.Message{}).Select("status, COUNT(*) AS n").Group("status").Scan(&rows).Error)
-	out := map[outbox.Status]int64{}
-	for _, r := range rows {
-		out[r.Status] = r.N
-	}
-	return out
 }
 
 // requirePostOrder checks that each post's deliveries come in outbox id
@@ -157,7 +121,7 @@ func TestUnroutableMessageFailsAfterItsRetries(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler),
 		})
 		require.NoError(t, err)
-		rows := seed(t, db.DB, 1, 1)
+		rows := relaytest.Seed(t, db.DB, 1, 1, time.Now().Add(-time.Second))
 
 		ctx := context.Background()
 		var total relay.Result
@@ -168,7 +132,7 @@ func TestUnroutableMessageFailsAfterItsRetries(t *testing.T) {
 			total.Claimed += res.Claimed
 			total.Retried += res.Retried
 			total.Failed += res.Failed
-			return countByStatus(t, db.DB)[outbox.StatusFail] == 1
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusFail] == 1
 		}, time.Minute, 20*time.Millisecond)
 		require.Equal(t, 1+retries, total.Claimed, "1 + retries attempts")
 		require.Equal(t, retries, total.Retried)
@@ -179,25 +143,6 @@ func TestUnroutableMessageFailsAfterItsRetries(t *testing.T) {
 		require.NotNil(t, got.LastError)
 		require.Contains(t, *got.LastError, "NO_ROUTE")
 	})
-}
-
-// openPools opens n connection pools on one fresh migrated database, as n
-// relay processes would.
-func openPools(t *testing.T, dialect database.Dialect, n int) []*database.DB {
-	t.Helper()
-	url := databasetest.URL(t, dialect, "rabbit")
-	var pools []*database.DB
-	for i := range n {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		if i == 0 {
-			_, err := migrations.Apply(context.Background(), db, nil)
-			require.NoError(t, err)
-		}
-		pools = append(pools, db)
-	}
-	return pools
 }
 
 // observer collects what must not happen in a healthy run.
@@ -241,8 +186,8 @@ func TestFourRelaysDeliverEveryEventOnceInPostOrder(t *testing.T) {
 			}
 			exchange := rabbitmqtest.Name("posting-events")
 			queue := rabbitmqtest.BoundQueue(t, url, exchange)
-			pools := openPools(t, dialect, instances)
-			rows := seed(t, pools[0].DB, posts, perPost)
+			pools := relaytest.OpenPools(t, dialect, "rabbit", instances)
+			rows := relaytest.Seed(t, pools[0].DB, posts, perPost, time.Now().Add(-time.Second))
 
 			var o observer
 			for i, db := range pools {
@@ -255,7 +200,7 @@ func TestFourRelaysDeliverEveryEventOnceInPostOrder(t *testing.T) {
 				t.Cleanup(r.Stop)
 			}
 			require.Eventually(t, func() bool {
-				return countByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))
+				return relaytest.CountByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))
 			}, 3*time.Minute, 50*time.Millisecond)
 
 			ds := rabbitmqtest.Read(t, url, queue, len(rows), time.Minute)
@@ -281,7 +226,7 @@ func TestConnectionsCutFor15sSpendNoRetries(t *testing.T) {
 		exchange := rabbitmqtest.Name("posting-events")
 		queue := rabbitmqtest.BoundQueue(t, url, exchange)
 		proxy := rabbitmqtest.StartProxy(t, url)
-		rows := seed(t, db.DB, 50, 20) // 1,000 events
+		rows := relaytest.Seed(t, db.DB, 50, 20, time.Now().Add(-time.Second)) // 1,000 events
 
 		var o observer
 		r, err := relay.New(outbox.NewStore(db), newSender(t, proxy.URL, exchange), relay.Config{
@@ -294,7 +239,7 @@ func TestConnectionsCutFor15sSpendNoRetries(t *testing.T) {
 
 		// Cut once some, but not all, have gone.
 		require.Eventually(t, func() bool {
-			return countByStatus(t, db.DB)[outbox.StatusSent] >= 100
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] >= 100
 		}, time.Minute, 5*time.Millisecond)
 		proxy.Cut()
 		cutAt := time.Now()
@@ -303,20 +248,20 @@ func TestConnectionsCutFor15sSpendNoRetries(t *testing.T) {
 			defer o.mu.Unlock()
 			return o.unavailable > 0
 		}, 30*time.Second, 10*time.Millisecond, "the relay noticed the outage")
-		sentDuringCut := countByStatus(t, db.DB)[outbox.StatusSent]
+		sentDuringCut := relaytest.CountByStatus(t, db.DB)[outbox.StatusSent]
 		require.Less(t, sentDuringCut, int64(len(rows)), "the cut came too late to matter")
 		time.Sleep(15*time.Second - time.Since(cutAt)) // the outage itself lasts 15 s
-		require.Equal(t, sentDuringCut, countByStatus(t, db.DB)[outbox.StatusSent], "nothing sent while cut")
+		require.Equal(t, sentDuringCut, relaytest.CountByStatus(t, db.DB)[outbox.StatusSent], "nothing sent while cut")
 		proxy.Restore(t)
 
 		require.Eventually(t, func() bool {
-			return countByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
 		}, time.Minute, 50*time.Millisecond)
 		r.Stop()
 		var spent int64
 		require.NoError(t, db.DB.Model(&outbox.Message{}).Select("COALESCE(SUM(retry_count), 0)").Scan(&spent).Error)
 		require.Zero(t, spent, "retries spent by the outage")
-		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, countByStatus(t, db.DB))
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, db.DB))
 
 		ds := rabbitmqtest.Read(t, url, queue, len(rows), time.Minute)
 		seen := requirePostOrder(t, ds, rows)

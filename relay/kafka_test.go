@@ -21,32 +21,13 @@ import (
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
 )
 
 // kafkaINVALID_RECORD is a non-retriable produce error: the broker rejects the record.
 const kafkaInvalidRecord int16 = 87
-
-// openPools opens n separate connection pools on one fresh migrated database,
-// as n relay processes would.
-func openPools(t *testing.T, dialect database.Dialect, n int) []*database.DB {
-	t.Helper()
-	url := databasetest.URL(t, dialect, "relay")
-	var pools []*database.DB
-	for i := range n {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		if i == 0 {
-			_, err := migrations.Apply(context.Background(), db, nil)
-			require.NoError(t, err)
-		}
-		pools = append(pools, db)
-	}
-	return pools
-}
 
 func newProducer(t testing.TB, b *kafkatest.Broker) *kafka.Producer {
 	t.Helper()
@@ -54,40 +35,6 @@ func newProducer(t testing.TB, b *kafkatest.Broker) *kafka.Producer {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
-}
-
-// seed writes perPost events for each of posts post ids, interleaved the way
-// real traffic is, in batches, and returns the rows in id order.
-func seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.Message {
-	t.Helper()
-	var rows []*outbox.Message
-	for round := range perPost {
-		for p := 1; p <= posts; p++ {
-			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
-			require.NoError(t, err)
-			rows = append(rows, m)
-		}
-	}
-	require.NoError(t, db.CreateInBatches(rows, 1000).Error)
-	out := make([]outbox.Message, len(rows))
-	for i, m := range rows {
-		out[i] = *m
-	}
-	return out
-}
-
-func countByStatus(t testing.TB, db *gorm.DB) map[outbox.Status]int64 {
-	t.Helper()
-	var rows []struct {
-		Status outbox.Status
-		N      int64
-	}
-	require.NoError(t, db.Model(&outbox.Message{}).Select("status, COUNT(*) AS n").Group("status").Scan(&rows).Error)
-	out := map[outbox.Status]int64{}
-	for _, r := range rows {
-		out[r.Status] = r.N
-	}
-	return out
 }
 
 // requirePerPostOrder checks that, for every post, the events on its
@@ -136,9 +83,9 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 				// sometimes got only 50 of 2,000 events, or none under load.
 				posts, batch = 400, 25
 			}
-			pools := openPools(t, dialect, instances)
+			pools := relaytest.OpenPools(t, dialect, "relay", instances)
 			broker := kafkatest.Start(t)
-			rows := seed(t, pools[0].DB, posts, perPost, time.Now().Add(-time.Second))
+			rows := relaytest.Seed(t, pools[0].DB, posts, perPost, time.Now().Add(-time.Second))
 
 			ctx := context.Background()
 			claimed := make([]atomic.Int64, instances)
@@ -176,7 +123,7 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 				t.Cleanup(r.Stop) // also when an assertion below fails
 			}
 			require.Eventually(t, func() bool {
-				return countByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))
+				return relaytest.CountByStatus(t, pools[0].DB)[outbox.StatusSent] == int64(len(rows))
 			}, 2*time.Minute, 50*time.Millisecond)
 			for _, r := range relays {
 				r.Stop()
@@ -186,7 +133,7 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 			require.Equal(t, relay.Result{}, unexpected, "retried, failed, released, recovered or fenced rows")
 			mu.Unlock()
 
-			require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, countByStatus(t, pools[0].DB))
+			require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, pools[0].DB))
 			records := broker.Records(t, len(rows), 30*time.Second)
 			require.Len(t, records, len(rows), "every event exactly once")
 			seen := requirePerPostOrder(t, records, rows)
@@ -329,23 +276,23 @@ func TestBrokerOutageLosesNothingAndSpendsNoRetries(t *testing.T) {
 				}
 			}})
 		require.NoError(t, err)
-		rows := seed(t, db.DB, 50, 2, time.Now().Add(-time.Second))
+		rows := relaytest.Seed(t, db.DB, 50, 2, time.Now().Add(-time.Second))
 		require.NoError(t, r.Start(ctx))
 		defer r.Stop()
 		require.Eventually(t, func() bool {
-			return countByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
 		}, time.Minute, 20*time.Millisecond)
 
 		broker.Stop()
 		// Events keep coming while the broker is down.
-		rows = append(rows, seed(t, db.DB, 50, 2, time.Now())...)
+		rows = append(rows, relaytest.Seed(t, db.DB, 50, 2, time.Now())...)
 		// Longer than all retry backoffs together (10+20+40 ms): many polls find the broker down.
 		require.Eventually(t, func() bool { return unavailable.Load() >= 8 }, time.Minute, 20*time.Millisecond)
-		require.Zero(t, countByStatus(t, db.DB)[outbox.StatusFail])
+		require.Zero(t, relaytest.CountByStatus(t, db.DB)[outbox.StatusFail])
 		broker.Restart(t)
 
 		require.Eventually(t, func() bool {
-			return countByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
 		}, time.Minute, 20*time.Millisecond)
 		r.Stop()
 		var retried int64
@@ -373,7 +320,7 @@ func BenchmarkRelay(b *testing.B) {
 				var total time.Duration
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					seed(b, db.DB, events/5, 5, time.Now().Add(-time.Second))
+					relaytest.Seed(b, db.DB, events/5, 5, time.Now().Add(-time.Second))
 					if dialect == database.PostgreSQL {
 						// Statistics, as autovacuum keeps them on a live
 						// table: without them the planner sorts the whole

@@ -1,0 +1,71 @@
+package relaytest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// OpenPools opens n separate connection pools on one fresh migrated
+// database of the dialect, as n relay processes would.
+func OpenPools(t *testing.T, dialect database.Dialect, prefix string, n int) []*database.DB {
+	t.Helper()
+	url := databasetest.URL(t, dialect, prefix)
+	var pools []*database.DB
+	for i := range n {
+		db, err := database.Open(url, "")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = db.Close() })
+		if i == 0 {
+			_, err := migrations.Apply(context.Background(), db, nil)
+			require.NoError(t, err)
+		}
+		pools = append(pools, db)
+	}
+	return pools
+}
+
+// Seed writes perPost events for each of posts post ids, interleaved the
+// way real traffic is, in batches, and returns the rows in id order.
+func Seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.Message {
+	t.Helper()
+	var rows []*outbox.Message
+	for round := range perPost {
+		for p := 1; p <= posts; p++ {
+			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
+			require.NoError(t, err)
+			rows = append(rows, m)
+		}
+	}
+	require.NoError(t, db.CreateInBatches(rows, 1000).Error)
+	out := make([]outbox.Message, len(rows))
+	for i, m := range rows {
+		out[i] = *m
+	}
+	return out
+}
+
+// CountByStatus counts the outbox rows by status.
+func CountByStatus(t testing.TB, db *gorm.DB) map[outbox.Status]int64 {
+	t.Helper()
+	var rows []struct {
+		Status outbox.Status
+		N      int64
+	}
+	require.NoError(t, db.Model(&outbox.Message{}).Select("status, COUNT(*) AS n").Group("status").Scan(&rows).Error)
+	out := map[outbox.Status]int64{}
+	for _, r := range rows {
+		out[r.Status] = r.N
+	}
+	return out
+}
