@@ -77,11 +77,12 @@ func TestUpRacingPools(t *testing.T) {
 	}
 }
 
-// While another session holds the MySQL migration lock, Up waits for it and
-// gives up with ErrLockTimeout naming the lock; once it is released, Up runs.
-func TestUpWaitsForTheMySQLLock(t *testing.T) {
-	t.Parallel()
-	url := freshURL(t, database.MySQL)
+// lockRivals opens a fresh database of the dialect twice: the pool that
+// migrates, and one session of a second pool that takes the migration lock
+// first, as another process would.
+func lockRivals(t *testing.T, d database.Dialect) (*database.DB, *sql.DB, *sql.Conn) {
+	t.Helper()
+	url := freshURL(t, d)
 	db, err := database.Open(url, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
@@ -95,7 +96,15 @@ func TestUpWaitsForTheMySQLLock(t *testing.T) {
 	require.NoError(t, err)
 	conn, err := otherDB.Conn(context.Background())
 	require.NoError(t, err)
-	defer conn.Close()
+	t.Cleanup(func() { _ = conn.Close() })
+	return db, sqlDB, conn
+}
+
+// While another session holds the MySQL migration lock, Up waits for it and
+// gives up with ErrLockTimeout naming the lock; once it is released, Up runs.
+func TestUpWaitsForTheMySQLLock(t *testing.T) {
+	t.Parallel()
+	db, sqlDB, conn := lockRivals(t, database.MySQL)
 	var schema string
 	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&schema))
 	name := migrations.MySQLLockName(schema)
@@ -104,7 +113,7 @@ func TestUpWaitsForTheMySQLLock(t *testing.T) {
 	require.NoError(t, conn.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", name).Scan(&got))
 	require.Equal(t, 1, got)
 
-	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, database.MySQL, nil, time.Second)
+	_, err := migrations.UpWithLockWait(context.Background(), sqlDB, database.MySQL, nil, time.Second)
 	require.ErrorIs(t, err, migrations.ErrLockTimeout)
 	require.ErrorContains(t, err, name)
 	require.False(t, db.Migrator().HasTable("posts"), "nothing applied without the lock")
@@ -125,22 +134,8 @@ func TestUpWaitsForTheMySQLLock(t *testing.T) {
 // runs, and releases it in turn.
 func TestUpWaitsForThePostgresLock(t *testing.T) {
 	t.Parallel()
-	url := freshURL(t, database.PostgreSQL)
-	db, err := database.Open(url, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	sqlDB, err := db.DB.DB()
-	require.NoError(t, err)
-
-	other, err := database.Open(url, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
-	otherDB, err := other.DB.DB()
-	require.NoError(t, err)
-	conn, err := otherDB.Conn(context.Background())
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = conn.ExecContext(context.Background(), "SELECT pg_advisory_lock($1)", migrations.PostgresLockKey)
+	db, sqlDB, conn := lockRivals(t, database.PostgreSQL)
+	_, err := conn.ExecContext(context.Background(), "SELECT pg_advisory_lock($1)", migrations.PostgresLockKey)
 	require.NoError(t, err)
 
 	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, database.PostgreSQL, nil, time.Second)
