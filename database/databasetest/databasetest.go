@@ -99,17 +99,10 @@ func openMigrated(t testing.TB, url string) *database.DB {
 // prefix, if set, starts the database name.
 func MySQLURL(t testing.TB, prefix string) string {
 	t.Helper()
-	base := os.Getenv("POSTING_TEST_MYSQL_URL")
-	if base == "" {
-		base = DefaultMySQLURL
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", base, err)
-	}
+	u := serverURL(t, "POSTING_TEST_MYSQL_URL", DefaultMySQLURL)
 	dsn, err := database.MySQLDSN(u)
 	if err != nil {
-		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", base, err)
+		t.Fatalf("POSTING_TEST_MYSQL_URL=%q: %v", u.Redacted(), err)
 	}
 	admin, err := openMySQLAdmin(dsn)
 	if err != nil {
@@ -158,6 +151,21 @@ func migrate(t testing.TB, db *database.DB) {
 
 // unreachable skips the test for a server that does not answer, or fails
 // it when requireEnv is 1.
+// serverURL reads the test server's URL from env, or def when unset; a URL
+// that does not parse fails the test naming the variable.
+func serverURL(t testing.TB, env, def string) *url.URL {
+	t.Helper()
+	base := os.Getenv(env)
+	if base == "" {
+		base = def
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", env, base, err)
+	}
+	return u
+}
+
 func unreachable(t testing.TB, server, urlEnv, requireEnv, host string, err error) {
 	t.Helper()
 	if os.Getenv(requireEnv) == "1" {

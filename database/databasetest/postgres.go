@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
@@ -32,14 +31,7 @@ func NewPostgres(t testing.TB) *database.DB {
 // prefix, if set, starts the database name.
 func PostgresURL(t testing.TB, prefix string) string {
 	t.Helper()
-	base := os.Getenv("POSTING_TEST_POSTGRES_URL")
-	if base == "" {
-		base = DefaultPostgresURL
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("POSTING_TEST_POSTGRES_URL=%q: %v", base, err)
-	}
+	u := serverURL(t, "POSTING_TEST_POSTGRES_URL", DefaultPostgresURL)
 	admin, err := openPostgresAdmin(u)
 	if err != nil {
 		unreachable(t, "PostgreSQL", "POSTING_TEST_POSTGRES_URL", "POSTING_TEST_REQUIRE_POSTGRES", u.Host, err)
