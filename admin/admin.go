@@ -48,6 +48,9 @@ type Config struct {
 	// PurgePause is the wait between two DELETEs of a purge. Default
 	// outbox.DefaultPurgePause (100ms); -1 for none.
 	PurgePause time.Duration
+	// History, if set, answers GET /admin/outbox/history with its samples;
+	// nil answers no samples. The caller starts and stops it.
+	History *History
 }
 
 func (c *Config) setDefaults() {
@@ -93,6 +96,10 @@ func (c Config) Validate() error {
 //	GET  /admin/publications?status=FAILED&limit=&after=
 //	                                      publications of a status by post id (default FAILED, limit 50, max 1000)
 //	POST /admin/publications/{id}/retry   FAILED → PENDING for the worker, while the post is WORKING
+//	GET  /admin/outbox/history            the History's samples of the outbox, oldest first
+//	GET  /admin/posts?limit=              the latest posts, newest first (default 20, max 100)
+//	GET  /admin/                          the operator console (console.go); the page itself
+//	                                      is public and holds no data, it asks the routes above
 func Routes(cfg Config) (map[string]http.Handler, error) {
 	if cfg.Token == "" {
 		return map[string]http.Handler{}, nil
@@ -113,6 +120,12 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 		"POST /admin/outbox/purge":            protect(s.purge),
 		"GET /admin/publications":             protect(s.publications),
 		"POST /admin/publications/{id}/retry": protect(s.retryPublication),
+		"GET /admin/outbox/history":           protect(s.history),
+		"GET /admin/posts":                    protect(s.recentPosts),
+		"GET /admin":                          http.RedirectHandler("/admin/", http.StatusMovedPermanently),
+		"GET /admin/{$}":                      consoleFile("index.html"),
+		"GET /admin/console.js":               consoleFile("console.js"),
+		"GET /admin/console.css":              consoleFile("console.css"),
 	}, nil
 }
 
