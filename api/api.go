@@ -121,7 +121,18 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("invalid api config: %w", err)
 		}
 	}
-	return &handler{mux: mux, log: cfg.Logger}, nil
+	return &handler{mux: mux, log: cfg.Logger, patterns: patterns}, nil
+}
+
+// Patterns returns the net/http patterns a handler of NewHandler routes,
+// sorted, its own and Config.Routes alike ("GET /healthz", "POST
+// /api/v1/posts", ...); nil for any other handler. The OpenAPI document's
+// test walks them, so no route goes undocumented.
+func Patterns(h http.Handler) []string {
+	if hh, ok := h.(*handler); ok {
+		return slices.Clone(hh.patterns)
+	}
+	return nil
 }
 
 // handle registers a route, turning the mux's panic on an invalid or
@@ -139,8 +150,9 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 // handler adds to the mux what every response needs: problem+json for the
 // mux's own 404 and 405, and a 500 for a panic.
 type handler struct {
-	mux *http.ServeMux
-	log *slog.Logger
+	mux      *http.ServeMux
+	log      *slog.Logger
+	patterns []string // sorted
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
@@ -161,21 +162,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return s.settingError(err)
 	}
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: s.AdminToken, Logger: log})
-	if err != nil {
-		return err
+	var history *admin.History
+	if s.AdminToken != "" {
+		// The console's chart: samples of the outbox, kept in memory.
+		if history, err = admin.NewHistory(admin.HistoryConfig{DB: db.DB, Logger: log}); err != nil {
+			return err
+		}
 	}
-	routes["GET /metrics"] = m.Handler()
-
-	handler, err := api.NewHandler(api.Config{
-		Posts:  posts,
-		Logger: log,
-		Routes: routes,
-		Ready: []api.Check{
-			{Name: "database", Fn: db.Ping},
-			{Name: brokerName(s), Fn: sender.Ping},
-		},
-	})
+	handler, err := httpHandler(db, posts, m, s.AdminToken, history, log,
+		api.Check{Name: "database", Fn: db.Ping}, api.Check{Name: brokerName(s), Fn: sender.Ping})
 	if err != nil {
 		return err
 	}
@@ -191,6 +186,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
 	services := []startstop.Service{sched, rel, cleaner}
+	if history != nil {
+		services = append(services, history)
+	}
 	if db.Dialect == database.PostgreSQL {
 		// Appends NOTIFY on commit: the relay polls at once instead of at
 		// its next interval, which stays the safety net.
@@ -216,7 +214,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if s.AdminToken == "" {
 		log.Info("admin endpoints off (no POSTING_ADMIN_TOKEN)", "component", "admin")
 	} else {
-		log.Info("admin endpoints on", "component", "admin", "path", "/admin/", "auth", "Authorization: Bearer $POSTING_ADMIN_TOKEN")
+		log.Info("admin endpoints on", "component", "admin", "path", "/admin/", "auth", "Authorization: Bearer $POSTING_ADMIN_TOKEN",
+			"console", fmt.Sprintf("http://%s/admin/", ln.Addr()))
 	}
 
 	serveErr := make(chan error, 1)
@@ -244,6 +243,21 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// httpHandler is the API with every route serve mounts: the API's own,
+// /metrics, /openapi.json and, with an admin token, the admin routes and the
+// console (history feeds its chart; nil for none). The OpenAPI document's
+// test builds it the same way, so a route added here must be documented.
+func httpHandler(db *database.DB, posts *reservation.Service, m *metrics.Metrics, adminToken string,
+	history *admin.History, log *slog.Logger, ready ...api.Check) (http.Handler, error) {
+	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: adminToken, Logger: log, History: history})
+	if err != nil {
+		return nil, err
+	}
+	routes["GET /metrics"] = m.Handler()
+	routes["GET "+openapi.Path] = openapi.Handler()
+	return api.NewHandler(api.Config{Posts: posts, Logger: log, Routes: routes, Ready: ready})
 }
 
 // startKafka returns the bootstrap list: the configured brokers, or the
