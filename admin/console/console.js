@@ -158,12 +158,14 @@
     const hhmm = (t) => new Date(t).toISOString().slice(11, 19) + "Z";
     root.appendChild(svg("text", { x: L, y: H - 6 }, hhmm(t0)));
     root.appendChild(svg("text", { x: W - R, y: H - 6, "text-anchor": "end" }, hhmm(t1)));
-    for (const ser of SERIES) {
+    // Widest first, so that lines lying on one another stay visible as stripes.
+    SERIES.slice().reverse().forEach((ser, i) => {
       const pts = samples.map((s) => x(Date.parse(s.at)).toFixed(1) + "," + y(value(s, ser)).toFixed(1));
       if (pts.length === 1) pts.push((W - R) + "," + y(value(samples[0], ser)).toFixed(1));
       root.appendChild(svg("polyline", { points: pts.join(" "), fill: "none", stroke: ser.color,
-        "stroke-width": 2, "vector-effect": "non-scaling-stroke", "data-series": ser.key }));
-    }
+        "stroke-width": 2 + 1.5 * (SERIES.length - 1 - i), "stroke-linejoin": "round",
+        "vector-effect": "non-scaling-stroke", "data-series": ser.key }));
+    });
     $("chart").replaceChildren(root);
     const legend = SERIES.map((ser) => {
       const li = el("li", ser.key + " " + value(samples[samples.length - 1], ser));
