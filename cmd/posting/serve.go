@@ -67,6 +67,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}()
 
+	tracing, err := startTracing(ctx, s, log, st)
+	if err != nil {
+		return err
+	}
+	tp := tracing.TracerProvider()
 	db, err := openDB(s)
 	if err != nil {
 		return err
@@ -128,7 +133,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// Before the broker check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the broker answers.
 	rc := s.relayConfig()
-	rc.Logger, rc.Observe = log, m.ObserveRelay
+	rc.Logger, rc.Observe, rc.TracerProvider = log, m.ObserveRelay, tp
 	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(sender), rc)
 	if err != nil {
 		return s.settingError(err)
@@ -144,7 +149,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	sc := s.schedulerConfig()
-	sc.Logger = log
+	sc.Logger, sc.TracerProvider = log, tp
 	sc.Observe = func(r reservation.SchedulerResult, d time.Duration, err error) {
 		m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 	}
@@ -171,6 +176,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		Posts:  posts,
 		Logger: log,
 		Routes: routes,
+		// Off (nil) when nothing is exported: no otelhttp, only the trace
+		// context (api.Config.TracerProvider).
+		TracerProvider: exportingOnly(tracing),
 		Ready: []api.Check{
 			{Name: "database", Fn: db.Ping},
 			{Name: brokerName(s), Fn: sender.Ping},
@@ -209,7 +217,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
-		if _, err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+		if _, err := startWorker(bg, s, db, brokers, m, log, st, tp); err != nil {
 			return err
 		}
 	}
