@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,4 +205,64 @@ func one(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStu
 
 func traceparent(sc trace.SpanContext) string {
 	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
+
+// With nothing exported (no tracer provider: no otelhttp, no-op spans) the
+// trace context still travels: an incoming traceparent is stored with the
+// outbox row as it came, a request without one gets a fresh, unsampled trace
+// id, and so does a scheduler run.
+func TestWithoutExporterRowsCarryTheTraceContext(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+		require.NoError(t, err)
+		h, err := api.NewHandler(api.Config{Posts: svc, Logger: quiet()})
+		require.NoError(t, err)
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		post := func(traceparent string) {
+			due := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/posts",
+				bytes.NewBufferString(fmt.Sprintf(`{"title":"t","content":"c","scheduledAt":%q}`, due)))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			if traceparent != "" {
+				req.Header.Set("traceparent", traceparent)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusCreated, resp.StatusCode)
+		}
+		const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		post(incoming)
+		post("")
+		post("00-zz-broken-01") // not a traceparent: a fresh trace instead
+		sched, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Logger: quiet()})
+		require.NoError(t, err)
+		res, err := sched.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Marked)
+
+		var rows []outbox.Message
+		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
+		require.Len(t, rows, 6) // 3 CREATED, 3 reservations
+		tps := make([]string, len(rows))
+		for i, r := range rows {
+			require.NotNil(t, r.Traceparent, "row %d (%s) has no traceparent", r.ID, r.EventType)
+			tps[i] = *r.Traceparent
+			sc := trace.SpanContextFromContext(telemetry.WithTraceparent(context.Background(), tps[i]))
+			require.True(t, sc.IsValid(), "row %d: %q", r.ID, tps[i])
+		}
+		require.Equal(t, incoming, tps[0], "the incoming traceparent is stored as it came")
+		require.True(t, strings.HasSuffix(tps[1], "-00"), "a fresh trace context is not sampled: %s", tps[1])
+		require.NotEqual(t, tps[1][3:35], tps[2][3:35], "two requests share a trace id")
+		require.NotContains(t, tps[2], "zz")
+		// The scheduler's three rows: one run, one trace, new to all of them.
+		require.Equal(t, tps[3], tps[4])
+		require.Equal(t, tps[3], tps[5])
+		for _, tp := range tps[:3] {
+			require.NotEqual(t, tp[3:35], tps[3][3:35])
+		}
+	})
 }
