@@ -17,8 +17,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/response"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // DefaultReadyTimeout bounds each readiness check unless Config.ReadyTimeout
@@ -52,6 +58,13 @@ type Config struct {
 	// such as "GET /metrics". A pattern that clashes with the API's own is a
 	// configuration error.
 	Routes map[string]http.Handler
+	// TracerProvider, if set, makes a server span of every request
+	// (otelhttp), named after the method and route pattern, continuing an
+	// incoming W3C traceparent. Nil: no spans; an incoming traceparent is
+	// still continued, and a request without one gets a fresh, unsampled
+	// trace context (telemetry.EnsureTrace), so the outbox rows it writes
+	// carry a trace id either way.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -121,7 +134,36 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("invalid api config: %w", err)
 		}
 	}
-	return &handler{mux: mux, log: cfg.Logger, patterns: patterns}, nil
+	return routed{traced(&handler{mux: mux, log: cfg.Logger, patterns: patterns}, mux, cfg.TracerProvider), patterns}, nil
+}
+
+// traced wraps h in the request's span and trace context (see
+// Config.TracerProvider).
+func traced(h http.Handler, mux *http.ServeMux, tp trace.TracerProvider) http.Handler {
+	ensure := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ctx := r.Context(); !trace.SpanContextFromContext(ctx).IsValid() {
+			r = r.WithContext(telemetry.EnsureTrace(ctx))
+		}
+		h.ServeHTTP(w, r)
+	})
+	if tp == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("traceparent") != "" {
+				r = r.WithContext(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+			}
+			ensure.ServeHTTP(w, r)
+		})
+	}
+	return otelhttp.NewHandler(ensure, "http",
+		otelhttp.WithTracerProvider(tp),
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // metrics are Prometheus's (metrics/)
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if _, pattern := mux.Handler(r); pattern != "" {
+				return pattern // "POST /api/v1/posts/{id}/cancel"
+			}
+			return r.Method
+		}))
 }
 
 // Patterns returns the net/http patterns a handler of NewHandler routes,
@@ -129,10 +171,17 @@ func NewHandler(cfg Config) (http.Handler, error) {
 // /api/v1/posts", ...); nil for any other handler. The OpenAPI document's
 // test walks them, so no route goes undocumented.
 func Patterns(h http.Handler) []string {
-	if hh, ok := h.(*handler); ok {
+	if hh, ok := h.(routed); ok {
 		return slices.Clone(hh.patterns)
 	}
 	return nil
+}
+
+// routed is NewHandler's answer: the traced handler and the patterns it
+// routes, for Patterns.
+type routed struct {
+	http.Handler
+	patterns []string
 }
 
 // handle registers a route, turning the mux's panic on an invalid or

@@ -5,6 +5,7 @@ package outbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +13,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/telemetry"
 )
+
+// tracerName is the instrumentation scope of Append's span.
+const tracerName = telemetry.ScopeName + "/outbox"
 
 // Status is where a row stands on its way to the broker.
 type Status string
@@ -64,6 +72,10 @@ type Message struct {
 	SentAt        *time.Time `gorm:"column:sent_at"`
 	LastError     *string    `gorm:"column:last_error"`
 	DedupKey      *string    `gorm:"column:dedup_key"`
+	// Traceparent is the W3C trace context of the work that wrote the row
+	// (migration 00007), sent as the message's traceparent header; nil:
+	// none.
+	Traceparent *string `gorm:"column:traceparent"`
 }
 
 // TableName is the table of the contract.
@@ -110,12 +122,33 @@ const NotifyChannel = "posting_outbox"
 // transaction that also writes the change the event announces, so both commit
 // or neither does. It returns the written row. On PostgreSQL it also
 // notifies NotifyChannel, which listening relays hear when tx commits.
+//
+// The row's traceparent is the trace context of tx's context (the HTTP
+// request's, the scheduler run's): Append starts an "outbox append" span
+// there, with the tracer provider of the span it finds, and stores that
+// span's context, so the consumer's spans are its children. Without a span
+// context (tracing off and nothing started one) the row has none.
 func Append(tx *gorm.DB, ev Event) (*Message, error) {
 	msg, err := NewMessage(ev)
 	if err != nil {
 		return nil, err
 	}
+	ctx := tx.Statement.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	parent := trace.SpanFromContext(ctx)
+	ctx, span := parent.TracerProvider().Tracer(tracerName).Start(ctx, "outbox append", trace.WithSpanKind(trace.SpanKindProducer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.message.id", ev.ID),
+			attribute.String("posting.event_type", ev.Type), attribute.Int64("posting.aggregate_id", ev.AggregateID))
+	}
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		msg.Traceparent = &tp
+	}
 	if err := tx.Create(msg).Error; err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		if ev.DedupKey != "" && errors.Is(err, gorm.ErrDuplicatedKey) {
 			return nil, fmt.Errorf("%w: dedup key %s", ErrDuplicate, ev.DedupKey)
 		}

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/internal/startstop"
@@ -50,6 +53,10 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the loop's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the spans of a poll that claimed rows: "relay
+	// poll" with its "outbox claim" and "outbox send", the send linked to
+	// each row's trace context. Default: the no-op provider.
+	TracerProvider trace.TracerProvider
 	// Observe, if set, is called with the result of every poll, and of every
 	// write of deferred acknowledgements outside a poll (for metrics).
 	Observe func(Result, time.Duration, error)
@@ -77,6 +84,7 @@ func DefaultConfig() Config {
 		OutageBackoffMax: 30 * time.Second,
 		Now:              time.Now,
 		Logger:           slog.Default(),
+		TracerProvider:   noop.NewTracerProvider(),
 	}
 }
 
@@ -301,6 +309,7 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 	// A zero time: the claim is stamped by the database's clock inside its
 	// transaction, not with now, which the work above (or a wait for a
 	// lock) may have made old enough to look stale to other instances.
+	claimStart := time.Now()
 	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, time.Time{})
 	if err != nil {
 		// Nothing was written: the acknowledgements wait for the next try.
@@ -312,6 +321,8 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 	if len(msgs) == 0 {
 		return res, nil
 	}
+	ctx, poll := r.tracePoll(ctx, claimStart, msgs)
+	defer func() { endSpan(poll, err) }()
 	if r.afterClaim != nil {
 		r.afterClaim()
 	}
@@ -319,7 +330,7 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 		return res, fmt.Errorf("stopped between claim and send, %d rows left to stale recovery: %w", len(msgs), err)
 	}
 
-	errs := r.send.Send(ctx, msgs)
+	errs := r.traceSend(ctx, msgs)
 	if len(errs) != len(msgs) {
 		// A broken sender: treat the outcome as unknown and let stale recovery retry.
 		return res, fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/config"
@@ -15,6 +17,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // SchedulerConfig configures the reservation job. Zero fields take the
@@ -42,6 +45,10 @@ type SchedulerConfig struct {
 	Now func() time.Time
 	// Logger receives the job's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes each run's span, "reservation run", a new trace
+	// whose context the reservation events' outbox rows carry. Default: the
+	// no-op provider (the rows still carry a fresh trace id).
+	TracerProvider trace.TracerProvider
 	// Observe, if set, is called with every scheduled run's result, duration
 	// and error (for metrics). RunOnce called directly does not call it.
 	Observe func(SchedulerResult, time.Duration, error)
@@ -53,7 +60,8 @@ type SchedulerConfig struct {
 // line) starts from it, so that a zero it was given is refused by Validate
 // rather than replaced.
 func DefaultSchedulerConfig() SchedulerConfig {
-	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxPerRun: 10000, Logger: slog.Default()}
+	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxPerRun: 10000, Logger: slog.Default(),
+		TracerProvider: noop.NewTracerProvider()}
 }
 
 func (c SchedulerConfig) withDefaults() SchedulerConfig {
@@ -122,6 +130,9 @@ func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 // stop the others: it is counted, and the first such error is returned with
 // the counts after the run.
 func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
+	ctx, span := s.cfg.TracerProvider.Tracer(telemetry.ScopeName+"/reservation").Start(ctx, "reservation run", trace.WithNewRoot())
+	defer span.End()
+	ctx = telemetry.EnsureTrace(ctx)
 	var res SchedulerResult
 	now, err := s.now(ctx)
 	if err != nil {

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // ErrNotDue is returned by PublishDue for a publication whose scheduledAt
@@ -63,6 +67,15 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	if wait := pub.ScheduledAt.Sub(now); wait > 0 {
 		return result{status: PublicationPending, due: wait}, nil
 	}
+	// A due attempt is a span "publish post", a child of the handling of
+	// the reservation event.
+	var traceparent string
+	if pub.Traceparent != nil {
+		traceparent = *pub.Traceparent
+	}
+	ctx, span := w.tracer().Start(telemetry.WithTraceparent(ctx, traceparent), "publish post",
+		trace.WithAttributes(attribute.Int64("posting.post_id", postID), attribute.String("messaging.message.id", pub.EventID)))
+	defer span.End()
 	post, err := reservation.LoadPost(db, postID)
 	if err != nil {
 		if errors.Is(err, reservation.ErrNotFound) {
@@ -92,6 +105,7 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
 	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
 		msg := database.TruncateError(err.Error())
+		span.SetStatus(codes.Error, msg)
 		if errors.Is(err, ErrRefused) {
 			return w.settleNow(ctx, postID, PublicationFailed, now, msg)
 		}
@@ -159,6 +173,9 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	}
 	if changed {
 		w.observeSettled(status)
+	}
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("posting.publication.status", string(status)))
 	}
 	return result{status: status}, nil
 }

@@ -15,7 +15,9 @@ import (
 
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // ErrRefused marks a publication the publisher refused for good (a webhook
@@ -160,6 +162,10 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", p.Key)
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		// The receiver continues the publication's trace.
+		req.Header.Set(event.HeaderTraceparent, tp)
+	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		return fmt.Errorf("webhook %s: %w", h.cfg.URL, err)

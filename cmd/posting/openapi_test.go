@@ -52,7 +52,7 @@ func oaHandler(t *testing.T, db *database.DB, history *admin.History, ready ...a
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	require.NoError(t, err)
 	h, err := httpHandler(db, posts, metrics.New(db.DB, "openapi-test"), oaAdminToken, history,
-		slog.New(slog.DiscardHandler), ready...)
+		slog.New(slog.DiscardHandler), nil, ready...)
 	require.NoError(t, err)
 	return h
 }

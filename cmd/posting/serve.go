@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -68,6 +69,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}()
 
+	tracing, err := startTracing(ctx, s, log, st)
+	if err != nil {
+		return err
+	}
+	tp := tracing.TracerProvider()
 	db, err := openDB(s)
 	if err != nil {
 		return err
@@ -129,7 +135,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// Before the broker check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the broker answers.
 	rc := s.relayConfig()
-	rc.Logger, rc.Observe = log, m.ObserveRelay
+	rc.Logger, rc.Observe, rc.TracerProvider = log, m.ObserveRelay, tp
 	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(sender), rc)
 	if err != nil {
 		return s.settingError(err)
@@ -145,7 +151,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	sc := s.schedulerConfig()
-	sc.Logger = log
+	sc.Logger, sc.TracerProvider = log, tp
 	sc.Observe = func(r reservation.SchedulerResult, d time.Duration, err error) {
 		m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 	}
@@ -169,7 +175,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return err
 		}
 	}
-	handler, err := httpHandler(db, posts, m, s.AdminToken, history, log,
+	// The tracer provider is nil (no otelhttp, only the trace context:
+	// api.Config.TracerProvider) when nothing is exported.
+	handler, err := httpHandler(db, posts, m, s.AdminToken, history, log, exportingOnly(tracing),
 		api.Check{Name: "database", Fn: db.Ping}, api.Check{Name: brokerName(s), Fn: sender.Ping})
 	if err != nil {
 		return err
@@ -207,7 +215,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
-		if _, err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+		if _, err := startWorker(bg, s, db, brokers, m, log, st, tp); err != nil {
 			return err
 		}
 	}
@@ -250,14 +258,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // console (history feeds its chart; nil for none). The OpenAPI document's
 // test builds it the same way, so a route added here must be documented.
 func httpHandler(db *database.DB, posts *reservation.Service, m *metrics.Metrics, adminToken string,
-	history *admin.History, log *slog.Logger, ready ...api.Check) (http.Handler, error) {
+	history *admin.History, log *slog.Logger, tp trace.TracerProvider, ready ...api.Check) (http.Handler, error) {
 	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: adminToken, Logger: log, History: history})
 	if err != nil {
 		return nil, err
 	}
 	routes["GET /metrics"] = m.Handler()
 	routes["GET "+openapi.Path] = openapi.Handler()
-	return api.NewHandler(api.Config{Posts: posts, Logger: log, Routes: routes, Ready: ready})
+	return api.NewHandler(api.Config{Posts: posts, Logger: log, Routes: routes, Ready: ready, TracerProvider: tp})
 }
 
 // startKafka returns the bootstrap list: the configured brokers, or the

@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,6 +45,9 @@ func Seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.
 		for p := 1; p <= posts; p++ {
 			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
 			require.NoError(t, err)
+			// As every row written by the API or the scheduler has one.
+			tp := fmt.Sprintf("00-%032x-%016x-00", p*1000+round+1, round+1)
+			m.Traceparent = &tp
 			rows = append(rows, m)
 		}
 	}
