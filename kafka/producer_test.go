@@ -133,7 +133,7 @@ func TestProducerSendsBatchInKeyOrder(t *testing.T) {
 		require.Equal(t, strconv.FormatInt(m.AggregateID, 10), r.Key, "key is the post id")
 		require.Equal(t, m.Payload, string(r.Value))
 		require.Equal(t, string(m.EventType), r.Headers[event.HeaderEventType])
-		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "sarama's hash partitioner")
+		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "the Java client's murmur2 partition")
 		if p, ok := partitionOf[r.Key]; ok {
 			require.Equal(t, p, r.Partition, "same key, same partition")
 		}

@@ -12,7 +12,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"slices"
 	"strconv"
@@ -401,23 +400,21 @@ func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]in
 	return ends, nil
 }
 
-// PartitionFor is the partition sarama's default hash partitioner
-// (sarama.NewHashPartitioner) picks for key: FNV-1a 32 of the key as a signed
-// int32, modulo partitions, then made non-negative. Tests use it to choose
-// keys that land on different partitions.
+// PartitionFor is the partition the Java client's default partitioner picks
+// for key, toPositive(murmur2(key)) % partitions, as the service's producer
+// does (kafka.PartitionFor). It is computed with franz-go's own murmur2
+// partitioner, an implementation independent of sarama's, so a test that
+// compares where the producer put a record with PartitionFor checks sarama
+// against a second client. Tests also use it to choose keys that land on
+// different partitions.
 func PartitionFor(key string, partitions int32) int32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key)) // a hash never fails to write
-	p := int32(h.Sum32()) % partitions
-	if p < 0 {
-		p = -p
-	}
-	return p
+	p := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	return int32(p.Partition(&kgo.Record{Key: []byte(key)}, int(partitions)))
 }
 
 // Produce writes recs to the broker's topic as they are (Topic, Partition and
-// Offset are ignored; the key picks the partition as sarama's hash
-// partitioner would), synchronously, so tests can put any message, malformed
+// Offset are ignored; the key picks the partition as the service's producer
+// would), synchronously, so tests can put any message, malformed
 // ones included, in front of a consumer.
 func (b *Broker) Produce(t testing.TB, recs ...Record) {
 	t.Helper()

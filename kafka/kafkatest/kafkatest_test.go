@@ -79,7 +79,7 @@ func TestRejectKeyAffectsOnlyItsPartition(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	cl := kafkatestClient(t, b)
-	bad, good := "7", "8"
+	bad, good := "7", "2" // partitions 3 and 0 of 8
 	require.NotEqual(t, kafkatest.PartitionFor(bad, b.Partitions), kafkatest.PartitionFor(good, b.Partitions))
 
 	stop := b.RejectKey(bad, kerr.InvalidRecord.Code)
@@ -133,10 +133,10 @@ func TestRestartKeepsDataWithDataDir(t *testing.T) {
 	require.Equal(t, got[0].Offset+1, got[1].Offset)
 }
 
-func TestPartitionForMatchesSarama(t *testing.T) {
+func TestPartitionForMatchesSaramaMurmur2(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int32{1, 3, 8, 10} {
-		p := sarama.NewHashPartitioner("t")
+		p := sarama.NewMurmur2Partitioner("t")
 		for i := range 2000 {
 			key := fmt.Sprint(i)
 			want, err := p.Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder(key)}, n)
