@@ -166,6 +166,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	routes["GET /metrics"] = m.Handler()
+	if routes["GET /asyncapi.json"], err = asyncAPIRoute(s); err != nil {
+		return err
+	}
 
 	handler, err := api.NewHandler(api.Config{
 		Posts:  posts,

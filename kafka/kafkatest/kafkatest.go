@@ -26,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 )
 
 // DefaultTopic and DefaultPartitions are what Start creates without WithTopic:
@@ -295,13 +296,36 @@ func (b *Broker) Records(t testing.TB, atLeast int, timeout time.Duration) []Rec
 	return ReadTopic(t, b.Addr, b.Topic, atLeast, timeout)
 }
 
-// ReadTopic reads the whole topic at addr from the start, again and again,
+// RawRecords reads the broker's topic with ReadTopicRaw: for tests that put
+// records outside the contract on the topic themselves.
+func (b *Broker) RawRecords(t testing.TB, atLeast int, timeout time.Duration) []Record {
+	t.Helper()
+	return ReadTopicRaw(t, b.Addr, b.Topic, atLeast, timeout)
+}
+
+// ReadTopic is ReadTopicRaw that also fails t unless every record keeps the
+// message contract of the AsyncAPI document (event/asyncapi.json): key,
+// headers and value, as eventtest.RequireValid checks them. Every test that
+// reads what the service produced goes through here, so the document cannot
+// drift from what is sent.
+func ReadTopic(t testing.TB, addr, topic string, atLeast int, timeout time.Duration) []Record {
+	t.Helper()
+	recs := ReadTopicRaw(t, addr, topic, atLeast, timeout)
+	msgs := make([]eventtest.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = eventtest.Message{Key: r.Key, Headers: r.Headers, Value: r.Value}
+	}
+	eventtest.RequireValid(t, msgs...)
+	return recs
+}
+
+// ReadTopicRaw reads the whole topic at addr from the start, again and again,
 // until it has read to the end and holds at least atLeast records, or until
 // timeout passes; it then returns what it read, sorted by partition and
 // offset. The caller asserts on the result, so a short read shows up as a
 // clear failure. It works against any Kafka-protocol broker, such as the
 // embedded one of `posting serve`.
-func ReadTopic(t testing.TB, addr, topic string, atLeast int, timeout time.Duration) []Record {
+func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Duration) []Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

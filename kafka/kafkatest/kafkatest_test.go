@@ -54,7 +54,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	require.NoError(t, cl.ProduceSync(context.Background(), recs...).FirstErr())
 
-	got := b.Records(t, 50, 10*time.Second)
+	got := b.RawRecords(t, 50, 10*time.Second)
 	require.Len(t, got, 50)
 	seen := map[string]int{}
 	for i, r := range got {
@@ -99,7 +99,7 @@ func TestRejectKeyAffectsOnlyItsPartition(t *testing.T) {
 
 	stop()
 	require.NoError(t, cl.ProduceSync(context.Background(), kafkatestRecord(b, bad, "z")).FirstErr())
-	got := b.Records(t, 4, 10*time.Second)
+	got := b.RawRecords(t, 4, 10*time.Second)
 	var values []string
 	for _, r := range got {
 		values = append(values, r.Key+"="+string(r.Value))
@@ -126,7 +126,7 @@ func TestRestartKeepsDataWithDataDir(t *testing.T) {
 	cl2 := kafkatestClient(t, b)
 	require.NoError(t, cl2.ProduceSync(context.Background(), kafkatestRecord(b, "1", "after")).FirstErr())
 
-	got := b.Records(t, 2, 10*time.Second)
+	got := b.RawRecords(t, 2, 10*time.Second)
 	require.Len(t, got, 2)
 	require.Equal(t, "before", string(got[0].Value))
 	require.Equal(t, "after", string(got[1].Value))
