@@ -16,6 +16,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/robfig/cron/v3 v3.0.1
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/stretchr/testify v1.12.1

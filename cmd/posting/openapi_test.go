@@ -51,7 +51,7 @@ func oaHandler(t *testing.T, db *database.DB, history *admin.History, ready ...a
 	t.Helper()
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	require.NoError(t, err)
-	h, err := httpHandler(db, posts, metrics.New(db.DB, "openapi-test"), oaAdminToken, history,
+	h, err := httpHandler(db, posts, metrics.New(db.DB, "openapi-test"), oaAdminToken, history, oaAsyncAPI(t),
 		slog.New(slog.DiscardHandler), nil, ready...)
 	require.NoError(t, err)
 	return h
@@ -283,4 +283,13 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 	badStatus := maps.Clone(good)
 	badStatus["status"] = "DONE"
 	require.Error(t, validate(badStatus))
+}
+
+// oaAsyncAPI is serve's /asyncapi.json handler for the default topic and
+// exchange.
+func oaAsyncAPI(t *testing.T) http.Handler {
+	t.Helper()
+	h, err := asyncAPIRoute(&settings{KafkaTopic: "posting-events", RabbitMQExchange: "posting-events"})
+	require.NoError(t, err)
+	return h
 }

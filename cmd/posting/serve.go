@@ -175,9 +175,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return err
 		}
 	}
+	asyncAPI, err := asyncAPIRoute(s)
+	if err != nil {
+		return err
+	}
 	// The tracer provider is nil (no otelhttp, only the trace context:
 	// api.Config.TracerProvider) when nothing is exported.
-	handler, err := httpHandler(db, posts, m, s.AdminToken, history, log, exportingOnly(tracing),
+	handler, err := httpHandler(db, posts, m, s.AdminToken, history, asyncAPI, log, exportingOnly(tracing),
 		api.Check{Name: "database", Fn: db.Ping}, api.Check{Name: brokerName(s), Fn: sender.Ping})
 	if err != nil {
 		return err
@@ -258,13 +262,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // console (history feeds its chart; nil for none). The OpenAPI document's
 // test builds it the same way, so a route added here must be documented.
 func httpHandler(db *database.DB, posts *reservation.Service, m *metrics.Metrics, adminToken string,
-	history *admin.History, log *slog.Logger, tp trace.TracerProvider, ready ...api.Check) (http.Handler, error) {
+	history *admin.History, asyncAPI http.Handler, log *slog.Logger, tp trace.TracerProvider, ready ...api.Check) (http.Handler, error) {
 	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: adminToken, Logger: log, History: history})
 	if err != nil {
 		return nil, err
 	}
 	routes["GET /metrics"] = m.Handler()
 	routes["GET "+openapi.Path] = openapi.Handler()
+	routes["GET /asyncapi.json"] = asyncAPI
 	return api.NewHandler(api.Config{Posts: posts, Logger: log, Routes: routes, Ready: ready, TracerProvider: tp})
 }
 
