@@ -109,7 +109,7 @@ func (w *Worker) loadBatch(ids []int64) []loaded {
 func (w *Worker) recordBatch(reqs []recordReq) []recordRes {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out []recordRes
+	out := make([]recordRes, len(reqs))
 	err := database.Transaction(ctx, w.db, func(tx *gorm.DB) error {
 		out = make([]recordRes, len(reqs)) // a retried attempt starts afresh
 		byAt := map[time.Time][]int{}
@@ -128,6 +128,7 @@ func (w *Worker) recordBatch(reqs []recordReq) []recordRes {
 		return nil
 	})
 	if err != nil {
+		out = make([]recordRes, len(reqs)) // fn may not have run at all (BEGIN failed)
 		for i := range reqs {
 			out[i] = recordRes{status: PublicationPending, err: fmt.Errorf("record publication of post %d: %w", reqs[i].postID, err)}
 		}
