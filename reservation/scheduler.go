@@ -243,7 +243,7 @@ func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
 		return false, nil
 	}
 	if err := appendEvent(tx, event.ReservationEvent, p.ID, now,
-		event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt)},
+		event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt), OwnerID: p.OwnerID},
 		event.ReservationDedupKey(p.ID)); err != nil {
 		return false, fmt.Errorf("post %d: %w", p.ID, err)
 	}
