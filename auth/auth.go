@@ -293,6 +293,10 @@ func reason(err error) string {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "the bearer token is not a well-formed JWT"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && strings.Contains(err.Error(), "signing method"):
+		// golang-jwt reports an alg outside WithValidMethods (none, or
+		// another family than the configured keys) as a bad signature.
+		return "the token cannot be verified: its alg is not accepted"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
 		return "the token's signature does not verify"
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
