@@ -120,8 +120,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports a missing or out-of-range setting as a *config.Error.
-// The secret's value is never part of the error.
+// Validate reports a missing or out-of-range setting as a *config.Error; a
+// zero field stands for its default. The secret's value is never part of the
+// error.
 func (c Config) Validate() error {
 	const f = "auth.Config."
 	if len(c.Secret) == 0 && c.JWKSURL == "" {
@@ -140,13 +141,13 @@ func (c Config) Validate() error {
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
 		return config.Invalid(f+"Leeway", c.Leeway, "want 0..5m")
 	}
-	if c.JWKSRefresh < time.Second {
+	if c.JWKSRefresh != 0 && c.JWKSRefresh < time.Second {
 		return config.Invalid(f+"JWKSRefresh", c.JWKSRefresh, "want at least 1s")
 	}
-	if c.JWKSUnknownKIDWait < time.Millisecond {
+	if c.JWKSUnknownKIDWait != 0 && c.JWKSUnknownKIDWait < time.Millisecond {
 		return config.Invalid(f+"JWKSUnknownKIDWait", c.JWKSUnknownKIDWait, "want at least 1ms")
 	}
-	if c.JWKSTimeout <= 0 {
+	if c.JWKSTimeout < 0 {
 		return config.Invalid(f+"JWKSTimeout", c.JWKSTimeout, "must be positive")
 	}
 	return nil

@@ -52,6 +52,8 @@ func newServeCommand() *cobra.Command {
 	addServeFlags(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
+	addAuthFlags(cmd.Flags(), &s)
+	addServeAuthFlags(cmd.Flags(), &s)
 	return cmd
 }
 
@@ -167,10 +169,20 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	routes["GET /metrics"] = m.Handler()
 
+	verifier, err := newVerifier(s, log)
+	if err != nil {
+		return err
+	}
+	if verifier != nil {
+		st.OnStop(verifier.Close)
+	}
+	writeLimit, _ := parseWriteRate(s.APIWriteRate) // checked by validateAuth
 	handler, err := api.NewHandler(api.Config{
-		Posts:  posts,
-		Logger: log,
-		Routes: routes,
+		Posts:      posts,
+		Logger:     log,
+		Routes:     routes,
+		Auth:       verifier,
+		WriteLimit: writeLimit,
 		Ready: []api.Check{
 			{Name: "database", Fn: db.Ping},
 			{Name: brokerName(s), Fn: sender.Ping},
