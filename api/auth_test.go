@@ -142,15 +142,15 @@ func TestAuthRefusalsWriteNothing(t *testing.T) {
 			challenge string
 			detail    string
 		}{
-			"missing":           {hs, "", `Bearer realm="posting"`, "Authorization: Bearer"},
-			"malformed":         {hs, "abc.def", `Bearer realm="posting", error="invalid_token"`, "not a well-formed JWT"},
-			"bad signature":     {hs, signHS(t, []byte("another-secret-another-secret-00"), claimsFor("alice")), `Bearer realm="posting", error="invalid_token"`, "signature does not verify"},
-			"alg none":          {hs, none, `Bearer realm="posting", error="invalid_token"`, "alg is not accepted"},
-			"HS/RS confusion":   {rs, signHS(t, jwks.PublicKeyPEM(t), claimsFor("alice")), `Bearer realm="posting", error="invalid_token"`, "alg is not accepted"},
-			"expired":           {hs, signHS(t, testSecret, bad("exp", testNow.Add(-time.Hour).Unix())), `Bearer realm="posting", error="invalid_token"`, "expired (exp)"},
-			"nbf in the future": {hs, signHS(t, testSecret, bad("nbf", testNow.Add(time.Hour).Unix())), `Bearer realm="posting", error="invalid_token"`, "not valid yet (nbf)"},
-			"wrong iss":         {hs, signHS(t, testSecret, bad("iss", "https://other.example")), `Bearer realm="posting", error="invalid_token"`, "issuer (iss)"},
-			"wrong aud":         {hs, signHS(t, testSecret, bad("aud", "someone-else")), `Bearer realm="posting", error="invalid_token"`, "audience (aud)"},
+			"missing":           {hs, "", `Bearer`, "Authorization: Bearer"},
+			"malformed":         {hs, "abc.def", `Bearer error="invalid_token"`, "not a well-formed JWT"},
+			"bad signature":     {hs, signHS(t, []byte("another-secret-another-secret-00"), claimsFor("alice")), `Bearer error="invalid_token"`, "signature does not verify"},
+			"alg none":          {hs, none, `Bearer error="invalid_token"`, "alg is not accepted"},
+			"HS/RS confusion":   {rs, signHS(t, jwks.PublicKeyPEM(t), claimsFor("alice")), `Bearer error="invalid_token"`, "alg is not accepted"},
+			"expired":           {hs, signHS(t, testSecret, bad("exp", testNow.Add(-time.Hour).Unix())), `Bearer error="invalid_token"`, "expired (exp)"},
+			"nbf in the future": {hs, signHS(t, testSecret, bad("nbf", testNow.Add(time.Hour).Unix())), `Bearer error="invalid_token"`, "not valid yet (nbf)"},
+			"wrong iss":         {hs, signHS(t, testSecret, bad("iss", "https://other.example")), `Bearer error="invalid_token"`, "issuer (iss)"},
+			"wrong aud":         {hs, signHS(t, testSecret, bad("aud", "someone-else")), `Bearer error="invalid_token"`, "audience (aud)"},
 		} {
 			for _, req := range []struct{ method, path, body string }{
 				{http.MethodPost, "/api/v1/posts", newPostBody},

@@ -33,12 +33,12 @@ func Middleware(v *Verifier, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, problem := bearerToken(r.Header.Values("Authorization"))
 		if problem != "" {
-			unauthorized(w, `Bearer realm="posting"`, problem)
+			unauthorized(w, `Bearer`, problem)
 			return
 		}
 		c, err := v.Verify(r.Context(), token)
 		if err != nil {
-			unauthorized(w, `Bearer realm="posting", error="invalid_token"`, strings.TrimPrefix(err.Error(), ErrUnauthorized.Error()+": "))
+			unauthorized(w, `Bearer error="invalid_token"`, strings.TrimPrefix(err.Error(), ErrUnauthorized.Error()+": "))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))

@@ -34,7 +34,7 @@ type JWKS struct {
 }
 
 // NewJWKS starts a JWKS endpoint with a first key, closed at the test's end.
-func NewJWKS(t *testing.T) *JWKS {
+func NewJWKS(t testing.TB) *JWKS {
 	t.Helper()
 	j := &JWKS{}
 	j.Rotate(t)
@@ -65,7 +65,7 @@ func NewJWKS(t *testing.T) *JWKS {
 }
 
 // Rotate replaces the served key with a new one under a new kid.
-func (j *JWKS) Rotate(t *testing.T) {
+func (j *JWKS) Rotate(t testing.TB) {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func (j *JWKS) KID() string {
 }
 
 // Sign signs claims with the key served now, under its kid.
-func (j *JWKS) Sign(t *testing.T, claims jwt.Claims) string {
+func (j *JWKS) Sign(t testing.TB, claims jwt.Claims) string {
 	t.Helper()
 	j.mu.Lock()
 	kid, key := j.kid, j.key
@@ -97,7 +97,7 @@ func (j *JWKS) Sign(t *testing.T, claims jwt.Claims) string {
 
 // PublicKeyPEM is the served public key in PEM: what an attacker would use
 // as an HMAC secret in an HS256/RS256 confusion attack.
-func (j *JWKS) PublicKeyPEM(t *testing.T) []byte {
+func (j *JWKS) PublicKeyPEM(t testing.TB) []byte {
 	t.Helper()
 	j.mu.Lock()
 	defer j.mu.Unlock()

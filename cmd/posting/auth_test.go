@@ -129,7 +129,7 @@ func TestServeWithSecretRequiresTokens(t *testing.T) {
 	}
 	code, h, _ := post("")
 	require.Equal(t, http.StatusUnauthorized, code)
-	require.Equal(t, `Bearer realm="posting"`, h.Get("WWW-Authenticate"))
+	require.Equal(t, `Bearer`, h.Get("WWW-Authenticate"))
 
 	out, stderr, exit := runCLI(t, "token", "--sub", "alice", "--auth-jwt-secret", cliSecret)
 	require.Equal(t, 0, exit, stderr)
