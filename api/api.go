@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/postingsvc/posting/auth"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/telemetry"
@@ -65,6 +66,23 @@ type Config struct {
 	// trace context (telemetry.EnsureTrace), so the outbox rows it writes
 	// carry a trace id either way.
 	TracerProvider trace.TracerProvider
+	// Auth, when set, verifies the bearer JWT of every /api/v1/... request
+	// (401 without a valid one) and scopes the posts to its caller. nil:
+	// the API is open to anyone and every post is everyone's.
+	Auth *auth.Verifier
+	// WriteLimit bounds the writes (POST, PATCH) of /api/v1/... per caller:
+	// per token subject, or per client IP without authentication. Zero: no
+	// bound.
+	WriteLimit WriteLimit
+}
+
+// WriteLimit is at most Requests writes per caller in any Window (a sliding
+// window); more are answered 429 with Retry-After.
+type WriteLimit struct {
+	// Requests is the writes allowed per Window; 0: no limit.
+	Requests int
+	// Window is the length of the window; at least 1s when Requests > 0.
+	Window time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +113,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("route %q has no handler", pattern)
 		}
 	}
+	if c.WriteLimit.Requests < 0 || (c.WriteLimit.Requests > 0 && c.WriteLimit.Window < time.Second) {
+		return fmt.Errorf("WriteLimit %d per %s: want Requests >= 0 and, with Requests, a Window of at least 1s",
+			c.WriteLimit.Requests, c.WriteLimit.Window)
+	}
 	return nil
 }
 
@@ -106,12 +128,14 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	p := &posts{svc: cfg.Posts, log: cfg.Logger}
 	hc := &health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}
+	read := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, false) }
+	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, true) }
 	routes := map[string]http.Handler{
-		"POST /api/v1/posts":             http.HandlerFunc(p.create),
-		"GET /api/v1/posts":              http.HandlerFunc(p.list),
-		"GET /api/v1/posts/{id}":         http.HandlerFunc(p.get),
-		"PATCH /api/v1/posts/{id}":       http.HandlerFunc(p.update),
-		"POST /api/v1/posts/{id}/cancel": http.HandlerFunc(p.cancel),
+		"POST /api/v1/posts":             write(p.create),
+		"GET /api/v1/posts":              read(p.list),
+		"GET /api/v1/posts/{id}":         read(p.get),
+		"PATCH /api/v1/posts/{id}":       write(p.update),
+		"POST /api/v1/posts/{id}/cancel": write(p.cancel),
 		"GET /healthz":                   http.HandlerFunc(hc.healthz),
 		"GET /readyz":                    http.HandlerFunc(hc.readyz),
 	}

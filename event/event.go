@@ -11,7 +11,8 @@
 //     redelivery) and HeaderEventType;
 //   - value: one JSON object, the Envelope's eventId, eventType, postId and
 //     occurredAt plus the fields of its type: PostingEventFields (action,
-//     status, scheduledAt) or ReservationEventFields (scheduledAt).
+//     status, scheduledAt, ownerId) or ReservationEventFields (scheduledAt,
+//     ownerId).
 //
 // The package knows no transport and no storage: the outbox carries an event
 // as an opaque payload, Kafka (or any other broker) as a value with headers.
@@ -88,6 +89,9 @@ type PostingEventFields struct {
 	Status string `json:"status"`
 	// ScheduledAt is the post's time after the change.
 	ScheduledAt time.Time `json:"scheduledAt"`
+	// OwnerID is the post's owner: the JWT subject that created it, "" for
+	// a post created without authentication. Always present.
+	OwnerID string `json:"ownerId"`
 }
 
 // ReservationEventFields are the fields a POSTING_RESERVATION_EVENT adds to
@@ -95,6 +99,8 @@ type PostingEventFields struct {
 type ReservationEventFields struct {
 	// ScheduledAt is when the post is to be published.
 	ScheduledAt time.Time `json:"scheduledAt"`
+	// OwnerID is the post's owner, as in PostingEventFields.
+	OwnerID string `json:"ownerId"`
 }
 
 // ReservationDedupKey is the outbox dedup key of a post's reservation event:

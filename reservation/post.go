@@ -82,6 +82,9 @@ type Post struct {
 	CreatedAt   time.Time  `gorm:"column:created_at;autoCreateTime:false"`
 	UpdatedAt   time.Time  `gorm:"column:updated_at;autoUpdateTime:false"`
 	PublishedAt *time.Time `gorm:"column:published_at"`
+	// OwnerID is the JWT subject that created the post; "" when it was
+	// created without authentication. It never changes.
+	OwnerID string `gorm:"column:owner_id"`
 	// Version is the optimistic lock: GORM adds "AND version = ?" to every
 	// update of the post and increments it.
 	Version optimisticlock.Version `gorm:"column:version"`

@@ -201,7 +201,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 	read := false
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		due, res, read = nil, SchedulerResult{}, false // a retried attempt starts afresh
-		q := tx.Select("id", "scheduled_at", "version").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
+		q := tx.Select("id", "scheduled_at", "version", "owner_id").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
 		if after != nil {
 			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
 		}
@@ -327,7 +327,7 @@ func markedOf(tx *gorm.DB, posts []Post) ([]Post, error) {
 // reservationEvent is p's POSTING_RESERVATION_EVENT, occurring at now, with
 // the dedup key that admits one per post.
 func reservationEvent(p *Post, now time.Time) (outbox.Event, error) {
-	e, err := event.New(event.ReservationEvent, p.ID, now, event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt)})
+	e, err := event.New(event.ReservationEvent, p.ID, now, event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt), OwnerID: p.OwnerID})
 	if err != nil {
 		return outbox.Event{}, err
 	}

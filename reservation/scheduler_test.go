@@ -143,7 +143,8 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 			require.Equal(t, event.ReservationDedupKey(p.ID), *ev.DedupKey)
 			var payload map[string]any
 			require.NoError(t, json.Unmarshal([]byte(ev.Payload), &payload))
-			require.Len(t, payload, 5)
+			require.Len(t, payload, 6)
+			require.Equal(t, p.OwnerID, payload["ownerId"], "the post's owner, also when it is empty")
 			require.Equal(t, ev.EventID, payload["eventId"])
 			require.Equal(t, "POSTING_RESERVATION_EVENT", payload["eventType"])
 			require.EqualValues(t, p.ID, payload["postId"])

@@ -126,6 +126,10 @@ type ListQuery struct {
 	// Cursor is the NextCursor of the previous page, made with the same
 	// Order; "" starts at the beginning.
 	Cursor string
+	// OwnerID, when not nil, keeps the posts of that owner ("" is the posts
+	// created without authentication). It narrows what ctx's Scope lets the
+	// caller see; it never widens it.
+	OwnerID *string
 }
 
 // Page is one page of posts in the query's order.
@@ -179,6 +183,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 			ScheduledAt: database.Normalize(in.ScheduledAt),
 			CreatedAt:   now,
 			UpdatedAt:   now,
+			OwnerID:     ownerOf(ctx),
 		}
 		if err := tx.Create(&created).Error; err != nil {
 			return fmt.Errorf("insert post: %w", err)
@@ -191,9 +196,10 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 	return &created, nil
 }
 
-// Get returns the post with id, or an error wrapping ErrNotFound.
+// Get returns the post with id, or an error wrapping ErrNotFound (also when
+// the post belongs to another owner than ctx's Scope).
 func (s *Service) Get(ctx context.Context, id int64) (*Post, error) {
-	return postByID(s.db.WithContext(ctx), id)
+	return postByID(s.db.WithContext(ctx).Scopes(visibleTo(ctx)), id)
 }
 
 // List returns a page of posts in ascending id order, or scheduledAt then
@@ -232,7 +238,10 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 			return nil, invalidField("cursor", fmt.Sprintf("was made for order=%s, not order=%s", after.order(), order))
 		}
 	}
-	query := s.db.WithContext(ctx)
+	query := s.db.WithContext(ctx).Scopes(visibleTo(ctx))
+	if q.OwnerID != nil {
+		query = query.Where("owner_id = ?", *q.OwnerID)
+	}
 	if q.Status != "" {
 		query = query.Where("status = ?", q.Status)
 	}
@@ -244,7 +253,8 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	}
 	// By id with a status this walks idx_posts_status_id, without one the
 	// primary key; by time with a status it walks
-	// idx_posts_status_scheduled_at_id. The keyset condition is spelled out
+	// idx_posts_status_scheduled_at_id. For one owner, by id, it walks
+	// idx_posts_owner_id or idx_posts_owner_status_id. The keyset condition is spelled out
 	// rather than as a row value, which MySQL uses an index for only in its
 	// newer versions.
 	switch order {
@@ -302,7 +312,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		}
 	}
 	now := s.now()
-	current, err := postByID(s.db.WithContext(ctx), id)
+	current, err := postByID(s.db.WithContext(ctx).Scopes(visibleTo(ctx)), id)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +352,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 // CANCELLED event; errors as for Update.
 func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 	now := s.now()
-	current, err := postByID(s.db.WithContext(ctx), id)
+	current, err := postByID(s.db.WithContext(ctx).Scopes(visibleTo(ctx)), id)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +404,7 @@ func (s *Service) write(ctx context.Context, current, next *Post, changes map[st
 // appendChangeEvent writes p's POSTING_EVENT row in tx.
 func appendChangeEvent(tx *gorm.DB, p *Post, action event.Action, now time.Time) error {
 	return appendEvent(tx, event.PostingEvent, p.ID, now,
-		event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt}, "")
+		event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt, OwnerID: p.OwnerID}, "")
 }
 
 // appendEvent builds the event of type typ about post postID with its

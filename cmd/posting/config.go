@@ -61,6 +61,12 @@ type settings struct {
 	WorkerConcurrency int
 	RabbitMQURL       string
 	RabbitMQExchange  string
+	AuthJWTSecret     string
+	AuthJWKSURL       string
+	AuthIssuer        string
+	AuthAudience      string
+	AuthDisabled      bool
+	APIWriteRate      string
 }
 
 func defaultInstanceID() string {
@@ -185,6 +191,9 @@ func (s *settings) validateServe() error {
 		return err
 	}
 	if err := s.validateBrokerChoice(); err != nil {
+		return err
+	}
+	if err := s.validateAuth(); err != nil {
 		return err
 	}
 	if s.RabbitMQURL != "" {

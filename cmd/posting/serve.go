@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,6 +53,8 @@ func newServeCommand() *cobra.Command {
 	addServeFlags(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
+	addAuthFlags(cmd.Flags(), &s)
+	addServeAuthFlags(cmd.Flags(), &s)
 	return cmd
 }
 
@@ -179,10 +180,27 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// The tracer provider is nil (no otelhttp, only the trace context:
-	// api.Config.TracerProvider) when nothing is exported.
-	handler, err := httpHandler(db, posts, m, s.AdminToken, history, asyncAPI, log, exportingOnly(tracing),
-		api.Check{Name: "database", Fn: db.Ping}, api.Check{Name: brokerName(s), Fn: sender.Ping})
+	verifier, err := newVerifier(s, log)
+	if err != nil {
+		return err
+	}
+	if verifier != nil {
+		st.OnStop(verifier.Close)
+	}
+	writeLimit, _ := parseWriteRate(s.APIWriteRate) // checked by validateAuth
+	handler, err := httpHandler(db, m, s.AdminToken, history, asyncAPI, api.Config{
+		Posts:      posts,
+		Logger:     log,
+		Auth:       verifier,
+		WriteLimit: writeLimit,
+		// Nil (no otelhttp, only the trace context:
+		// api.Config.TracerProvider) when nothing is exported.
+		TracerProvider: exportingOnly(tracing),
+		Ready: []api.Check{
+			{Name: "database", Fn: db.Ping},
+			{Name: brokerName(s), Fn: sender.Ping},
+		},
+	})
 	if err != nil {
 		return err
 	}
@@ -261,16 +279,17 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // /metrics, /openapi.json and, with an admin token, the admin routes and the
 // console (history feeds its chart; nil for none). The OpenAPI document's
 // test builds it the same way, so a route added here must be documented.
-func httpHandler(db *database.DB, posts *reservation.Service, m *metrics.Metrics, adminToken string,
-	history *admin.History, asyncAPI http.Handler, log *slog.Logger, tp trace.TracerProvider, ready ...api.Check) (http.Handler, error) {
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: adminToken, Logger: log, History: history})
+func httpHandler(db *database.DB, m *metrics.Metrics, adminToken string,
+	history *admin.History, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
+	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: adminToken, Logger: cfg.Logger, History: history})
 	if err != nil {
 		return nil, err
 	}
 	routes["GET /metrics"] = m.Handler()
 	routes["GET "+openapi.Path] = openapi.Handler()
 	routes["GET /asyncapi.json"] = asyncAPI
-	return api.NewHandler(api.Config{Posts: posts, Logger: log, Routes: routes, Ready: ready, TracerProvider: tp})
+	cfg.Routes = routes
+	return api.NewHandler(cfg)
 }
 
 // startKafka returns the bootstrap list: the configured brokers, or the
