@@ -55,9 +55,9 @@ func producerTestMessages(firstID int64, n int, posts ...int64) []outbox.Message
 		eventID := fmt.Sprintf("00000000-0000-7000-8000-%012d", id)
 		// A value of the contract, so that the AsyncAPI check of every
 		// record read back (kafkatest.ReadTopic) holds.
-		payload := fmt.Sprintf(`{"eventId":%q,"eventType":%q,"postId":%d,"occurredAt":"2026-12-03T10:00:00Z","scheduledAt":"2026-12-03T11:00:00Z"}`, eventID, et, post)
+		payload := fmt.Sprintf(`{"eventId":%q,"eventType":%q,"postId":%d,"occurredAt":"2026-12-03T10:00:00Z","ownerId":"","scheduledAt":"2026-12-03T11:00:00Z"}`, eventID, et, post)
 		if et == event.PostingEvent {
-			payload = fmt.Sprintf(`{"eventId":%q,"eventType":%q,"postId":%d,"occurredAt":"2026-12-03T10:00:00Z","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z"}`, eventID, et, post)
+			payload = fmt.Sprintf(`{"eventId":%q,"eventType":%q,"postId":%d,"occurredAt":"2026-12-03T10:00:00Z","ownerId":"","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z"}`, eventID, et, post)
 		}
 		msgs[i] = outbox.Message{
 			ID:          id,

@@ -20,7 +20,7 @@ import (
 // all) are filled in, so the value keeps the AsyncAPI contract that tests
 // reading messages check: a POSTING_EVENT gets action CREATED, status
 // RESERVED and scheduledAt an hour after at; a POSTING_RESERVATION_EVENT gets
-// scheduledAt five minutes after at.
+// scheduledAt five minutes after at; both get ownerId "".
 func Outbox(t testing.TB, typ event.Type, postID int64, at time.Time, fields any) outbox.Event {
 	t.Helper()
 	fields = complete(t, typ, at, fields)
@@ -51,9 +51,10 @@ func complete(t testing.TB, typ event.Type, at time.Time, fields any) map[string
 			obj = map[string]any{}
 		}
 	}
-	defaults := map[string]any{"scheduledAt": at.UTC().Add(5 * time.Minute).Format(time.RFC3339Nano)}
+	defaults := map[string]any{"ownerId": "", "scheduledAt": at.UTC().Add(5 * time.Minute).Format(time.RFC3339Nano)}
 	if typ == event.PostingEvent {
 		defaults = map[string]any{
+			"ownerId":     "",
 			"action":      string(event.ActionCreated),
 			"status":      "RESERVED",
 			"scheduledAt": at.UTC().Add(time.Hour).Format(time.RFC3339Nano),
