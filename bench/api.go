@@ -84,6 +84,7 @@ func APICreate(ctx context.Context, baseURL string, clients int, d time.Duration
 		select {
 		case c = <-conns:
 		default:
+			var err error
 			if c, err = dialLean(ctx, u.Host); err != nil {
 				return err
 			}
