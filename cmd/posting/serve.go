@@ -139,7 +139,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}
 
-	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	// The writers of outbox rows (API, scheduler, operator console) wake
+	// the local relay once their transaction commits: an event leaves at
+	// once instead of at the next poll, which stays the safety net. The
+	// relay's own store keeps db.DB, so its writes wake nobody.
+	writers := database.WithCommitWaker(db.DB, rel.Wake)
+	posts, err := reservation.NewService(writers, reservation.ServiceConfig{})
 	if err != nil {
 		return err
 	}
@@ -148,7 +153,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	sc.Observe = func(r reservation.SchedulerResult, d time.Duration, err error) {
 		m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 	}
-	sched, err := reservation.NewScheduler(db.DB, sc)
+	sched, err := reservation.NewScheduler(writers, sc)
 	if err != nil {
 		return s.settingError(err)
 	}
@@ -161,7 +166,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return s.settingError(err)
 	}
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: s.AdminToken, Logger: log})
+	routes, err := admin.Routes(admin.Config{DB: writers, Token: s.AdminToken, Logger: log})
 	if err != nil {
 		return err
 	}
