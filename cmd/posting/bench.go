@@ -24,6 +24,7 @@ import (
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/relay/relaybench"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -32,6 +33,7 @@ type benchSettings struct {
 	AllowNonempty   bool
 	RelayEvents     int
 	RelayBatch      int
+	SeedStyleEvents int
 	APIClients      int
 	APIDuration     time.Duration
 	LatencyRate     int
@@ -43,6 +45,7 @@ type benchSettings struct {
 func addBenchFlags(fs *pflag.FlagSet, b *benchSettings, s *settings) {
 	fs.BoolVar(&b.AllowNonempty, "allow-nonempty", false, "run on a database that already holds posts or outbox rows (the bench drains its PENDING rows and deletes the rows it wrote)")
 	fs.IntVar(&b.RelayEvents, "relay-events", 50000, "outbox rows seeded for each relay measurement (at least 5: posts of 5 events each)")
+	fs.IntVar(&b.SeedStyleEvents, "seed-style-events", 2000, "outbox rows seeded for the seed-style relay, which moves one row at a time (at least 5)")
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
 	fs.IntVar(&b.APIClients, "api-clients", 32, "concurrent clients of the create measurements")
 	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each create measurement runs")
@@ -65,6 +68,8 @@ func (b *benchSettings) validate(s *settings) error {
 		return badSetting("POSTING_DATABASE_URL", "", "posting bench needs the database to measure, such as mysql://root@127.0.0.1:3306/posting_bench or sqlite:///tmp/bench.db")
 	case b.RelayEvents < 5:
 		return bad("relay-events", b.RelayEvents, "must be at least 5")
+	case b.SeedStyleEvents < 5:
+		return bad("seed-style-events", b.SeedStyleEvents, "must be at least 5")
 	case b.RelayBatch < 1 || b.RelayBatch > 5000:
 		return bad("relay-batch", b.RelayBatch, "must be 1..5000")
 	case b.APIClients < 1 || b.APIClients > 1024:
@@ -199,10 +204,53 @@ func newBenchCleaner(ctx context.Context, db *database.DB) (func(context.Context
 }
 
 // benchRelay measures the relay beside the raw set-based limit and the seed
-// project's relay, each on a fresh backlog.
+// project's relay, each draining a fresh backlog.
 func benchRelay(ctx context.Context, s *settings, b *benchSettings, db *database.DB, clean func(context.Context) error, log *slog.Logger, out io.Writer) error {
-	fmt.Fprintf(out, "relay: %d events (%d posts x 5), batch %d\n", b.RelayEvents, b.RelayEvents/5, b.RelayBatch)
-	fmt.Fprintf(out, "  relay events/s: not measured: package relay/relaybench is not merged yet (branch h/relay)\n")
+	brokers, stopBroker, err := startBenchBroker(s, log)
+	if err != nil {
+		return err
+	}
+	defer stopBroker()
+	producer, err := kafka.NewProducer(s.producerConfig(brokers), log)
+	if err != nil {
+		return fmt.Errorf("kafka producer: %w", s.settingError(err))
+	}
+	defer producer.Close()
+	where := "in-process broker"
+	if len(s.KafkaBrokers) > 0 {
+		where = "brokers " + strings.Join(s.KafkaBrokers, ",")
+	}
+	drain := func(n int, run func() (relaybench.Result, error)) (relaybench.Result, error) {
+		if err := clean(ctx); err != nil {
+			return relaybench.Result{}, err
+		}
+		if err := relaybench.Seed(ctx, db.DB, n); err != nil {
+			return relaybench.Result{}, err
+		}
+		return run()
+	}
+	raw, err := drain(b.RelayEvents, func() (relaybench.Result, error) { return relaybench.Raw(ctx, db.DB, b.RelayBatch) })
+	if err != nil {
+		return err
+	}
+	rel, err := drain(b.RelayEvents, func() (relaybench.Result, error) {
+		return relaybench.Relay(ctx, db.DB, producer, b.RelayBatch)
+	})
+	if err != nil {
+		return err
+	}
+	seed, err := drain(b.SeedStyleEvents, func() (relaybench.Result, error) { return relaybench.SeedStyle(ctx, db.DB, producer) })
+	if err != nil {
+		return err
+	}
+	if err := clean(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "relay: backlog of %d events (%d per post), batch %d, %s\n", b.RelayEvents, relaybench.EventsPerPost, b.RelayBatch, where)
+	fmt.Fprintf(out, "  raw set-based claim+ack events/s: %.0f (no broker)\n", raw.PerSecond())
+	fmt.Fprintf(out, "  relay events/s: %.0f (%.2f x raw)\n", rel.PerSecond(), ratio(rel.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  seed-style relay events/s: %.0f (%.3f x raw; backlog of %d, one row at a time)\n",
+		seed.PerSecond(), ratio(seed.PerSecond(), raw.PerSecond()), b.SeedStyleEvents)
 	return nil
 }
 

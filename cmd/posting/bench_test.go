@@ -14,7 +14,7 @@ import (
 )
 
 // smallBench are sizes that run the whole bench in seconds.
-var smallBench = []string{"--relay-events", "50", "--relay-batch", "10", "--api-clients", "2",
+var smallBench = []string{"--relay-events", "50", "--seed-style-events", "20", "--relay-batch", "10", "--api-clients", "2",
 	"--api-duration", "200ms", "--latency-rate", "50", "--latency-duration", "300ms", "--spike-posts", "10"}
 
 // TestBenchPrintsEveryFigure runs posting bench with small sizes on a fresh
@@ -30,7 +30,7 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 			for _, want := range []string{
 				"machine: ", " cores, ", "go1.",
-				"relay events/s",
+				"raw set-based claim+ack events/s: ", "\n  relay events/s: ", "seed-style relay events/s: ",
 				"raw two-row transaction posts/s: ",
 				"POST /api/v1/posts posts/s, API alone: ",
 				"POST /api/v1/posts posts/s, whole serve (relay and worker running): ",
