@@ -95,7 +95,12 @@ type WebhookConfig struct {
 // its default: the one place the defaults are written. A caller that takes
 // values from elsewhere (a command line) starts from it.
 func DefaultWebhookConfig() WebhookConfig {
-	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{}}
+	// Go's default transport keeps 2 idle connections per host: with
+	// Concurrency requests in flight at a spike, the rest would be opened
+	// and closed per request. Keep as many as the worker may use.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = MaxConcurrency
+	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{Transport: t}}
 }
 
 func (c WebhookConfig) withDefaults() WebhookConfig {
