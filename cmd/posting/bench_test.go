@@ -15,7 +15,7 @@ import (
 
 // smallBench are sizes that run the whole bench in seconds.
 var smallBench = []string{"--relay-events", "50", "--seed-style-events", "20", "--relay-batch", "10", "--api-clients", "2",
-	"--api-duration", "200ms", "--latency-rate", "50", "--latency-duration", "300ms", "--spike-posts", "10"}
+	"--api-duration", "200ms", "--latency-rate", "50", "--latency-duration", "300ms", "--spike-posts", "10", "--spike-due-in", "1s"}
 
 // TestBenchPrintsEveryFigure runs posting bench with small sizes on a fresh
 // SQLite file and MariaDB database, and requires a line for every figure.
@@ -41,6 +41,7 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			}
 			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a create rate, beside raw SQL")
 			require.Regexp(t, `latency: [1-9][0-9]* events, p50 [0-9.]+ ms, p99 [0-9.]+ ms`, out)
+			require.Regexp(t, `spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms, p99 -?[0-9.]+ ms`, out)
 		})
 	}
 }
@@ -68,6 +69,7 @@ func TestBenchRefusesADatabaseWithPosts(t *testing.T) {
 	out, errOut, code = runCLI(t, append([]string{"bench", "--database-url", url, "--allow-nonempty"}, smallBench...)...)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out, "API alone: ")
+	require.Contains(t, out, "spike lag: not measured: the database holds posts")
 
 	db, err = database.Open(url, "")
 	require.NoError(t, err)
