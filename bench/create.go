@@ -29,6 +29,11 @@ func (t Throughput) PerSecond() float64 {
 	return float64(t.Count) / t.Elapsed.Seconds()
 }
 
+// Add sums two measurements.
+func (t Throughput) Add(u Throughput) Throughput {
+	return Throughput{Count: t.Count + u.Count, Elapsed: t.Elapsed + u.Elapsed}
+}
+
 // The post every create of the bench writes, through the API or in raw SQL:
 // the same sizes both ways.
 const (

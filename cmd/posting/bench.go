@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,7 +56,7 @@ func addBenchFlags(fs *pflag.FlagSet, b *benchSettings, s *settings) {
 	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long the commit → broker load runs")
 	fs.IntVar(&b.SpikePosts, "spike-posts", 20000, "posts due in the same second for the spike lag; 0 skips it")
 	fs.DurationVar(&b.SpikeDueIn, "spike-due-in", 30*time.Second, "how long after they are written the spike's posts are due (at least 1s)")
-	fs.StringVar(&b.CPUProfile, "cpu-profile", "", "write a pprof CPU profile of the API-alone create measurement (client and server, one process) to this file")
+	fs.StringVar(&b.CPUProfile, "cpu-profile", "", "write a pprof CPU profile of the create comparison (raw SQL, and the API alone with its clients, one process) to this file")
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "an external Kafka cluster to send to; empty: an in-process broker")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic the bench's events go to")
 	showEnvTwins(fs)
@@ -269,18 +270,39 @@ func benchAPI(ctx context.Context, s *settings, b *benchSettings, db *database.D
 	if err := clean(ctx); err != nil {
 		return err
 	}
-	raw, err := bench.RawCreate(ctx, db, b.APIClients, b.APIDuration)
+	apiURL, stopAPI, err := startAPIAlone(db, log)
 	if err != nil {
 		return err
 	}
-	if err := clean(ctx); err != nil {
-		return err
-	}
-	alone, err := benchAPIAlone(ctx, b, db, log)
+	defer stopAPI()
+	stopProfile, err := startCPUProfile(b.CPUProfile)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "api create: %d clients for %s each\n", b.APIClients, b.APIDuration)
+	// Alternating rounds: a machine whose load drifts weighs on both sides
+	// alike.
+	var raw, alone bench.Throughput
+	part := b.APIDuration / apiRounds
+	for range apiRounds {
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		r, err := bench.RawCreate(ctx, db, b.APIClients, part)
+		if err != nil {
+			return err
+		}
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		a, err := bench.APICreate(ctx, apiURL, b.APIClients, part)
+		if err != nil {
+			return err
+		}
+		raw, alone = raw.Add(r), alone.Add(a)
+	}
+	stopProfile()
+	stopAPI()
+	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", b.APIClients, b.APIDuration, apiRounds)
 	fmt.Fprintf(out, "  raw two-row transaction posts/s: %.0f\n", raw.PerSecond())
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw)\n", alone.PerSecond(), ratio(alone.PerSecond(), raw.PerSecond()))
 	if err := clean(ctx); err != nil {
@@ -314,33 +336,32 @@ func benchAPI(ctx context.Context, s *settings, b *benchSettings, db *database.D
 	return nil
 }
 
-// benchAPIAlone measures the API's creates on the handler serve mounts
-// (with its metrics middleware) served over loopback HTTP, without the
-// relay, scheduler and worker that share the database in serve: what a
-// create costs beyond its two inserts.
-func benchAPIAlone(ctx context.Context, b *benchSettings, db *database.DB, log *slog.Logger) (bench.Throughput, error) {
+// apiRounds is how many alternating rounds of raw SQL and API creates the
+// comparison runs.
+const apiRounds = 3
+
+// startAPIAlone serves the API's handler as serve mounts it (with its
+// metrics middleware) on a loopback port, without the relay, scheduler and
+// worker that share the database in serve: what a create costs beyond its
+// two inserts.
+func startAPIAlone(db *database.DB, log *slog.Logger) (baseURL string, stop func(), err error) {
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	if err != nil {
-		return bench.Throughput{}, err
+		return "", nil, err
 	}
 	h, err := api.NewHandler(api.Config{Posts: posts, Logger: log})
 	if err != nil {
-		return bench.Throughput{}, err
+		return "", nil, err
 	}
 	m := metrics.New(db.DB, "posting-bench")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return bench.Throughput{}, err
+		return "", nil, err
 	}
 	srv := &http.Server{Handler: m.HTTP(h), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	stopProfile, err := startCPUProfile(b.CPUProfile)
-	if err != nil {
-		return bench.Throughput{}, err
-	}
-	defer stopProfile()
-	return bench.APICreate(ctx, "http://"+ln.Addr().String(), b.APIClients, b.APIDuration)
+	var once sync.Once
+	return "http://" + ln.Addr().String(), func() { once.Do(func() { _ = srv.Close() }) }, nil
 }
 
 // benchSpike measures the spike lag with reservation/spike: posts due in
