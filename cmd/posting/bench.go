@@ -51,7 +51,7 @@ func addBenchFlags(fs *pflag.FlagSet, b *benchSettings, s *settings) {
 	fs.IntVar(&b.SeedStyleEvents, "seed-style-events", 2000, "outbox rows seeded for the seed-style relay, which moves one row at a time (at least 5)")
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
 	fs.IntVar(&b.APIClients, "api-clients", 32, "concurrent clients of the create measurements")
-	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each create measurement runs")
+	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each side of the create comparison runs (raw SQL and the API alone, in 3 alternating rounds), and the creates on the whole serve")
 	fs.IntVar(&b.LatencyRate, "latency-rate", 200, "posts/s offered over HTTP while commit → broker times are measured")
 	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long the commit → broker load runs")
 	fs.IntVar(&b.SpikePosts, "spike-posts", 20000, "posts due in the same second for the spike lag; 0 skips it")
