@@ -18,12 +18,21 @@ const maxTxAttempts = 5
 // whole transaction when the database chose it as a deadlock victim or a lock
 // wait timed out (MySQL 1213/1205, PostgreSQL 40001/40P01/55P03, SQLite
 // busy). fn must be safe to re-run: it
-// sees none of the failed attempt's writes.
+// sees none of the failed attempt's writes. When db carries a commit waker
+// (WithCommitWaker) and fn called WakeAfterCommit, the waker runs once the
+// transaction committed.
 func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = db.WithContext(ctx).Transaction(fn)
-		if err == nil || !IsRetryable(err) || attempt == maxTxAttempts {
+		// A fresh request per attempt: a rolled-back attempt's writes wake
+		// no one.
+		tx, woken := withCommitWake(db.WithContext(ctx))
+		err = tx.Transaction(fn)
+		if err == nil {
+			woken()
+			return nil
+		}
+		if !IsRetryable(err) || attempt == maxTxAttempts {
 			return err
 		}
 		if !backoff.Sleep(ctx, time.Duration(attempt*attempt)*5*time.Millisecond) {

@@ -150,8 +150,37 @@ func New(typ Type, postID int64, at time.Time, fields any) (Event, error) {
 	return Event{Envelope: env, Value: value}, nil
 }
 
-// valueJSON merges the envelope and fields into one JSON object.
+// valueJSON merges the envelope and fields into one JSON object, its keys
+// in byte order. Both are marshalled and their members merged as they are
+// (mergeSorted); what that does not take apart goes through maps
+// (valueJSONMaps), which writes the same bytes, at about four times the cost.
 func valueJSON(env Envelope, fields any) (json.RawMessage, error) {
+	envRaw, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	fieldsRaw := []byte("{}")
+	if fields != nil {
+		if fieldsRaw, err = json.Marshal(fields); err != nil {
+			return nil, fmt.Errorf("%w: fields: %v", ErrInvalid, err)
+		}
+		if string(fieldsRaw) == "null" {
+			fieldsRaw = []byte("{}")
+		}
+	}
+	merged, dup, ok := mergeSorted(fieldsRaw, envRaw)
+	switch {
+	case ok && dup != "":
+		return nil, fmt.Errorf("%w: fields repeat the envelope key %q", ErrInvalid, dup)
+	case ok:
+		return merged, nil
+	}
+	return valueJSONMaps(env, fields)
+}
+
+// valueJSONMaps merges the envelope and fields into one JSON object through
+// maps.
+func valueJSONMaps(env Envelope, fields any) (json.RawMessage, error) {
 	obj := map[string]json.RawMessage{}
 	if fields != nil {
 		raw, err := json.Marshal(fields)

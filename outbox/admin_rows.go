@@ -118,6 +118,8 @@ func eachRow(ctx context.Context, db *gorm.DB, ids []int64, verb string,
 				return e, &RowError{ID: id, Err: ErrConflict,
 					Reason: fmt.Sprintf("changed meanwhile (version %d is no longer current); read it again", e.Version)}
 			}
+			// A requeued row, or the rows a discarded one held, are due now.
+			database.WakeAfterCommit(db)
 			return after, nil
 		}()
 		out = append(out, res)
@@ -163,6 +165,9 @@ func RequeueAllFailed(ctx context.Context, db *gorm.DB, now time.Time, batchSize
 			return total, fmt.Errorf("requeue FAIL rows: %w", res.Error)
 		}
 		total += int(res.RowsAffected)
+		if res.RowsAffected > 0 {
+			database.WakeAfterCommit(db)
+		}
 		if len(ids) < batchSize {
 			return total, nil
 		}

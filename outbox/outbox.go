@@ -121,7 +121,10 @@ const NotifyChannel = "posting_outbox"
 // Append writes ev as a PENDING row through tx, which should be the caller's
 // transaction that also writes the change the event announces, so both commit
 // or neither does. It returns the written row. On PostgreSQL it also
-// notifies NotifyChannel, which listening relays hear when tx commits.
+// notifies NotifyChannel, which listening relays hear when tx commits; and
+// when tx carries a commit waker (database.WithCommitWaker, the local
+// relay's Wake, given at wiring time), it asks for it after the commit, on
+// every dialect.
 //
 // The row's traceparent is the trace context of tx's context (the HTTP
 // request's, the scheduler run's): Append starts an "outbox append" span
@@ -157,6 +160,8 @@ func Append(tx *gorm.DB, ev Event) (*Message, error) {
 	if err := dialectFor(database.DialectOf(tx)).announce(tx); err != nil {
 		return nil, fmt.Errorf("append outbox event: notify relays: %w", err)
 	}
+	// The local relay, if tx carries one's waker, polls once tx commits.
+	database.WakeAfterCommit(tx)
 	return msg, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/plugin/optimisticlock"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
@@ -70,8 +71,9 @@ func (c ServiceConfig) Validate() error {
 // POSTING_EVENT outbox row in one transaction, so an event exists exactly
 // when its change does.
 type Service struct {
-	db  *gorm.DB
-	cfg ServiceConfig
+	db     *gorm.DB
+	cfg    ServiceConfig
+	insert *postInsert
 }
 
 // NewService returns a Service on db (which must have the migrated schema).
@@ -83,7 +85,11 @@ func NewService(db *gorm.DB, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid service config: %w", err)
 	}
-	return &Service{db: db, cfg: cfg}, nil
+	insert, err := newPostInsert(db)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{db: db, cfg: cfg, insert: insert}, nil
 }
 
 // CreateInput is a new post.
@@ -184,8 +190,9 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 			CreatedAt:   now,
 			UpdatedAt:   now,
 			OwnerID:     ownerOf(ctx),
+			Version:     optimisticlock.Version{Int64: 1, Valid: true},
 		}
-		if err := tx.Create(&created).Error; err != nil {
+		if err := s.insert.exec(ctx, tx, &created); err != nil {
 			return fmt.Errorf("insert post: %w", err)
 		}
 		return appendChangeEvent(tx, &created, event.ActionCreated, now)

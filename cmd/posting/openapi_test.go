@@ -51,7 +51,7 @@ func oaHandler(t *testing.T, db *database.DB, history *admin.History, ready ...a
 	t.Helper()
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	require.NoError(t, err)
-	h, err := httpHandler(db, metrics.New(db.DB, "openapi-test"), oaAdminToken, history, oaAsyncAPI(t),
+	h, err := httpHandler(db.DB, metrics.New(db.DB, "openapi-test"), oaAdminToken, history, oaAsyncAPI(t),
 		api.Config{Posts: posts, Logger: slog.New(slog.DiscardHandler), Ready: ready})
 	require.NoError(t, err)
 	return h

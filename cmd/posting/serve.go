@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gorm.io/gorm"
 	"log/slog"
 	"net"
 	"net/http"
@@ -147,7 +148,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}
 
-	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	// The writers of outbox rows (API, scheduler, operator console) wake
+	// the local relay once their transaction commits: an event leaves at
+	// once instead of at the next poll, which stays the safety net. The
+	// relay's own store keeps db.DB, so its writes wake nobody.
+	writers := database.WithCommitWaker(db.DB, rel.Wake)
+	posts, err := reservation.NewService(writers, reservation.ServiceConfig{})
 	if err != nil {
 		return err
 	}
@@ -156,7 +162,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	sc.Observe = func(r reservation.SchedulerResult, d time.Duration, err error) {
 		m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 	}
-	sched, err := reservation.NewScheduler(db.DB, sc)
+	sched, err := reservation.NewScheduler(writers, sc)
 	if err != nil {
 		return s.settingError(err)
 	}
@@ -188,7 +194,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		st.OnStop(verifier.Close)
 	}
 	writeLimit, _ := parseWriteRate(s.APIWriteRate) // checked by validateAuth
-	handler, err := httpHandler(db, m, s.AdminToken, history, asyncAPI, api.Config{
+	handler, err := httpHandler(writers, m, s.AdminToken, history, asyncAPI, api.Config{
 		Posts:      posts,
 		Logger:     log,
 		Auth:       verifier,
@@ -279,9 +285,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // /metrics, /openapi.json and, with an admin token, the admin routes and the
 // console (history feeds its chart; nil for none). The OpenAPI document's
 // test builds it the same way, so a route added here must be documented.
-func httpHandler(db *database.DB, m *metrics.Metrics, adminToken string,
+func httpHandler(adminDB *gorm.DB, m *metrics.Metrics, adminToken string,
 	history *admin.History, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: adminToken, Logger: cfg.Logger, History: history})
+	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,78 @@
+package database_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+)
+
+// The commit waker runs once after a transaction that asked for it commits
+// (however often it asked, nested transactions included), never for a
+// rollback or a transaction that did not ask, at once for a statement
+// outside a transaction, and it reaches sessions derived from the wired db.
+func TestCommitWaker(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		require.NoError(t, db.Exec("CREATE TABLE wake_rows (id INT PRIMARY KEY)").Error)
+		var wakes atomic.Int32
+		// The count the waker saw the row committed at: a wake before the
+		// commit would see 0 from another connection.
+		var seen atomic.Int64
+		writers := database.WithCommitWaker(db.DB, func() {
+			wakes.Add(1)
+			var n int64
+			require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_rows").Scan(&n).Error)
+			seen.Store(n)
+		})
+		insert := func(tx *gorm.DB, id int) error {
+			if err := tx.Exec("INSERT INTO wake_rows (id) VALUES (?)", id).Error; err != nil {
+				return err
+			}
+			database.WakeAfterCommit(tx)
+			database.WakeAfterCommit(tx)
+			return nil
+		}
+
+		require.NoError(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error { return insert(tx, 1) }))
+		require.EqualValues(t, 1, wakes.Load(), "one wake per commit")
+		require.EqualValues(t, 1, seen.Load(), "woken after the commit")
+
+		boom := errors.New("boom")
+		require.ErrorIs(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+			require.NoError(t, insert(tx, 2))
+			return boom
+		}), boom)
+		require.EqualValues(t, 1, wakes.Load(), "no wake for a rollback")
+
+		require.NoError(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+			return tx.Exec("INSERT INTO wake_rows (id) VALUES (3)").Error
+		}))
+		require.EqualValues(t, 1, wakes.Load(), "no wake when not asked")
+
+		require.NoError(t, database.Transaction(ctx, writers.WithContext(ctx), func(tx *gorm.DB) error {
+			return database.Transaction(ctx, tx, func(inner *gorm.DB) error {
+				if err := insert(inner, 4); err != nil {
+					return err
+				}
+				require.EqualValues(t, 1, wakes.Load(), "no wake at the inner (savepoint) end")
+				return nil
+			})
+		}))
+		require.EqualValues(t, 2, wakes.Load(), "nested: one wake after the outer commit")
+		require.EqualValues(t, 3, seen.Load())
+
+		require.NoError(t, insert(writers.WithContext(ctx), 5))
+		require.EqualValues(t, 4, wakes.Load(), "autocommit: woken at once, twice asked twice woken")
+
+		require.NoError(t, database.Transaction(ctx, db.DB, func(tx *gorm.DB) error { return insert(tx, 6) }))
+		database.WakeAfterCommit(db.DB)
+		require.EqualValues(t, 4, wakes.Load(), "a db without a waker wakes nobody")
+	})
+}
