@@ -23,6 +23,11 @@ const appendManyChunk = 1000
 // statement fails as a whole with ErrDuplicate, naming no key: the caller's
 // transaction is then to be rolled back, and the events appended one by one
 // (Append) to learn which. On PostgreSQL it notifies NotifyChannel once.
+//
+// Each row stores its event's Traceparent, so one statement can write events
+// of many traces (the scheduler's reservations, each in the trace of the
+// request that made its post); an event without one gets no traceparent,
+// and AppendMany starts no span.
 func AppendMany(tx *gorm.DB, evs []Event) ([]Message, error) {
 	if len(evs) == 0 {
 		return nil, nil

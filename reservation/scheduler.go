@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"gorm.io/gorm"
@@ -47,9 +48,14 @@ type SchedulerConfig struct {
 	Now func() time.Time
 	// Logger receives the job's logs. Default slog.Default().
 	Logger *slog.Logger
-	// TracerProvider makes each run's span, "reservation run", a new trace
-	// whose context the reservation events' outbox rows carry. Default: the
-	// no-op provider (the rows still carry a fresh trace id).
+	// TracerProvider makes each run's span, "reservation run", a new trace,
+	// and per marked post a "reserve post" span, a child of the trace of the
+	// request that created or last edited the post (posts.traceparent) and
+	// linked to the run, whose context the post's reservation event carries:
+	// the publication continues the request's trace. A post without a
+	// traceparent gets the run's context instead. Default: the no-op
+	// provider (the events carry the post's traceparent as it is, or the
+	// run's fresh trace id).
 	TracerProvider trace.TracerProvider
 	// Observe, if set, is called with every scheduled run's result, duration
 	// and error (for metrics). RunOnce called directly does not call it.
@@ -138,7 +144,7 @@ func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 // has one writer, whose transaction begins IMMEDIATE), one UPDATE that marks
 // them WORKING, and one multi-row INSERT of their reservation events.
 func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
-	ctx, span := s.cfg.TracerProvider.Tracer(telemetry.ScopeName+"/reservation").Start(ctx, "reservation run", trace.WithNewRoot())
+	ctx, span := s.tracer().Start(ctx, "reservation run", trace.WithNewRoot())
 	defer span.End()
 	ctx = telemetry.EnsureTrace(ctx)
 	var res SchedulerResult
@@ -179,6 +185,11 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 	return res, nil
 }
 
+// tracer makes the run's and the reservations' spans.
+func (s *Scheduler) tracer() trace.Tracer {
+	return s.cfg.TracerProvider.Tracer(telemetry.ScopeName + "/reservation")
+}
+
 // now reads the scheduler's clock: Config.Now, or the database's.
 func (s *Scheduler) now(ctx context.Context) (time.Time, error) {
 	if s.cfg.Now != nil {
@@ -201,7 +212,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 	read := false
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		due, res, read = nil, SchedulerResult{}, false // a retried attempt starts afresh
-		q := tx.Select("id", "scheduled_at", "version", "owner_id").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
+		q := tx.Select("id", "scheduled_at", "version", "owner_id", "traceparent").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
 		if after != nil {
 			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
 		}
@@ -215,7 +226,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 		if len(due) == 0 {
 			return nil
 		}
-		marked, err := markPosts(tx, due, now)
+		marked, err := markPosts(ctx, s.tracer(), tx, due, now)
 		if err != nil {
 			return err
 		}
@@ -235,7 +246,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 		var ok bool
 		err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 			var err error
-			ok, err = markPost(tx, &due[i], now)
+			ok, err = markPost(ctx, s.tracer(), tx, &due[i], now)
 			return err
 		})
 		switch {
@@ -260,8 +271,9 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 // impossible on MySQL and PostgreSQL, and SQLite's single writer on SQLite,
 // but a writer in the same transaction or a database without the lock could
 // still do) is left out; the events' dedup keys are the database-level guard
-// that a post never gets two reservation events.
-func markPosts(tx *gorm.DB, posts []Post, now time.Time) ([]Post, error) {
+// that a post never gets two reservation events. ctx is the run's: each
+// event's trace context comes from reservationTrace.
+func markPosts(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, posts []Post, now time.Time) (_ []Post, err error) {
 	var b strings.Builder
 	args := make([]any, 0, 3+2*len(posts))
 	b.WriteString("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE status = ? AND (id, version) IN (")
@@ -287,11 +299,25 @@ func markPosts(tx *gorm.DB, posts []Post, now time.Time) ([]Post, error) {
 		}
 	}
 	evs := make([]outbox.Event, len(marked))
+	var spans []trace.Span
+	defer func() {
+		for _, sp := range spans {
+			if err != nil {
+				sp.SetStatus(codes.Error, err.Error())
+			}
+			sp.End()
+		}
+	}()
 	for i := range marked {
 		ev, err := reservationEvent(&marked[i], now)
 		if err != nil {
 			return nil, err
 		}
+		tp, sp := reservationTrace(ctx, tracer, &marked[i], ev.ID)
+		if sp != nil {
+			spans = append(spans, sp)
+		}
+		ev.Traceparent = tp
 		evs[i] = ev
 	}
 	if _, err := outbox.AppendMany(tx, evs); err != nil {
@@ -338,7 +364,7 @@ func reservationEvent(p *Post, now time.Time) (outbox.Event, error) {
 // markPost moves p RESERVED → WORKING and appends its reservation event
 // through tx, reporting false when p changed since it was read: the batch's
 // fallback, one post per transaction, after its transaction failed.
-func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
+func markPost(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, p *Post, now time.Time) (_ bool, err error) {
 	res := tx.Exec("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ? AND status = ?",
 		StatusWorking, now, p.ID, p.Version.Int64, StatusReserved)
 	if res.Error != nil {
@@ -351,6 +377,16 @@ func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("post %d: %w", p.ID, err)
 	}
+	tp, sp := reservationTrace(ctx, tracer, p, ev.ID)
+	if sp != nil {
+		defer func() {
+			if err != nil {
+				sp.SetStatus(codes.Error, err.Error())
+			}
+			sp.End()
+		}()
+	}
+	ev.Traceparent = tp
 	if _, err := outbox.Append(tx, ev); err != nil {
 		return false, fmt.Errorf("post %d: %w", p.ID, err)
 	}

@@ -191,6 +191,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 			UpdatedAt:   now,
 			OwnerID:     ownerOf(ctx),
 			Version:     optimisticlock.Version{Int64: 1, Valid: true},
+			Traceparent: traceparentOf(ctx),
 		}
 		if err := s.insert.exec(ctx, tx, &created); err != nil {
 			return fmt.Errorf("insert post: %w", err)
@@ -349,6 +350,8 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		changes["scheduled_at"] = at
 	}
 	next.UpdatedAt = now
+	next.Traceparent = traceparentOf(ctx) // the reservation continues the last edit's trace
+	changes["traceparent"] = next.Traceparent
 	if err := s.write(ctx, current, &next, changes, event.ActionUpdated, now); err != nil {
 		return nil, fmt.Errorf("update post %d: %w", id, err)
 	}

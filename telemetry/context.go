@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"math/rand/v2"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -20,6 +21,24 @@ func Traceparent(ctx context.Context) string {
 	// As propagation.TraceContext writes it (version 00, the sampled flag
 	// only), without its fmt.Sprintf.
 	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + (sc.TraceFlags() & trace.FlagsSampled).String()
+}
+
+// ValidTraceparent reports whether tp is a W3C traceparent of version 00 as
+// Traceparent writes it: "00-<32 lower-case hex, not all zero>-<16 lower-case
+// hex, not all zero>-<2 hex>", 55 characters, the width of the traceparent
+// columns.
+func ValidTraceparent(tp string) bool {
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	if _, err := trace.TraceIDFromHex(tp[3:35]); err != nil {
+		return false
+	}
+	if _, err := trace.SpanIDFromHex(tp[36:52]); err != nil {
+		return false
+	}
+	_, err := hex.DecodeString(tp[53:])
+	return err == nil
 }
 
 // WithTraceparent returns ctx with the remote span context of traceparent,

@@ -53,12 +53,14 @@ func (p *published) count() int {
 
 // The wiring of serve, in one process, with an in-memory span exporter: a
 // POST with an upstream traceparent, the scheduler, the relay to the
-// in-process broker, and the worker consuming it. The request's trace runs
-// from the HTTP server span through the outbox append to the worker's
-// handling of the CREATED event, and the Kafka record carries it in its
-// traceparent header; the scheduler run's trace runs through its append to
-// the worker's handling of the reservation and the publication span. The
-// relay's send span links to both.
+// in-process broker, and the worker consuming it. One trace runs from the
+// HTTP server span to the worker's publication of the post: the request's
+// outbox append and the worker's handling of the CREATED event; the
+// scheduler's "reserve post" span, a child of the request (the post stores
+// its traceparent) linked to the scheduler run, whose context the
+// reservation event's row and Kafka record carry; the worker's handling of
+// the reservation and the "publish post" span. The scheduler run and the
+// relay's polls are traces of their own, linked to it.
 func TestTraceFromRequestThroughKafkaToWorker(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
@@ -128,42 +130,65 @@ func TestTraceFromRequestThroughKafkaToWorker(t *testing.T) {
 		spans := exp.GetSpans()
 		server := one(t, spans, "POST /api/v1/posts")
 		require.Equal(t, trace.SpanKindServer, server.SpanKind)
-		require.Equal(t, upstreamTrace, server.SpanContext.TraceID().String(), "the request did not continue the caller's trace")
+		requestTrace := server.SpanContext.TraceID()
+		require.Equal(t, upstreamTrace, requestTrace.String(), "the request did not continue the caller's trace")
 		require.Equal(t, upstreamSpan, server.Parent.SpanID().String())
 		run := one(t, spans, "reservation run")
-		require.NotEqual(t, server.SpanContext.TraceID(), run.SpanContext.TraceID(), "a scheduler run starts a trace of its own")
+		require.NotEqual(t, requestTrace, run.SpanContext.TraceID(), "a scheduler run starts a trace of its own")
+		require.False(t, run.Parent.IsValid(), "a scheduler run is a root span")
 
-		appends := named(spans, "outbox append")
-		require.Len(t, appends, 2)
-		appendOf := map[trace.TraceID]tracetest.SpanStub{}
-		for _, a := range appends {
-			appendOf[a.SpanContext.TraceID()] = a
-		}
-		created, reserved := appendOf[server.SpanContext.TraceID()], appendOf[run.SpanContext.TraceID()]
+		// The post stores the request's context; the reservation is its
+		// child, linked to the run that made it.
+		var stored struct{ Traceparent *string }
+		require.NoError(t, db.DB.Table("posts").Select("traceparent").Where("id = ?", post.ID).Take(&stored).Error)
+		require.NotNil(t, stored.Traceparent)
+		require.Equal(t, traceparent(server.SpanContext), *stored.Traceparent, "the post does not store the request's context")
+		reserve := one(t, spans, "reserve post")
+		require.Equal(t, requestTrace, reserve.SpanContext.TraceID(), "the reservation left the request's trace")
+		require.Equal(t, server.SpanContext.SpanID(), reserve.Parent.SpanID(), "the reservation is not a child of the request")
+		require.Len(t, reserve.Links, 1)
+		require.Equal(t, run.SpanContext, reserve.Links[0].SpanContext, "the reservation is not linked to its run")
+
+		created := one(t, spans, "outbox append") // the scheduler's AppendMany starts none
 		require.Equal(t, server.SpanContext.SpanID(), created.Parent.SpanID(), "append is not a child of the request")
-		require.Equal(t, run.SpanContext.SpanID(), reserved.Parent.SpanID(), "append is not a child of the scheduler run")
 
-		// Each record carries the trace context of its append.
+		// The outbox rows and the Kafka records carry those contexts.
+		var rows []outbox.Message
+		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
+		require.Len(t, rows, 2)
+		rowOf := map[string]outbox.Message{}
+		for _, r := range rows {
+			require.NotNil(t, r.Traceparent, "row %d (%s) has no traceparent", r.ID, r.EventType)
+			rowOf[r.EventType] = r
+		}
+		require.Equal(t, traceparent(created.SpanContext), *rowOf[string(event.PostingEvent)].Traceparent)
+		require.Equal(t, traceparent(reserve.SpanContext), *rowOf[string(event.ReservationEvent)].Traceparent)
 		records := b.Records(t, 2, 10*time.Second)
 		require.Len(t, records, 2)
 		byType := map[string]kafkatest.Record{}
 		for _, r := range records {
 			byType[r.Headers[event.HeaderEventType]] = r
 		}
-		require.Equal(t, traceparent(created.SpanContext), byType[string(event.PostingEvent)].Headers[event.HeaderTraceparent])
-		require.Equal(t, traceparent(reserved.SpanContext), byType[string(event.ReservationEvent)].Headers[event.HeaderTraceparent])
-		require.Contains(t, byType[string(event.PostingEvent)].Headers[event.HeaderTraceparent], upstreamTrace)
+		createdHeader := byType[string(event.PostingEvent)].Headers[event.HeaderTraceparent]
+		reservedHeader := byType[string(event.ReservationEvent)].Headers[event.HeaderTraceparent]
+		require.Equal(t, traceparent(created.SpanContext), createdHeader)
+		require.Equal(t, traceparent(reserve.SpanContext), reservedHeader)
+		// The issue's chain: request == CREATED record == reservation == publication.
+		require.Equal(t, upstreamTrace, traceIDOf(createdHeader), "the CREATED record left the request's trace")
+		require.Equal(t, upstreamTrace, traceIDOf(reservedHeader), "the reservation record left the request's trace")
 
-		// The worker continues each: its handling is a child of the append,
-		// and the publication a child of the handling of the reservation.
+		// The worker continues each: its handling is a child of the
+		// record's context, and the publication a child of the handling of
+		// the reservation, in the request's trace.
 		handledCreated := one(t, spans, "process "+string(event.PostingEvent))
 		require.Equal(t, trace.SpanKindConsumer, handledCreated.SpanKind)
-		require.Equal(t, server.SpanContext.TraceID(), handledCreated.SpanContext.TraceID())
+		require.Equal(t, requestTrace, handledCreated.SpanContext.TraceID())
 		require.Equal(t, created.SpanContext.SpanID(), handledCreated.Parent.SpanID())
 		handledReserved := one(t, spans, "process "+string(event.ReservationEvent))
-		require.Equal(t, reserved.SpanContext.SpanID(), handledReserved.Parent.SpanID())
+		require.Equal(t, requestTrace, handledReserved.SpanContext.TraceID())
+		require.Equal(t, reserve.SpanContext.SpanID(), handledReserved.Parent.SpanID())
 		publication := one(t, spans, "publish post")
-		require.Equal(t, run.SpanContext.TraceID(), publication.SpanContext.TraceID())
+		require.Equal(t, upstreamTrace, publication.SpanContext.TraceID().String(), "the publication is not in the request's trace")
 		require.Equal(t, handledReserved.SpanContext.SpanID(), publication.Parent.SpanID())
 
 		// The relay's poll is a trace of its own: claim and send, the send
@@ -182,8 +207,17 @@ func TestTraceFromRequestThroughKafkaToWorker(t *testing.T) {
 			linked[traceparent(sends[i].Links[0].SpanContext)] = true
 		}
 		require.True(t, linked[traceparent(created.SpanContext)], "send not linked to the request's event")
-		require.True(t, linked[traceparent(reserved.SpanContext)], "send not linked to the scheduler's event")
+		require.True(t, linked[traceparent(reserve.SpanContext)], "send not linked to the reservation event")
 	})
+}
+
+// traceIDOf is the trace id of a traceparent, "" when it is none.
+func traceIDOf(tp string) string {
+	sc := trace.SpanContextFromContext(telemetry.WithTraceparent(context.Background(), tp))
+	if !sc.IsValid() {
+		return ""
+	}
+	return sc.TraceID().String()
 }
 
 func named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {
@@ -209,8 +243,10 @@ func traceparent(sc trace.SpanContext) string {
 
 // With nothing exported (no tracer provider: no otelhttp, no-op spans) the
 // trace context still travels: an incoming traceparent is stored with the
-// outbox row as it came, a request without one gets a fresh, unsampled trace
-// id, and so does a scheduler run.
+// post and its outbox row as it came, a request without one gets a fresh,
+// unsampled trace id; each reservation event carries its post's traceparent
+// as it is, and a post without one (made before migration 00008) the
+// scheduler run's fresh trace id.
 func TestWithoutExporterRowsCarryTheTraceContext(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
@@ -220,8 +256,8 @@ func TestWithoutExporterRowsCarryTheTraceContext(t *testing.T) {
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
+		due := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
 		post := func(traceparent string) {
-			due := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/posts",
 				bytes.NewBufferString(fmt.Sprintf(`{"title":"t","content":"c","scheduledAt":%q}`, due)))
 			require.NoError(t, err)
@@ -238,31 +274,41 @@ func TestWithoutExporterRowsCarryTheTraceContext(t *testing.T) {
 		post(incoming)
 		post("")
 		post("00-zz-broken-01") // not a traceparent: a fresh trace instead
+		post(incoming)
+		// The last post as one made before migration 00008: no traceparent.
+		require.NoError(t, db.DB.Exec("UPDATE posts SET traceparent = NULL WHERE id = (SELECT MAX(id) FROM (SELECT id FROM posts) AS p)").Error)
 		sched, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Logger: quiet()})
 		require.NoError(t, err)
 		res, err := sched.RunOnce(context.Background())
 		require.NoError(t, err)
-		require.Equal(t, 3, res.Marked)
+		require.Equal(t, 4, res.Marked)
 
+		var posts []reservation.Post
+		require.NoError(t, db.DB.Order("id").Find(&posts).Error)
+		require.Len(t, posts, 4)
 		var rows []outbox.Message
 		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
-		require.Len(t, rows, 6) // 3 CREATED, 3 reservations
+		require.Len(t, rows, 8) // 4 CREATED, then 4 reservations in post order (one scheduledAt)
 		tps := make([]string, len(rows))
 		for i, r := range rows {
 			require.NotNil(t, r.Traceparent, "row %d (%s) has no traceparent", r.ID, r.EventType)
 			tps[i] = *r.Traceparent
-			sc := trace.SpanContextFromContext(telemetry.WithTraceparent(context.Background(), tps[i]))
-			require.True(t, sc.IsValid(), "row %d: %q", r.ID, tps[i])
+			require.True(t, telemetry.ValidTraceparent(tps[i]), "row %d: %q", r.ID, tps[i])
 		}
 		require.Equal(t, incoming, tps[0], "the incoming traceparent is stored as it came")
 		require.True(t, strings.HasSuffix(tps[1], "-00"), "a fresh trace context is not sampled: %s", tps[1])
 		require.NotEqual(t, tps[1][3:35], tps[2][3:35], "two requests share a trace id")
 		require.NotContains(t, tps[2], "zz")
-		// The scheduler's three rows: one run, one trace, new to all of them.
-		require.Equal(t, tps[3], tps[4])
-		require.Equal(t, tps[3], tps[5])
+		for i, p := range posts[:3] {
+			require.NotNil(t, p.Traceparent, "post %d stores no traceparent", p.ID)
+			require.Equal(t, tps[i], *p.Traceparent, "post %d and its CREATED row differ", p.ID)
+			require.Equal(t, *p.Traceparent, tps[4+i], "the reservation of post %d is not in its request's trace", p.ID)
+		}
+		// The post without a traceparent: the run's fresh trace, new to
+		// every request's.
+		require.Nil(t, posts[3].Traceparent)
 		for _, tp := range tps[:3] {
-			require.NotEqual(t, tp[3:35], tps[3][3:35])
+			require.NotEqual(t, tp[3:35], tps[7][3:35])
 		}
 	})
 }
