@@ -285,6 +285,11 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 	if strings.ContainsFunc(c.Subject, unicode.IsControl) {
 		return Caller{}, fmt.Errorf("%w: the token's sub contains control characters", ErrUnauthorized)
 	}
+	if strings.TrimSpace(c.Subject) != c.Subject {
+		// MySQL's PAD SPACE collations (utf8mb4_bin among them) compare
+		// "alice " equal to "alice": such a caller would own alice's posts.
+		return Caller{}, fmt.Errorf("%w: the token's sub begins or ends with white space", ErrUnauthorized)
+	}
 	return Caller{Subject: c.Subject, Scopes: []string(c.Scope)}, nil
 }
 
