@@ -268,7 +268,11 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 		case slices.Contains(HMACMethods, alg) && len(v.cfg.Secret) > 0:
 			return v.cfg.Secret, nil
 		case slices.Contains(AsymmetricMethods, alg) && v.jwks != nil:
-			return v.jwks.KeyfuncCtx(ctx)(t)
+			// Not the request's cancellation: a fetch for an unknown kid
+			// spends the rate limiter's token for every caller, so a caller
+			// that hangs up must not abort it (keyfunc bounds it by
+			// JWKSTimeout all the same).
+			return v.jwks.KeyfuncCtx(context.WithoutCancel(ctx))(t)
 		}
 		// WithValidMethods refuses such a token before this is called.
 		return nil, fmt.Errorf("no key for alg %q", alg)
