@@ -128,8 +128,12 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	p := &posts{svc: cfg.Posts, log: cfg.Logger}
 	hc := &health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}
-	read := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, false) }
-	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, true) }
+	var limit func(http.Handler) http.Handler
+	if cfg.WriteLimit.Requests > 0 {
+		limit = writeLimiter(cfg.WriteLimit) // once: every write route counts against it
+	}
+	read := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, nil) }
+	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, limit) }
 	routes := map[string]http.Handler{
 		"POST /api/v1/posts":             write(p.create),
 		"GET /api/v1/posts":              read(p.list),

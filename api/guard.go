@@ -17,10 +17,13 @@ import (
 // unauthenticated request is neither counted nor served), the write limit
 // for writes, and the caller's scope for the service. Each refusal is
 // answered before the handler runs, so nothing is written.
-func guard(cfg Config, h http.Handler, write bool) http.Handler {
+//
+// limit is the one write limiter of the handler (nil: none), shared by every
+// write route so a caller has one budget whichever route it writes through.
+func guard(cfg Config, h http.Handler, limit func(http.Handler) http.Handler) http.Handler {
 	h = scoped(h)
-	if write && cfg.WriteLimit.Requests > 0 {
-		h = writeLimiter(cfg.WriteLimit)(h)
+	if limit != nil {
+		h = limit(h)
 	}
 	if cfg.Auth != nil {
 		h = auth.Middleware(cfg.Auth, h)

@@ -268,7 +268,11 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 		case slices.Contains(HMACMethods, alg) && len(v.cfg.Secret) > 0:
 			return v.cfg.Secret, nil
 		case slices.Contains(AsymmetricMethods, alg) && v.jwks != nil:
-			return v.jwks.KeyfuncCtx(ctx)(t)
+			// Not the request's cancellation: a fetch for an unknown kid
+			// spends the rate limiter's token for every caller, so a caller
+			// that hangs up must not abort it (keyfunc bounds it by
+			// JWKSTimeout all the same).
+			return v.jwks.KeyfuncCtx(context.WithoutCancel(ctx))(t)
 		}
 		// WithValidMethods refuses such a token before this is called.
 		return nil, fmt.Errorf("no key for alg %q", alg)
@@ -284,6 +288,11 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 	}
 	if strings.ContainsFunc(c.Subject, unicode.IsControl) {
 		return Caller{}, fmt.Errorf("%w: the token's sub contains control characters", ErrUnauthorized)
+	}
+	if strings.TrimSpace(c.Subject) != c.Subject {
+		// MySQL's PAD SPACE collations (utf8mb4_bin among them) compare
+		// "alice " equal to "alice": such a caller would own alice's posts.
+		return Caller{}, fmt.Errorf("%w: the token's sub begins or ends with white space", ErrUnauthorized)
 	}
 	return Caller{Subject: c.Subject, Scopes: []string(c.Scope)}, nil
 }
