@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // member is one member of a JSON object: its key as written between the
@@ -35,7 +36,9 @@ func members(obj []byte, into []member) ([]member, bool) {
 			return into, false
 		}
 		key := obj[i+1 : i+1+end]
-		if bytes.IndexByte(key, '\\') >= 0 {
+		// encoding/json decodes a key that is not UTF-8 to U+FFFD, so the
+		// maps would write another key: such a key goes the long way too.
+		if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
 			return into, false
 		}
 		i += end + 2

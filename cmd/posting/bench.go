@@ -46,7 +46,7 @@ type benchSettings struct {
 }
 
 func addBenchFlags(fs *pflag.FlagSet, b *benchSettings, s *settings) {
-	fs.BoolVar(&b.AllowNonempty, "allow-nonempty", false, "run on a database that already holds posts or outbox rows; only for data you can lose: the bench treats them as its own (its relays drain their unsent events to the bench's broker, its serve reserves due posts) and deletes only the rows it wrote")
+	fs.BoolVar(&b.AllowNonempty, "allow-nonempty", false, "run on a database that already holds posts or outbox rows; only for data you can lose: the bench treats them as its own (its relays drain their unsent events to the bench's broker, its serve reserves due posts) and deletes nothing: its own rows stay, since ids cannot tell them from rows another writer adds meanwhile")
 	fs.IntVar(&b.RelayEvents, "relay-events", 50000, "outbox rows seeded for each relay measurement (at least 5: posts of 5 events each)")
 	fs.IntVar(&b.SeedStyleEvents, "seed-style-events", 2000, "outbox rows seeded for the seed-style relay, which moves one row at a time (at least 5)")
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
@@ -148,7 +148,7 @@ func runBench(ctx context.Context, s *settings, b *benchSettings, out, errOut io
 		return usageError{fmt.Errorf("%w: %s holds %d posts and %d outbox rows; posting bench writes, drains and deletes rows: "+
 			"give it a scratch database, or pass --allow-nonempty", errNotEmpty, db.Location, posts, rows)}
 	}
-	clean, err := newBenchCleaner(ctx, db)
+	clean, err := newBenchCleaner(ctx, db, posts > 0 || rows > 0)
 	if err != nil {
 		return err
 	}
@@ -162,6 +162,9 @@ func runBench(ctx context.Context, s *settings, b *benchSettings, out, errOut io
 	}
 	fmt.Fprintf(out, "posting bench on %s\n", db.Location)
 	fmt.Fprintf(out, "machine: %s\n", m)
+	if posts > 0 || rows > 0 {
+		fmt.Fprintf(out, "the database held %d posts and %d outbox rows: the bench deletes nothing and leaves the rows it writes\n", posts, rows)
+	}
 
 	if err := benchRelay(ctx, s, b, db, clean, log, out); err != nil {
 		return err
@@ -181,7 +184,13 @@ func runBench(ctx context.Context, s *settings, b *benchSettings, out, errOut io
 // newBenchCleaner returns the function that deletes what the bench wrote:
 // the outbox rows and posts above the ids they had when it started (all
 // rows of a database that was empty), and the publications of those posts.
-func newBenchCleaner(ctx context.Context, db *database.DB) (func(context.Context) error, error) {
+// keep (a database that held rows, --allow-nonempty) deletes nothing: rows
+// another writer adds while the bench runs get ids among the bench's own,
+// and an id mark cannot tell them apart, so the bench leaves its rows.
+func newBenchCleaner(ctx context.Context, db *database.DB, keep bool) (func(context.Context) error, error) {
+	if keep {
+		return func(context.Context) error { return nil }, nil
+	}
 	type mark struct {
 		table, column string
 		above         int64
