@@ -262,7 +262,7 @@ func seed(ctx context.Context, db *gorm.DB, posts int, dueIn time.Duration) (tim
 		return time.Time{}, err
 	}
 	due := database.Normalize(now.Add(dueIn))
-	if err := db.WithContext(ctx).Exec("UPDATE posts SET scheduled_at = ? WHERE status = ?", due, reservation.StatusReserved).Error; err != nil {
+	if err := db.WithContext(ctx).Exec("UPDATE posts SET scheduled_at = ? WHERE status = ? AND scheduled_at = ? AND content = ?", due, reservation.StatusReserved, far, "spike").Error; err != nil {
 		return time.Time{}, fmt.Errorf("seed posts: set their time: %w", err)
 	}
 	return due, nil
