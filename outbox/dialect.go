@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -25,6 +26,13 @@ type dialect interface {
 	// still has the version I hold", for every (id, version) of msgs, as a
 	// condition the database resolves by primary key.
 	versionMatch(msgs []Message) clause.Expr
+	// claimReturning, where the database can, claims the rows of ids that
+	// are still due (status PENDING, or RETRY with next_attempt_at <= now)
+	// and not locked by another claimer, in one statement that locks,
+	// updates and returns them as claimed (status PROCESSING, version
+	// bumped); ok is false where it cannot, and claimRows then locks, reads
+	// and updates in two statements.
+	claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) (rows []Message, ok bool, err error)
 	// defersAcksToNextClaim is Store.DefersAcksToNextClaim.
 	defersAcksToNextClaim() bool
 	// announce runs through tx, the transaction that appended rows, what

@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"time"
+
 	"strings"
 
 	"gorm.io/gorm"
@@ -35,6 +37,11 @@ func (sqliteDialect) versionMatch(msgs []Message) clause.Expr {
 // from one batch's send to its next claim would hold that lock back to back
 // and starve the other instances on the file.
 func (sqliteDialect) defersAcksToNextClaim() bool { return false }
+
+// claimReturning is not available: claimRows locks, reads and updates.
+func (sqliteDialect) claimReturning(*gorm.DB, []int64, string, time.Time) ([]Message, bool, error) {
+	return nil, false, nil
+}
 
 // announce does nothing: relays find new rows by polling.
 func (sqliteDialect) announce(*gorm.DB) error { return nil }
