@@ -227,7 +227,8 @@ func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 
 // Wake makes the loop poll now if it is pausing between polls, or as soon
 // as its poll in progress ends: rows were appended (a PostgreSQL
-// notification). It never blocks, and any number of calls before the loop
+// notification, or a commit of this process through a db wired with
+// database.WithCommitWaker). It never blocks, and any number of calls before the loop
 // next looks make one poll. The interval stays the safety net for a wake
 // that never comes; a relay backing off an outage ignores wakes.
 func (r *Relay) Wake() {
@@ -429,7 +430,8 @@ func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since
 func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
 
 // Flush writes the SENT of rows whose acknowledgement a full batch left for
-// the next poll (see RunOnce), and releases rows whose release failed. The
+// the next poll (see RunOnce), releases a batch claimed for the next poll
+// and not sent (see Pump), and releases rows whose release failed. The
 // loop calls it when it stops or pauses; it does nothing when nothing is
 // left. On error the rows stay PROCESSING and
 // are recovered after StaleAfter, and may then be sent a second time.
@@ -607,8 +609,9 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // Stop asks the loop to exit after the poll in progress, whose sends are
-// finished and recorded (deferred acknowledgements included), and waits for it. It is safe to call twice and
-// without Start.
+// finished and recorded (deferred acknowledgements included; a batch
+// claimed for the next poll is released, PENDING again with no attempt
+// spent), and waits for it. It is safe to call twice and without Start.
 func (r *Relay) Stop() { r.BaseStartStop.Stop() }
 
 func (r *Relay) loop(ctx, stop context.Context) {
