@@ -38,9 +38,16 @@ func (sqliteDialect) versionMatch(msgs []Message) clause.Expr {
 // and starve the other instances on the file.
 func (sqliteDialect) defersAcksToNextClaim() bool { return false }
 
-// claimReturning is not available: claimRows locks, reads and updates.
-func (sqliteDialect) claimReturning(*gorm.DB, []int64, string, time.Time) ([]Message, bool, error) {
-	return nil, false, nil
+// claimReturning updates the due candidates and returns them in one
+// statement (SQLite 3.35+): the transaction holds the file's write lock
+// since BEGIN IMMEDIATE, so no other claimer can take them in between, and
+// the separate read of the full rows is saved.
+func (sqliteDialect) claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, bool, error) {
+	var rows []Message
+	err := tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
+WHERE id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))
+RETURNING *`, StatusProcessing, owner, now, ids, StatusPending, StatusRetry, now).Scan(&rows).Error
+	return rows, true, err
 }
 
 // announce does nothing: relays find new rows by polling.
