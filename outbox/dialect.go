@@ -69,6 +69,22 @@ func writeVersionPairs(b *strings.Builder, msgs []Message, args []any) []any {
 	return args
 }
 
+// returningColumns is the RETURNING list of a claim: Message's columns by
+// name, not *. PostgreSQL's driver caches each statement's plan per
+// connection, and a cached RETURNING * fails with "cached plan must not
+// change result type" once a migration (a rolling upgrade) adds a column.
+func returningColumns(tx *gorm.DB) (string, error) {
+	stmt := &gorm.Statement{DB: tx}
+	if err := stmt.Parse(&Message{}); err != nil {
+		return "", fmt.Errorf("outbox columns: %w", err)
+	}
+	cols := make([]string, len(stmt.Schema.DBNames))
+	for i, name := range stmt.Schema.DBNames {
+		cols[i] = stmt.Quote(name)
+	}
+	return strings.Join(cols, ", "), nil
+}
+
 // lockSkipLocked makes q read FOR UPDATE SKIP LOCKED: concurrent claimers
 // skip each other's rows instead of waiting (MySQL 8.0.1+, MariaDB 10.6+,
 // PostgreSQL).
