@@ -1,7 +1,7 @@
 # make test is what CI runs (.ci/run) and what the README tells a newcomer.
 GO ?= go
 
-.PHONY: test vet unit bench build run mutants
+.PHONY: test vet unit bench bench-micro build run mutants
 
 test: vet unit
 
@@ -12,7 +12,15 @@ unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Benchmarks print figures; they are not part of make test.
-bench:
+# posting bench on a fresh SQLite file, then on a fresh MariaDB/MySQL database
+# created on the server of POSTING_TEST_MYSQL_URL (as the tests do) and
+# dropped afterwards.
+bench: build
+	dir=$$(mktemp -d) && ./bin/posting bench --database-url "sqlite://$$dir/bench.db"; rc=$$?; rm -rf "$$dir"; exit $$rc
+	url=$$($(GO) run ./scripts/benchdb create) && { ./bin/posting bench --database-url "$$url"; rc=$$?; $(GO) run ./scripts/benchdb drop "$$url"; exit $$rc; }
+
+# The Go benchmarks of single parts (relay, producer, commit → broker on PostgreSQL).
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./relay/ ./kafka/
 	$(GO) test -run '^$$' -bench CommitToBroker -benchtime 1x ./wakeup/
 

@@ -48,6 +48,9 @@ type Config struct {
 	// PurgePause is the wait between two DELETEs of a purge. Default
 	// outbox.DefaultPurgePause (100ms); -1 for none.
 	PurgePause time.Duration
+	// History, if set, answers GET /admin/outbox/history with its samples;
+	// nil answers no samples. The caller starts and stops it.
+	History *History
 }
 
 func (c *Config) setDefaults() {
@@ -93,6 +96,10 @@ func (c Config) Validate() error {
 //	GET  /admin/publications?status=FAILED&limit=&after=
 //	                                      publications of a status by post id (default FAILED, limit 50, max 1000)
 //	POST /admin/publications/{id}/retry   FAILED → PENDING for the worker, while the post is WORKING
+//	GET  /admin/outbox/history            the History's samples of the outbox, oldest first
+//	GET  /admin/posts?limit=              the latest posts, newest first (default 20, max 100)
+//	GET  /admin/                          the operator console (console.go); the page itself
+//	                                      is public and holds no data, it asks the routes above
 func Routes(cfg Config) (map[string]http.Handler, error) {
 	if cfg.Token == "" {
 		return map[string]http.Handler{}, nil
@@ -113,6 +120,12 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 		"POST /admin/outbox/purge":            protect(s.purge),
 		"GET /admin/publications":             protect(s.publications),
 		"POST /admin/publications/{id}/retry": protect(s.retryPublication),
+		"GET /admin/outbox/history":           protect(s.history),
+		"GET /admin/posts":                    protect(s.recentPosts),
+		"GET /admin":                          http.RedirectHandler("/admin/", http.StatusMovedPermanently),
+		"GET /admin/{$}":                      consoleFile("index.html"),
+		"GET /admin/console.js":               consoleFile("console.js"),
+		"GET /admin/console.css":              consoleFile("console.css"),
 	}, nil
 }
 
@@ -207,11 +220,23 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
-	s.rowAction(w, r, "requeued", outbox.Requeue)
+	s.rowAction(w, r, "requeue", outbox.Requeue)
 }
 
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
-	s.rowAction(w, r, "discarded", outbox.Discard)
+	s.rowAction(w, r, "discard", outbox.Discard)
+}
+
+// audit logs a change an operator made, as one line with msg "audit": the
+// action, the ids it touched (outbox ids, or post ids for publications), and
+// the source: the client's address (behind a proxy, the proxy's). The admin
+// token is one shared secret, so the line cannot name a person.
+func (s *server) audit(r *http.Request, action string, ids []int64, attrs ...slog.Attr) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "audit", append([]slog.Attr{
+		slog.String("action", action), slog.Any("ids", ids), slog.String("source", r.RemoteAddr)}, attrs...)...)
 }
 
 // rowAction runs requeue or discard on the row of the path and answers the
@@ -233,8 +258,8 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 	res := fn(r.Context(), s.cfg.DB, []int64{id}, now)[0]
 	switch {
 	case res.Err == nil:
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "outbox row "+verb+" by an operator",
-			slog.Int64("outbox_id", id), slog.String("event_id", res.Row.EventID), slog.Int64("post_id", res.Row.PostID))
+		s.audit(r, "outbox."+verb, []int64{id},
+			slog.String("event_id", res.Row.EventID), slog.Int64("post_id", res.Row.PostID))
 		writeJSON(w, http.StatusOK, res.Row)
 	case errors.Is(res.Err, outbox.ErrNotFound):
 		response.WriteProblem(w, http.StatusNotFound, res.Err.Error(), "")
@@ -263,7 +288,7 @@ func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "all FAIL outbox rows requeued by an operator", slog.Int("requeued", n))
+	s.audit(r, "outbox.requeue_failed", nil, slog.Int("requeued", n))
 	writeJSON(w, http.StatusOK, countResponse{Requeued: &n})
 }
 
@@ -290,8 +315,7 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, err)
 		return
 	}
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "SENT outbox rows purged by an operator",
-		slog.Int("deleted", n), slog.Time("sent_before", cutoff))
+	s.audit(r, "outbox.purge", nil, slog.Int("deleted", n), slog.Time("sent_before", cutoff))
 	writeJSON(w, http.StatusOK, countResponse{Deleted: &n, Before: &cutoff})
 }
 
@@ -350,8 +374,7 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 	res := worker.RetryPublications(r.Context(), s.cfg.DB, []int64{id})[0]
 	switch {
 	case res.Err == nil:
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "publication retried by an operator",
-			slog.Int64("post_id", id), slog.String("event_id", res.Publication.EventID))
+		s.audit(r, "publications.retry", []int64{id}, slog.String("event_id", res.Publication.EventID))
 		writeJSON(w, http.StatusOK, res.Publication)
 	case errors.Is(res.Err, worker.ErrPublicationNotFound):
 		response.WriteProblem(w, http.StatusNotFound, res.Err.Error(), "")

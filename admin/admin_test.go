@@ -113,6 +113,8 @@ func TestUnauthorized(t *testing.T) {
 				{"POST", "/admin/outbox/purge?olderThan=1s"},
 				{"GET", "/admin/publications?status=FAILED"},
 				{"POST", "/admin/publications/" + id(m) + "/retry"},
+				{"GET", "/admin/outbox/history"},
+				{"GET", "/admin/posts"},
 			} {
 				rec, body := f.do(t, target.method, target.path, auth)
 				require.Equal(t, http.StatusUnauthorized, rec.Code, "%s %s with %q", target.method, target.path, auth)

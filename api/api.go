@@ -17,8 +17,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/postingsvc/posting/auth"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/response"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // DefaultReadyTimeout bounds each readiness check unless Config.ReadyTimeout
@@ -52,6 +59,30 @@ type Config struct {
 	// such as "GET /metrics". A pattern that clashes with the API's own is a
 	// configuration error.
 	Routes map[string]http.Handler
+	// TracerProvider, if set, makes a server span of every request
+	// (otelhttp), named after the method and route pattern, continuing an
+	// incoming W3C traceparent. Nil: no spans; an incoming traceparent is
+	// still continued, and a request without one gets a fresh, unsampled
+	// trace context (telemetry.EnsureTrace), so the outbox rows it writes
+	// carry a trace id either way.
+	TracerProvider trace.TracerProvider
+	// Auth, when set, verifies the bearer JWT of every /api/v1/... request
+	// (401 without a valid one) and scopes the posts to its caller. nil:
+	// the API is open to anyone and every post is everyone's.
+	Auth *auth.Verifier
+	// WriteLimit bounds the writes (POST, PATCH) of /api/v1/... per caller:
+	// per token subject, or per client IP without authentication. Zero: no
+	// bound.
+	WriteLimit WriteLimit
+}
+
+// WriteLimit is at most Requests writes per caller in any Window (a sliding
+// window); more are answered 429 with Retry-After.
+type WriteLimit struct {
+	// Requests is the writes allowed per Window; 0: no limit.
+	Requests int
+	// Window is the length of the window; at least 1s when Requests > 0.
+	Window time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -82,6 +113,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("route %q has no handler", pattern)
 		}
 	}
+	if c.WriteLimit.Requests < 0 || (c.WriteLimit.Requests > 0 && c.WriteLimit.Window < time.Second) {
+		return fmt.Errorf("WriteLimit %d per %s: want Requests >= 0 and, with Requests, a Window of at least 1s",
+			c.WriteLimit.Requests, c.WriteLimit.Window)
+	}
 	return nil
 }
 
@@ -93,12 +128,14 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	p := &posts{svc: cfg.Posts, log: cfg.Logger}
 	hc := &health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}
+	read := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, false) }
+	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, true) }
 	routes := map[string]http.Handler{
-		"POST /api/v1/posts":             http.HandlerFunc(p.create),
-		"GET /api/v1/posts":              http.HandlerFunc(p.list),
-		"GET /api/v1/posts/{id}":         http.HandlerFunc(p.get),
-		"PATCH /api/v1/posts/{id}":       http.HandlerFunc(p.update),
-		"POST /api/v1/posts/{id}/cancel": http.HandlerFunc(p.cancel),
+		"POST /api/v1/posts":             write(p.create),
+		"GET /api/v1/posts":              read(p.list),
+		"GET /api/v1/posts/{id}":         read(p.get),
+		"PATCH /api/v1/posts/{id}":       write(p.update),
+		"POST /api/v1/posts/{id}/cancel": write(p.cancel),
 		"GET /healthz":                   http.HandlerFunc(hc.healthz),
 		"GET /readyz":                    http.HandlerFunc(hc.readyz),
 	}
@@ -121,7 +158,54 @@ func NewHandler(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("invalid api config: %w", err)
 		}
 	}
-	return &handler{mux: mux, log: cfg.Logger}, nil
+	return routed{traced(&handler{mux: mux, log: cfg.Logger, patterns: patterns}, mux, cfg.TracerProvider), patterns}, nil
+}
+
+// traced wraps h in the request's span and trace context (see
+// Config.TracerProvider).
+func traced(h http.Handler, mux *http.ServeMux, tp trace.TracerProvider) http.Handler {
+	ensure := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ctx := r.Context(); !trace.SpanContextFromContext(ctx).IsValid() {
+			r = r.WithContext(telemetry.EnsureTrace(ctx))
+		}
+		h.ServeHTTP(w, r)
+	})
+	if tp == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("traceparent") != "" {
+				r = r.WithContext(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+			}
+			ensure.ServeHTTP(w, r)
+		})
+	}
+	return otelhttp.NewHandler(ensure, "http",
+		otelhttp.WithTracerProvider(tp),
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // metrics are Prometheus's (metrics/)
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if _, pattern := mux.Handler(r); pattern != "" {
+				return pattern // "POST /api/v1/posts/{id}/cancel"
+			}
+			return r.Method
+		}))
+}
+
+// Patterns returns the net/http patterns a handler of NewHandler routes,
+// sorted, its own and Config.Routes alike ("GET /healthz", "POST
+// /api/v1/posts", ...); nil for any other handler. The OpenAPI document's
+// test walks them, so no route goes undocumented.
+func Patterns(h http.Handler) []string {
+	if hh, ok := h.(routed); ok {
+		return slices.Clone(hh.patterns)
+	}
+	return nil
+}
+
+// routed is NewHandler's answer: the traced handler and the patterns it
+// routes, for Patterns.
+type routed struct {
+	http.Handler
+	patterns []string
 }
 
 // handle registers a route, turning the mux's panic on an invalid or
@@ -139,8 +223,9 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 // handler adds to the mux what every response needs: problem+json for the
 // mux's own 404 and 405, and a 500 for a panic.
 type handler struct {
-	mux *http.ServeMux
-	log *slog.Logger
+	mux      *http.ServeMux
+	log      *slog.Logger
+	patterns []string // sorted
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,9 @@ type PostJSON struct {
 	CreatedAt   string             `json:"createdAt"`
 	UpdatedAt   string             `json:"updatedAt"`
 	PublishedAt *string            `json:"publishedAt"`
+	// OwnerID is the JWT subject that created the post; "" when it was
+	// created without authentication.
+	OwnerID string `json:"ownerId"`
 }
 
 // NewPostJSON returns p as the API shows it.
@@ -29,6 +32,7 @@ func NewPostJSON(p *reservation.Post) PostJSON {
 		ScheduledAt: formatJSONTime(p.ScheduledAt),
 		CreatedAt:   formatJSONTime(p.CreatedAt),
 		UpdatedAt:   formatJSONTime(p.UpdatedAt),
+		OwnerID:     p.OwnerID,
 	}
 	if p.PublishedAt != nil {
 		s := formatJSONTime(*p.PublishedAt)

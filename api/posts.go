@@ -17,6 +17,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/postingsvc/posting/auth"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -81,7 +82,7 @@ func (p *posts) get(w http.ResponseWriter, r *http.Request) {
 
 // listParams are the query parameters of GET /api/v1/posts; any other is
 // refused, so a misspelt filter is not silently read as "everything".
-var listParams = []string{"status", "scheduledFrom", "scheduledTo", "order", "limit", "cursor"}
+var listParams = []string{"status", "scheduledFrom", "scheduledTo", "order", "limit", "cursor", "ownerId"}
 
 func (p *posts) list(w http.ResponseWriter, r *http.Request) {
 	query, err := listQuery(r)
@@ -126,6 +127,15 @@ func listQuery(r *http.Request) (reservation.ListQuery, error) {
 	query.Status = reservation.Status(q.Get("status"))
 	query.Order = reservation.ListOrder(q.Get("order"))
 	query.Cursor = q.Get("cursor")
+	if owner := q.Get("ownerId"); owner != "" {
+		// Anyone may name themselves; naming another owner takes the admin
+		// scope, so the filter never reads as a way into others' posts.
+		if c, ok := auth.CallerFrom(r.Context()); ok && !c.Admin() && owner != c.Subject {
+			return query, &requestError{status: http.StatusForbidden, field: "ownerId",
+				detail: "ownerId: listing another owner's posts needs the " + auth.AdminScope + " scope"}
+		}
+		query.OwnerID = &owner
+	}
 	for _, f := range []struct {
 		name string
 		dst  *time.Time

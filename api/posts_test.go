@@ -29,8 +29,9 @@ func requirePostShape(t *testing.T, post map[string]any) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	require.Equal(t, []string{"content", "createdAt", "id", "publishedAt", "scheduledAt", "status", "title", "updatedAt"}, keys)
+	require.Equal(t, []string{"content", "createdAt", "id", "ownerId", "publishedAt", "scheduledAt", "status", "title", "updatedAt"}, keys)
 	require.IsType(t, float64(0), post["id"])
+	require.IsType(t, "", post["ownerId"])
 	require.Nil(t, post["publishedAt"])
 	for _, k := range []string{"scheduledAt", "createdAt", "updatedAt"} {
 		s, ok := post[k].(string)

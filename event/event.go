@@ -11,7 +11,8 @@
 //     redelivery) and HeaderEventType;
 //   - value: one JSON object, the Envelope's eventId, eventType, postId and
 //     occurredAt plus the fields of its type: PostingEventFields (action,
-//     status, scheduledAt) or ReservationEventFields (scheduledAt).
+//     status, scheduledAt, ownerId) or ReservationEventFields (scheduledAt,
+//     ownerId).
 //
 // The package knows no transport and no storage: the outbox carries an event
 // as an opaque payload, Kafka (or any other broker) as a value with headers.
@@ -88,6 +89,9 @@ type PostingEventFields struct {
 	Status string `json:"status"`
 	// ScheduledAt is the post's time after the change.
 	ScheduledAt time.Time `json:"scheduledAt"`
+	// OwnerID is the post's owner: the JWT subject that created it, "" for
+	// a post created without authentication. Always present.
+	OwnerID string `json:"ownerId"`
 }
 
 // ReservationEventFields are the fields a POSTING_RESERVATION_EVENT adds to
@@ -95,6 +99,8 @@ type PostingEventFields struct {
 type ReservationEventFields struct {
 	// ScheduledAt is when the post is to be published.
 	ScheduledAt time.Time `json:"scheduledAt"`
+	// OwnerID is the post's owner, as in PostingEventFields.
+	OwnerID string `json:"ownerId"`
 }
 
 // ReservationDedupKey is the outbox dedup key of a post's reservation event:
@@ -144,8 +150,37 @@ func New(typ Type, postID int64, at time.Time, fields any) (Event, error) {
 	return Event{Envelope: env, Value: value}, nil
 }
 
-// valueJSON merges the envelope and fields into one JSON object.
+// valueJSON merges the envelope and fields into one JSON object, its keys
+// in byte order. Both are marshalled and their members merged as they are
+// (mergeSorted); what that does not take apart goes through maps
+// (valueJSONMaps), which writes the same bytes, at about four times the cost.
 func valueJSON(env Envelope, fields any) (json.RawMessage, error) {
+	envRaw, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	fieldsRaw := []byte("{}")
+	if fields != nil {
+		if fieldsRaw, err = json.Marshal(fields); err != nil {
+			return nil, fmt.Errorf("%w: fields: %v", ErrInvalid, err)
+		}
+		if string(fieldsRaw) == "null" {
+			fieldsRaw = []byte("{}")
+		}
+	}
+	merged, dup, ok := mergeSorted(fieldsRaw, envRaw)
+	switch {
+	case ok && dup != "":
+		return nil, fmt.Errorf("%w: fields repeat the envelope key %q", ErrInvalid, dup)
+	case ok:
+		return merged, nil
+	}
+	return valueJSONMaps(env, fields)
+}
+
+// valueJSONMaps merges the envelope and fields into one JSON object through
+// maps.
+func valueJSONMaps(env Envelope, fields any) (json.RawMessage, error) {
 	obj := map[string]json.RawMessage{}
 	if fields != nil {
 		raw, err := json.Marshal(fields)

@@ -20,7 +20,7 @@ func TestNewMergesEnvelopeAndFields(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 1, 13, 0, 0, 123456789, time.FixedZone("CET", 3600))
 	e, err := event.New(event.PostingEvent, 42, at, event.PostingEventFields{
-		Action: event.ActionCreated, Status: "RESERVED", ScheduledAt: t0})
+		Action: event.ActionCreated, Status: "RESERVED", ScheduledAt: t0, OwnerID: "alice"})
 	require.NoError(t, err)
 	id, err := uuid.Parse(e.EventID)
 	require.NoError(t, err)
@@ -28,7 +28,7 @@ func TestNewMergesEnvelopeAndFields(t *testing.T) {
 	require.Equal(t, event.PostingEvent, e.EventType)
 	require.Equal(t, int64(42), e.PostID)
 	require.Equal(t, time.Date(2026, 12, 1, 12, 0, 0, 123456000, time.UTC), e.OccurredAt, "UTC, microseconds")
-	require.Equal(t, `{"action":"CREATED","eventId":"`+e.EventID+`","eventType":"POSTING_EVENT","occurredAt":"2026-12-01T12:00:00.123456Z","postId":42,"scheduledAt":"2026-12-01T12:00:00Z","status":"RESERVED"}`,
+	require.Equal(t, `{"action":"CREATED","eventId":"`+e.EventID+`","eventType":"POSTING_EVENT","occurredAt":"2026-12-01T12:00:00.123456Z","ownerId":"alice","postId":42,"scheduledAt":"2026-12-01T12:00:00Z","status":"RESERVED"}`,
 		string(e.Value))
 
 	r, err := event.New(event.ReservationEvent, 42, t0, event.ReservationEventFields{ScheduledAt: t0.Add(time.Minute)})

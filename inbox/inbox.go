@@ -40,6 +40,11 @@ type Event struct {
 	OccurredAt time.Time
 	// Value is the whole JSON value, for the type's own fields.
 	Value json.RawMessage
+	// Traceparent is the message's traceparent header (the W3C trace
+	// context of the work that wrote the event), "" when it has none. It is
+	// not checked: a bad one starts a trace of its own, it does not make
+	// the event malformed. Other headers (the CloudEvents ones) are ignored.
+	Traceparent string
 
 	// Topic, Partition and Offset say where the message was read.
 	Topic     string
@@ -117,7 +122,8 @@ func Decode(key []byte, headers map[string]string, value []byte) (Event, error) 
 	case env.OccurredAt.IsZero():
 		return Event{}, fmt.Errorf("%w: event %s: no occurredAt", ErrMalformed, id)
 	}
-	return Event{EventID: id, Type: env.EventType, PostID: env.PostID, OccurredAt: env.OccurredAt, Value: value}, nil
+	return Event{EventID: id, Type: env.EventType, PostID: env.PostID, OccurredAt: env.OccurredAt, Value: value,
+		Traceparent: headers[event.HeaderTraceparent]}, nil
 }
 
 // Record is one row of the inbox table: an event a consumer has processed.

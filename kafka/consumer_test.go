@@ -63,7 +63,7 @@ func (h *consumerTestHandler) snapshot() []inbox.Event {
 // consumerTestRecord is a well-formed message of the contract.
 func consumerTestRecord(n int, postID int64) kafkatest.Record {
 	id := fmt.Sprintf("00000000-0000-7000-8000-%012d", n)
-	value := fmt.Sprintf(`{"eventId":%q,"eventType":"POSTING_EVENT","postId":%d,"occurredAt":"2026-12-03T10:00:00Z","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z","seq":%d}`, id, postID, n)
+	value := fmt.Sprintf(`{"eventId":%q,"eventType":"POSTING_EVENT","postId":%d,"occurredAt":"2026-12-03T10:00:00Z","ownerId":"","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z"}`, id, postID)
 	return kafkatest.Record{Key: strconv.FormatInt(postID, 10), Value: []byte(value),
 		Headers: map[string]string{event.HeaderEventID: id, event.HeaderEventType: string(event.PostingEvent)}}
 }

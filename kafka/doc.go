@@ -8,8 +8,9 @@
 // (relay.Sender) and the errors of those packages (relay.ErrUnavailable);
 // no other package imports sarama.
 //
-// Files by concern: the producer's settings (producer_config.go), its
-// sending (producer.go), its probes for readiness and the topic (probe.go),
+// Files by concern: the producer's settings (producer_config.go, with the
+// compression codec), its partitioning, the Java client's murmur2
+// (partitioner.go), its sending (producer.go), its probes for readiness and the topic (probe.go),
 // and the sorting of send errors into "unavailable" and "rejected"
 // (classify.go); the consumer (consumer.go); the embedded broker
 // (embedded.go).

@@ -98,10 +98,10 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 			Topic: p.cfg.Topic,
 			Key:   sarama.StringEncoder(m.Key()),
 			Value: sarama.StringEncoder(m.Payload),
-			Headers: []sarama.RecordHeader{
+			Headers: append([]sarama.RecordHeader{
 				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
 				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},
-			},
+			}, extraHeaders(m)...),
 			Metadata: i, // SendMessages reports failures by message, not index
 		}
 	}

@@ -68,6 +68,14 @@ type ProducerConfig struct {
 	KafkaVersion string
 	// ProbeTimeout bounds Ping and CheckTopic. Default 2s; 100ms to 1m.
 	ProbeTimeout time.Duration
+	// Compression is the codec of the record batches the producer sends
+	// (sarama Producer.Compression, at the codec's default level): one of
+	// Compressions(). Default CompressionLZ4: fast, and read by every
+	// client and broker since 0.11 (the KafkaVersion floor); zstd packs
+	// tighter but needs KafkaVersion and the brokers at 2.1.0 or later and
+	// consumers that know it. MaxMessageBytes bounds the uncompressed
+	// message; the broker checks the compressed batch.
+	Compression Compression
 }
 
 // DefaultProducerConfig returns a ProducerConfig with every field but
@@ -87,6 +95,7 @@ func DefaultProducerConfig() ProducerConfig {
 		MaxMessageBytes: 1000000,
 		KafkaVersion:    "2.8.0",
 		ProbeTimeout:    2 * time.Second,
+		Compression:     CompressionLZ4,
 	}
 }
 
@@ -142,6 +151,12 @@ func (cfg ProducerConfig) Validate() error {
 	if !v.IsAtLeast(sarama.V0_11_0_0) {
 		return config.Invalid(f+"KafkaVersion", cfg.KafkaVersion, "idempotent producers need at least 0.11.0")
 	}
+	if _, ok := cfg.Compression.codec(); !ok {
+		return config.Invalid(f+"Compression", string(cfg.Compression), "want one of %s", compressionNames())
+	}
+	if cfg.Compression == CompressionZstd && !v.IsAtLeast(sarama.V2_1_0_0) {
+		return config.Invalid(f+"Compression", string(cfg.Compression), "zstd needs KafkaVersion 2.1.0 or later, got %s", cfg.KafkaVersion)
+	}
 	return nil
 }
 
@@ -191,9 +206,15 @@ func (cfg ProducerConfig) saramaConfig() (*sarama.Config, error) {
 	c.Producer.Return.Successes = true
 	c.Producer.Return.Errors = true
 	c.Producer.MaxMessageBytes = cfg.MaxMessageBytes
-	// sarama's hash partitioner: FNV-1a of the key, the same post always
-	// lands on the same partition.
-	c.Producer.Partitioner = sarama.NewHashPartitioner
+	// The Java client's murmur2 partitioning (partitioner.go): the same
+	// post always lands on the same partition, the one a Java, Spring or
+	// Kafka Streams producer would pick for its key.
+	c.Producer.Partitioner = newPartitioner
+	codec, ok := cfg.Compression.codec()
+	if !ok {
+		return nil, config.Invalid("kafka.ProducerConfig.Compression", string(cfg.Compression), "want one of %s", compressionNames())
+	}
+	c.Producer.Compression = codec
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -211,4 +232,51 @@ func (cfg ProducerConfig) probeConfig() (*sarama.Config, error) {
 	c.Net.ReadTimeout = cfg.ProbeTimeout
 	c.Net.WriteTimeout = cfg.ProbeTimeout
 	return c, nil
+}
+
+// Compression is the codec the producer compresses record batches with
+// (ProducerConfig.Compression); consumers decompress whatever the batch
+// says, so changing it needs nothing downstream beyond a client that knows
+// the codec.
+type Compression string
+
+// The codecs the producer offers; the Java client's compression.type names.
+const (
+	CompressionNone   Compression = "none"
+	CompressionGzip   Compression = "gzip"
+	CompressionSnappy Compression = "snappy"
+	CompressionLZ4    Compression = "lz4"
+	CompressionZstd   Compression = "zstd"
+)
+
+// Compressions lists the codecs in the order help texts show them.
+func Compressions() []Compression {
+	return []Compression{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd}
+}
+
+// codec is sarama's name for c; ok is false for an unknown codec.
+func (c Compression) codec() (codec sarama.CompressionCodec, ok bool) {
+	switch c {
+	case CompressionNone:
+		return sarama.CompressionNone, true
+	case CompressionGzip:
+		return sarama.CompressionGZIP, true
+	case CompressionSnappy:
+		return sarama.CompressionSnappy, true
+	case CompressionLZ4:
+		return sarama.CompressionLZ4, true
+	case CompressionZstd:
+		return sarama.CompressionZSTD, true
+	}
+	return sarama.CompressionNone, false
+}
+
+// compressionNames is the list of codecs for error messages.
+func compressionNames() string {
+	cs := Compressions()
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = string(c)
+	}
+	return strings.Join(names, ", ")
 }

@@ -52,12 +52,19 @@ func producerTestMessages(firstID int64, n int, posts ...int64) []outbox.Message
 		if i%2 == 1 {
 			et = event.ReservationEvent
 		}
+		eventID := fmt.Sprintf("00000000-0000-7000-8000-%012d", id)
+		// A value of the contract, so that the AsyncAPI check of every
+		// record read back (kafkatest.ReadTopic) holds.
+		payload := fmt.Sprintf(`{"eventId":%q,"eventType":%q,"postId":%d,"occurredAt":"2026-12-03T10:00:00Z","ownerId":"","scheduledAt":"2026-12-03T11:00:00Z"}`, eventID, et, post)
+		if et == event.PostingEvent {
+			payload = fmt.Sprintf(`{"eventId":%q,"eventType":%q,"postId":%d,"occurredAt":"2026-12-03T10:00:00Z","ownerId":"","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z"}`, eventID, et, post)
+		}
 		msgs[i] = outbox.Message{
 			ID:          id,
-			EventID:     fmt.Sprintf("00000000-0000-7000-8000-%012d", id),
+			EventID:     eventID,
 			EventType:   string(et),
 			AggregateID: post,
-			Payload:     fmt.Sprintf(`{"eventId":"%d","postId":%d,"seq":%d}`, id, post, id),
+			Payload:     payload,
 			Status:      outbox.StatusProcessing,
 		}
 	}
@@ -133,7 +140,7 @@ func TestProducerSendsBatchInKeyOrder(t *testing.T) {
 		require.Equal(t, strconv.FormatInt(m.AggregateID, 10), r.Key, "key is the post id")
 		require.Equal(t, m.Payload, string(r.Value))
 		require.Equal(t, string(m.EventType), r.Headers[event.HeaderEventType])
-		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "sarama's hash partitioner")
+		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "the Java client's murmur2 partition")
 		if p, ok := partitionOf[r.Key]; ok {
 			require.Equal(t, p, r.Partition, "same key, same partition")
 		}

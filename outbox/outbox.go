@@ -5,6 +5,7 @@ package outbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +13,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/telemetry"
 )
+
+// tracerName is the instrumentation scope of Append's span.
+const tracerName = telemetry.ScopeName + "/outbox"
 
 // Status is where a row stands on its way to the broker.
 type Status string
@@ -64,6 +72,10 @@ type Message struct {
 	SentAt        *time.Time `gorm:"column:sent_at"`
 	LastError     *string    `gorm:"column:last_error"`
 	DedupKey      *string    `gorm:"column:dedup_key"`
+	// Traceparent is the W3C trace context of the work that wrote the row
+	// (migration 00007), sent as the message's traceparent header; nil:
+	// none.
+	Traceparent *string `gorm:"column:traceparent"`
 }
 
 // TableName is the table of the contract.
@@ -99,6 +111,12 @@ type Event struct {
 	// DedupKey, if set, makes a second Append of the same key fail with
 	// ErrDuplicate (the database's unique index decides, across instances).
 	DedupKey string
+	// Traceparent, if set, is the W3C trace context the row stores and the
+	// message carries, as it is: a producer that writes many events at once
+	// (AppendMany) gives each its own parent. It must be a valid version-00
+	// traceparent (55 characters). "": AppendMany stores none, and Append
+	// stores the context of the span it starts in tx's context.
+	Traceparent string
 }
 
 // NotifyChannel is the PostgreSQL channel Append notifies when it writes a
@@ -113,29 +131,63 @@ const NotifyChannel = "posting_outbox"
 // when tx carries a commit waker (database.WithCommitWaker, the local
 // relay's Wake, given at wiring time), it asks for it after the commit, on
 // every dialect.
+//
+// The row's traceparent is ev.Traceparent when the event has one. Otherwise
+// it is the trace context of tx's context (the HTTP request's, the scheduler
+// run's): Append starts an "outbox append" span there, with the tracer
+// provider of the span it finds, and stores that span's context, so the
+// consumer's spans are its children. Without a span context (tracing off and
+// nothing started one) the row has none.
 func Append(tx *gorm.DB, ev Event) (*Message, error) {
 	msg, err := NewMessage(ev)
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.Create(msg).Error; err != nil {
-		if ev.DedupKey != "" && errors.Is(err, gorm.ErrDuplicatedKey) {
-			return nil, fmt.Errorf("%w: dedup key %s", ErrDuplicate, ev.DedupKey)
-		}
-		return nil, fmt.Errorf("append outbox event: %w", err)
+	if msg.Traceparent != nil {
+		return msg, insert(tx, msg, ev)
 	}
-	if err := dialectFor(database.DialectOf(tx)).announce(tx); err != nil {
-		return nil, fmt.Errorf("append outbox event: notify relays: %w", err)
+	ctx := tx.Statement.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	parent := trace.SpanFromContext(ctx)
+	ctx, span := parent.TracerProvider().Tracer(tracerName).Start(ctx, "outbox append", trace.WithSpanKind(trace.SpanKindProducer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.message.id", ev.ID),
+			attribute.String("posting.event_type", ev.Type), attribute.Int64("posting.aggregate_id", ev.AggregateID))
+	}
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		msg.Traceparent = &tp
+	}
+	if err := insert(tx, msg, ev); err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
 	}
 	// The local relay, if tx carries one's waker, polls once tx commits.
 	database.WakeAfterCommit(tx)
 	return msg, nil
 }
 
+// insert writes Append's row msg, made of ev, and notifies the relays.
+func insert(tx *gorm.DB, msg *Message, ev Event) error {
+	if err := tx.Create(msg).Error; err != nil {
+		if ev.DedupKey != "" && errors.Is(err, gorm.ErrDuplicatedKey) {
+			return fmt.Errorf("%w: dedup key %s", ErrDuplicate, ev.DedupKey)
+		}
+		return fmt.Errorf("append outbox event: %w", err)
+	}
+	if err := dialectFor(database.DialectOf(tx)).announce(tx); err != nil {
+		return fmt.Errorf("append outbox event: notify relays: %w", err)
+	}
+	return nil
+}
+
 // NewMessage builds the PENDING row for ev without writing it, after
 // checking its shape: a canonical UUID id, a type of 1..MaxTypeLength bytes,
-// a positive aggregate id, an occurrence time and a JSON object payload.
-// What the payload says is the producer's business.
+// a positive aggregate id, an occurrence time, a JSON object payload and,
+// if set, a traceparent of version 00 (telemetry.ValidTraceparent). What the
+// payload says is the producer's business.
 func NewMessage(ev Event) (*Message, error) {
 	if u, err := uuid.Parse(ev.ID); err != nil || u.String() != ev.ID || len(ev.ID) != maxEventIDLength {
 		return nil, fmt.Errorf("%w: id %q is not a UUID in its canonical form", ErrInvalidEvent, ev.ID)
@@ -152,6 +204,9 @@ func NewMessage(ev Event) (*Message, error) {
 	if !jsonObject(ev.Payload) {
 		return nil, fmt.Errorf("%w: event %s: payload is not a JSON object", ErrInvalidEvent, ev.ID)
 	}
+	if ev.Traceparent != "" && !telemetry.ValidTraceparent(ev.Traceparent) {
+		return nil, fmt.Errorf("%w: event %s: traceparent %q is not a W3C traceparent of version 00", ErrInvalidEvent, ev.ID, ev.Traceparent)
+	}
 	at := database.Normalize(ev.OccurredAt)
 	msg := &Message{
 		EventID:       ev.ID,
@@ -166,6 +221,10 @@ func NewMessage(ev Event) (*Message, error) {
 	if ev.DedupKey != "" {
 		k := ev.DedupKey
 		msg.DedupKey = &k
+	}
+	if ev.Traceparent != "" {
+		tp := ev.Traceparent
+		msg.Traceparent = &tp
 	}
 	return msg, nil
 }

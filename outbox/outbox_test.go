@@ -45,6 +45,10 @@ func TestNewMessageChecksTheShape(t *testing.T) {
 		"payload not JSON":   func(e *outbox.Event) { e.Payload = json.RawMessage(`{"a":`) },
 		"payload an array":   func(e *outbox.Event) { e.Payload = json.RawMessage(`[{"a":1}]`) },
 		"payload a string":   func(e *outbox.Event) { e.Payload = json.RawMessage(`"{}"`) },
+		"traceparent broken": func(e *outbox.Event) { e.Traceparent = "00-zz-broken-01" },
+		"traceparent upper":  func(e *outbox.Event) { e.Traceparent = strings.ToUpper(testTraceparentA) },
+		"traceparent long":   func(e *outbox.Event) { e.Traceparent = testTraceparentA + "-extra" },
+		"traceparent v01":    func(e *outbox.Event) { e.Traceparent = "01" + testTraceparentA[2:] },
 	} {
 		t.Run(name, func(t *testing.T) {
 			ev := good

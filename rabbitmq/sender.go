@@ -196,10 +196,10 @@ func publishing(m outbox.Message, now time.Time) amqp.Publishing {
 		MessageId:    m.EventID,
 		Type:         m.EventType,
 		Timestamp:    now,
-		Headers: amqp.Table{
+		Headers: withExtraHeaders(amqp.Table{
 			event.HeaderEventID:   m.EventID,
 			event.HeaderEventType: m.EventType,
-		},
+		}, m),
 		Body: []byte(m.Payload),
 	}
 }

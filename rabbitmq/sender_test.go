@@ -71,6 +71,8 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 		m.ID = int64(i + 1)
 		msgs = append(msgs, *m)
 	}
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	msgs[0].Traceparent = &tp // the second has none: no header
 	before := time.Now().Add(-time.Second).Truncate(time.Second)
 	errs := s.Send(context.Background(), msgs)
 	require.Equal(t, []error{nil, nil}, errs)
@@ -86,7 +88,16 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 		require.Equal(t, m.EventID, d.MessageId)
 		require.Equal(t, m.EventType, d.Type)
 		require.False(t, d.Timestamp.Before(before), "timestamp %s", d.Timestamp)
-		require.Equal(t, amqp.Table{event.HeaderEventID: m.EventID, event.HeaderEventType: m.EventType}, d.Headers)
+		// The contract's headers, the traceparent, and the CloudEvents AMQP
+		// binding's attributes (binary mode: datacontenttype is the
+		// content_type property above).
+		want := amqp.Table{event.HeaderEventID: m.EventID, event.HeaderEventType: m.EventType,
+			"cloudEvents_specversion": "1.0", "cloudEvents_id": m.EventID, "cloudEvents_source": "/posting",
+			"cloudEvents_type": m.EventType, "cloudEvents_time": "2026-12-03T10:00:00Z"}
+		if i == 0 {
+			want[event.HeaderTraceparent] = tp
+		}
+		require.Equal(t, want, d.Headers)
 		require.JSONEq(t, m.Payload, string(d.Body))
 		var v map[string]any
 		require.NoError(t, json.Unmarshal(d.Body, &v))

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/internal/startstop"
@@ -50,6 +53,10 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the loop's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the spans of a poll that claimed rows: "relay
+	// poll" with its "outbox claim" and "outbox send", the send linked to
+	// each row's trace context. Default: the no-op provider.
+	TracerProvider trace.TracerProvider
 	// Observe, if set, is called with the result of every poll, and of every
 	// write of deferred acknowledgements outside a poll (for metrics).
 	Observe func(Result, time.Duration, error)
@@ -77,6 +84,7 @@ func DefaultConfig() Config {
 		OutageBackoffMax: 30 * time.Second,
 		Now:              time.Now,
 		Logger:           slog.Default(),
+		TracerProvider:   noop.NewTracerProvider(),
 	}
 }
 
@@ -331,6 +339,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		r.recoveredAt = appNow
 	}
 
+	claimStart := time.Now()
 	// A batch a pipelined poll claimed during the previous send goes first.
 	msgs := r.next
 	r.next = nil
@@ -351,6 +360,8 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	if len(msgs) == 0 {
 		return res, nil
 	}
+	ctx, poll := r.tracePoll(ctx, claimStart, msgs)
+	defer func() { endSpan(poll, err) }()
 	if r.afterClaim != nil {
 		r.afterClaim()
 	}
@@ -371,7 +382,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		nextc = make(chan claimed, 1)
 		go func() { nextc <- r.claim(ctx, acked, ackedAt) }()
 	}
-	errs := r.send.Send(ctx, msgs)
+	errs := r.traceSend(ctx, msgs)
 	var claimErr error
 	if nextc != nil {
 		c := <-nextc

@@ -82,6 +82,14 @@ type Post struct {
 	CreatedAt   time.Time  `gorm:"column:created_at;autoCreateTime:false"`
 	UpdatedAt   time.Time  `gorm:"column:updated_at;autoUpdateTime:false"`
 	PublishedAt *time.Time `gorm:"column:published_at"`
+	// OwnerID is the JWT subject that created the post; "" when it was
+	// created without authentication. It never changes.
+	OwnerID string `gorm:"column:owner_id"`
+	// Traceparent is the W3C trace context of the request that created the
+	// post or last edited it (migration 00008), the parent of its
+	// reservation event; nil: none (a post older than the column, or a
+	// change made outside any trace). It is not part of the post's JSON.
+	Traceparent *string `gorm:"column:traceparent" json:"-"`
 	// Version is the optimistic lock: GORM adds "AND version = ?" to every
 	// update of the post and increments it.
 	Version optimisticlock.Version `gorm:"column:version"`

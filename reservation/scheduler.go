@@ -5,16 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // SchedulerConfig configures the reservation job. Zero fields take the
@@ -42,6 +48,15 @@ type SchedulerConfig struct {
 	Now func() time.Time
 	// Logger receives the job's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes each run's span, "reservation run", a new trace,
+	// and per marked post a "reserve post" span, a child of the trace of the
+	// request that created or last edited the post (posts.traceparent) and
+	// linked to the run, whose context the post's reservation event carries:
+	// the publication continues the request's trace. A post without a
+	// traceparent gets the run's context instead. Default: the no-op
+	// provider (the events carry the post's traceparent as it is, or the
+	// run's fresh trace id).
+	TracerProvider trace.TracerProvider
 	// Observe, if set, is called with every scheduled run's result, duration
 	// and error (for metrics). RunOnce called directly does not call it.
 	Observe func(SchedulerResult, time.Duration, error)
@@ -53,7 +68,8 @@ type SchedulerConfig struct {
 // line) starts from it, so that a zero it was given is refused by Validate
 // rather than replaced.
 func DefaultSchedulerConfig() SchedulerConfig {
-	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxPerRun: 10000, Logger: slog.Default()}
+	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxPerRun: 10000, Logger: slog.Default(),
+		TracerProvider: noop.NewTracerProvider()}
 }
 
 func (c SchedulerConfig) withDefaults() SchedulerConfig {
@@ -121,7 +137,16 @@ func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 // was down at their time) are due too. A post that cannot be marked does not
 // stop the others: it is counted, and the first such error is returned with
 // the counts after the run.
+//
+// A batch is one transaction of three statements: a locking read of the next
+// due posts (FOR UPDATE SKIP LOCKED on MySQL and PostgreSQL, so concurrent
+// schedulers take disjoint batches instead of waiting for each other; SQLite
+// has one writer, whose transaction begins IMMEDIATE), one UPDATE that marks
+// them WORKING, and one multi-row INSERT of their reservation events.
 func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
+	ctx, span := s.tracer().Start(ctx, "reservation run", trace.WithNewRoot())
+	defer span.End()
+	ctx = telemetry.EnsureTrace(ctx)
 	var res SchedulerResult
 	now, err := s.now(ctx)
 	if err != nil {
@@ -133,18 +158,14 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 		failures []error
 	)
 	for read := 0; read < s.cfg.MaxPerRun; {
-		q := s.db.WithContext(ctx).Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
-		if after != nil {
-			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
-		}
-		var due []Post
-		if err := q.Order("scheduled_at, id").Limit(min(s.cfg.BatchSize, s.cfg.MaxPerRun-read)).Find(&due).Error; err != nil {
-			return res, errors.Join(fmt.Errorf("find due posts: %w", err), errors.Join(failures...))
+		limit := min(s.cfg.BatchSize, s.cfg.MaxPerRun-read)
+		due, b, errs, err := s.markNext(ctx, after, horizon, limit, now)
+		if err != nil {
+			return res, errors.Join(err, errors.Join(failures...))
 		}
 		if len(due) == 0 {
 			break
 		}
-		b, errs := s.markBatch(ctx, due, now)
 		res.Marked += b.Marked
 		res.Skipped += b.Skipped
 		res.Failed += b.Failed
@@ -154,7 +175,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 		}
 		read += len(due)
 		after = &due[len(due)-1]
-		if len(due) < s.cfg.BatchSize {
+		if len(due) < limit {
 			break
 		}
 	}
@@ -162,6 +183,11 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 		return res, fmt.Errorf("%d posts could not be marked, first: %w", len(failures), failures[0])
 	}
 	return res, nil
+}
+
+// tracer makes the run's and the reservations' spans.
+func (s *Scheduler) tracer() trace.Tracer {
+	return s.cfg.TracerProvider.Tracer(telemetry.ScopeName + "/reservation")
 }
 
 // now reads the scheduler's clock: Config.Now, or the database's.
@@ -172,44 +198,55 @@ func (s *Scheduler) now(ctx context.Context) (time.Time, error) {
 	return database.Now(ctx, s.db)
 }
 
-// markBatch marks posts in one transaction: one commit per batch instead of
-// one per post is what makes a backlog cheap. Posts whose version-checked
-// UPDATE matches nothing lost a race and are skipped inside the batch. Any
-// other error (a duplicate reservation event, a bad row, a lock wait that
-// outlasted the retries) rolls the whole batch back, and its posts are then
-// marked one transaction each, so that only the culprit fails.
-func (s *Scheduler) markBatch(ctx context.Context, posts []Post, now time.Time) (SchedulerResult, []error) {
-	var res SchedulerResult
-	if len(posts) > 1 {
-		err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-			res = SchedulerResult{} // a retried attempt starts afresh
-			for i := range posts {
-				ok, err := markPost(tx, &posts[i], now)
-				if err != nil {
-					return err
-				}
-				if ok {
-					res.Marked++
-				} else {
-					res.Skipped++
-				}
-			}
+// markNext marks the next batch of at most limit posts due by horizon after
+// the cursor, in one transaction, and returns the posts it read. Posts whose
+// UPDATE matched nothing lost a race and are skipped inside the batch. Any
+// other error after the read (a duplicate reservation event, a bad row, a
+// lock wait that outlasted the retries) rolls the whole batch back, and its
+// posts are then marked one transaction each, so that only the culprit
+// fails; those errors come back in errs. err is a failed read: nothing was
+// marked.
+func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time, limit int, now time.Time) (
+	due []Post, res SchedulerResult, errs []error, err error,
+) {
+	read := false
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+		due, res, read = nil, SchedulerResult{}, false // a retried attempt starts afresh
+		q := tx.Select("id", "scheduled_at", "version", "owner_id", "traceparent").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
+		if after != nil {
+			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
+		}
+		if database.DialectOf(tx) != database.SQLite {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
+		}
+		if err := q.Order("scheduled_at, id").Limit(limit).Find(&due).Error; err != nil {
+			return fmt.Errorf("find due posts: %w", err)
+		}
+		read = true
+		if len(due) == 0 {
 			return nil
-		})
-		if err == nil {
-			return res, nil
 		}
-		if ctx.Err() != nil {
-			return SchedulerResult{}, nil
+		marked, err := markPosts(ctx, s.tracer(), tx, due, now)
+		if err != nil {
+			return err
 		}
-		res = SchedulerResult{}
+		res = SchedulerResult{Marked: len(marked), Skipped: len(due) - len(marked)}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return due, res, nil, nil
+	case !read || len(due) == 0:
+		return nil, SchedulerResult{}, nil, err
+	case ctx.Err() != nil:
+		return due, SchedulerResult{}, nil, nil
 	}
-	var errs []error
-	for i := range posts {
+	res = SchedulerResult{}
+	for i := range due {
 		var ok bool
 		err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 			var err error
-			ok, err = markPost(tx, &posts[i], now)
+			ok, err = markPost(ctx, s.tracer(), tx, &due[i], now)
 			return err
 		})
 		switch {
@@ -218,22 +255,116 @@ func (s *Scheduler) markBatch(ctx context.Context, posts []Post, now time.Time) 
 		case err == nil, errors.Is(err, outbox.ErrDuplicate):
 			res.Skipped++
 		case ctx.Err() != nil:
-			return res, errs
+			return due, res, errs, nil
 		default:
 			res.Failed++
 			errs = append(errs, err)
 		}
 	}
-	return res, errs
+	return due, res, errs, nil
+}
+
+// markPosts moves posts RESERVED → WORKING in one UPDATE through tx and
+// appends their reservation events in one multi-row INSERT, returning the
+// posts it marked. The UPDATE matches a post only at the version and status
+// that were read, so a post changed since (which the locking read makes
+// impossible on MySQL and PostgreSQL, and SQLite's single writer on SQLite,
+// but a writer in the same transaction or a database without the lock could
+// still do) is left out; the events' dedup keys are the database-level guard
+// that a post never gets two reservation events. ctx is the run's: each
+// event's trace context comes from reservationTrace.
+func markPosts(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, posts []Post, now time.Time) (_ []Post, err error) {
+	var b strings.Builder
+	args := make([]any, 0, 3+2*len(posts))
+	b.WriteString("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE status = ? AND (id, version) IN (")
+	args = append(args, StatusWorking, now, StatusReserved)
+	for i := range posts {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("(?,?)")
+		args = append(args, posts[i].ID, posts[i].Version.Int64)
+	}
+	b.WriteString(")")
+	upd := tx.Exec(b.String(), args...)
+	if upd.Error != nil {
+		return nil, fmt.Errorf("mark %d posts working: %w", len(posts), upd.Error)
+	}
+	marked := posts
+	if int(upd.RowsAffected) != len(posts) {
+		// Some lost a race: the marked ones are WORKING one version on.
+		var err error
+		if marked, err = markedOf(tx, posts); err != nil {
+			return nil, err
+		}
+	}
+	evs := make([]outbox.Event, len(marked))
+	var spans []trace.Span
+	defer func() {
+		for _, sp := range spans {
+			if err != nil {
+				sp.SetStatus(codes.Error, err.Error())
+			}
+			sp.End()
+		}
+	}()
+	for i := range marked {
+		ev, err := reservationEvent(&marked[i], now)
+		if err != nil {
+			return nil, err
+		}
+		tp, sp := reservationTrace(ctx, tracer, &marked[i], ev.ID)
+		if sp != nil {
+			spans = append(spans, sp)
+		}
+		ev.Traceparent = tp
+		evs[i] = ev
+	}
+	if _, err := outbox.AppendMany(tx, evs); err != nil {
+		return nil, fmt.Errorf("append %d reservation events: %w", len(evs), err)
+	}
+	return marked, nil
+}
+
+// markedOf returns those of posts, in their order, that the transaction tx
+// marked: WORKING at one version past the one read.
+func markedOf(tx *gorm.DB, posts []Post) ([]Post, error) {
+	ids := make([]int64, len(posts))
+	for i, p := range posts {
+		ids[i] = p.ID
+	}
+	var rows []Post
+	if err := tx.Select("id", "version", "status").Where("id IN ?", ids).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read marked posts: %w", err)
+	}
+	current := make(map[int64]Post, len(rows))
+	for _, p := range rows {
+		current[p.ID] = p
+	}
+	var marked []Post
+	for _, p := range posts {
+		if c, ok := current[p.ID]; ok && c.Status == StatusWorking && c.Version.Int64 == p.Version.Int64+1 {
+			marked = append(marked, p)
+		}
+	}
+	return marked, nil
+}
+
+// reservationEvent is p's POSTING_RESERVATION_EVENT, occurring at now, with
+// the dedup key that admits one per post.
+func reservationEvent(p *Post, now time.Time) (outbox.Event, error) {
+	e, err := event.New(event.ReservationEvent, p.ID, now, event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt), OwnerID: p.OwnerID})
+	if err != nil {
+		return outbox.Event{}, err
+	}
+	return outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
+		OccurredAt: e.OccurredAt, Payload: e.Value, DedupKey: event.ReservationDedupKey(p.ID)}, nil
 }
 
 // markPost moves p RESERVED → WORKING and appends its reservation event
-// through tx, reporting false when p changed since it was read. The UPDATE
-// only matches the version and status that were read, so a cancel or
-// reschedule that committed meanwhile makes it match nothing, and one that
-// comes later finds the version bumped; the event's dedup key is the
-// database-level guard that a post never gets two reservation events.
-func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
+// through tx, reporting false when p changed since it was read: the batch's
+// fallback, one post per transaction, after its transaction failed.
+func markPost(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, p *Post, now time.Time) (_ bool, err error) {
 	res := tx.Exec("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE id = ? AND version = ? AND status = ?",
 		StatusWorking, now, p.ID, p.Version.Int64, StatusReserved)
 	if res.Error != nil {
@@ -242,9 +373,21 @@ func markPost(tx *gorm.DB, p *Post, now time.Time) (bool, error) {
 	if res.RowsAffected == 0 {
 		return false, nil
 	}
-	if err := appendEvent(tx, event.ReservationEvent, p.ID, now,
-		event.ReservationEventFields{ScheduledAt: database.Normalize(p.ScheduledAt)},
-		event.ReservationDedupKey(p.ID)); err != nil {
+	ev, err := reservationEvent(p, now)
+	if err != nil {
+		return false, fmt.Errorf("post %d: %w", p.ID, err)
+	}
+	tp, sp := reservationTrace(ctx, tracer, p, ev.ID)
+	if sp != nil {
+		defer func() {
+			if err != nil {
+				sp.SetStatus(codes.Error, err.Error())
+			}
+			sp.End()
+		}()
+	}
+	ev.Traceparent = tp
+	if _, err := outbox.Append(tx, ev); err != nil {
 		return false, fmt.Errorf("post %d: %w", p.ID, err)
 	}
 	return true, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,8 @@ func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 			require.Equal(t, event.ReservationDedupKey(p.ID), *ev.DedupKey)
 			var payload map[string]any
 			require.NoError(t, json.Unmarshal([]byte(ev.Payload), &payload))
-			require.Len(t, payload, 5)
+			require.Len(t, payload, 6)
+			require.Equal(t, p.OwnerID, payload["ownerId"], "the post's owner, also when it is empty")
 			require.Equal(t, ev.EventID, payload["eventId"])
 			require.Equal(t, "POSTING_RESERVATION_EVENT", payload["eventType"])
 			require.EqualValues(t, p.ID, payload["postId"])
@@ -474,7 +476,14 @@ func TestSchedulerBadRowDoesNotBlockTheRest(t *testing.T) {
 		posts := b.insert(t, time.Minute, 2*time.Minute, 3*time.Minute)
 		bad := posts[1].ID
 		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bad_row", func(tx *gorm.DB) {
-			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad {
+			// The batch's UPDATE holds the bad post among its (id,
+			// version) pairs; the per-post UPDATE has its id third.
+			sql := tx.Statement.SQL.String()
+			if !strings.HasPrefix(sql, "UPDATE posts SET status") {
+				return
+			}
+			if strings.Contains(sql, "(id, version) IN") && slices.Contains(tx.Statement.Vars[3:], any(bad)) ||
+				len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad {
 				tx.AddError(errors.New("sched test: bad row"))
 			}
 		}))
@@ -571,4 +580,103 @@ func TestSchedulerStopWaitsForTheRunningJob(t *testing.T) {
 		require.Equal(t, int64(1), ended.Load(), "no run after Stop")
 		require.Equal(t, reservation.StatusReserved, b.post(t, 1).Status, "the interrupted run marked nothing")
 	})
+}
+
+// Two schedulers, each on its own connection pool as in two processes, and a
+// canceller race over 600 due posts on every database: every post ends
+// WORKING with exactly one reservation event, or CANCELLED with at most one
+// (cancelled before or after it was marked); the schedulers' Marked counts
+// add up to the events written.
+func TestSetBasedSchedulersAndCancellerYieldOneEventPerPost(t *testing.T) {
+	t.Parallel()
+	for _, d := range databasetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			url := databasetest.URL(t, d, "schedrace")
+			var pools []*database.DB
+			for range 2 {
+				db, err := database.Open(url, "")
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = db.Close() })
+				pools = append(pools, db)
+			}
+			_, err := migrations.Apply(context.Background(), pools[0], nil)
+			require.NoError(t, err)
+			const n = 600
+			offsets := make([]time.Duration, n)
+			for i := range offsets {
+				offsets[i] = time.Duration(i%120-60) * time.Second // many sharing a second
+			}
+			posts := setupScheduler(t, pools[0].DB).insert(t, offsets...)
+			svc, err := reservation.NewService(pools[1].DB, reservation.ServiceConfig{})
+			require.NoError(t, err)
+
+			var (
+				wg        sync.WaitGroup
+				mu        sync.Mutex
+				marked    int
+				errs      []error
+				cancelled atomic.Int64
+			)
+			for _, db := range pools {
+				s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Lead: 5 * time.Minute, BatchSize: 40,
+					Now: func() time.Time { return clocktest.T0 }, Logger: quietLogger()})
+				require.NoError(t, err)
+				wg.Go(func() {
+					for range 3 {
+						res, err := s.RunOnce(context.Background())
+						mu.Lock()
+						marked += res.Marked
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Go(func() {
+				for i := len(posts) - 1; i >= 0; i -= 3 { // from the latest back, to meet the schedulers
+					for {
+						_, err := svc.Cancel(context.Background(), posts[i].ID)
+						if errors.Is(err, reservation.ErrConflict) {
+							continue // changed meanwhile (marked WORKING): cancel again
+						}
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+						if err == nil {
+							cancelled.Add(1)
+						}
+						break
+					}
+				}
+			})
+			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
+			require.EqualValues(t, n/3, cancelled.Load())
+
+			b := setupScheduler(t, pools[0].DB)
+			events := b.events(t)
+			var all []reservation.Post
+			require.NoError(t, pools[0].DB.Find(&all).Error)
+			require.Len(t, all, n)
+			counts := map[reservation.Status]int{}
+			for _, p := range all {
+				counts[p.Status]++
+				switch p.Status {
+				case reservation.StatusWorking:
+					require.Len(t, events[p.ID], 1, "post %d", p.ID)
+				case reservation.StatusCancelled:
+					require.LessOrEqual(t, len(events[p.ID]), 1, "post %d", p.ID)
+				default:
+					t.Fatalf("post %d is %s", p.ID, p.Status)
+				}
+			}
+			require.Equal(t, n/3, counts[reservation.StatusCancelled])
+			total := 0
+			for _, evs := range events {
+				total += len(evs)
+			}
+			require.Equal(t, marked, total, "every mark wrote one event, and every event comes from a mark")
+			t.Logf("%v, %d marked", counts, marked)
+		})
+	}
 }

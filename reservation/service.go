@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/plugin/optimisticlock"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
@@ -70,8 +71,9 @@ func (c ServiceConfig) Validate() error {
 // POSTING_EVENT outbox row in one transaction, so an event exists exactly
 // when its change does.
 type Service struct {
-	db  *gorm.DB
-	cfg ServiceConfig
+	db     *gorm.DB
+	cfg    ServiceConfig
+	insert *postInsert
 }
 
 // NewService returns a Service on db (which must have the migrated schema).
@@ -83,7 +85,11 @@ func NewService(db *gorm.DB, cfg ServiceConfig) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid service config: %w", err)
 	}
-	return &Service{db: db, cfg: cfg}, nil
+	insert, err := newPostInsert(db)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{db: db, cfg: cfg, insert: insert}, nil
 }
 
 // CreateInput is a new post.
@@ -126,6 +132,10 @@ type ListQuery struct {
 	// Cursor is the NextCursor of the previous page, made with the same
 	// Order; "" starts at the beginning.
 	Cursor string
+	// OwnerID, when not nil, keeps the posts of that owner ("" is the posts
+	// created without authentication). It narrows what ctx's Scope lets the
+	// caller see; it never widens it.
+	OwnerID *string
 }
 
 // Page is one page of posts in the query's order.
@@ -179,8 +189,11 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 			ScheduledAt: database.Normalize(in.ScheduledAt),
 			CreatedAt:   now,
 			UpdatedAt:   now,
+			OwnerID:     ownerOf(ctx),
+			Version:     optimisticlock.Version{Int64: 1, Valid: true},
+			Traceparent: traceparentOf(ctx),
 		}
-		if err := tx.Create(&created).Error; err != nil {
+		if err := s.insert.exec(ctx, tx, &created); err != nil {
 			return fmt.Errorf("insert post: %w", err)
 		}
 		return appendChangeEvent(tx, &created, event.ActionCreated, now)
@@ -191,9 +204,10 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 	return &created, nil
 }
 
-// Get returns the post with id, or an error wrapping ErrNotFound.
+// Get returns the post with id, or an error wrapping ErrNotFound (also when
+// the post belongs to another owner than ctx's Scope).
 func (s *Service) Get(ctx context.Context, id int64) (*Post, error) {
-	return postByID(s.db.WithContext(ctx), id)
+	return postByID(s.db.WithContext(ctx).Scopes(visibleTo(ctx)), id)
 }
 
 // List returns a page of posts in ascending id order, or scheduledAt then
@@ -232,7 +246,10 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 			return nil, invalidField("cursor", fmt.Sprintf("was made for order=%s, not order=%s", after.order(), order))
 		}
 	}
-	query := s.db.WithContext(ctx)
+	query := s.db.WithContext(ctx).Scopes(visibleTo(ctx))
+	if q.OwnerID != nil {
+		query = query.Where("owner_id = ?", *q.OwnerID)
+	}
 	if q.Status != "" {
 		query = query.Where("status = ?", q.Status)
 	}
@@ -244,7 +261,8 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	}
 	// By id with a status this walks idx_posts_status_id, without one the
 	// primary key; by time with a status it walks
-	// idx_posts_status_scheduled_at_id. The keyset condition is spelled out
+	// idx_posts_status_scheduled_at_id. For one owner, by id, it walks
+	// idx_posts_owner_id or idx_posts_owner_status_id. The keyset condition is spelled out
 	// rather than as a row value, which MySQL uses an index for only in its
 	// newer versions.
 	switch order {
@@ -302,7 +320,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		}
 	}
 	now := s.now()
-	current, err := postByID(s.db.WithContext(ctx), id)
+	current, err := postByID(s.db.WithContext(ctx).Scopes(visibleTo(ctx)), id)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +350,8 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		changes["scheduled_at"] = at
 	}
 	next.UpdatedAt = now
+	next.Traceparent = traceparentOf(ctx) // the reservation continues the last edit's trace
+	changes["traceparent"] = next.Traceparent
 	if err := s.write(ctx, current, &next, changes, event.ActionUpdated, now); err != nil {
 		return nil, fmt.Errorf("update post %d: %w", id, err)
 	}
@@ -342,7 +362,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 // CANCELLED event; errors as for Update.
 func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 	now := s.now()
-	current, err := postByID(s.db.WithContext(ctx), id)
+	current, err := postByID(s.db.WithContext(ctx).Scopes(visibleTo(ctx)), id)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +414,7 @@ func (s *Service) write(ctx context.Context, current, next *Post, changes map[st
 // appendChangeEvent writes p's POSTING_EVENT row in tx.
 func appendChangeEvent(tx *gorm.DB, p *Post, action event.Action, now time.Time) error {
 	return appendEvent(tx, event.PostingEvent, p.ID, now,
-		event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt}, "")
+		event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt, OwnerID: p.OwnerID}, "")
 }
 
 // appendEvent builds the event of type typ about post postID with its

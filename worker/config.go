@@ -4,7 +4,11 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // DefaultConsumer is the worker's name in the inbox table, the consumer
@@ -66,6 +70,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the spans of handling an event and of a
+	// publication, children of the trace context the event arrived with.
+	// Default: the no-op provider (no spans; the trace context is still
+	// kept with the publication).
+	TracerProvider trace.TracerProvider
 	// ObserveConsumed, if set, is told of every event the worker handled:
 	// OutcomeProcessed or OutcomeDuplicate (a redelivery the inbox knew).
 	ObserveConsumed func(eventType, outcome string)
@@ -83,13 +92,14 @@ type Config struct {
 // a zero it was given is refused by Validate rather than replaced.
 func DefaultConfig() Config {
 	return Config{
-		Consumer:      DefaultConsumer,
-		Concurrency:   DefaultConcurrency,
-		RetryBase:     time.Second,
-		RetryMax:      time.Minute,
-		SweepInterval: 30 * time.Second,
-		Now:           time.Now,
-		Logger:        slog.Default(),
+		Consumer:       DefaultConsumer,
+		Concurrency:    DefaultConcurrency,
+		RetryBase:      time.Second,
+		RetryMax:       time.Minute,
+		SweepInterval:  30 * time.Second,
+		Now:            time.Now,
+		Logger:         slog.Default(),
+		TracerProvider: noop.NewTracerProvider(),
 	}
 }
 
@@ -117,4 +127,9 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"SweepInterval", c.SweepInterval, "want 10ms to 1h")
 	}
 	return nil
+}
+
+// tracer is the worker's tracer.
+func (w *Worker) tracer() trace.Tracer {
+	return w.cfg.TracerProvider.Tracer(telemetry.ScopeName + "/worker")
 }

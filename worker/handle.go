@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // Handle processes one event effectively once: the inbox row and the
@@ -18,7 +22,25 @@ import (
 // publication and arms its timer; a CANCELLED posting event settles a
 // pending publication as CANCELLED and disarms it; other posting events
 // are only recorded.
+//
+// The handling is a span "process <event type>", a child of the trace
+// context the event arrived with (its traceparent header).
 func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
+	ctx, span := w.tracer().Start(telemetry.WithTraceparent(ctx, ev.Traceparent), "process "+string(ev.Type),
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	err := w.handle(ctx, ev)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.message.id", ev.EventID), attribute.Int64("posting.post_id", ev.PostID),
+			attribute.String("messaging.destination.name", ev.Topic), attribute.Int64("messaging.kafka.offset", ev.Offset))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+	return err
+}
+
+func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 	// The inbox and publication times are compared with the database's
 	// clock by others (the cleaner's retention cutoff), so they are its.
 	now, err := w.dbNow(ctx)
@@ -41,6 +63,9 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 		}
 		pub := Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
 			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
+		if tp := telemetry.Traceparent(ctx); tp != "" {
+			pub.Traceparent = &tp // the publication continues this trace, even after a restart
+		}
 		effect = func(tx *gorm.DB) error {
 			// A post has one reservation event (its dedup key), so a row for
 			// the post is this event's, written before.

@@ -31,6 +31,10 @@ type Publication struct {
 	CreatedAt   time.Time         `gorm:"column:created_at;autoCreateTime:false"`
 	UpdatedAt   time.Time         `gorm:"column:updated_at;autoUpdateTime:false"`
 	PublishedAt *time.Time        `gorm:"column:published_at"`
+	// Traceparent is the trace context of the handling of the reservation
+	// event (migration 00007): the publication's span is its child. nil:
+	// none.
+	Traceparent *string `gorm:"column:traceparent"`
 }
 
 // TableName is the table of migration 00005.

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // ErrNotDue is returned by PublishDue for a publication whose scheduledAt
@@ -43,32 +47,39 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 	return res.status, err
 }
 
-// attempt is PublishDue's body: one call to the publisher at most.
+// attempt is PublishDue's body: one call to the publisher at most. Its
+// reads and its PUBLISHED writes are batched with those of the other
+// attempts running at the same time (a spike of posts due together), so
+// the database sees a few statements per batch instead of a few per post;
+// the publication's slot is held only around the publisher's call.
 func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	pending := result{status: PublicationPending}
 	db := w.db.WithContext(ctx)
-	var pub Publication
-	if err := db.Where("post_id = ?", postID).Take(&pub).Error; err != nil {
-		return pending, fmt.Errorf("load publication of post %d: %w", postID, err)
+	l, err := w.loads.do(ctx, postID)
+	if err == nil {
+		err = l.err
 	}
-	if pub.Status != PublicationPending {
-		return result{status: pub.Status}, nil
-	}
-	// The worker's clock may run ahead of the one that wrote scheduledAt:
-	// the database's decides, and every time written below is its.
-	now, err := w.dbNow(ctx)
 	if err != nil {
 		return pending, err
+	}
+	pub, post, now := l.pub, l.post, l.now
+	if pub.Status != PublicationPending {
+		return result{status: pub.Status}, nil
 	}
 	if wait := pub.ScheduledAt.Sub(now); wait > 0 {
 		return result{status: PublicationPending, due: wait}, nil
 	}
-	post, err := reservation.LoadPost(db, postID)
-	if err != nil {
-		if errors.Is(err, reservation.ErrNotFound) {
-			return w.settleNow(ctx, postID, PublicationCancelled, now, "")
-		}
-		return pending, err
+	// A due attempt is a span "publish post", a child of the handling of
+	// the reservation event.
+	var traceparent string
+	if pub.Traceparent != nil {
+		traceparent = *pub.Traceparent
+	}
+	ctx, span := w.tracer().Start(telemetry.WithTraceparent(ctx, traceparent), "publish post",
+		trace.WithAttributes(attribute.Int64("posting.post_id", postID), attribute.String("messaging.message.id", pub.EventID)))
+	defer span.End()
+	if post == nil {
+		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
 	}
 	switch post.Status {
 	case reservation.StatusCancelled:
@@ -90,8 +101,16 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	at := now
 	p := *post
 	p.Status, p.PublishedAt, p.UpdatedAt = reservation.StatusPublished, &at, at
-	if err := w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID}); err != nil {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return pending, ctx.Err()
+	}
+	err = w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID})
+	<-w.sem
+	if err != nil {
 		msg := database.TruncateError(err.Error())
+		span.SetStatus(codes.Error, msg)
 		if errors.Is(err, ErrRefused) {
 			return w.settleNow(ctx, postID, PublicationFailed, now, msg)
 		}
@@ -108,59 +127,38 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	}
 
 	// Published: record it even if the timer is being disarmed meanwhile,
-	// or the next owner would publish it again.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	status, changed := PublicationPublished, false
-	record := func(tx *gorm.DB) error {
-		status, changed = PublicationPublished, false
-		ok, err := reservation.MarkPublished(tx, postID, at)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			// Cancelled (or published) since it was read.
-			cur, err := reservation.LoadPost(tx, postID)
-			if err != nil {
-				return err
-			}
-			if cur.Status != reservation.StatusPublished {
-				status = PublicationCancelled
-			}
-			changed, err = settle(tx, postID, status, at, nil)
-			return err
-		}
-		res := tx.Model(&Publication{}).Where("post_id = ? AND status = ?", postID, PublicationPending).
-			Updates(map[string]any{"status": PublicationPublished, "published_at": at, "updated_at": at,
-				"attempts": gorm.Expr("attempts + 1"), "last_error": nil})
-		changed = res.RowsAffected == 1
-		return res.Error
-	}
-	// The publisher has said yes: a failed write (a dropped connection, a
-	// database restart) is tried again here, for up to rctx's 30 s, rather
-	// than by the timer's next attempt, which would call the publisher again.
-	// A timer disarmed meanwhile (Stop, a revoked partition) gets one last
-	// try, so that a stop does not wait on a database that is down.
+	// or the next owner would publish it again. The publisher has said
+	// yes: a failed write (a dropped connection, a database restart) is
+	// tried again here, for up to 30 s, rather than by the timer's next
+	// attempt, which would call the publisher again. A timer disarmed
+	// meanwhile (Stop, a revoked partition) gets one last try, so that a
+	// stop does not wait on a database that is down.
+	deadline := time.Now().Add(30 * time.Second)
 	retry := backoff.Backoff{Base: 50 * time.Millisecond, Max: 2 * time.Second, Exact: true}
+	var rec recordRes
 	for {
-		if err = database.Transaction(rctx, w.db, record); err == nil || rctx.Err() != nil {
+		rec, _ = w.records.do(nil, recordReq{postID: postID, at: at})
+		if rec.err == nil || time.Now().After(deadline) {
 			break
 		}
 		if !backoff.Sleep(ctx, retry.Next()) {
-			err = database.Transaction(rctx, w.db, record)
+			rec, _ = w.records.do(nil, recordReq{postID: postID, at: at})
 			break
 		}
 	}
-	if err != nil {
-		return pending, fmt.Errorf("record publication of post %d: %w", postID, err)
+	if rec.err != nil {
+		return pending, rec.err
 	}
-	if status == PublicationPublished && changed && w.cfg.ObservePublished != nil {
+	if rec.status == PublicationPublished && rec.changed && w.cfg.ObservePublished != nil {
 		w.cfg.ObservePublished(at.Sub(pub.ScheduledAt))
 	}
-	if changed {
-		w.observeSettled(status)
+	if rec.changed {
+		w.observeSettled(rec.status)
 	}
-	return result{status: status}, nil
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("posting.publication.status", string(rec.status)))
+	}
+	return result{status: rec.status}, nil
 }
 
 // settleNow settles the post's PENDING publication in a statement of its

@@ -15,7 +15,9 @@ import (
 
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/telemetry"
 )
 
 // ErrRefused marks a publication the publisher refused for good (a webhook
@@ -95,7 +97,12 @@ type WebhookConfig struct {
 // its default: the one place the defaults are written. A caller that takes
 // values from elsewhere (a command line) starts from it.
 func DefaultWebhookConfig() WebhookConfig {
-	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{}}
+	// Go's default transport keeps 2 idle connections per host: with
+	// Concurrency requests in flight at a spike, the rest would be opened
+	// and closed per request. Keep as many as the worker may use.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = MaxConcurrency
+	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{Transport: t}}
 }
 
 func (c WebhookConfig) withDefaults() WebhookConfig {
@@ -160,6 +167,10 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", p.Key)
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		// The receiver continues the publication's trace.
+		req.Header.Set(event.HeaderTraceparent, tp)
+	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
 		return fmt.Errorf("webhook %s: %w", h.cfg.URL, err)

@@ -149,13 +149,7 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 	log := w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID)
 	retry := backoff.Backoff{Base: w.cfg.RetryBase, Max: w.cfg.RetryMax}
 	for {
-		select {
-		case w.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
 		res, err := w.attempt(ctx, t.pub.PostID)
-		<-w.sem
 		var wait time.Duration
 		switch {
 		case ctx.Err() != nil:

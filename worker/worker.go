@@ -50,7 +50,12 @@ type Worker struct {
 	db  *gorm.DB
 	cfg Config
 	log *slog.Logger
-	sem chan struct{} // one token per publication attempt in progress
+	sem chan struct{} // one token per publisher call in progress
+
+	// loads and records batch the reads and the PUBLISHED writes of the
+	// attempts running at the same time.
+	loads   *group[int64, loaded]
+	records *group[recordReq, recordRes]
 
 	base   context.Context // ends at Stop: every timer's publication stops
 	cancel context.CancelFunc
@@ -76,9 +81,11 @@ func New(db *gorm.DB, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("invalid worker config: %w", err)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
+	w := &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
 		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel,
-		armed: map[int64]*timer{}, owned: map[int32]struct{}{}}, nil
+		armed: map[int64]*timer{}, owned: map[int32]struct{}{}}
+	w.newGroups()
+	return w, nil
 }
 
 // Config returns the worker's configuration with defaults filled in.

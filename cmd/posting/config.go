@@ -41,6 +41,7 @@ type settings struct {
 	DataDir           string
 	KafkaBrokers      []string
 	KafkaTopic        string
+	KafkaCompression  string
 	EmbeddedKafkaAddr string
 	SchedulerSpec     string
 	ReservationLead   time.Duration
@@ -60,6 +61,12 @@ type settings struct {
 	WorkerConcurrency int
 	RabbitMQURL       string
 	RabbitMQExchange  string
+	AuthJWTSecret     string
+	AuthJWKSURL       string
+	AuthIssuer        string
+	AuthAudience      string
+	AuthDisabled      bool
+	APIWriteRate      string
 }
 
 func defaultInstanceID() string {
@@ -85,6 +92,7 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.HTTPAddr, "http-addr", "127.0.0.1:8080", "API listen address")
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: embedded broker on the embedded Kafka address")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
+	fs.StringVar(&s.KafkaCompression, "kafka-compression", string(kafka.DefaultProducerConfig().Compression), "codec of the record batches the relay sends: none, gzip, snappy, lz4 or zstd (zstd: brokers 2.1+)")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", "127.0.0.1:9092", "listen address of the embedded broker")
 	fs.StringVar(&s.SchedulerSpec, "scheduler-spec", "@every 1m", "robfig/cron spec of the reservation job")
 	fs.DurationVar(&s.ReservationLead, "reservation-lead", 5*time.Minute, "how far ahead of scheduledAt a post becomes WORKING")
@@ -185,6 +193,9 @@ func (s *settings) validateServe() error {
 	if err := s.validateBrokerChoice(); err != nil {
 		return err
 	}
+	if err := s.validateAuth(); err != nil {
+		return err
+	}
 	if s.RabbitMQURL != "" {
 		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
 	}
@@ -239,6 +250,7 @@ var settingOf = map[string]string{
 	"kafka.ProducerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
 	"kafka.ProducerConfig.Topic":       "POSTING_KAFKA_TOPIC",
 	"kafka.ProducerConfig.ClientID":    "POSTING_INSTANCE_ID",
+	"kafka.ProducerConfig.Compression": "POSTING_KAFKA_COMPRESSION",
 	"kafka.ConsumerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
 	"kafka.ConsumerConfig.Topic":       "POSTING_KAFKA_TOPIC",
 	"kafka.ConsumerConfig.GroupID":     "POSTING_WORKER_GROUP",
@@ -331,6 +343,7 @@ func (s *settings) cleanerConfig() outbox.CleanerConfig {
 func (s *settings) producerConfig(brokers []string) kafka.ProducerConfig {
 	c := kafka.DefaultProducerConfig()
 	c.Brokers, c.Topic, c.ClientID = brokers, s.KafkaTopic, s.InstanceID
+	c.Compression = kafka.Compression(s.KafkaCompression)
 	return c
 }
 

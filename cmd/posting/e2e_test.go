@@ -95,7 +95,7 @@ func endToEnd(t *testing.T, dbURL string) {
 	common := []string{"--database-url", dbURL, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
 	e2eRun(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "e2e-serve",
 		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "100ms",
-		"--relay-batch-size", "500"}, common...)...)
+		"--relay-batch-size", "500", "--api-write-rate", "off"}, common...)...) // 200 posts at once from one address
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err != nil {

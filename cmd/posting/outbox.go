@@ -195,7 +195,7 @@ func (c *outboxRequeue) Run(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	c.log.Info("all FAIL outbox rows requeued by an operator", "requeued", n)
+	c.log.Info("audit", append([]any{"action", "outbox.requeue_failed", "ids", []int64{}}, append(operatorSource(), "requeued", n)...)...)
 	fmt.Fprintf(c.out, "requeued %d FAIL rows\n", n)
 	return nil
 }
@@ -241,7 +241,9 @@ func (o *operator) reportRows(verb string, results []outbox.RowResult) error {
 			}
 			return r.ID, r.Err.Error(), false
 		}
-		o.log.Info("outbox row "+verb+" by an operator", "outbox_id", r.ID, "event_id", r.Row.EventID, "post_id", r.Row.PostID)
+		action := map[string]string{"requeued": "outbox.requeue", "discarded": "outbox.discard"}[verb]
+		o.log.Info("audit", append([]any{"action", action, "ids", []int64{r.ID}},
+			append(operatorSource(), "event_id", r.Row.EventID, "post_id", r.Row.PostID)...)...)
 		return r.ID, string(r.Row.Status), true
 	})
 }
@@ -289,9 +291,8 @@ func (c *outboxPurge) Run(ctx context.Context, _ []string) error {
 	}
 	cutoff := database.Normalize(now.Add(-c.olderThan))
 	n, err := outbox.Purge(ctx, c.db, cutoff, c.batch, c.pause)
-	if n > 0 {
-		c.log.Info("SENT outbox rows purged by an operator", "deleted", n, "sent_before", cutoff)
-	}
+	c.log.Info("audit", append([]any{"action", "outbox.purge", "ids", []int64{}},
+		append(operatorSource(), "deleted", n, "sent_before", cutoff)...)...)
 	fmt.Fprintf(c.out, "deleted %d SENT rows sent before %s\n", n, cutoff.Format(time.RFC3339))
 	return err
 }

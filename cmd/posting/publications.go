@@ -129,7 +129,8 @@ func (c *publicationsRetry) Run(ctx context.Context, _ []string) error {
 			}
 			return r.PostID, r.Err.Error(), false
 		}
-		c.log.Info("publication retried by an operator", "post_id", r.PostID, "event_id", r.Publication.EventID)
+		c.log.Info("audit", append([]any{"action", "publications.retry", "ids", []int64{r.PostID}},
+			append(operatorSource(), "event_id", r.Publication.EventID)...)...)
 		return r.PostID, string(r.Publication.Status), true
 	})
 }

@@ -140,19 +140,19 @@ func TestOperatorCommandsLogOnStderrOnly(t *testing.T) {
 	out, errOut, code := runCLI(t, "publications", "retry", strconv.FormatInt(f.refused, 10), "--database-url", f.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^POST ID\s+RESULT\n\d+\s+retried \(now PENDING\)\n$`, out)
-	require.Contains(t, errOut, `level=INFO msg="publication retried by an operator"`)
-	require.Contains(t, errOut, "post_id="+strconv.FormatInt(f.refused, 10))
+	require.Regexp(t, `level=INFO msg=audit instance_id=\S+ action=publications.retry ids=\[`+strconv.FormatInt(f.refused, 10)+`\] source=cli os_user=\S+`, errOut)
 
 	o := outboxSetup(t, database.SQLite)
 	out, errOut, code = runCLI(t, "outbox", "requeue", outboxID(o.failed), "--log-format", "json", "--database-url", o.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^ID\s+RESULT\n\d+\s+requeued \(now PENDING\)\n$`, out)
-	require.Contains(t, errOut, `"msg":"outbox row requeued by an operator"`)
+	require.Regexp(t, `"msg":"audit","instance_id":"[^"]+","action":"outbox.requeue","ids":\[`+outboxID(o.failed)+`\],"source":"cli","os_user":"`, errOut)
 
 	out, errOut, code = runCLI(t, "outbox", "purge", "--pause", "0s", "--database-url", o.url)
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `^deleted 1 SENT rows sent before \S+Z\n$`, out)
-	require.Contains(t, errOut, `msg="SENT outbox rows purged by an operator"`)
+	require.Regexp(t, `msg=audit instance_id=\S+ action=outbox.purge ids=\[\] source=cli`, errOut)
+	require.Contains(t, errOut, "deleted=1")
 	require.NotContains(t, out, "level=")
 
 	out, errOut, code = runCLI(t, "migrate", "--database-url", o.url)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gorm.io/gorm"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
@@ -52,6 +54,8 @@ func newServeCommand() *cobra.Command {
 	addServeFlags(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
+	addAuthFlags(cmd.Flags(), &s)
+	addServeAuthFlags(cmd.Flags(), &s)
 	return cmd
 }
 
@@ -67,6 +71,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}()
 
+	tracing, err := startTracing(ctx, s, log, st)
+	if err != nil {
+		return err
+	}
+	tp := tracing.TracerProvider()
 	db, err := openDB(s)
 	if err != nil {
 		return err
@@ -128,7 +137,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// Before the broker check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the broker answers.
 	rc := s.relayConfig()
-	rc.Logger, rc.Observe = log, m.ObserveRelay
+	rc.Logger, rc.Observe, rc.TracerProvider = log, m.ObserveRelay, tp
 	rel, err := relay.New(outbox.NewStore(db), m.WrapSender(sender), rc)
 	if err != nil {
 		return s.settingError(err)
@@ -149,7 +158,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	sc := s.schedulerConfig()
-	sc.Logger = log
+	sc.Logger, sc.TracerProvider = log, tp
 	sc.Observe = func(r reservation.SchedulerResult, d time.Duration, err error) {
 		m.ObserveScheduler(r.Marked, r.Skipped, r.Failed, d, err)
 	}
@@ -166,16 +175,33 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return s.settingError(err)
 	}
-	routes, err := admin.Routes(admin.Config{DB: writers, Token: s.AdminToken, Logger: log})
+	var history *admin.History
+	if s.AdminToken != "" {
+		// The console's chart: samples of the outbox, kept in memory.
+		if history, err = admin.NewHistory(admin.HistoryConfig{DB: db.DB, Logger: log}); err != nil {
+			return err
+		}
+	}
+	asyncAPI, err := asyncAPIRoute(s)
 	if err != nil {
 		return err
 	}
-	routes["GET /metrics"] = m.Handler()
-
-	handler, err := api.NewHandler(api.Config{
-		Posts:  posts,
-		Logger: log,
-		Routes: routes,
+	verifier, err := newVerifier(s, log)
+	if err != nil {
+		return err
+	}
+	if verifier != nil {
+		st.OnStop(verifier.Close)
+	}
+	writeLimit, _ := parseWriteRate(s.APIWriteRate) // checked by validateAuth
+	handler, err := httpHandler(writers, m, s.AdminToken, history, asyncAPI, api.Config{
+		Posts:      posts,
+		Logger:     log,
+		Auth:       verifier,
+		WriteLimit: writeLimit,
+		// Nil (no otelhttp, only the trace context:
+		// api.Config.TracerProvider) when nothing is exported.
+		TracerProvider: exportingOnly(tracing),
 		Ready: []api.Check{
 			{Name: "database", Fn: db.Ping},
 			{Name: brokerName(s), Fn: sender.Ping},
@@ -196,6 +222,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
 	services := []startstop.Service{sched, rel, cleaner}
+	if history != nil {
+		services = append(services, history)
+	}
 	if db.Dialect == database.PostgreSQL {
 		// Appends NOTIFY on commit: the relay polls at once instead of at
 		// its next interval, which stays the safety net.
@@ -214,14 +243,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
-		if _, err := startWorker(bg, s, db, brokers, m, log, st); err != nil {
+		if _, err := startWorker(bg, s, db, brokers, m, log, st, tp); err != nil {
 			return err
 		}
 	}
 	if s.AdminToken == "" {
 		log.Info("admin endpoints off (no POSTING_ADMIN_TOKEN)", "component", "admin")
 	} else {
-		log.Info("admin endpoints on", "component", "admin", "path", "/admin/", "auth", "Authorization: Bearer $POSTING_ADMIN_TOKEN")
+		log.Info("admin endpoints on", "component", "admin", "path", "/admin/", "auth", "Authorization: Bearer $POSTING_ADMIN_TOKEN",
+			"console", fmt.Sprintf("http://%s/admin/", ln.Addr()))
 	}
 
 	serveErr := make(chan error, 1)
@@ -249,6 +279,23 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// httpHandler is the API with every route serve mounts: the API's own,
+// /metrics, /openapi.json and, with an admin token, the admin routes and the
+// console (history feeds its chart; nil for none). The OpenAPI document's
+// test builds it the same way, so a route added here must be documented.
+func httpHandler(adminDB *gorm.DB, m *metrics.Metrics, adminToken string,
+	history *admin.History, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
+	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history})
+	if err != nil {
+		return nil, err
+	}
+	routes["GET /metrics"] = m.Handler()
+	routes["GET "+openapi.Path] = openapi.Handler()
+	routes["GET /asyncapi.json"] = asyncAPI
+	cfg.Routes = routes
+	return api.NewHandler(cfg)
 }
 
 // startKafka returns the bootstrap list: the configured brokers, or the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
@@ -120,7 +121,7 @@ func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *s
 // startWorker starts the worker and its consumer on brokers and registers
 // their stops: the consumer first (it finishes the event in hand, commits,
 // and revokes its partitions from the worker), then the worker.
-func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *startstop.Stack) (ping func(context.Context) error, err error) {
+func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []string, m *metrics.Metrics, log *slog.Logger, st *startstop.Stack, tp trace.TracerProvider) (ping func(context.Context) error, err error) {
 	var pub worker.Publisher
 	if s.PublishWebhookURL != "" {
 		hook, err := worker.NewWebhook(s.webhookConfig())
@@ -129,7 +130,9 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 		}
 		pub = hook
 	}
-	w, err := worker.New(db.DB, s.workerConfig(pub, m, log))
+	wc := s.workerConfig(pub, m, log)
+	wc.TracerProvider = tp
+	w, err := worker.New(db.DB, wc)
 	if err != nil {
 		return nil, s.settingError(err)
 	}
@@ -172,17 +175,21 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 // shutdown timeout.
 func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	st := &startstop.Stack{}
-	db, err := openDB(s)
-	if err != nil {
-		return err
-	}
-	st.OnStop(func() { _ = db.Close() })
 	shuttingDown := false
 	defer func() {
 		if !shuttingDown { // a start-up failure: undo what was started
 			st.Stop()
 		}
 	}()
+	tracing, err := startTracing(ctx, s, log, st)
+	if err != nil {
+		return err
+	}
+	db, err := openDB(s)
+	if err != nil {
+		return err
+	}
+	st.OnStop(func() { _ = db.Close() })
 	if s.Migrate {
 		if _, err := migrations.Apply(ctx, db, nil); err != nil {
 			return err
@@ -194,7 +201,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	m := metrics.New(db.DB, s.InstanceID)
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	ping, err := startWorker(bg, s, db, brokers, m, log, st)
+	ping, err := startWorker(bg, s, db, brokers, m, log, st, tracing.TracerProvider())
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"slices"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 )
 
 // DefaultTopic and DefaultPartitions are what Start creates without WithTopic:
@@ -296,13 +296,36 @@ func (b *Broker) Records(t testing.TB, atLeast int, timeout time.Duration) []Rec
 	return ReadTopic(t, b.Addr, b.Topic, atLeast, timeout)
 }
 
-// ReadTopic reads the whole topic at addr from the start, again and again,
+// RawRecords reads the broker's topic with ReadTopicRaw: for tests that put
+// records outside the contract on the topic themselves.
+func (b *Broker) RawRecords(t testing.TB, atLeast int, timeout time.Duration) []Record {
+	t.Helper()
+	return ReadTopicRaw(t, b.Addr, b.Topic, atLeast, timeout)
+}
+
+// ReadTopic is ReadTopicRaw that also fails t unless every record keeps the
+// message contract of the AsyncAPI document (event/asyncapi.json): key,
+// headers and value, as eventtest.RequireValid checks them. Every test that
+// reads what the service produced goes through here, so the document cannot
+// drift from what is sent.
+func ReadTopic(t testing.TB, addr, topic string, atLeast int, timeout time.Duration) []Record {
+	t.Helper()
+	recs := ReadTopicRaw(t, addr, topic, atLeast, timeout)
+	msgs := make([]eventtest.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = eventtest.Message{Key: r.Key, Headers: r.Headers, Value: r.Value}
+	}
+	eventtest.RequireValid(t, msgs...)
+	return recs
+}
+
+// ReadTopicRaw reads the whole topic at addr from the start, again and again,
 // until it has read to the end and holds at least atLeast records, or until
 // timeout passes; it then returns what it read, sorted by partition and
 // offset. The caller asserts on the result, so a short read shows up as a
 // clear failure. It works against any Kafka-protocol broker, such as the
 // embedded one of `posting serve`.
-func ReadTopic(t testing.TB, addr, topic string, atLeast int, timeout time.Duration) []Record {
+func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Duration) []Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -401,23 +424,21 @@ func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]in
 	return ends, nil
 }
 
-// PartitionFor is the partition sarama's default hash partitioner
-// (sarama.NewHashPartitioner) picks for key: FNV-1a 32 of the key as a signed
-// int32, modulo partitions, then made non-negative. Tests use it to choose
-// keys that land on different partitions.
+// PartitionFor is the partition the Java client's default partitioner picks
+// for key, toPositive(murmur2(key)) % partitions, as the service's producer
+// does (kafka.PartitionFor). It is computed with franz-go's own murmur2
+// partitioner, an implementation independent of sarama's, so a test that
+// compares where the producer put a record with PartitionFor checks sarama
+// against a second client. Tests also use it to choose keys that land on
+// different partitions.
 func PartitionFor(key string, partitions int32) int32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key)) // a hash never fails to write
-	p := int32(h.Sum32()) % partitions
-	if p < 0 {
-		p = -p
-	}
-	return p
+	p := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	return int32(p.Partition(&kgo.Record{Key: []byte(key)}, int(partitions)))
 }
 
 // Produce writes recs to the broker's topic as they are (Topic, Partition and
-// Offset are ignored; the key picks the partition as sarama's hash
-// partitioner would), synchronously, so tests can put any message, malformed
+// Offset are ignored; the key picks the partition as the service's producer
+// would), synchronously, so tests can put any message, malformed
 // ones included, in front of a consumer.
 func (b *Broker) Produce(t testing.TB, recs ...Record) {
 	t.Helper()

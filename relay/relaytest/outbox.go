@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -42,8 +43,12 @@ func Seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.
 	var rows []*outbox.Message
 	for round := range perPost {
 		for p := 1; p <= posts; p++ {
-			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, map[string]any{"action": "UPDATED", "round": round}))
+			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, event.PostingEventFields{
+				Action: event.ActionUpdated, Status: "RESERVED", ScheduledAt: at.Add(time.Duration(round+1) * time.Minute)}))
 			require.NoError(t, err)
+			// As every row written by the API or the scheduler has one.
+			tp := fmt.Sprintf("00-%032x-%016x-00", p*1000+round+1, round+1)
+			m.Traceparent = &tp
 			rows = append(rows, m)
 		}
 	}

@@ -1,0 +1,327 @@
+// Package auth authenticates the callers of the posts API: it verifies the
+// bearer JWT of a request (HS256 with a shared secret, or the keys of an
+// identity provider's JWKS endpoint), checks its registered claims, and
+// gives the handlers the Caller it names. It uses golang-jwt for parsing and
+// validation and keyfunc/jwkset for the JWKS cache, so no signature or claim
+// check is written here.
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/time/rate"
+
+	"github.com/postingsvc/posting/config"
+)
+
+// AdminScope is the scope that lets a caller see and change every post.
+const AdminScope = "posts:admin"
+
+// MinSecretLength is the shortest HS256 secret accepted, in bytes: RFC 7518
+// 3.2 asks for a key at least as long as the hash (256 bits).
+const MinSecretLength = 32
+
+// MaxSubjectLength is the longest sub accepted, in characters: the posts
+// table keeps the owner in VARCHAR(255).
+const MaxSubjectLength = 255
+
+// Defaults of Config.
+const (
+	DefaultLeeway             = 30 * time.Second
+	DefaultJWKSRefresh        = time.Hour
+	DefaultJWKSUnknownKIDWait = 30 * time.Second
+	DefaultJWKSTimeout        = 10 * time.Second
+)
+
+// HMACMethods are the algorithms a token verified with Config.Secret may
+// use; AsymmetricMethods those a token verified with a JWKS key may use.
+// "none" is in neither, and a token is checked against the key of its own
+// family only, so an RSA public key can never serve as an HMAC secret.
+var (
+	HMACMethods       = []string{"HS256"}
+	AsymmetricMethods = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+
+// ErrUnauthorized is wrapped by every refusal of Verify; the wrapping
+// error's text says what was wrong, without the token.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// Config configures a Verifier. At least one of Secret and JWKSURL is
+// required.
+type Config struct {
+	// Secret verifies HS256 tokens; empty: none accepted. At least
+	// MinSecretLength (32) bytes.
+	Secret []byte
+	// JWKSURL is an identity provider's JWKS endpoint (http or https):
+	// RS*, PS*, ES* and EdDSA tokens are verified with the key named by
+	// their kid. Empty: none accepted.
+	JWKSURL string
+	// Issuer, when set, is the required iss claim. Default "": not checked.
+	Issuer string
+	// Audience, when set, must be one of the token's aud. Default "": not
+	// checked.
+	Audience string
+	// Leeway is the clock skew allowed for exp and nbf. Default
+	// DefaultLeeway (30s); 0..5m.
+	Leeway time.Duration
+	// Now is the clock of exp and nbf. Default time.Now.
+	Now func() time.Time
+	// JWKSRefresh is how often the key set is fetched again. Default
+	// DefaultJWKSRefresh (1h); at least 1s.
+	JWKSRefresh time.Duration
+	// JWKSUnknownKIDWait is the least time between two fetches caused by a
+	// token whose kid is not in the cached set (a rotated key): a flood of
+	// unknown kids costs the provider one request per interval. Default
+	// DefaultJWKSUnknownKIDWait (30s); at least 1ms.
+	JWKSUnknownKIDWait time.Duration
+	// JWKSTimeout bounds one fetch of the key set. Default
+	// DefaultJWKSTimeout (10s).
+	JWKSTimeout time.Duration
+	// HTTPClient fetches the key set. Default http.DefaultClient.
+	HTTPClient *http.Client
+	// Logger receives failed key set fetches. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Leeway == 0 {
+		c.Leeway = DefaultLeeway
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.JWKSRefresh == 0 {
+		c.JWKSRefresh = DefaultJWKSRefresh
+	}
+	if c.JWKSUnknownKIDWait == 0 {
+		c.JWKSUnknownKIDWait = DefaultJWKSUnknownKIDWait
+	}
+	if c.JWKSTimeout == 0 {
+		c.JWKSTimeout = DefaultJWKSTimeout
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = http.DefaultClient
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports a missing or out-of-range setting as a *config.Error; a
+// zero field stands for its default. The secret's value is never part of the
+// error.
+func (c Config) Validate() error {
+	const f = "auth.Config."
+	if len(c.Secret) == 0 && c.JWKSURL == "" {
+		return config.Invalid(f+"Secret", nil, "or JWKSURL must be set")
+	}
+	if len(c.Secret) > 0 && len(c.Secret) < MinSecretLength {
+		return config.Invalid(f+"Secret", fmt.Sprintf("<%d bytes>", len(c.Secret)),
+			"must be at least %d bytes (HS256 wants a key as long as its hash)", MinSecretLength)
+	}
+	if c.JWKSURL != "" {
+		u, err := url.Parse(c.JWKSURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return config.Invalid(f+"JWKSURL", c.JWKSURL, "must be an http or https URL")
+		}
+	}
+	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
+		return config.Invalid(f+"Leeway", c.Leeway, "want 0..5m")
+	}
+	if c.JWKSRefresh != 0 && c.JWKSRefresh < time.Second {
+		return config.Invalid(f+"JWKSRefresh", c.JWKSRefresh, "want at least 1s")
+	}
+	if c.JWKSUnknownKIDWait != 0 && c.JWKSUnknownKIDWait < time.Millisecond {
+		return config.Invalid(f+"JWKSUnknownKIDWait", c.JWKSUnknownKIDWait, "want at least 1ms")
+	}
+	if c.JWKSTimeout < 0 {
+		return config.Invalid(f+"JWKSTimeout", c.JWKSTimeout, "must be positive")
+	}
+	return nil
+}
+
+// Caller is the authenticated subject of a request.
+type Caller struct {
+	// Subject is the token's sub.
+	Subject string
+	// Scopes are the space-separated words of the token's scope claim.
+	Scopes []string
+}
+
+// Admin reports whether the caller has AdminScope.
+func (c Caller) Admin() bool { return slices.Contains(c.Scopes, AdminScope) }
+
+// Verifier verifies bearer JWTs. It is safe for concurrent use.
+type Verifier struct {
+	cfg    Config
+	parser *jwt.Parser
+	jwks   keyfunc.Keyfunc // nil without a JWKS URL
+	cancel context.CancelFunc
+}
+
+// New returns a Verifier. With a JWKS URL it fetches the key set once
+// (a failure is logged, not returned: the provider may come up later, and
+// a token with an unknown kid fetches again) and then every JWKSRefresh,
+// until Close.
+func New(cfg Config) (*Verifier, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid auth config: %w", err)
+	}
+	var methods []string
+	if len(cfg.Secret) > 0 {
+		methods = append(methods, HMACMethods...)
+	}
+	if cfg.JWKSURL != "" {
+		methods = append(methods, AsymmetricMethods...)
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(methods),
+		jwt.WithLeeway(cfg.Leeway),
+		jwt.WithTimeFunc(cfg.Now),
+		jwt.WithExpirationRequired(),
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	v := &Verifier{cfg: cfg, parser: jwt.NewParser(opts...), cancel: func() {}}
+	if cfg.JWKSURL != "" {
+		ctx, cancel := context.WithCancel(context.Background())
+		noFail := true
+		log := cfg.Logger
+		kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.JWKSURL}, keyfunc.Override{
+			Client:                    cfg.HTTPClient,
+			HTTPTimeout:               cfg.JWKSTimeout,
+			NoErrorReturnFirstHTTPReq: &noFail,
+			RefreshInterval:           cfg.JWKSRefresh,
+			RefreshUnknownKID:         rate.NewLimiter(rate.Every(cfg.JWKSUnknownKIDWait), 1),
+			// A request with an unknown kid waits for the limiter at most
+			// this long; when the next fetch is further away it is refused
+			// at once instead of holding a connection.
+			RateLimitWaitMax: cfg.JWKSTimeout,
+			RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
+				return func(ctx context.Context, err error) {
+					log.LogAttrs(ctx, slog.LevelWarn, "jwks fetch failed", slog.String("component", "auth"),
+						slog.String("jwks_url", u), slog.Any("error", err))
+				}
+			},
+		})
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("jwks %s: %w", cfg.JWKSURL, err)
+		}
+		v.jwks, v.cancel = kf, cancel
+	}
+	return v, nil
+}
+
+// Close stops the key set's background refresh. Safe to call twice.
+func (v *Verifier) Close() { v.cancel() }
+
+// claims are the claims Verify reads.
+type claims struct {
+	jwt.RegisteredClaims
+	Scope scopeClaim `json:"scope"`
+}
+
+// scopeClaim is the scope claim: a space-separated string (RFC 8693 4.2),
+// or, as some providers send it, an array of strings.
+type scopeClaim []string
+
+func (s *scopeClaim) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err == nil {
+		*s = strings.Fields(str)
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return errors.New("scope must be a string or an array of strings")
+	}
+	*s = list
+	return nil
+}
+
+// Verify checks a compact JWT and returns its Caller, or an error wrapping
+// ErrUnauthorized whose text says what was wrong (never the token itself).
+func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
+	var c claims
+	_, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		alg, _ := t.Header["alg"].(string)
+		switch {
+		case slices.Contains(HMACMethods, alg) && len(v.cfg.Secret) > 0:
+			return v.cfg.Secret, nil
+		case slices.Contains(AsymmetricMethods, alg) && v.jwks != nil:
+			return v.jwks.KeyfuncCtx(ctx)(t)
+		}
+		// WithValidMethods refuses such a token before this is called.
+		return nil, fmt.Errorf("no key for alg %q", alg)
+	})
+	if err != nil {
+		return Caller{}, fmt.Errorf("%w: %s", ErrUnauthorized, reason(err))
+	}
+	if c.Subject == "" {
+		return Caller{}, fmt.Errorf("%w: the token has no sub claim", ErrUnauthorized)
+	}
+	if n := utf8.RuneCountInString(c.Subject); n > MaxSubjectLength {
+		return Caller{}, fmt.Errorf("%w: the token's sub is %d characters long, more than %d", ErrUnauthorized, n, MaxSubjectLength)
+	}
+	if strings.ContainsFunc(c.Subject, unicode.IsControl) {
+		return Caller{}, fmt.Errorf("%w: the token's sub contains control characters", ErrUnauthorized)
+	}
+	return Caller{Subject: c.Subject, Scopes: []string(c.Scope)}, nil
+}
+
+// reason says why golang-jwt refused a token, in words a client can act
+// on; the library's own text can carry header values.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "the bearer token is not a well-formed JWT"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && strings.Contains(err.Error(), "signing method"):
+		// golang-jwt reports an alg outside WithValidMethods (none, or
+		// another family than the configured keys) as a bad signature.
+		return "the token cannot be verified: its alg is not accepted"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "the token's signature does not verify"
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		// An algorithm this service does not accept (none, or another
+		// family than its keys), or no key for the token's kid.
+		return "the token cannot be verified: its alg is not accepted or no key matches its kid"
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "the token is expired (exp)"
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return "the token is not valid yet (nbf)"
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "the token is issued in the future (iat)"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "the token's issuer (iss) is not the one this service accepts"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "the token's audience (aud) does not include this service"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		for _, claim := range []string{"exp", "iss", "aud", "nbf", "iat"} {
+			if strings.Contains(err.Error(), claim+" claim is required") {
+				return "the token has no " + claim + " claim, which this service requires"
+			}
+		}
+		return "the token lacks a claim this service requires"
+	default:
+		return "the token's claims are not valid"
+	}
+}

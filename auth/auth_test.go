@@ -1,0 +1,262 @@
+package auth_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/auth"
+	"github.com/postingsvc/posting/auth/authtest"
+	"github.com/postingsvc/posting/config"
+)
+
+var (
+	secret = []byte("0123456789abcdef0123456789abcdef")
+	now    = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+)
+
+func hs256(t *testing.T, c jwt.MapClaims) string {
+	t.Helper()
+	return hs256Key(t, secret, c)
+}
+
+func hs256Key(t *testing.T, key []byte, c jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(key)
+	require.NoError(t, err)
+	return s
+}
+
+func valid(sub string) jwt.MapClaims {
+	return jwt.MapClaims{"sub": sub, "exp": now.Add(time.Hour).Unix(), "iss": "https://idp.example", "aud": "posting"}
+}
+
+func with(c jwt.MapClaims, k string, v any) jwt.MapClaims {
+	out := jwt.MapClaims{}
+	for key, val := range c {
+		out[key] = val
+	}
+	if v == nil {
+		delete(out, k)
+	} else {
+		out[k] = v
+	}
+	return out
+}
+
+func newVerifier(t *testing.T, cfg auth.Config) *auth.Verifier {
+	t.Helper()
+	cfg.Now = func() time.Time { return now }
+	v, err := auth.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(v.Close)
+	return v
+}
+
+// Every refusal case of the issue, each refused with a reason that names
+// what was wrong and does not contain the token.
+func TestVerifyRefuses(t *testing.T) {
+	t.Parallel()
+	jwks := authtest.NewJWKS(t)
+	hsOnly := newVerifier(t, auth.Config{Secret: secret, Issuer: "https://idp.example", Audience: "posting"})
+	jwksOnly := newVerifier(t, auth.Config{JWKSURL: jwks.URL, Issuer: "https://idp.example", Audience: "posting"})
+
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	pubDER, err := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
+	require.NoError(t, err)
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, valid("alice")).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	require.NoError(t, err)
+	rs256, err := jwt.NewWithClaims(jwt.SigningMethodRS256, valid("alice")).SignedString(rsaKey)
+	require.NoError(t, err)
+
+	for name, c := range map[string]struct {
+		v      *auth.Verifier
+		token  string
+		reason string
+	}{
+		"malformed":                   {hsOnly, "not.a.jwt", "not a well-formed JWT"},
+		"garbage":                     {hsOnly, "abc", "not a well-formed JWT"},
+		"bad signature":               {hsOnly, hs256Key(t, []byte("another-secret-another-secret-xx"), valid("alice")), "signature does not verify"},
+		"alg none":                    {hsOnly, none, "alg is not accepted"},
+		"alg none, jwks":              {jwksOnly, none, "alg is not accepted"},
+		"RS256 to an HS verifier":     {hsOnly, rs256, "alg is not accepted"},
+		"HS/RS confusion":             {jwksOnly, hs256Key(t, pubPEM, valid("alice")), "alg is not accepted"},
+		"unknown kid":                 {jwksOnly, signWithKID(t, rsaKey, "nope"), "no key matches its kid"},
+		"expired":                     {hsOnly, hs256(t, with(valid("alice"), "exp", now.Add(-time.Minute).Unix())), "expired (exp)"},
+		"no exp":                      {hsOnly, hs256(t, with(valid("alice"), "exp", nil)), "no exp claim"},
+		"nbf in the future":           {hsOnly, hs256(t, with(valid("alice"), "nbf", now.Add(time.Minute).Unix())), "not valid yet (nbf)"},
+		"wrong iss":                   {hsOnly, hs256(t, with(valid("alice"), "iss", "https://evil.example")), "issuer (iss)"},
+		"no iss":                      {hsOnly, hs256(t, with(valid("alice"), "iss", nil)), "no iss claim"},
+		"wrong aud":                   {hsOnly, hs256(t, with(valid("alice"), "aud", "other")), "audience (aud)"},
+		"no sub":                      {hsOnly, hs256(t, with(valid("alice"), "sub", nil)), "no sub claim"},
+		"sub too long":                {hsOnly, hs256(t, valid(strings.Repeat("a", 256))), "more than 255"},
+		"sub with a control char":     {hsOnly, hs256(t, valid("ali\nce")), "control characters"},
+		"jwks token, wrong aud":       {jwksOnly, jwks.Sign(t, with(valid("alice"), "aud", "other")), "audience (aud)"},
+		"jwks token, expired":         {jwksOnly, jwks.Sign(t, with(valid("alice"), "exp", now.Add(-time.Hour).Unix())), "expired (exp)"},
+		"HS token to a JWKS verifier": {jwksOnly, hs256Key(t, secret, valid("alice")), "alg is not accepted"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := c.v.Verify(context.Background(), c.token)
+			require.ErrorIs(t, err, auth.ErrUnauthorized)
+			require.Contains(t, err.Error(), c.reason)
+			if len(c.token) > 8 {
+				require.NotContains(t, err.Error(), c.token)
+			}
+		})
+	}
+}
+
+func signWithKID(t *testing.T, key *rsa.PrivateKey, kid string) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, valid("alice"))
+	tok.Header["kid"] = kid
+	s, err := tok.SignedString(key)
+	require.NoError(t, err)
+	return s
+}
+
+// A valid token gives its subject and scopes; the clock leeway lets a
+// token expired a few seconds ago through.
+func TestVerifyAccepts(t *testing.T) {
+	t.Parallel()
+	v := newVerifier(t, auth.Config{Secret: secret, Issuer: "https://idp.example", Audience: "posting"})
+	c, err := v.Verify(context.Background(), hs256(t, with(valid("alice"), "scope", "posts:read posts:admin")))
+	require.NoError(t, err)
+	require.Equal(t, "alice", c.Subject)
+	require.True(t, c.Admin())
+
+	c, err = v.Verify(context.Background(), hs256(t, with(valid("bob"), "exp", now.Add(-10*time.Second).Unix())))
+	require.NoError(t, err, "within the 30s leeway")
+	require.Equal(t, "bob", c.Subject)
+	require.False(t, c.Admin())
+
+	c, err = v.Verify(context.Background(), hs256(t, with(valid("carol"), "scope", []string{"posts:admin"})))
+	require.NoError(t, err)
+	require.True(t, c.Admin(), "a scope array is read too")
+
+	minted, err := auth.Mint(secret, auth.Token{Subject: "dave", Scopes: []string{auth.AdminScope}, TTL: time.Hour,
+		Issuer: "https://idp.example", Audience: "posting", Now: now})
+	require.NoError(t, err)
+	c, err = v.Verify(context.Background(), minted)
+	require.NoError(t, err)
+	require.Equal(t, auth.Caller{Subject: "dave", Scopes: []string{auth.AdminScope}}, c)
+}
+
+// A token signed by a key of the JWKS endpoint is accepted; after the
+// provider rotates to a new kid, a token with that kid makes the verifier
+// fetch the set again (once) and is accepted too.
+func TestVerifyJWKSRotation(t *testing.T) {
+	t.Parallel()
+	jwks := authtest.NewJWKS(t)
+	v := newVerifier(t, auth.Config{JWKSURL: jwks.URL, JWKSUnknownKIDWait: time.Millisecond})
+
+	c, err := v.Verify(context.Background(), jwks.Sign(t, valid("alice")))
+	require.NoError(t, err)
+	require.Equal(t, "alice", c.Subject)
+	fetches := jwks.Fetches.Load()
+
+	old := jwks.KID()
+	jwks.Rotate(t)
+	require.NotEqual(t, old, jwks.KID())
+	c, err = v.Verify(context.Background(), jwks.Sign(t, valid("bob")))
+	require.NoError(t, err)
+	require.Equal(t, "bob", c.Subject)
+	require.Equal(t, fetches+1, jwks.Fetches.Load(), "one fetch for the unknown kid")
+
+	// The cached set now holds the new key: no fetch for the next token.
+	_, err = v.Verify(context.Background(), jwks.Sign(t, valid("carol")))
+	require.NoError(t, err)
+	require.Equal(t, fetches+1, jwks.Fetches.Load())
+}
+
+// Unknown kids are rate-limited: a flood of them costs the provider one
+// fetch per interval, and each is refused without waiting for the next.
+func TestVerifyUnknownKIDRateLimited(t *testing.T) {
+	t.Parallel()
+	jwks := authtest.NewJWKS(t)
+	v := newVerifier(t, auth.Config{JWKSURL: jwks.URL, JWKSUnknownKIDWait: time.Hour})
+	_, err := v.Verify(context.Background(), jwks.Sign(t, valid("alice")))
+	require.NoError(t, err)
+	base := jwks.Fetches.Load()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	for range 5 {
+		_, err := v.Verify(context.Background(), signWithKID(t, key, "unknown"))
+		require.ErrorIs(t, err, auth.ErrUnauthorized)
+	}
+	require.LessOrEqual(t, jwks.Fetches.Load(), base+1)
+}
+
+func TestMiddleware(t *testing.T) {
+	t.Parallel()
+	v := newVerifier(t, auth.Config{Secret: secret})
+	var seen []auth.Caller
+	h := auth.Middleware(v, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := auth.CallerFrom(r.Context())
+		require.True(t, ok)
+		seen = append(seen, c)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	good := hs256(t, jwt.MapClaims{"sub": "alice", "exp": now.Add(time.Hour).Unix()})
+	for name, c := range map[string]struct {
+		headers   []string
+		status    int
+		challenge string
+	}{
+		"no header":      {nil, 401, `Bearer`},
+		"basic":          {[]string{"Basic YWxpY2U6eA=="}, 401, `Bearer`},
+		"empty bearer":   {[]string{"Bearer "}, 401, `Bearer`},
+		"two headers":    {[]string{"Bearer " + good, "Bearer " + good}, 401, `Bearer`},
+		"invalid token":  {[]string{"Bearer x.y.z"}, 401, `Bearer error="invalid_token"`},
+		"valid":          {[]string{"Bearer " + good}, 204, ""},
+		"valid, lowcase": {[]string{"bearer " + good}, 204, ""},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/api/v1/posts", nil)
+		for _, hv := range c.headers {
+			req.Header.Add("Authorization", hv)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, c.status, rec.Code, name)
+		require.Equal(t, c.challenge, rec.Header().Get("WWW-Authenticate"), name)
+		if c.status == 401 {
+			require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"), name)
+			require.NotContains(t, rec.Body.String(), good, name)
+		}
+	}
+	require.Len(t, seen, 2)
+	require.Equal(t, "alice", seen[0].Subject)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		cfg   auth.Config
+		field string
+	}{
+		"nothing":      {auth.Config{}, "auth.Config.Secret"},
+		"short secret": {auth.Config{Secret: []byte("short")}, "auth.Config.Secret"},
+		"bad url":      {auth.Config{JWKSURL: "ftp://x"}, "auth.Config.JWKSURL"},
+		"relative url": {auth.Config{JWKSURL: "/keys"}, "auth.Config.JWKSURL"},
+	} {
+		_, err := auth.New(c.cfg)
+		var ce *config.Error
+		require.True(t, errors.As(err, &ce), name)
+		require.Equal(t, c.field, ce.Field, name)
+		require.NotContains(t, err.Error(), "short\"", name)
+	}
+}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/event"
+)
+
+// GET /asyncapi.json serves the AsyncAPI document, with the topic the
+// service is configured with.
+func TestServeServesAsyncAPI(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, "POSTING_HTTP_ADDR="+freeAddr(t), "POSTING_DATA_DIR="+t.TempDir(),
+		"POSTING_EMBEDDED_KAFKA_ADDR="+freeAddr(t), "POSTING_KAFKA_TOPIC=custom-events")
+	code, body := httpGet(p.http, "/asyncapi.json")
+	require.Equal(t, http.StatusOK, code, body)
+	var doc struct {
+		AsyncAPI string `json:"asyncapi"`
+		Channels map[string]struct {
+			Address string `json:"address"`
+		} `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &doc))
+	require.Equal(t, "3.0.0", doc.AsyncAPI)
+	require.Equal(t, "custom-events", doc.Channels[event.AsyncAPIChannelKafka].Address)
+	require.Equal(t, event.DefaultTopic, doc.Channels[event.AsyncAPIChannelRabbitMQ].Address)
+	resp, err := http.Get("http://" + p.http + "/asyncapi.json")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	p.terminate(t)
+}

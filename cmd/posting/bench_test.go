@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// smallBench are sizes that run the whole bench in seconds.
+var smallBench = []string{"--relay-events", "50", "--seed-style-events", "20", "--relay-batch", "10", "--api-clients", "2",
+	"--api-duration", "200ms", "--latency-rate", "50", "--latency-duration", "300ms", "--spike-posts", "10", "--spike-due-in", "1s"}
+
+// TestBenchPrintsEveryFigure runs posting bench with small sizes on a fresh
+// SQLite file and MariaDB database, and requires a line for every figure.
+func TestBenchPrintsEveryFigure(t *testing.T) {
+	urls := map[string]func(t *testing.T) string{
+		"sqlite": func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "bench.db") },
+		"mysql":  func(t *testing.T) string { return databasetest.MySQLURL(t, "posting_bench") },
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			out, errOut, code := runCLI(t, append([]string{"bench", "--database-url", url(t)}, smallBench...)...)
+			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			for _, want := range []string{
+				"machine: ", " cores, ", "go1.",
+				"raw set-based claim+ack events/s: ", "\n  relay events/s: ", "seed-style relay events/s: ",
+				"raw two-row transaction posts/s: ",
+				"POST /api/v1/posts posts/s, API alone: ",
+				"POST /api/v1/posts posts/s, whole serve (relay and worker running): ",
+				"commit -> broker latency: ", " p50 ", " p99 ",
+				"spike lag",
+			} {
+				require.Contains(t, out, want)
+			}
+			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a create rate, beside raw SQL")
+			require.Regexp(t, `latency: [1-9][0-9]* events, p50 [0-9.]+ ms, p99 [0-9.]+ ms`, out)
+			require.Regexp(t, `spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms, p99 -?[0-9.]+ ms`, out)
+		})
+	}
+}
+
+// TestBenchRefusesADatabaseWithPosts: a database holding a post is refused
+// (exit 2, naming --allow-nonempty) and keeps its post; with the flag the
+// bench runs and leaves the post as it was.
+func TestBenchRefusesADatabaseWithPosts(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
+	db, err := database.Open(url, "")
+	require.NoError(t, err)
+	databasetest.Migrate(t, db)
+	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	require.NoError(t, err)
+	post, err := svc.Create(context.Background(), reservation.CreateInput{Title: "mine", Content: "keep me", ScheduledAt: time.Now().Add(48 * time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	out, errOut, code := runCLI(t, append([]string{"bench", "--database-url", url}, smallBench...)...)
+	require.Equal(t, exitUsage, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, errOut, "1 posts")
+	require.Contains(t, errOut, "--allow-nonempty")
+	require.NotContains(t, out, "posts/s")
+
+	out, errOut, code = runCLI(t, append([]string{"bench", "--database-url", url, "--allow-nonempty"}, smallBench...)...)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "API alone: ")
+	require.Contains(t, out, "spike lag: not measured: the database holds posts")
+
+	db, err = database.Open(url, "")
+	require.NoError(t, err)
+	defer db.Close()
+	var posts []reservation.Post
+	require.NoError(t, db.Order("id").Find(&posts).Error)
+	require.Len(t, posts, 1, "the bench deletes what it wrote, and only that")
+	require.Equal(t, post.ID, posts[0].ID)
+	require.Equal(t, "keep me", posts[0].Content)
+	var rows int64
+	require.NoError(t, db.Table("outbox").Count(&rows).Error)
+	require.EqualValues(t, 1, rows, "the post's own event stays")
+}
+
+// TestBenchSettingErrors: a bad size or no database exits 2 naming it.
+func TestBenchSettingErrors(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--api-clients", "0"}, "--api-clients"},
+		{[]string{"--relay-batch", "9000"}, "--relay-batch"},
+		{[]string{"--latency-duration", "-1s"}, "--latency-duration"},
+		{[]string{"--api-duration", "soon"}, "api-duration"},
+	} {
+		_, errOut, code := runCLI(t, append([]string{"bench", "--database-url", url}, tc.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want)
+	}
+	t.Setenv("POSTING_DATABASE_URL", "")
+	_, errOut, code := runCLI(t, "bench")
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "POSTING_DATABASE_URL")
+}

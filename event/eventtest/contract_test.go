@@ -1,0 +1,198 @@
+package eventtest_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
+)
+
+func contractTestMessage(t *testing.T, typ event.Type, fields any) eventtest.Message {
+	t.Helper()
+	e, err := event.New(typ, 42, time.Date(2026, 12, 3, 9, 15, 4, 123456789, time.UTC), fields)
+	require.NoError(t, err)
+	return eventtest.Message{Key: event.Key(e.PostID), Value: e.Value,
+		Headers: map[string]string{event.HeaderEventID: e.EventID, event.HeaderEventType: string(typ)}}
+}
+
+func contractTestPosting(t *testing.T) eventtest.Message {
+	return contractTestMessage(t, event.PostingEvent, event.PostingEventFields{
+		Action: event.ActionCreated, Status: "RESERVED", ScheduledAt: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)})
+}
+
+func contractTestReservation(t *testing.T) eventtest.Message {
+	return contractTestMessage(t, event.ReservationEvent, event.ReservationEventFields{ScheduledAt: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)})
+}
+
+// edit returns m with its value changed by f.
+func edit(t *testing.T, m eventtest.Message, f func(map[string]any)) eventtest.Message {
+	t.Helper()
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(m.Value, &obj))
+	f(obj)
+	v, err := json.Marshal(obj)
+	require.NoError(t, err)
+	m.Value = v
+	return m
+}
+
+func TestValidatorAcceptsEventsAsTheServiceBuildsThem(t *testing.T) {
+	t.Parallel()
+	v := eventtest.NewTestValidator(t)
+	for _, m := range []eventtest.Message{contractTestPosting(t), contractTestReservation(t)} {
+		require.NoError(t, v.Validate(m))
+		// ownerId (issue 16) and the optional headers (traceparent,
+		// CloudEvents, issue 17) fit, and an unknown header is no error.
+		m = edit(t, m, func(o map[string]any) { o["ownerId"] = "user-7" })
+		m.Headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		m.Headers["ce_specversion"], m.Headers["ce_id"] = "1.0", m.Headers[event.HeaderEventID]
+		m.Headers["ce_type"], m.Headers["ce_source"] = m.Headers[event.HeaderEventType], "/posting"
+		m.Headers["ce_time"], m.Headers["content-type"] = "2026-12-03T09:15:04.123456Z", "application/json"
+		m.Headers["x-something-new"] = "1"
+		require.NoError(t, v.Validate(m))
+	}
+}
+
+func TestValidatorAcceptsTheDocumentsExamples(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Messages map[string]struct {
+				Examples []struct {
+					Headers map[string]string `json:"headers"`
+					Payload json.RawMessage   `json:"payload"`
+				} `json:"examples"`
+			} `json:"messages"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(event.AsyncAPIDocument(), &doc))
+	v := eventtest.NewTestValidator(t)
+	n := 0
+	for id, m := range doc.Components.Messages {
+		for _, ex := range m.Examples {
+			var p struct {
+				PostID json.Number `json:"postId"`
+			}
+			require.NoError(t, json.Unmarshal(ex.Payload, &p))
+			require.NoError(t, v.Validate(eventtest.Message{Key: p.PostID.String(), Headers: ex.Headers, Value: ex.Payload}), id)
+			n++
+		}
+	}
+	require.Equal(t, 2, n, "one example per event type")
+}
+
+func TestValidatorRefusesWhatBreaksTheContract(t *testing.T) {
+	t.Parallel()
+	v := eventtest.NewTestValidator(t)
+	posting, reservation := contractTestPosting(t), contractTestReservation(t)
+	cases := map[string]eventtest.Message{
+		"missing status":        edit(t, posting, func(o map[string]any) { delete(o, "status") }),
+		"missing scheduledAt":   edit(t, reservation, func(o map[string]any) { delete(o, "scheduledAt") }),
+		"unknown value field":   edit(t, posting, func(o map[string]any) { o["round"] = 1 }),
+		"action in reservation": edit(t, reservation, func(o map[string]any) { o["action"] = "CREATED" }),
+		"unknown action":        edit(t, posting, func(o map[string]any) { o["action"] = "PUBLISHED" }),
+		"unknown status":        edit(t, posting, func(o map[string]any) { o["status"] = "DONE" }),
+		"bad occurredAt":        edit(t, posting, func(o map[string]any) { o["occurredAt"] = "yesterday" }),
+		"postId as a string":    edit(t, posting, func(o map[string]any) { o["postId"] = "42" }),
+		"ownerId not a string":  edit(t, posting, func(o map[string]any) { o["ownerId"] = 7 }),
+		"eventId not the header": edit(t, posting, func(o map[string]any) {
+			o["eventId"] = "01938a4e-7c2a-7b3e-9d41-6f0c2b8e5a11"
+		}),
+		"not JSON": {Key: posting.Key, Headers: posting.Headers, Value: []byte("{not json")},
+	}
+	wrongKey := posting
+	wrongKey.Key = "43"
+	cases["key not the postId"] = wrongKey
+	for name, hs := range map[string]map[string]string{
+		"no event-id":             {event.HeaderEventType: string(event.PostingEvent)},
+		"unknown event-type":      {event.HeaderEventID: posting.Headers[event.HeaderEventID], event.HeaderEventType: "POSTING_DELETED"},
+		"event-type of the other": {event.HeaderEventID: posting.Headers[event.HeaderEventID], event.HeaderEventType: string(event.ReservationEvent)},
+		"traceparent not W3C":     {event.HeaderEventID: posting.Headers[event.HeaderEventID], event.HeaderEventType: string(event.PostingEvent), "traceparent": "abc"},
+		"content-type not json":   {event.HeaderEventID: posting.Headers[event.HeaderEventID], event.HeaderEventType: string(event.PostingEvent), "content-type": "text/plain"},
+		"ce_specversion not 1.0":  {event.HeaderEventID: posting.Headers[event.HeaderEventID], event.HeaderEventType: string(event.PostingEvent), "ce_specversion": "0.3"},
+		"event-id not a UUID":     {event.HeaderEventID: "1", event.HeaderEventType: string(event.PostingEvent)},
+	} {
+		m := posting
+		m.Headers = hs
+		cases[name] = m
+	}
+	for name, m := range cases {
+		require.Error(t, v.Validate(m), name)
+	}
+}
+
+// Every $ref of the document points at something in it, and the channels
+// carry the contract's names.
+func TestAsyncAPIDocumentIsWhole(t *testing.T) {
+	t.Parallel()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(event.AsyncAPIDocument(), &doc))
+	require.Equal(t, "3.0.0", doc["asyncapi"])
+	var refs []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if s, ok := x.(string); ok && k == "$ref" {
+					refs = append(refs, s)
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
+	require.NotEmpty(t, refs)
+	for _, r := range refs {
+		require.True(t, strings.HasPrefix(r, "#/"), r)
+		var at any = doc
+		for _, part := range strings.Split(strings.TrimPrefix(r, "#/"), "/") {
+			obj, ok := at.(map[string]any)
+			require.True(t, ok, "%s: %s is not an object", r, part)
+			at, ok = obj[strings.ReplaceAll(strings.ReplaceAll(part, "~1", "/"), "~0", "~")]
+			require.True(t, ok, "%s: no %s", r, part)
+		}
+	}
+	channels := doc["channels"].(map[string]any)
+	require.Equal(t, event.DefaultTopic, channels[event.AsyncAPIChannelKafka].(map[string]any)["address"])
+	require.Equal(t, event.DefaultTopic, channels[event.AsyncAPIChannelRabbitMQ].(map[string]any)["address"])
+}
+
+func TestAsyncAPINamesTheConfiguredTopicAndExchange(t *testing.T) {
+	t.Parallel()
+	same, err := event.AsyncAPI(event.DefaultTopic, event.DefaultTopic)
+	require.NoError(t, err)
+	require.Equal(t, event.AsyncAPIDocument(), same)
+
+	raw, err := event.AsyncAPI("custom-events", "custom-exchange")
+	require.NoError(t, err)
+	var doc struct {
+		Channels map[string]struct {
+			Address  string `json:"address"`
+			Bindings struct {
+				Kafka struct {
+					Topic string `json:"topic"`
+				} `json:"kafka"`
+				AMQP struct {
+					Exchange struct {
+						Name string `json:"name"`
+					} `json:"exchange"`
+				} `json:"amqp"`
+			} `json:"bindings"`
+		} `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	require.Equal(t, "custom-events", doc.Channels[event.AsyncAPIChannelKafka].Address)
+	require.Equal(t, "custom-events", doc.Channels[event.AsyncAPIChannelKafka].Bindings.Kafka.Topic)
+	require.Equal(t, "custom-exchange", doc.Channels[event.AsyncAPIChannelRabbitMQ].Address)
+	require.Equal(t, "custom-exchange", doc.Channels[event.AsyncAPIChannelRabbitMQ].Bindings.AMQP.Exchange.Name)
+}

@@ -1,0 +1,9 @@
+-- +goose Up
+-- The SQLite twin of mysql/00007_traceparent.sql: the W3C traceparent of an
+-- outbox row and of a publication. NULL: none.
+ALTER TABLE outbox ADD COLUMN traceparent VARCHAR(55) NULL;
+ALTER TABLE publications ADD COLUMN traceparent VARCHAR(55) NULL;
+
+-- +goose Down
+ALTER TABLE publications DROP COLUMN traceparent;
+ALTER TABLE outbox DROP COLUMN traceparent;

@@ -1,0 +1,25 @@
+package rabbitmq
+
+import (
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/outbox"
+)
+
+// withExtraHeaders adds to the contract's headers h of m the row's
+// traceparent when it has one, and the CloudEvents attributes of the AMQP
+// protocol binding's binary mode as application properties prefixed
+// "cloudEvents_" (the separator the binding prefers; datacontenttype is the
+// message's content_type property). Each value is the attribute's canonical
+// string, which the binding allows: AMQP 0-9-1's timestamp field type holds
+// whole seconds only, and time would lose its microseconds.
+func withExtraHeaders(h amqp.Table, m outbox.Message) amqp.Table {
+	if m.Traceparent != nil && *m.Traceparent != "" {
+		h[event.HeaderTraceparent] = *m.Traceparent
+	}
+	for _, a := range event.CloudEventsAttributes(m.EventID, m.EventType, m.Created) {
+		h[event.CloudEventsAMQPPrefix+a.Name] = a.Value
+	}
+	return h
+}

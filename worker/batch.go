@@ -1,0 +1,216 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// maxBatch bounds the publications whose reads, or whose PUBLISHED writes,
+// share one statement: an IN list far below every database's placeholder
+// limit, and a transaction short enough not to hold SQLite's one write lock
+// for long.
+const maxBatch = 500
+
+// batchRunners is how many batches of one kind (reads, writes) run at once:
+// two, so that one batch's round trips overlap the next one's gathering
+// without taking the connection pool from the API and the consumer.
+const batchRunners = 2
+
+// loaded is what an attempt reads before it calls the publisher: its
+// publication, its post (nil when the post is gone) and the database's
+// time, read in one batch with the other attempts due at the same moment.
+type loaded struct {
+	pub  Publication
+	post *reservation.Post
+	now  time.Time
+	err  error
+}
+
+// recordReq asks to record a post published at at; recordRes says how the
+// publication ended and whether this worker settled it.
+type recordReq struct {
+	postID int64
+	at     time.Time
+}
+
+type recordRes struct {
+	status  PublicationStatus
+	changed bool
+	err     error
+}
+
+// newGroups sets up the worker's batched reads and writes.
+func (w *Worker) newGroups() {
+	w.loads = &group[int64, loaded]{max: maxBatch, runners: batchRunners, run: w.loadBatch}
+	w.records = &group[recordReq, recordRes]{max: maxBatch, runners: batchRunners, run: w.recordBatch}
+}
+
+// loadBatch reads the publications of ids, the database's time, and the
+// posts of the PENDING ones, in three statements.
+func (w *Worker) loadBatch(ids []int64) []loaded {
+	out := make([]loaded, len(ids))
+	fail := func(err error) []loaded {
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
+	db := w.db.WithContext(w.base)
+	var pubs []Publication
+	if err := db.Where("post_id IN ?", ids).Find(&pubs).Error; err != nil {
+		return fail(fmt.Errorf("load publications of %d posts: %w", len(ids), err))
+	}
+	// The worker's clock may run ahead of the one that wrote scheduledAt:
+	// the database's decides, and every time written after is its.
+	now, err := w.dbNow(w.base)
+	if err != nil {
+		return fail(err)
+	}
+	byPost := make(map[int64]Publication, len(pubs))
+	var pending []int64
+	for _, p := range pubs {
+		byPost[p.PostID] = p
+		if p.Status == PublicationPending && !p.ScheduledAt.After(now) {
+			pending = append(pending, p.PostID)
+		}
+	}
+	posts := map[int64]*reservation.Post{}
+	if len(pending) > 0 {
+		var rows []reservation.Post
+		if err := db.Where("id IN ?", pending).Find(&rows).Error; err != nil {
+			return fail(fmt.Errorf("load %d posts: %w", len(pending), err))
+		}
+		for i := range rows {
+			posts[rows[i].ID] = &rows[i]
+		}
+	}
+	for i, id := range ids {
+		pub, ok := byPost[id]
+		if !ok {
+			out[i].err = fmt.Errorf("load publication of post %d: %w", id, gorm.ErrRecordNotFound)
+			continue
+		}
+		out[i] = loaded{pub: pub, post: posts[id], now: now}
+	}
+	return out
+}
+
+// recordBatch records the posts of reqs PUBLISHED, with their publications,
+// in one transaction: one UPDATE of the posts and one of the publications per
+// publication time (the attempts read together share one). A post that is
+// not WORKING any more (cancelled, or published by someone else, since it was
+// read) is left as it is and its publication settled from its status.
+func (w *Worker) recordBatch(reqs []recordReq) []recordRes {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := make([]recordRes, len(reqs))
+	err := database.Transaction(ctx, w.db, func(tx *gorm.DB) error {
+		out = make([]recordRes, len(reqs)) // a retried attempt starts afresh
+		byAt := map[time.Time][]int{}
+		var ats []time.Time
+		for i, r := range reqs {
+			if _, ok := byAt[r.at]; !ok {
+				ats = append(ats, r.at)
+			}
+			byAt[r.at] = append(byAt[r.at], i)
+		}
+		for _, at := range ats {
+			if err := recordAt(tx, reqs, byAt[at], at, out); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		out = make([]recordRes, len(reqs)) // fn may not have run at all (BEGIN failed)
+		for i := range reqs {
+			out[i] = recordRes{status: PublicationPending, err: fmt.Errorf("record publication of post %d: %w", reqs[i].postID, err)}
+		}
+	}
+	return out
+}
+
+// recordAt records the requests idx of reqs, all published at at, through
+// tx, into out.
+func recordAt(tx *gorm.DB, reqs []recordReq, idx []int, at time.Time, out []recordRes) error {
+	ids := make([]int64, len(idx))
+	for k, i := range idx {
+		ids[k] = reqs[i].postID
+	}
+	res := tx.Exec("UPDATE posts SET status = ?, published_at = ?, updated_at = ?, version = version + 1 WHERE status = ? AND id IN ?",
+		reservation.StatusPublished, at, at, reservation.StatusWorking, ids)
+	if res.Error != nil {
+		return fmt.Errorf("mark %d posts published: %w", len(ids), res.Error)
+	}
+	marked := make(map[int64]bool, len(ids))
+	if int(res.RowsAffected) == len(ids) {
+		for _, id := range ids {
+			marked[id] = true
+		}
+	} else {
+		// Some were cancelled (or published) since they were read.
+		var rows []reservation.Post
+		if err := tx.Select("id", "status", "published_at").Where("id IN ?", ids).Find(&rows).Error; err != nil {
+			return fmt.Errorf("read %d posts: %w", len(ids), err)
+		}
+		status := map[int64]reservation.Status{}
+		for _, p := range rows {
+			status[p.ID] = p.Status
+			if p.Status == reservation.StatusPublished && p.PublishedAt != nil && p.PublishedAt.Equal(at) {
+				marked[p.ID] = true
+			}
+		}
+		for _, i := range idx {
+			id := reqs[i].postID
+			if marked[id] {
+				continue
+			}
+			st := PublicationPublished
+			if status[id] != reservation.StatusPublished {
+				st = PublicationCancelled
+			}
+			changed, err := settle(tx, id, st, at, nil)
+			if err != nil {
+				return err
+			}
+			out[i] = recordRes{status: st, changed: changed}
+		}
+	}
+	var markedIDs []int64
+	for _, id := range ids {
+		if marked[id] {
+			markedIDs = append(markedIDs, id)
+		}
+	}
+	if len(markedIDs) == 0 {
+		return nil
+	}
+	var pendingIDs []int64
+	if err := tx.Model(&Publication{}).Where("post_id IN ? AND status = ?", markedIDs, PublicationPending).
+		Pluck("post_id", &pendingIDs).Error; err != nil {
+		return fmt.Errorf("read %d publications: %w", len(markedIDs), err)
+	}
+	pendingSet := make(map[int64]bool, len(pendingIDs))
+	for _, id := range pendingIDs {
+		pendingSet[id] = true
+	}
+	if len(pendingIDs) > 0 {
+		if err := tx.Model(&Publication{}).Where("post_id IN ? AND status = ?", pendingIDs, PublicationPending).
+			Updates(map[string]any{"status": PublicationPublished, "published_at": at, "updated_at": at,
+				"attempts": gorm.Expr("attempts + 1"), "last_error": nil}).Error; err != nil {
+			return fmt.Errorf("settle %d publications published: %w", len(pendingIDs), err)
+		}
+	}
+	for _, i := range idx {
+		if id := reqs[i].postID; marked[id] {
+			out[i] = recordRes{status: PublicationPublished, changed: pendingSet[id]}
+		}
+	}
+	return nil
+}
