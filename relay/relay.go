@@ -180,6 +180,9 @@ type Relay struct {
 	// sends it before it claims anything; Flush releases it (PENDING again,
 	// no attempt spent) when the relay stops or pauses.
 	next []outbox.Message
+	// nextAt is when the claim of next began, by this process's monotonic
+	// clock: a batch older than maxNextAge is released, not sent.
+	nextAt time.Time
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
 	// troubleUntil holds stale recovery back after a failed poll (by the
@@ -343,6 +346,18 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	// A batch a pipelined poll claimed during the previous send goes first.
 	msgs := r.next
 	r.next = nil
+	if len(msgs) > 0 && time.Since(r.nextAt) > r.maxNextAge() {
+		// The send before took long: sending this batch now could outlast
+		// the stale limit and meet another instance's recovery of it. Hand
+		// it back (no attempt spent) and claim afresh.
+		fenced, err := r.store.Release(ctx, msgs)
+		if err != nil {
+			r.next = msgs
+			return res, fmt.Errorf("release a batch claimed too long ago: %w", err)
+		}
+		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
+		msgs = nil
+	}
 	if len(msgs) == 0 {
 		// A zero time: the claim is stamped by the database's clock inside its
 		// transaction, not with now, which the work above (or a wait for a
@@ -376,10 +391,12 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	// Its rule skips every post with a row of this batch in the air, so no
 	// event overtakes an earlier one of its post.
 	var nextc chan claimed
+	var nextAt time.Time
 	if pipelined && len(msgs) == r.cfg.BatchSize {
 		acked, ackedAt := r.acked, r.ackedAt
 		r.acked, r.ackedAt = nil, time.Time{}
 		nextc = make(chan claimed, 1)
+		nextAt = time.Now()
 		go func() { nextc <- r.claim(ctx, acked, ackedAt) }()
 	}
 	errs := r.traceSend(ctx, msgs)
@@ -393,7 +410,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		} else {
 			res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
 			res.Claimed += len(c.msgs)
-			r.next = c.msgs
+			r.next, r.nextAt = c.msgs, nextAt
 		}
 	}
 	if len(errs) != len(msgs) {
@@ -419,6 +436,13 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	}
 	return res, errors.Join(err, claimErr)
 }
+
+// maxNextAge is how old a batch claimed for the next poll may be when that
+// poll starts its send: a tenth of StaleAfter. New makes StaleAfter exceed
+// (send bound + WriteTimeout) * 5/4, so the age plus a whole send and write
+// stays below nine tenths of it, and no other instance takes a live claim
+// for stale. (Sequential polls start the send right after the claim.)
+func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 
 // claim writes the deferred acknowledgements acked and claims a batch, in
 // one transaction (outbox.Store.MarkSentAndClaim). It touches no field of
