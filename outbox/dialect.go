@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -25,6 +26,13 @@ type dialect interface {
 	// still has the version I hold", for every (id, version) of msgs, as a
 	// condition the database resolves by primary key.
 	versionMatch(msgs []Message) clause.Expr
+	// claimReturning, where the database can, claims the rows of ids that
+	// are still due (status PENDING, or RETRY with next_attempt_at <= now)
+	// and not locked by another claimer, in one statement that locks,
+	// updates and returns them as claimed (status PROCESSING, version
+	// bumped); ok is false where it cannot, and claimRows then locks, reads
+	// and updates in two statements.
+	claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) (rows []Message, ok bool, err error)
 	// defersAcksToNextClaim is Store.DefersAcksToNextClaim.
 	defersAcksToNextClaim() bool
 	// announce runs through tx, the transaction that appended rows, what
@@ -59,6 +67,22 @@ func writeVersionPairs(b *strings.Builder, msgs []Message, args []any) []any {
 		args = append(args, m.ID, m.Version)
 	}
 	return args
+}
+
+// returningColumns is the RETURNING list of a claim: Message's columns by
+// name, not *. PostgreSQL's driver caches each statement's plan per
+// connection, and a cached RETURNING * fails with "cached plan must not
+// change result type" once a migration (a rolling upgrade) adds a column.
+func returningColumns(tx *gorm.DB) (string, error) {
+	stmt := &gorm.Statement{DB: tx}
+	if err := stmt.Parse(&Message{}); err != nil {
+		return "", fmt.Errorf("outbox columns: %w", err)
+	}
+	cols := make([]string, len(stmt.Schema.DBNames))
+	for i, name := range stmt.Schema.DBNames {
+		cols[i] = stmt.Quote(name)
+	}
+	return strings.Join(cols, ", "), nil
 }
 
 // lockSkipLocked makes q read FOR UPDATE SKIP LOCKED: concurrent claimers

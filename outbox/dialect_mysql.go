@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"time"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -20,6 +22,11 @@ func (mysqlDialect) versionMatch(msgs []Message) clause.Expr { return rowValueIn
 // acknowledgements with the next claim saves a durable commit and two round
 // trips per batch.
 func (mysqlDialect) defersAcksToNextClaim() bool { return true }
+
+// claimReturning is not available: claimRows locks, reads and updates.
+func (mysqlDialect) claimReturning(*gorm.DB, []int64, string, time.Time) ([]Message, bool, error) {
+	return nil, false, nil
+}
 
 // announce does nothing: relays find new rows by polling.
 func (mysqlDialect) announce(*gorm.DB) error { return nil }

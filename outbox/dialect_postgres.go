@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"time"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -26,6 +28,26 @@ func (postgresDialect) versionMatch(msgs []Message) clause.Expr { return rowValu
 // batches are small. Unlike SQLite, PostgreSQL's row locks let other relays
 // claim meanwhile.
 func (postgresDialect) defersAcksToNextClaim() bool { return true }
+
+// claimReturning locks the due candidates FOR UPDATE SKIP LOCKED in a
+// subquery and updates and returns them in the same statement: one round
+// trip and one pass over the rows instead of a locking read of the full
+// rows and then an UPDATE. Under READ COMMITTED the locking subquery
+// re-checks each row's latest version, so a row another claimer took
+// meanwhile is not due any more, and a row it holds is skipped.
+func (postgresDialect) claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, bool, error) {
+	cols, err := returningColumns(tx)
+	if err != nil {
+		return nil, true, err
+	}
+	var rows []Message
+	err = tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
+WHERE id IN (SELECT id FROM outbox
+	WHERE id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))
+	FOR UPDATE SKIP LOCKED)
+RETURNING `+cols, StatusProcessing, owner, now, ids, StatusPending, StatusRetry, now).Scan(&rows).Error
+	return rows, true, err
+}
 
 // announce runs NOTIFY on NotifyChannel. PostgreSQL delivers it when the
 // transaction commits, and not at all if it rolls back, and folds the

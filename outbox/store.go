@@ -173,6 +173,13 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// it checks again that they are due and unclaimed. A candidate stays the
 	// head of its aggregate until it is itself claimed: the rows before it are
 	// SENT or discarded, and neither is ever undone.
+	if rows, ok, err := s.dialect.claimReturning(tx, ids, owner, now); ok {
+		if err != nil {
+			return nil, fmt.Errorf("claim rows: %w", err)
+		}
+		sortClaimed(rows)
+		return rows, nil
+	}
 	lock := s.dialect.lockForClaim(
 		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
 	var rows []Message
@@ -206,13 +213,19 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 		rows[i].ClaimedBy = &owner
 		rows[i].ClaimedAt = &now
 	}
+	sortClaimed(rows)
+	return rows, nil
+}
+
+// sortClaimed puts claimed rows in claim order, (created, id): sorting a
+// few hundred rows here spares the database a sort of whole rows.
+func sortClaimed(rows []Message) {
 	slices.SortFunc(rows, func(a, b Message) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return rows, nil
 }
 
 // candidates returns the ids of up to limit due rows that are the head of

@@ -18,48 +18,53 @@ import (
 // events/s draining a 50,000-row backlog at batch 500 to the in-process
 // Kafka broker, beside the database's own limit for the same rows (Raw:
 // set-based claim + ack in raw SQL, no broker), the seed project's
-// row-at-a-time relay (SeedStyle, on 5,000 rows: its rate does not depend on
+// row-at-a-time relay (SeedStyle, on 2,000 rows: its rate does not depend on
 // the backlog, and 50,000 would take minutes), and the relay with a sender
 // that acknowledges at once (no broker: what the relay's own database work
 // costs). relay/raw is the ratio the issue measures. Each measurement gets a
-// fresh database.
+// fresh database; raw and the relay alternate twice and the best of each
+// counts, which a shared machine's noise disturbs least.
 //
 //	POSTING_TEST_REQUIRE_MYSQL=1 POSTING_TEST_REQUIRE_POSTGRES=1 \
 //	  go test -run '^$' -bench BenchmarkRelayVsRaw -benchtime 1x -count 2 ./relay/
 func BenchmarkRelayVsRaw(b *testing.B) {
 	const (
 		backlog     = 50000
-		seedBacklog = 5000
+		seedBacklog = 2000
 		batch       = 500
+		rounds      = 2
 	)
 	ctx := context.Background()
 	for _, dialect := range databasetest.Dialects {
 		b.Run(string(dialect), func(b *testing.B) {
 			broker := kafkatest.Start(b)
 			producer := newProducer(b, broker)
+			// The machine is shared and noisy: raw and relay alternate,
+			// rounds times each, and the best of each is reported (the
+			// least disturbed run).
 			var raw, rel, null, seed float64
-			for i := 0; i < b.N; i++ {
-				raw += once(b, dialect, backlog, func(db *gorm.DB) (relaybench.Result, error) { return relaybench.Raw(ctx, db, batch) }).PerSecond()
-				rel += once(b, dialect, backlog, func(db *gorm.DB) (relaybench.Result, error) {
+			for i := 0; i < b.N*rounds; i++ {
+				raw = max(raw, once(b, dialect, backlog, func(db *gorm.DB) (relaybench.Result, error) {
+					return relaybench.Raw(ctx, db, batch)
+				}).PerSecond())
+				rel = max(rel, once(b, dialect, backlog, func(db *gorm.DB) (relaybench.Result, error) {
 					return relaybench.Relay(ctx, db, producer, batch)
-				}).PerSecond()
-				null += once(b, dialect, backlog, func(db *gorm.DB) (relaybench.Result, error) {
+				}).PerSecond())
+				null = max(null, once(b, dialect, backlog, func(db *gorm.DB) (relaybench.Result, error) {
 					return relaybench.Relay(ctx, db, relaytest.NewSender(), batch)
-				}).PerSecond()
-				seed += once(b, dialect, seedBacklog, func(db *gorm.DB) (relaybench.Result, error) {
-					return relaybench.SeedStyle(ctx, db, producer)
-				}).PerSecond()
+				}).PerSecond())
 			}
-			n := float64(b.N)
-			raw, rel, null, seed = raw/n, rel/n, null/n, seed/n
+			seed = once(b, dialect, seedBacklog, func(db *gorm.DB) (relaybench.Result, error) {
+				return relaybench.SeedStyle(ctx, db, producer)
+			}).PerSecond()
 			b.ReportMetric(raw, "raw_ev/s")
 			b.ReportMetric(rel, "relay_ev/s")
 			b.ReportMetric(null, "relay_nobroker_ev/s")
 			b.ReportMetric(seed, "seedstyle_ev/s")
 			b.ReportMetric(rel/raw, "relay/raw")
 			b.ReportMetric(rel/seed, "relay/seedstyle")
-			b.Logf("%s backlog %d batch %d: raw %.0f ev/s, relay (kfake) %.0f ev/s = %.2f x raw, relay (no broker) %.0f ev/s = %.2f x raw, seed style %.0f ev/s",
-				dialect, backlog, batch, raw, rel, rel/raw, null, null/raw, seed)
+			b.Logf("%s backlog %d batch %d, best of %d: raw %.0f ev/s, relay (kfake) %.0f ev/s = %.2f x raw, relay (no broker) %.0f ev/s = %.2f x raw, seed style (%d rows) %.0f ev/s",
+				dialect, backlog, batch, b.N*rounds, raw, rel, rel/raw, null, null/raw, seedBacklog, seed)
 		})
 	}
 }

@@ -175,6 +175,14 @@ type Relay struct {
 	// before anything else, like acked, so that the outage spends none of
 	// their attempts through stale recovery.
 	unreleased []outbox.Message
+	// next is a batch claimed by a Pump while the batch before was being
+	// sent: PROCESSING under this relay's claim, not sent yet. The next poll
+	// sends it before it claims anything; Flush releases it (PENDING again,
+	// no attempt spent) when the relay stops or pauses.
+	next []outbox.Message
+	// nextAt is when the claim of next began, by this process's monotonic
+	// clock: a batch older than maxNextAge is released, not sent.
+	nextAt time.Time
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
 	// troubleUntil holds stale recovery back after a failed poll (by the
@@ -230,7 +238,8 @@ func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 
 // Wake makes the loop poll now if it is pausing between polls, or as soon
 // as its poll in progress ends: rows were appended (a PostgreSQL
-// notification). It never blocks, and any number of calls before the loop
+// notification, or a commit of this process through a db wired with
+// database.WithCommitWaker). It never blocks, and any number of calls before the loop
 // next looks make one poll. The interval stays the safety net for a wake
 // that never comes; a relay backing off an outage ignores wakes.
 func (r *Relay) Wake() {
@@ -255,7 +264,34 @@ func (r *Relay) Config() Config { return r.cfg }
 // loop polls again at once after a full batch, and writes what is left when
 // it pauses or stops. A caller that drives RunOnce itself must call Flush
 // when it is done.
-func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
+func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) { return r.poll(ctx, false) }
+
+// Pump is RunOnce pipelined, as the relay's loop polls: when the batch it
+// sends is full (more rows are likely waiting), it claims the next batch
+// while this one is being sent, and keeps it for the next poll, which sends
+// it first. The claim and the send overlap instead of following each other,
+// so the database and the broker work at the same time. The guarantees are
+// RunOnce's: the next batch is claimed under the same rule, which never
+// takes an event of a post while an earlier one is PROCESSING (the batch in
+// the air), so per-post order holds; a crash leaves both batches PROCESSING
+// for stale recovery; an unreachable broker releases both. Result.Claimed
+// counts the rows claimed during the poll, the next batch's included. A
+// caller that drives Pump itself must call Flush when it is done, which
+// releases a batch claimed and not sent.
+func (r *Relay) Pump(ctx context.Context) (Result, error) { return r.poll(ctx, true) }
+
+// claimed is the outcome of claiming the next batch during a send.
+type claimed struct {
+	msgs   []outbox.Message
+	fenced int
+	err    error
+	// acked and ackedAt are the deferred acknowledgements the claim
+	// wrote, or kept when it failed.
+	acked   []outbox.Message
+	ackedAt time.Time
+}
+
+func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	// Two clocks: the app's decides when this relay looks again; the
@@ -306,18 +342,36 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 		r.recoveredAt = appNow
 	}
 
-	// A zero time: the claim is stamped by the database's clock inside its
-	// transaction, not with now, which the work above (or a wait for a
-	// lock) may have made old enough to look stale to other instances.
 	claimStart := time.Now()
-	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, r.acked, r.ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, time.Time{})
-	if err != nil {
-		// Nothing was written: the acknowledgements wait for the next try.
-		return res, fmt.Errorf("claim: %w", err)
+	// A batch a pipelined poll claimed during the previous send goes first.
+	msgs := r.next
+	r.next = nil
+	if len(msgs) > 0 && time.Since(r.nextAt) > r.maxNextAge() {
+		// The send before took long: sending this batch now could outlast
+		// the stale limit and meet another instance's recovery of it. Hand
+		// it back (no attempt spent) and claim afresh.
+		fenced, err := r.store.Release(ctx, msgs)
+		if err != nil {
+			r.next = msgs
+			return res, fmt.Errorf("release a batch claimed too long ago: %w", err)
+		}
+		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
+		msgs = nil
 	}
-	res.Sent, res.Fenced = res.Sent+len(r.acked)-fenced, res.Fenced+fenced
-	r.acked, r.ackedAt = nil, time.Time{}
-	res.Claimed = len(msgs)
+	if len(msgs) == 0 {
+		// A zero time: the claim is stamped by the database's clock inside its
+		// transaction, not with now, which the work above (or a wait for a
+		// lock) may have made old enough to look stale to other instances.
+		c := r.claim(ctx, r.acked, r.ackedAt)
+		if c.err != nil {
+			// Nothing was written: the acknowledgements wait for the next try.
+			return res, fmt.Errorf("claim: %w", c.err)
+		}
+		res.Sent, res.Fenced = res.Sent+len(r.acked)-c.fenced, res.Fenced+c.fenced
+		r.acked, r.ackedAt = nil, time.Time{}
+		res.Claimed = len(c.msgs)
+		msgs = c.msgs
+	}
 	if len(msgs) == 0 {
 		return res, nil
 	}
@@ -327,18 +381,75 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 		r.afterClaim()
 	}
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("stopped between claim and send, %d rows left to stale recovery: %w", len(msgs), err)
+		// Kept for Flush, which releases them; after a crash, stale recovery.
+		r.next = msgs
+		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
+	// A full batch: more rows are likely waiting. Claim the next batch (and
+	// write the acknowledgements deferred so far) while this one is sent.
+	// Its rule skips every post with a row of this batch in the air, so no
+	// event overtakes an earlier one of its post.
+	var nextc chan claimed
+	var nextAt time.Time
+	if pipelined && len(msgs) == r.cfg.BatchSize {
+		acked, ackedAt := r.acked, r.ackedAt
+		r.acked, r.ackedAt = nil, time.Time{}
+		nextc = make(chan claimed, 1)
+		nextAt = time.Now()
+		go func() { nextc <- r.claim(ctx, acked, ackedAt) }()
+	}
 	errs := r.traceSend(ctx, msgs)
+	var claimErr error
+	if nextc != nil {
+		c := <-nextc
+		if c.err != nil {
+			// Nothing was written: keep the acknowledgements for the next try.
+			r.acked, r.ackedAt = c.acked, c.ackedAt
+			claimErr = fmt.Errorf("claim the next batch: %w", c.err)
+		} else {
+			res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
+			res.Claimed += len(c.msgs)
+			r.next, r.nextAt = c.msgs, nextAt
+		}
+	}
 	if len(errs) != len(msgs) {
 		// A broken sender: treat the outcome as unknown and let stale recovery retry.
-		return res, fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs))
+		return res, errors.Join(fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs)), claimErr)
 	}
 	// The sends happened: record them even if we are being stopped.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	return r.record(wctx, msgs, errs, res, clock.now())
+	res, err = r.record(wctx, msgs, errs, res, clock.now())
+	if res.Unavailable && len(r.next) > 0 {
+		// The broker is unreachable: hand the next batch back too rather
+		// than hold it over the outage backoff.
+		fenced, rerr := r.store.Release(wctx, r.next)
+		if rerr != nil {
+			r.unreleased = append(r.unreleased, r.next...)
+			rerr = fmt.Errorf("release the next batch: %w (%d rows kept to release at the next try)", rerr, len(r.next))
+		} else {
+			res.Released, res.Fenced = res.Released+len(r.next)-fenced, res.Fenced+fenced
+		}
+		r.next = nil
+		err = errors.Join(err, rerr)
+	}
+	return res, errors.Join(err, claimErr)
+}
+
+// maxNextAge is how old a batch claimed for the next poll may be when that
+// poll starts its send: a tenth of StaleAfter. New makes StaleAfter exceed
+// (send bound + WriteTimeout) * 5/4, so the age plus a whole send and write
+// stays below nine tenths of it, and no other instance takes a live claim
+// for stale. (Sequential polls start the send right after the claim.)
+func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
+
+// claim writes the deferred acknowledgements acked and claims a batch, in
+// one transaction (outbox.Store.MarkSentAndClaim). It touches no field of
+// r, so a pipelined poll runs it beside a send.
+func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, time.Time{})
+	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt}
 }
 
 // sharedClock is the database's time read at the start of a poll, moved on
@@ -354,7 +465,8 @@ func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since
 func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
 
 // Flush writes the SENT of rows whose acknowledgement a full batch left for
-// the next poll (see RunOnce), and releases rows whose release failed. The
+// the next poll (see RunOnce), releases a batch claimed for the next poll
+// and not sent (see Pump), and releases rows whose release failed. The
 // loop calls it when it stops or pauses; it does nothing when nothing is
 // left. On error the rows stay PROCESSING and
 // are recovered after StaleAfter, and may then be sent a second time.
@@ -362,6 +474,9 @@ func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	var res Result
+	// A batch claimed for the next poll goes back unchanged: no attempt
+	// spent, and the version bump fences nothing of ours.
+	r.unreleased, r.next = append(r.unreleased, r.next...), nil
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
@@ -392,12 +507,19 @@ func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
 	return nil
 }
 
+// hasNext reports whether a batch claimed during the last send waits to be sent.
+func (r *Relay) hasNext() bool {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	return len(r.next) > 0
+}
+
 // pendingAcks reports whether acknowledgements wait for their SENT write,
 // or rows for their release.
 func (r *Relay) pendingAcks() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.acked) > 0 || len(r.unreleased) > 0
+	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0
 }
 
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
@@ -430,7 +552,11 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && r.store.DefersAcksToNextClaim():
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
-		r.acked, r.ackedAt = sent, now
+		// (acked holds rows already when a pipelined claim failed.)
+		if len(r.acked) == 0 {
+			r.ackedAt = now
+		}
+		r.acked = append(r.acked, sent...)
 		res.Deferred = len(sent)
 	default:
 		fenced, err := r.store.MarkSent(ctx, sent, now)
@@ -518,8 +644,9 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // Stop asks the loop to exit after the poll in progress, whose sends are
-// finished and recorded (deferred acknowledgements included), and waits for it. It is safe to call twice and
-// without Start.
+// finished and recorded (deferred acknowledgements included; a batch
+// claimed for the next poll is released, PENDING again with no attempt
+// spent), and waits for it. It is safe to call twice and without Start.
 func (r *Relay) Stop() { r.BaseStartStop.Stop() }
 
 func (r *Relay) loop(ctx, stop context.Context) {
@@ -535,7 +662,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	outage := backoff.Backoff{Base: r.cfg.Interval, Max: r.cfg.OutageBackoffMax, Exact: true}
 	for {
 		start := time.Now()
-		res, err := r.RunOnce(ctx)
+		res, err := r.Pump(ctx)
 		if r.cfg.Observe != nil {
 			r.cfg.Observe(res, time.Since(start), err)
 		}
@@ -563,8 +690,8 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			if res.Fenced > 0 {
 				log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
 			}
-			if res.Claimed == r.cfg.BatchSize {
-				wait = 0 // a full batch: more are waiting
+			if res.Claimed == r.cfg.BatchSize || r.hasNext() {
+				wait = 0 // a full batch, or one claimed for the next poll: more are waiting
 			}
 		}
 		if wait == 0 {

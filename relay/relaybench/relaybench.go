@@ -187,9 +187,10 @@ func SeedStyle(ctx context.Context, db *gorm.DB, send relay.Sender) (Result, err
 }
 
 // Relay drains every PENDING row with this project's relay.Relay at the given batch size.
-// It drives the relay's polls itself (RunOnce, then Flush), back to back as
-// the relay's loop does while full batches come, with the contract's other
-// defaults, and counts the rows recorded SENT. It stops when a poll claims
+// It drives the relay's polls itself the way the relay's loop does while
+// full batches come (Pump back to back: the next batch is claimed while the
+// current one is sent, then Flush), with the contract's other defaults, and
+// counts the rows recorded SENT. It stops when a poll claims and moves
 // nothing.
 func Relay(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Result, error) {
 	store := outbox.NewStore(&database.DB{DB: db, Dialect: database.DialectOf(db)})
@@ -201,17 +202,18 @@ func Relay(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Resu
 	var res Result
 	start := time.Now()
 	for {
-		p, err := r.RunOnce(ctx)
+		p, err := r.Pump(ctx)
 		res.Events += p.Sent
 		if err != nil {
 			return res, fmt.Errorf("relaybench relay: %w", err)
 		}
-		if p.Claimed == 0 {
+		moved := p.Sent + p.Deferred
+		if p.Claimed == 0 && moved == 0 {
 			break
 		}
-		if p.Sent+p.Deferred == 0 {
+		if moved == 0 && p.Retried+p.Failed > 0 {
 			res.Elapsed = time.Since(start)
-			return res, fmt.Errorf("%w: a poll claimed %d rows and the sender acknowledged none", ErrStalled, p.Claimed)
+			return res, fmt.Errorf("%w: the sender acknowledged none of a batch", ErrStalled)
 		}
 	}
 	f, err := r.Flush(ctx)
