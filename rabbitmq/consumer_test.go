@@ -193,7 +193,7 @@ func TestMalformedMessageIsDeadLettered(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return w.Pending() == 1 }, 30*time.Second, 10*time.Millisecond, "the next message was handled")
-	dead := rabbitmqtest.Read(t, url, rabbitmq.DeadQueue(queue), 1, 10*time.Second)
+	dead := rabbitmqtest.ReadRaw(t, url, rabbitmq.DeadQueue(queue), 1, 10*time.Second)
 	require.Len(t, dead, 1)
 	require.Equal(t, "not json", string(dead[0].Body))
 	mu.Lock()

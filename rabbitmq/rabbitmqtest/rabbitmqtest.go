@@ -9,6 +9,7 @@ package rabbitmqtest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -19,6 +20,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/event/eventtest"
 )
 
 // DefaultURL is the server tests use unless POSTING_TEST_RABBITMQ_URL is set.
@@ -100,8 +103,28 @@ func BoundQueue(t testing.TB, url, exchange string) string {
 }
 
 // Read consumes queue until n messages came or timeout passed, and returns
-// them in queue order (acknowledged).
+// them in queue order (acknowledged). It fails t if any message breaks the
+// AsyncAPI contract (event/asyncapi.json: routing key, headers, value), as
+// kafkatest.ReadTopic does for Kafka, so the document cannot drift from what
+// the RabbitMQ sender publishes. ReadRaw skips the check.
 func Read(t testing.TB, url, queue string, n int, timeout time.Duration) []amqp.Delivery {
+	t.Helper()
+	ds := ReadRaw(t, url, queue, n, timeout)
+	msgs := make([]eventtest.Message, len(ds))
+	for i, d := range ds {
+		h := make(map[string]string, len(d.Headers))
+		for k, v := range d.Headers {
+			h[k] = fmt.Sprint(v)
+		}
+		msgs[i] = eventtest.Message{Key: d.RoutingKey, Headers: h, Value: d.Body}
+	}
+	eventtest.RequireValid(t, msgs...)
+	return ds
+}
+
+// ReadRaw is Read without the contract check, for messages that break it on
+// purpose (a dead-lettered malformed message).
+func ReadRaw(t testing.TB, url, queue string, n int, timeout time.Duration) []amqp.Delivery {
 	t.Helper()
 	ch := Channel(t, url)
 	require.NoError(t, ch.Qos(1000, 0, false))
