@@ -154,6 +154,9 @@ func TestVerifyAccepts(t *testing.T) {
 	c, err = v.Verify(context.Background(), minted)
 	require.NoError(t, err)
 	require.Equal(t, auth.Caller{Subject: "dave", Scopes: []string{auth.AdminScope}}, c)
+
+	_, err = auth.Mint(secret, auth.Token{Subject: "dave ", TTL: time.Hour, Now: now})
+	require.ErrorContains(t, err, "white space", "Mint refuses a subject Verify would refuse")
 }
 
 // A token signed by a key of the JWKS endpoint is accepted; after the

@@ -32,6 +32,9 @@ func Mint(secret []byte, t Token) (string, error) {
 	if t.Subject == "" {
 		return "", errors.New("the subject must not be empty")
 	}
+	if strings.TrimSpace(t.Subject) != t.Subject {
+		return "", errors.New("the subject must not begin or end with white space: Verify refuses it")
+	}
 	if t.TTL <= 0 {
 		return "", fmt.Errorf("the lifetime must be positive, got %s", t.TTL)
 	}
