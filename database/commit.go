@@ -32,38 +32,57 @@ func WithCommitWaker(db *gorm.DB, wake func()) *gorm.DB {
 // WakeAfterCommit asks for db's commit waker (WithCommitWaker) to be called
 // once db's writes are durable: when db is a transaction of Transaction,
 // after it commits, once however often it was asked, and not at all if it
-// rolls back; otherwise (a statement of its own, committed already) at
-// once. It does nothing when db carries no waker.
+// rolls back (a nested Transaction's request counts only if its savepoint
+// is kept); when db is no transaction (a statement committed on its own),
+// at once. It does nothing when db carries no waker, and inside a
+// transaction begun elsewhere (gorm's own db.Transaction or Begin), whose
+// commit cannot be hooked: a wake before the commit would make the relay
+// poll, find nothing yet and sleep a whole interval, and a rollback would
+// wake it for nothing. The relay's poll is the safety net there.
 func WakeAfterCommit(db *gorm.DB) {
 	if p, ok := db.Get(pendingSetting); ok {
 		p.(*atomic.Bool).Store(true)
 		return
 	}
-	// Not a transaction of Transaction: a statement that committed on its
-	// own, or a transaction begun elsewhere, whose commit cannot be hooked
-	// (the wake may then come early, and the poll is the safety net).
+	if inTransaction(db) {
+		return
+	}
 	if w, ok := db.Get(wakerSetting); ok {
 		w.(func())()
 	}
 }
 
+// inTransaction reports whether db's statements run inside a transaction.
+func inTransaction(db *gorm.DB) bool {
+	_, ok := db.Statement.ConnPool.(gorm.TxCommitter)
+	return ok
+}
+
 // withCommitWake returns db prepared for one attempt of Transaction: when
-// db carries a commit waker and is not already inside a transaction of
-// Transaction, a db whose writers' WakeAfterCommit is recorded, and a
-// function that calls the waker if one was asked for; the caller calls it
-// after the commit. Otherwise db as it is and a no-op.
+// db carries a commit waker, a db whose writers' WakeAfterCommit is
+// recorded, and a function that the caller calls once the attempt
+// succeeded: it calls the waker if one was asked for, or, for a
+// transaction nested in one of Transaction (a savepoint kept), passes the
+// request on to the outer one, whose commit is the one that counts. A
+// request inside a savepoint rolled back is dropped with it. Otherwise db
+// as it is and a no-op: no waker, or a transaction begun elsewhere (see
+// WakeAfterCommit).
 func withCommitWake(db *gorm.DB) (*gorm.DB, func()) {
 	w, ok := db.Get(wakerSetting)
 	if !ok {
 		return db, func() {}
 	}
-	if _, nested := db.Get(pendingSetting); nested {
-		// The outer transaction's commit is the one that counts.
+	outer, nested := db.Get(pendingSetting)
+	if !nested && inTransaction(db) {
 		return db, func() {}
 	}
 	pending := new(atomic.Bool)
 	return db.Set(pendingSetting, pending), func() {
-		if pending.Load() {
+		switch {
+		case !pending.Load():
+		case nested:
+			outer.(*atomic.Bool).Store(true)
+		default:
 			w.(func())()
 		}
 	}

@@ -397,7 +397,17 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		r.acked, r.ackedAt = nil, time.Time{}
 		nextc = make(chan claimed, 1)
 		nextAt = time.Now()
-		go func() { nextc <- r.claim(ctx, acked, ackedAt) }()
+		// This batch's results are written only once the claim has
+		// returned, so a claim stuck on the database (a lock wait, a
+		// dropped connection not timed out yet) would hold this batch
+		// PROCESSING past the stale limit, for another instance to send
+		// again. A batch claimed later than maxNextAge would be released
+		// unsent anyway: give up the claim then. (Should its commit be cut
+		// off, its rows stay PROCESSING for stale recovery, as after a
+		// crash.)
+		cctx, cancel := context.WithTimeout(ctx, r.maxNextAge())
+		defer cancel()
+		go func() { nextc <- r.claim(cctx, acked, ackedAt) }()
 	}
 	errs := r.traceSend(ctx, msgs)
 	var claimErr error
