@@ -1,6 +1,8 @@
 package outbox
 
 import (
+	"database/sql/driver"
+	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -16,9 +18,37 @@ type postgresDialect struct{}
 // status in claimRows is against what other claimers wrote.
 func (postgresDialect) lockForClaim(q *gorm.DB) *gorm.DB { return lockSkipLocked(q) }
 
-// versionMatch is a row-value IN over a list of row constructors, as on
-// MySQL; PostgreSQL resolves it by primary key.
-func (postgresDialect) versionMatch(msgs []Message) clause.Expr { return rowValueIn(msgs) }
+// versionMatch takes the (id, version) pairs as two array parameters
+// unnested into rows: two bind parameters instead of two per row, and a
+// plan PostgreSQL makes in a tenth of the time. A row-value IN over 500
+// row constructors (as on MySQL) spent ~2 ms planning the OR of 500 terms and
+// more binding its 1,000 parameters: 14.5 ms per 500-row acknowledgement
+// against 9.9 ms this way (PostgreSQL 15 here, alternating, 8 runs each).
+func (postgresDialect) versionMatch(msgs []Message) clause.Expr {
+	ids, versions := make(int64Array, len(msgs)), make(int64Array, len(msgs))
+	for i, m := range msgs {
+		ids[i], versions[i] = m.ID, m.Version
+	}
+	return clause.Expr{SQL: "(id, version) IN (SELECT * FROM unnest(?::bigint[], ?::bigint[]))", Vars: []any{ids, versions}}
+}
+
+// int64Array is a PostgreSQL bigint[] parameter in its text form. As a
+// driver.Valuer it is one parameter: GORM expands a plain slice into a
+// list of them.
+type int64Array []int64
+
+// Value is the array literal, {1,2,3}.
+func (a int64Array) Value() (driver.Value, error) {
+	b := make([]byte, 0, 2+len(a)*8)
+	b = append(b, '{')
+	for i, v := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(append(b, '}')), nil
+}
 
 // defersAcksToNextClaim is true, by measurement: BenchmarkRelay on
 // PostgreSQL 15 here (10,000 events, one relay, the table analyzed) moved
@@ -43,9 +73,9 @@ func (postgresDialect) claimReturning(tx *gorm.DB, ids []int64, owner string, no
 	var rows []Message
 	err = tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
 WHERE id IN (SELECT id FROM outbox
-	WHERE id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))
+	WHERE id = ANY(?::bigint[]) AND (status = ? OR (status = ? AND next_attempt_at <= ?))
 	FOR UPDATE SKIP LOCKED)
-RETURNING `+cols, StatusProcessing, owner, now, ids, StatusPending, StatusRetry, now).Scan(&rows).Error
+RETURNING `+cols, StatusProcessing, owner, now, int64Array(ids), StatusPending, StatusRetry, now).Scan(&rows).Error
 	return rows, true, err
 }
 

@@ -285,3 +285,49 @@ func TestUnsentAggregateIDFollowsStatus(t *testing.T) {
 		}
 	})
 }
+
+// A claim with a zero now runs on the database's clock, read inside the
+// claim's transaction: a RETRY row is due only once that clock has passed
+// its next_attempt_at, and the claimed rows are stamped with that clock's
+// time, as stored.
+func TestClaimOnTheDatabaseClock(t *testing.T) {
+	each(t, func(t *testing.T, o *bundle) {
+		ctx := context.Background()
+		rows := o.append(t, t0, 1, 2, 3)
+		before, err := o.store.Now(ctx)
+		require.NoError(t, err)
+		// Aggregate 2's head is a retry due in an hour, aggregate 3's one
+		// due a second ago, by the database's clock.
+		for id, at := range map[int64]time.Time{rows[1].ID: before.Add(time.Hour), rows[2].ID: before.Add(-time.Second)} {
+			require.NoError(t, o.db.Model(&outbox.Message{}).Where("id = ?", id).
+				Updates(map[string]any{"status": outbox.StatusRetry, "retry_count": 1, "next_attempt_at": at}).Error)
+		}
+
+		claimed, fenced, err := o.store.MarkSentAndClaim(ctx, nil, time.Time{}, "a", 10, time.Time{})
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		after, err := o.store.Now(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int64{rows[0].ID, rows[2].ID}, ids(claimed))
+		for _, m := range claimed {
+			require.NotNil(t, m.ClaimedAt)
+			require.False(t, m.ClaimedAt.Before(before), "claimed_at %v before the claim began (%v)", m.ClaimedAt, before)
+			require.False(t, m.ClaimedAt.After(after), "claimed_at %v after the claim ended (%v)", m.ClaimedAt, after)
+			got := o.row(t, m.ID)
+			require.Equal(t, outbox.StatusProcessing, got.Status)
+			require.Equal(t, m.Version, got.Version)
+			require.NotNil(t, got.ClaimedAt)
+			require.True(t, got.ClaimedAt.Equal(*m.ClaimedAt), "stored %v, returned %v", got.ClaimedAt, m.ClaimedAt)
+		}
+
+		// Acknowledged with the next claim: the held retry stays unclaimed.
+		next, fenced, err := o.store.MarkSentAndClaim(ctx, claimed, after, "a", 10, time.Time{})
+		require.NoError(t, err)
+		require.Zero(t, fenced)
+		require.Empty(t, next)
+		require.Equal(t, outbox.StatusRetry, o.row(t, rows[1].ID).Status)
+		for _, m := range claimed {
+			require.Equal(t, outbox.StatusSent, o.row(t, m.ID).Status)
+		}
+	})
+}
