@@ -23,6 +23,7 @@ import (
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaybench"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 
@@ -306,44 +307,24 @@ func TestBrokerOutageLosesNothingAndSpendsNoRetries(t *testing.T) {
 }
 
 // BenchmarkRelay measures one relay instance moving 10,000 seeded events from
-// the database to the in-process broker, claim + send + ack, in events/s.
+// the database to the in-process broker, claim + send + ack, in events/s
+// (relaybench.Relay: Pump back to back, as the relay's loop polls).
 func BenchmarkRelay(b *testing.B) {
 	for _, dialect := range databasetest.Dialects {
 		for _, batch := range []int{100, 500, 1000} {
 			b.Run(fmt.Sprintf("%s/batch=%d", dialect, batch), func(b *testing.B) {
 				db := databasetest.New(b, dialect)
-				broker := kafkatest.Start(b)
-				r, err := relay.New(outbox.NewStore(db), newProducer(b, broker), relay.Config{
-					InstanceID: "bench", BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
-				require.NoError(b, err)
+				producer := newProducer(b, kafkatest.Start(b))
 				const events = 10000
 				var total time.Duration
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					relaytest.Seed(b, db.DB, events/5, 5, time.Now().Add(-time.Second))
-					if dialect == database.PostgreSQL {
-						// Statistics, as autovacuum keeps them on a live
-						// table: without them the planner sorts the whole
-						// backlog on every claim instead of reading the index.
-						require.NoError(b, db.Exec("ANALYZE outbox").Error)
-					}
+					require.NoError(b, relaybench.Seed(context.Background(), db.DB, events))
 					b.StartTimer()
-					start := time.Now()
-					sent := 0
-					// A full batch's SENT write goes with the next poll's
-					// claim, so the last poll writes the last batch and
-					// claims nothing: every write is timed.
-					for sent < events {
-						// Pump, as the relay's loop polls: the next
-						// batch is claimed while this one is sent.
-						res, err := r.Pump(context.Background())
-						require.NoError(b, err)
-						sent += res.Sent
-						if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 {
-							b.Fatalf("stalled at %d of %d", sent, events)
-						}
-					}
-					total += time.Since(start)
+					res, err := relaybench.Relay(context.Background(), db.DB, producer, batch)
+					require.NoError(b, err)
+					require.Equal(b, events, res.Events, "every event sent")
+					total += res.Elapsed
 				}
 				b.ReportMetric(float64(events*b.N)/total.Seconds(), "events/s")
 			})

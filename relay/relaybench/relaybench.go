@@ -71,8 +71,11 @@ func Seed(ctx context.Context, db *gorm.DB, n int) error {
 			if err != nil {
 				return fmt.Errorf("relaybench seed: %w", err)
 			}
+			// A trace context, as every row a request or the scheduler
+			// writes carries one (and the sender sends it as a header).
 			m, err := outbox.NewMessage(outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
-				OccurredAt: e.OccurredAt, Payload: e.Value})
+				OccurredAt: e.OccurredAt, Payload: e.Value,
+				Traceparent: fmt.Sprintf("00-%032x-%016x-00", p, round+1)})
 			if err != nil {
 				return fmt.Errorf("relaybench seed: %w", err)
 			}
@@ -193,6 +196,19 @@ func SeedStyle(ctx context.Context, db *gorm.DB, send relay.Sender) (Result, err
 // counts the rows recorded SENT. It stops when a poll claims and moves
 // nothing.
 func Relay(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Result, error) {
+	return drain(ctx, db, send, batch, (*relay.Relay).Pump)
+}
+
+// Sequential is Relay with the poll before pipelining (RunOnce: claim,
+// send, record, then the next claim), for comparison.
+func Sequential(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Result, error) {
+	return drain(ctx, db, send, batch, (*relay.Relay).RunOnce)
+}
+
+// drain runs poll back to back until a poll claims and moves nothing, then
+// flushes.
+func drain(ctx context.Context, db *gorm.DB, send relay.Sender, batch int,
+	poll func(*relay.Relay, context.Context) (relay.Result, error)) (Result, error) {
 	store := outbox.NewStore(&database.DB{DB: db, Dialect: database.DialectOf(db)})
 	r, err := relay.New(store, send, relay.Config{InstanceID: instanceID, BatchSize: batch,
 		Logger: slog.New(slog.DiscardHandler)})
@@ -202,7 +218,7 @@ func Relay(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Resu
 	var res Result
 	start := time.Now()
 	for {
-		p, err := r.Pump(ctx)
+		p, err := poll(r, ctx)
 		res.Events += p.Sent
 		if err != nil {
 			return res, fmt.Errorf("relaybench relay: %w", err)
