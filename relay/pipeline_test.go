@@ -37,6 +37,21 @@ func (b *bundle) processing(t *testing.T) []int64 {
 
 // requireOrderedOnce checks that ids (in the order acknowledged) hold every
 // row of rows exactly once and, per post, in outbox order.
+// pumpUntilIdle polls r as its loop does (Pump) until a poll claims, sends,
+// defers and releases nothing, at most max times, then flushes.
+func pumpUntilIdle(t *testing.T, ctx context.Context, r *Relay, max int) {
+	t.Helper()
+	for range max {
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 && res.Released == 0 {
+			break
+		}
+	}
+	_, err := r.Flush(ctx)
+	require.NoError(t, err)
+}
+
 func requireOrderedOnce(t *testing.T, rows []outbox.Message, ids []int64) {
 	t.Helper()
 	post := map[int64]int64{}
@@ -88,15 +103,7 @@ func TestPumpClaimsTheNextBatchDuringTheSend(t *testing.T) {
 		require.Equal(t, 8, o.res.Claimed, "this batch and the next")
 		require.True(t, r.hasNext())
 
-		for range 10 {
-			res, err := r.Pump(ctx)
-			require.NoError(t, err)
-			if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 {
-				break
-			}
-		}
-		_, err := r.Flush(ctx)
-		require.NoError(t, err)
+		pumpUntilIdle(t, ctx, r, 10)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 16}, relaytest.CountByStatus(t, db.DB))
 	})
@@ -154,15 +161,7 @@ func TestPumpOutageReleasesBothBatches(t *testing.T) {
 		require.Zero(t, retried)
 
 		b.send.SetDown(nil)
-		for range 20 {
-			res, err := r.Pump(ctx)
-			require.NoError(t, err)
-			if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 {
-				break
-			}
-		}
-		_, err = r.Flush(ctx)
-		require.NoError(t, err)
+		pumpUntilIdle(t, ctx, r, 20)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 	})
 }
@@ -202,15 +201,7 @@ func TestCrashWithTwoBatchesInFlightLosesNothing(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 8, res.Recovered, "both batches recovered")
 		b.clock.Add(2 * time.Second)
-		for range 20 {
-			res, err := other.Pump(ctx)
-			require.NoError(t, err)
-			if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 {
-				break
-			}
-		}
-		_, err = other.Flush(ctx)
-		require.NoError(t, err)
+		pumpUntilIdle(t, ctx, other, 20)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 16}, relaytest.CountByStatus(t, db.DB))
 		for _, m := range rows[:8] {

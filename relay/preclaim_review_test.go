@@ -59,15 +59,7 @@ func TestSlowNextClaimDoesNotHoldTheSentBatch(t *testing.T) {
 
 		// What the timed-out claim left is written by the next polls; each
 		// event goes out once, no retry spent.
-		for range 10 {
-			res, err := r.Pump(ctx)
-			require.NoError(t, err)
-			if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 {
-				break
-			}
-		}
-		_, err = r.Flush(ctx)
-		require.NoError(t, err)
+		pumpUntilIdle(t, ctx, r, 10)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 6}, relaytest.CountByStatus(t, db.DB))
 		for _, m := range rows {

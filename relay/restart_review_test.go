@@ -65,15 +65,7 @@ func TestDatabaseRestartWhileTheNextBatchWaits(t *testing.T) {
 		require.Equal(t, sentBefore, len(b.send.SentIDs()), "nothing sent while the database is away")
 		down.Store(false)
 
-		for range 20 {
-			res, err := r.Pump(ctx)
-			require.NoError(t, err)
-			if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 && res.Released == 0 {
-				break
-			}
-		}
-		_, err = r.Flush(ctx)
-		require.NoError(t, err)
+		pumpUntilIdle(t, ctx, r, 20)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, db.DB))
 		for _, m := range rows {
