@@ -41,6 +41,9 @@ type Config struct {
 	// it short: the relay has its own outage backoff, and the pause delays
 	// the first send after the broker's return by up to this much.
 	ReconnectMax time.Duration
+	// Channels is how many confirm channels of the connection a batch is
+	// spread over, by routing key (see Sender). Default 2; 1 to 16.
+	Channels int
 }
 
 // DefaultConfig returns a Config with every field but URL at its default:
@@ -54,6 +57,7 @@ func DefaultConfig() Config {
 		ProbeTimeout:  2 * time.Second,
 		ReconnectBase: 250 * time.Millisecond,
 		ReconnectMax:  5 * time.Second,
+		Channels:      2,
 	}
 }
 
@@ -91,6 +95,9 @@ func (cfg Config) Validate() error {
 		if d.v < d.min || d.v > d.max {
 			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
 		}
+	}
+	if cfg.Channels < 1 || cfg.Channels > 16 {
+		return config.Invalid(f+"Channels", cfg.Channels, "want 1 to 16")
 	}
 	if cfg.SendTimeout < cfg.DialTimeout {
 		return config.Invalid(f+"SendTimeout", cfg.SendTimeout, "must be at least the dial timeout %s", cfg.DialTimeout)

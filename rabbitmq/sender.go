@@ -45,6 +45,12 @@ const chunkSize = 1024
 // relay.SendBounder. It connects lazily (it can be built while the broker
 // is down) and drops its connection after any failed send, reconnecting
 // with backoff.
+//
+// One connection carries Config.Channels confirm channels (lanes). A batch
+// is spread over them by routing key, so every message of one post goes
+// through the same lane in the batch's order, and the lanes publish and
+// await their confirms at the same time: the broker handles each channel
+// in a process of its own, and works on several at once.
 type Sender struct {
 	cfg    Config
 	logger *slog.Logger
@@ -56,12 +62,18 @@ type Sender struct {
 	mu        sync.Mutex
 	conn      *amqp.Connection
 	sock      net.Conn // conn's TCP socket, closed to end a stuck write
-	ch        *amqp.Channel
-	returns   chan amqp.Return
+	lanes     []lane   // conn's confirm channels, Config.Channels of them
 	closed    bool
 	connected bool // logged the first connection
 	redial    backoff.Backoff
 	nextDial  time.Time // no dialing before this, after a failure
+}
+
+// lane is one confirm channel of the connection and the listener of the
+// messages the broker returns on it.
+type lane struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
 }
 
 // NewSender checks cfg and returns a sender that connects on its first
@@ -88,8 +100,10 @@ func (s *Sender) Config() Config { return s.cfg }
 // SendBound is the longest one Send takes (SendTimeout).
 func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout }
 
-// Send publishes msgs in order and awaits their confirms together. It
-// returns one error per message: nil when confirmed; an error wrapping
+// Send publishes msgs and awaits their confirms together, spread over the
+// channels by routing key: the messages of one post go out in the order of
+// msgs (the relay never hands it two of one post anyway), those of
+// different posts at the same time. It returns one error per message: nil when confirmed; an error wrapping
 // ErrRejected on a nack or a return; an error wrapping relay.ErrUnavailable
 // when the connection or channel was lost, the broker could not be reached
 // or SendTimeout passed (then some may have been delivered, which the
@@ -107,7 +121,7 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	case <-ctx.Done():
 		return fill(errs, fmt.Errorf("%w: an earlier send still runs: %w", relay.ErrUnavailable, ctx.Err()))
 	}
-	ch, returns, sock, err := s.channel()
+	conn, lanes, sock, err := s.channel()
 	if err != nil {
 		return fill(errs, err)
 	}
@@ -119,17 +133,77 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	// unavailable.
 	stop := context.AfterFunc(ctx, func() { _ = sock.Close() })
 	defer stop()
-	for start := 0; start < len(msgs); start += chunkSize {
-		end := min(start+chunkSize, len(msgs))
-		if err := s.sendChunk(ctx, ch, returns, msgs[start:end], errs[start:end]); err != nil {
-			// The channel is no longer trustworthy: the rest waits for the
-			// next connection, in order, and spends nothing.
-			fill(errs[end:], err)
-			s.disconnect(ch, err)
-			break
+	parts := spread(msgs, len(lanes))
+	var wg sync.WaitGroup
+	for i, idx := range parts {
+		if len(idx) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			if err := s.sendLane(ctx, lanes[i], msgs, idx, errs); err != nil {
+				s.disconnect(conn, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// spread deals the indexes of msgs to n lanes by a hash of the routing key,
+// keeping their order: two messages of one post share a lane, in order.
+func spread(msgs []outbox.Message, n int) [][]int {
+	parts := make([][]int, n)
+	if n == 1 {
+		parts[0] = make([]int, len(msgs))
+		for i := range msgs {
+			parts[0][i] = i
+		}
+		return parts
+	}
+	for i := range parts {
+		parts[i] = make([]int, 0, 2*len(msgs)/n)
+	}
+	for i, m := range msgs {
+		k := fnv32a(m.Key()) % uint32(n)
+		parts[k] = append(parts[k], i)
+	}
+	return parts
+}
+
+// fnv32a is the 32-bit FNV-1a hash of s, without hash/fnv's allocation.
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// sendLane publishes the messages msgs[idx...] on l, in order and chunk by
+// chunk, and writes their outcomes to errs at the same indexes. A non-nil
+// result means the channel failed and the connection must be dropped; the
+// messages of the lane after the failure are unavailable then, and wait
+// for the next connection, in order, spending nothing.
+func (s *Sender) sendLane(ctx context.Context, l lane, msgs []outbox.Message, idx []int, errs []error) error {
+	sub := make([]outbox.Message, len(idx))
+	for j, i := range idx {
+		sub[j] = msgs[i]
+	}
+	subErrs := make([]error, len(idx))
+	defer func() {
+		for j, i := range idx {
+			errs[i] = subErrs[j]
+		}
+	}()
+	for start := 0; start < len(sub); start += chunkSize {
+		end := min(start+chunkSize, len(sub))
+		if err := s.sendChunk(ctx, l.ch, l.returns, sub[start:end], subErrs[start:end]); err != nil {
+			fill(subErrs[end:], err)
+			return err
 		}
 	}
-	return errs
+	return nil
 }
 
 // sendChunk publishes msgs and waits for each confirm, filling errs. A
@@ -204,54 +278,71 @@ func publishing(m outbox.Message, now time.Time) amqp.Publishing {
 	}
 }
 
-// channel returns the open confirm channel or opens one (connection,
-// channel, confirm mode, the exchange's declaration, the return listener).
-func (s *Sender) channel() (*amqp.Channel, chan amqp.Return, net.Conn, error) {
+// channel returns the open connection and its confirm channels, or opens
+// them (connection, channels in confirm mode, the exchange's declaration,
+// the return listeners).
+func (s *Sender) channel() (*amqp.Connection, []lane, net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, nil, nil, errSenderClosed
 	}
-	if s.ch != nil && !s.ch.IsClosed() && !s.conn.IsClosed() {
-		return s.ch, s.returns, s.sock, nil
+	if s.openLocked() {
+		return s.conn, s.lanes, s.sock, nil
 	}
 	s.dropLocked()
 	if wait := time.Until(s.nextDial); wait > 0 {
 		return nil, nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s", relay.ErrUnavailable, wait.Round(time.Millisecond))
 	}
-	conn, sock, ch, returns, err := s.open()
+	conn, sock, lanes, err := s.open()
 	if err != nil {
 		s.nextDial = time.Now().Add(s.redial.Next())
 		return nil, nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, redact(s.cfg.URL), err)
 	}
 	s.redial.Reset()
-	s.conn, s.sock, s.ch, s.returns = conn, sock, ch, returns
+	s.conn, s.sock, s.lanes = conn, sock, lanes
 	if !s.connected {
 		s.connected = true
-		s.logger.Info("rabbitmq sender connected", "url", redact(s.cfg.URL), "exchange", s.cfg.Exchange)
+		s.logger.Info("rabbitmq sender connected", "url", redact(s.cfg.URL), "exchange", s.cfg.Exchange, "channels", len(lanes))
 	}
-	return ch, returns, sock, nil
+	return conn, lanes, sock, nil
 }
 
-func (s *Sender) open() (*amqp.Connection, net.Conn, *amqp.Channel, chan amqp.Return, error) {
+// openLocked reports whether the connection and every lane are open.
+func (s *Sender) openLocked() bool {
+	if s.conn == nil || s.conn.IsClosed() {
+		return false
+	}
+	for _, l := range s.lanes {
+		if l.ch.IsClosed() {
+			return false
+		}
+	}
+	return len(s.lanes) > 0
+}
+
+func (s *Sender) open() (*amqp.Connection, net.Conn, []lane, error) {
 	var sock net.Conn
 	conn, err := dialConfig(s.cfg.URL, s.cfg.DialTimeout, s.cfg.Heartbeat, func(c net.Conn) { sock = c })
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Confirm(false)
+	lanes := make([]lane, s.cfg.Channels)
+	for i := range lanes {
+		ch, err := conn.Channel()
+		if err == nil {
+			err = ch.Confirm(false)
+		}
+		if err == nil && i == 0 {
+			err = DeclareExchange(ch, s.cfg.Exchange)
+		}
+		if err != nil {
+			_ = conn.Close()
+			return nil, nil, nil, err
+		}
+		lanes[i] = lane{ch: ch, returns: ch.NotifyReturn(make(chan amqp.Return, chunkSize))}
 	}
-	if err == nil {
-		err = DeclareExchange(ch, s.cfg.Exchange)
-	}
-	if err != nil {
-		_ = conn.Close()
-		return nil, nil, nil, nil, err
-	}
-	returns := ch.NotifyReturn(make(chan amqp.Return, chunkSize))
-	return conn, sock, ch, returns, nil
+	return conn, sock, lanes, nil
 }
 
 // dial opens a connection with a bounded TCP connect and handshake.
@@ -286,12 +377,12 @@ func DeclareExchange(ch *amqp.Channel, name string) error {
 	return nil
 }
 
-// disconnect drops ch's connection if it is still the current one, so the
-// next send opens a new one.
-func (s *Sender) disconnect(ch *amqp.Channel, cause error) {
+// disconnect drops conn if it is still the current connection, so the next
+// send opens a new one.
+func (s *Sender) disconnect(conn *amqp.Connection, cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ch == ch {
+	if s.conn == conn {
 		s.logger.Debug("rabbitmq sender drops its connection", "cause", cause)
 		s.dropLocked()
 	}
@@ -301,7 +392,7 @@ func (s *Sender) dropLocked() {
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
-	s.conn, s.sock, s.ch, s.returns = nil, nil, nil, nil
+	s.conn, s.sock, s.lanes = nil, nil, nil
 }
 
 // Ping returns nil when the broker answers: the connection is open, or a
