@@ -118,42 +118,68 @@ func TestUnreachableBrokerIsUnavailable(t *testing.T) {
 	require.ErrorIs(t, s.Ping(context.Background()), relay.ErrUnavailable)
 }
 
-func TestUnroutableMessageFailsAfterItsRetries(t *testing.T) {
+// TestRejectedMessageFailsAfterItsRetries sends an event the broker
+// refuses, in the two ways it can: returned (no queue bound to the
+// exchange) and nacked (the only bound queue is full, x-max-length 0 with
+// x-overflow reject-publish). Either way the row ends FAIL after 1 + retries
+// attempts, with the broker's reason.
+func TestRejectedMessageFailsAfterItsRetries(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		exchange := rabbitmqtest.Name("posting-events")
-		rabbitmqtest.DeleteAfter(t, url, exchange) // no queue bound: every message is returned
-		s := newSender(t, url, exchange)
-		const retries = 2
-		r, err := relay.New(outbox.NewStore(db), s, relay.Config{
-			InstanceID: "relay-unroutable", Interval: 20 * time.Millisecond, BatchSize: 10,
-			MaxRetries: relay.Retries(retries), RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond,
-			Logger: slog.New(slog.DiscardHandler),
-		})
-		require.NoError(t, err)
-		rows := relaytest.Seed(t, db.DB, 1, 1, time.Now().Add(-time.Second))
+	for _, c := range []struct {
+		name, reason string
+		queueArgs    amqp.Table // nil: no queue bound
+	}{
+		{"unroutable", "NO_ROUTE", nil},
+		{"nack", "nack for event", amqp.Table{"x-max-length": 0, "x-overflow": "reject-publish"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			databasetest.Each(t, func(t *testing.T, db *database.DB) {
+				exchange := rabbitmqtest.Name("posting-events")
+				if c.queueArgs == nil {
+					rabbitmqtest.DeleteAfter(t, url, exchange)
+				} else {
+					queue := rabbitmqtest.Name("full")
+					rabbitmqtest.DeleteAfter(t, url, exchange, queue)
+					ch := rabbitmqtest.Channel(t, url)
+					require.NoError(t, rabbitmq.DeclareExchange(ch, exchange))
+					_, err := ch.QueueDeclare(queue, true, false, false, false, c.queueArgs)
+					require.NoError(t, err)
+					require.NoError(t, ch.QueueBind(queue, "#", exchange, false, nil))
+				}
+				s := newSender(t, url, exchange)
+				const retries = 2
+				r, err := relay.New(outbox.NewStore(db), s, relay.Config{
+					InstanceID: "relay-rejected", Interval: 20 * time.Millisecond, BatchSize: 10,
+					MaxRetries: relay.Retries(retries), RetryBase: 10 * time.Millisecond, RetryMax: 20 * time.Millisecond,
+					Logger: slog.New(slog.DiscardHandler),
+				})
+				require.NoError(t, err)
+				rows := relaytest.Seed(t, db.DB, 1, 1, time.Now().Add(-time.Second))
 
-		ctx := context.Background()
-		var total relay.Result
-		require.Eventually(t, func() bool {
-			res, err := r.RunOnce(ctx)
-			require.NoError(t, err)
-			require.False(t, res.Unavailable, "a return is a rejection, not an outage")
-			total.Claimed += res.Claimed
-			total.Retried += res.Retried
-			total.Failed += res.Failed
-			return relaytest.CountByStatus(t, db.DB)[outbox.StatusFail] == 1
-		}, time.Minute, 20*time.Millisecond)
-		require.Equal(t, 1+retries, total.Claimed, "1 + retries attempts")
-		require.Equal(t, retries, total.Retried)
-		require.Equal(t, 1, total.Failed)
-		var got outbox.Message
-		require.NoError(t, db.DB.First(&got, rows[0].ID).Error)
-		require.Equal(t, outbox.StatusFail, got.Status)
-		require.NotNil(t, got.LastError)
-		require.Contains(t, *got.LastError, "NO_ROUTE")
-	})
+				ctx := context.Background()
+				var total relay.Result
+				require.Eventually(t, func() bool {
+					res, err := r.RunOnce(ctx)
+					require.NoError(t, err)
+					require.False(t, res.Unavailable, "a rejection is not an outage")
+					total.Claimed += res.Claimed
+					total.Retried += res.Retried
+					total.Failed += res.Failed
+					return relaytest.CountByStatus(t, db.DB)[outbox.StatusFail] == 1
+				}, time.Minute, 20*time.Millisecond)
+				require.Equal(t, 1+retries, total.Claimed, "1 + retries attempts")
+				require.Equal(t, retries, total.Retried)
+				require.Equal(t, 1, total.Failed)
+				var got outbox.Message
+				require.NoError(t, db.DB.First(&got, rows[0].ID).Error)
+				require.Equal(t, outbox.StatusFail, got.Status)
+				require.NotNil(t, got.LastError)
+				require.Contains(t, *got.LastError, c.reason)
+			})
+		})
+	}
 }
 
 // observer collects what must not happen in a healthy run.
