@@ -86,6 +86,19 @@ type PartitionHandler interface {
 	Revoked(topic string, partitions []int32)
 }
 
+// Adopter is a PartitionHandler that can take over the work kept under
+// other partitions. A consumer whose broker has one partition and one active
+// consumer at a time (a RabbitMQ queue with single active consumer) owns
+// everything once it is active, including what a consumer of another broker
+// left under partitions that no longer exist (a deployment moved from Kafka
+// to RabbitMQ); it calls Adopt before Assigned.
+type Adopter interface {
+	PartitionHandler
+	// Adopt moves the work kept under any partition but partition to it and
+	// returns how much it moved.
+	Adopt(ctx context.Context, partition int32) (int64, error)
+}
+
 // Decode checks a message against the contract (package event) and returns
 // its event: the headers event-id (a UUID) and event-type, a JSON object
 // value whose eventId, eventType, postId and occurredAt agree with them, a

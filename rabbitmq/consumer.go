@@ -134,8 +134,9 @@ func (cfg ConsumerConfig) Validate() error {
 // message is acknowledged only after the handler returned nil (its
 // database transaction committed); a malformed one is logged, counted and
 // rejected without requeue, which dead-letters it to "<queue>.dead". When
-// it becomes the active consumer it tells a PartitionHandler that
-// Partition is assigned, and revoked when it stops being it.
+// it becomes the active consumer it has an inbox.Adopter adopt the work of
+// other partitions (a Kafka deployment's), then tells a PartitionHandler
+// that Partition is assigned, and revoked when it stops being it.
 type Consumer struct {
 	startstop.BaseStartStop
 
@@ -297,6 +298,15 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 			if !active {
 				active = true
 				c.log.Info("became the active consumer", "partition", Partition)
+				if a, ok := c.handler.(inbox.Adopter); ok {
+					n, err := a.Adopt(ctx, Partition)
+					if err != nil {
+						return fmt.Errorf("adopt: %w", err)
+					}
+					if n > 0 {
+						c.log.Info("adopted pending work of other partitions", "partition", Partition, "adopted", n)
+					}
+				}
 				if ph, ok := c.handler.(inbox.PartitionHandler); ok {
 					if err := ph.Assigned(ctx, c.cfg.Queue, []int32{Partition}); err != nil {
 						return fmt.Errorf("assign: %w", err)

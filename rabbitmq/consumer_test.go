@@ -200,3 +200,35 @@ func TestMalformedMessageIsDeadLettered(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, 1, outcomes["malformed"])
 }
+
+// A deployment moved from Kafka to RabbitMQ: a publication the Kafka worker
+// recorded under partition 3 is still PENDING. The RabbitMQ worker adopts it
+// when it becomes the active consumer (partition 0 is the only one now) and
+// publishes its post at its time, once.
+func TestWorkerAdoptsPublicationsOfKafkaPartitions(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		exchange, queue := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+		rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+		p := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
+		now := database.Normalize(time.Now())
+		kafkaEra := worker.Publication{PostID: p.ID, EventID: reservationMessage(t, p).EventID, PartitionID: 3,
+			ScheduledAt: p.ScheduledAt, Status: worker.PublicationPending, CreatedAt: now, UpdatedAt: now}
+		require.NoError(t, db.DB.Create(&kafkaEra).Error)
+
+		pub := &recorder{}
+		startMember(t, db.DB, url, exchange, queue, pub)
+		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == 1 }, 30*time.Second, 20*time.Millisecond,
+			"the post of the Kafka-era publication is published")
+		var got worker.Publication
+		require.NoError(t, db.DB.First(&got, "post_id = ?", p.ID).Error)
+		require.Equal(t, worker.PublicationPublished, got.Status)
+		require.Equal(t, rabbitmq.Partition, got.PartitionID)
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		require.Equal(t, map[int64]int{p.ID: 1}, pub.calls)
+		require.Empty(t, pub.early)
+	})
+}

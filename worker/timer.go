@@ -6,8 +6,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/internal/backoff"
 )
+
+var _ inbox.Adopter = (*Worker)(nil)
 
 // timer is one armed publication.
 type timer struct {
@@ -35,6 +38,22 @@ func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) err
 		w.log.Info("pending publications re-armed", "partitions", partitions, "pending", n)
 	}
 	return nil
+}
+
+// Adopt records every PENDING publication of another partition under
+// partition, so that the sweep and the next Assigned of partition arm it.
+// The RabbitMQ consumer calls it when this worker becomes its queue's one
+// active consumer: publications written under Kafka partitions before a
+// deployment moved to RabbitMQ would otherwise wait for partitions that no
+// consumer is assigned any more.
+func (w *Worker) Adopt(ctx context.Context, partition int32) (int64, error) {
+	res := w.db.WithContext(ctx).Model(&Publication{}).
+		Where("status = ? AND partition_id <> ?", PublicationPending, partition).
+		Update("partition_id", partition)
+	if res.Error != nil {
+		return 0, fmt.Errorf("adopt pending publications: %w", res.Error)
+	}
+	return res.RowsAffected, nil
 }
 
 // armPending arms a timer for every PENDING publication of the partitions

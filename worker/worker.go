@@ -45,7 +45,8 @@ import (
 )
 
 // Worker handles posting-events (it is an inbox.PartitionHandler for
-// kafka.Consumer) and publishes posts at their time.
+// kafka.Consumer, and an inbox.Adopter for rabbitmq.Consumer) and
+// publishes posts at their time.
 type Worker struct {
 	db  *gorm.DB
 	cfg Config
