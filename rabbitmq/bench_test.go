@@ -21,17 +21,17 @@ import (
 // plain durable classic queue bound with "#" (another consumer's queue).
 var benchQueues = []string{"worker", "classic"}
 
-// benchQueue declares the queue kind on exchange, deleted after b, and
-// returns its name.
-func benchQueue(b *testing.B, url, exchange, kind string) string {
+// benchQueue declares an exchange and a queue of the kind bound to it,
+// deleted after b, and returns their names.
+func benchQueue(b *testing.B, url, kind string) (exchange, queue string) {
 	b.Helper()
 	if kind == "classic" {
-		return rabbitmqtest.BoundQueue(b, url, exchange)
+		exchange = rabbitmqtest.Name("posting-events")
+		return exchange, rabbitmqtest.BoundQueue(b, url, exchange)
 	}
-	queue := rabbitmqtest.Name("q")
-	rabbitmqtest.DeleteAfter(b, url, exchange, queue, rabbitmq.DeadQueue(queue))
+	exchange, queue = workerNames(b, url)
 	require.NoError(b, rabbitmq.Declare(rabbitmqtest.Channel(b, url), exchange, queue))
-	return queue
+	return exchange, queue
 }
 
 // BenchmarkRelayToRabbitMQ moves 10,000 seeded events (2,000 posts x 5)
@@ -52,8 +52,7 @@ func BenchmarkRelayToRabbitMQ(b *testing.B) {
 				for _, mode := range []string{"pump", "pump-1ch", "sequential"} {
 					b.Run(fmt.Sprintf("%s/batch=%d/queue=%s/%s", dialect, batch, kind, mode), func(b *testing.B) {
 						db := databasetest.New(b, dialect)
-						exchange := rabbitmqtest.Name("posting-events")
-						queue := benchQueue(b, url, exchange, kind)
+						exchange, queue := benchQueue(b, url, kind)
 						ch := rabbitmqtest.Channel(b, url)
 						sender := newSender(b, url, exchange)
 						if mode == "pump-1ch" {
@@ -102,8 +101,7 @@ func BenchmarkSend(b *testing.B) {
 	for _, kind := range benchQueues {
 		for _, channels := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("queue=%s/channels=%d", kind, channels), func(b *testing.B) {
-				exchange := rabbitmqtest.Name("posting-events")
-				queue := benchQueue(b, url, exchange, kind)
+				exchange, queue := benchQueue(b, url, kind)
 				ch := rabbitmqtest.Channel(b, url)
 				s := senderWith(b, url, exchange, channels)
 				var total time.Duration

@@ -59,6 +59,15 @@ func reservationMessage(t *testing.T, p *reservation.Post) outbox.Message {
 	return *m
 }
 
+// workerNames returns fresh names for an exchange and a worker's queue,
+// deleted after t with the queue's dead-letter queue.
+func workerNames(t testing.TB, url string) (exchange, queue string) {
+	t.Helper()
+	exchange, queue = rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+	rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+	return exchange, queue
+}
+
 // member is one worker process: its worker and its consumer, connected
 // through a proxy that the test can cut.
 type member struct {
@@ -98,8 +107,7 @@ func TestSecondWorkerTakesOverWhenTheActiveOneDies(t *testing.T) {
 	url := rabbitmqtest.URL(t)
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
-		exchange, queue := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
-		rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+		exchange, queue := workerNames(t, url)
 		pub := &recorder{}
 		members := []*member{startMember(t, db.DB, url, exchange, queue, pub), startMember(t, db.DB, url, exchange, queue, pub)}
 		sender := newSender(t, url, exchange)
@@ -172,8 +180,7 @@ func TestMalformedMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
 	db := databasetest.NewSQLite(t)
-	exchange, queue := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
-	rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+	exchange, queue := workerNames(t, url)
 	var mu sync.Mutex
 	outcomes := map[string]int{}
 	w, err := worker.New(db.DB, worker.Config{Consumer: queue, Publisher: &recorder{}, Logger: slog.New(slog.DiscardHandler)})
@@ -210,8 +217,7 @@ func TestWorkerAdoptsPublicationsOfKafkaPartitions(t *testing.T) {
 	url := rabbitmqtest.URL(t)
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
-		exchange, queue := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
-		rabbitmqtest.DeleteAfter(t, url, exchange, queue, rabbitmq.DeadQueue(queue))
+		exchange, queue := workerNames(t, url)
 		p := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
 		now := database.Normalize(time.Now())
 		kafkaEra := worker.Publication{PostID: p.ID, EventID: reservationMessage(t, p).EventID, PartitionID: 3,
