@@ -134,18 +134,23 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	stop := context.AfterFunc(ctx, func() { _ = sock.Close() })
 	defer stop()
 	parts := spread(msgs, len(lanes))
+	failed := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, idx := range parts {
 		if len(idx) == 0 {
 			continue
 		}
-		wg.Go(func() {
-			if err := s.sendLane(ctx, lanes[i], msgs, idx, errs); err != nil {
-				s.disconnect(conn, err)
-			}
-		})
+		wg.Go(func() { failed[i] = s.sendLane(ctx, lanes[i], msgs, idx, errs) })
 	}
 	wg.Wait()
+	// A failed lane drops the connection, but only once every lane is done:
+	// a channel exception (a 403 or 404 on one routing key) closes that
+	// channel alone, and dropping the connection at once would throw away
+	// the other lanes' confirms too (unavailable, sent again). A lost
+	// connection ends every lane by itself; the deadline closes the socket.
+	if err := errors.Join(failed...); err != nil {
+		s.disconnect(conn, err)
+	}
 	return errs
 }
 
