@@ -1,12 +1,18 @@
 package rabbitmq_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"hash/fnv"
+	"io"
+	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -380,4 +386,103 @@ func TestMemoryAlarmDuringMultiLaneSend(t *testing.T) {
 		}
 		return true
 	}, 30*time.Second, 100*time.Millisecond)
+}
+
+// handshakeProxy forwards the broker's bytes freely, and the client's only
+// as long as they are frames of channel 0 (the connection's handshake and
+// heartbeats): from the first frame on a channel it holds everything. The
+// connection opens, then channel.open gets no answer, as from a broker or
+// path that stops taking the client's data right after the handshake.
+func startHandshakeProxy(t *testing.T, amqpURL string) string {
+	t.Helper()
+	u, err := neturl.Parse(amqpURL)
+	require.NoError(t, err)
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	u.Host = ln.Addr().String()
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, b)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(c, b); _ = c.Close() }()
+			go func() {
+				r := bufio.NewReader(c)
+				head := make([]byte, 8) // "AMQP" 0 0 9 1
+				if _, err := io.ReadFull(r, head); err != nil {
+					return
+				}
+				if _, err := b.Write(head); err != nil {
+					return
+				}
+				for {
+					hdr := make([]byte, 7) // type, channel, size
+					if _, err := io.ReadFull(r, hdr); err != nil {
+						return
+					}
+					if binary.BigEndian.Uint16(hdr[1:3]) != 0 {
+						_, _ = io.Copy(io.Discard, r) // held: never reaches the broker
+						return
+					}
+					rest := make([]byte, binary.BigEndian.Uint32(hdr[3:7])+1) // payload, frame end
+					if _, err := io.ReadFull(r, rest); err != nil {
+						return
+					}
+					if _, err := b.Write(append(hdr, rest...)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return u.String()
+}
+
+// Opening the lanes is part of Send and bounded by SendTimeout like the
+// rest: when channel.open gets no answer after the handshake, Send
+// reports every message unavailable at the deadline instead of waiting
+// for the heartbeat, and a Ping stuck the same way does not hold the next
+// Send past its deadline either.
+func TestSendIsBoundedWhenOpeningTheLanesHangs(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	proxied := startHandshakeProxy(t, url)
+	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: proxied, Exchange: rabbitmqtest.Name("posting-events"), Channels: 4,
+		SendTimeout: 2 * time.Second, DialTimeout: time.Second, ProbeTimeout: 500 * time.Millisecond, Heartbeat: time.Minute,
+		ReconnectBase: time.Millisecond, ReconnectMax: 2 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	for i, err := range sendWithin(t, s, onePerPost(t, 10)) {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
+	}
+	// A Ping that dials (past the reconnect pause) and gets no answer.
+	require.Eventually(t, func() bool {
+		err := s.Ping(context.Background())
+		require.ErrorIs(t, err, relay.ErrUnavailable)
+		return strings.Contains(err.Error(), "did not answer")
+	}, 10*time.Second, time.Millisecond)
+	for i, err := range sendWithin(t, s, onePerPost(t, 10)) {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
+	}
 }
