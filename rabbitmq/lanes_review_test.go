@@ -117,23 +117,32 @@ func rabbitmqctl(t *testing.T, args ...string) {
 
 // A channel exception on one lane only: the broker refuses one post's
 // routing key (a topic permission), which closes that lane's channel with
-// 403 in the middle of its part of the batch while the other lane
-// publishes. The other lane's messages are all confirmed, nothing is
-// reported confirmed that is not on the queue, nothing rejected, the
-// refused message is unavailable; once the key is allowed again the next
-// Send reconnects and delivers the rest.
+// 403 at the end of its part of the batch (20 messages: the refused one,
+// written last, waits for a confirm the closed channel never gives) while
+// the other lane publishes 1,000. The other lane's
+// messages are all confirmed, nothing is reported confirmed that is not on
+// the queue, nothing rejected, the refused message is unavailable; once
+// the key is allowed again the next Send reconnects and delivers the rest.
 func TestChannelExceptionOnOneLaneKeepsOutcomesHonest(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
 	exchange := rabbitmqtest.Name("posting-events")
 	queue := rabbitmqtest.BoundQueue(t, url, exchange)
-	const n, lanes = 2000, 2
-	msgs := onePerPost(t, n)
-	refused := int64(0)
-	for p := int64(n / 2); refused == 0; p++ {
-		if laneOf(p, lanes) == 1 {
-			refused = p
+	const lanes = 2
+	var msgs []outbox.Message
+	var refused, refusedAt = int64(0), 0
+	for p, on := int64(1), [lanes]int{}; on[0] < 1000 || on[1] < 20; p++ {
+		l := laneOf(p, lanes)
+		if on[l] == []int{1000, 20}[l] {
+			continue
 		}
+		on[l]++
+		if l == 1 && on[l] == 20 {
+			refused, refusedAt = p, len(msgs)
+		}
+		m := reservationLike(t, p)
+		m.ID = int64(len(msgs) + 1)
+		msgs = append(msgs, m)
 	}
 	rabbitmqctl(t, "set_topic_permissions", "-p", "/", "guest", exchange, "^(?!"+strconv.FormatInt(refused, 10)+"$).*", ".*")
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "clear_topic_permissions", "-p", "/", "guest", exchange).Run() })
@@ -142,7 +151,7 @@ func TestChannelExceptionOnOneLaneKeepsOutcomesHonest(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 
 	errs := sendWithin(t, s, msgs)
-	require.ErrorIs(t, errs[refused-1], relay.ErrUnavailable)
+	require.ErrorIs(t, errs[refusedAt], relay.ErrUnavailable)
 	// The exception closed lane 1's channel only: lane 0 carries on, and
 	// its messages are not lost with lane 1's (to be sent again).
 	confirmed := 0
@@ -313,7 +322,8 @@ func TestNacksAndReturnsOnSeveralLanes(t *testing.T) {
 
 // Close, Ping and a second Send while a batch is on four lanes: nothing
 // hangs or races, the first batch's outcomes stay honest, the second Send
-// waits for the first, and after Close every message is unavailable.
+// (which waits for the first, and Close with it) reports every message
+// unavailable, as does any Send after Close.
 func TestCloseAndPingDuringMultiLaneSend(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
@@ -334,6 +344,9 @@ func TestCloseAndPingDuringMultiLaneSend(t *testing.T) {
 	require.NoError(t, s.Ping(context.Background()), "a send runs on an open connection")
 	require.NoError(t, s.Close())
 	wg.Wait()
+	for i, err := range errs2 {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "second send %d: Close came before its turn", i)
+	}
 	errs := append(errs1, errs2...)
 	seen := queued(t, url, queue, 0)
 	requireHonest(t, all, errs, seen)
@@ -484,5 +497,29 @@ func TestSendIsBoundedWhenOpeningTheLanesHangs(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 	for i, err := range sendWithin(t, s, onePerPost(t, 10)) {
 		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
+	}
+}
+
+// Two Sends at once over four lanes: the second waits for the first, and
+// every message of both is confirmed and on the queue once.
+func TestTwoSendsAtOnceOverFourLanes(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	exchange := rabbitmqtest.Name("posting-events")
+	queue := rabbitmqtest.BoundQueue(t, url, exchange)
+	s := senderWith(t, url, exchange, 4)
+	all := onePerPost(t, 4000)
+	var wg sync.WaitGroup
+	var errs1, errs2 []error
+	wg.Go(func() { errs1 = sendWithin(t, s, all[:2000]) })
+	wg.Go(func() { errs2 = sendWithin(t, s, all[2000:]) })
+	wg.Wait()
+	for i, err := range append(errs1, errs2...) {
+		require.NoError(t, err, "message %d", i)
+	}
+	seen := queued(t, url, queue, len(all))
+	require.Len(t, seen, len(all))
+	for id, c := range seen {
+		require.Equal(t, 1, c, "event %s", id)
 	}
 }
