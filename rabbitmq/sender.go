@@ -121,7 +121,7 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	case <-ctx.Done():
 		return fill(errs, fmt.Errorf("%w: an earlier send still runs: %w", relay.ErrUnavailable, ctx.Err()))
 	}
-	conn, lanes, sock, err := s.channel()
+	conn, lanes, sock, err := s.channel(ctx)
 	if err != nil {
 		return fill(errs, err)
 	}
@@ -134,18 +134,23 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	stop := context.AfterFunc(ctx, func() { _ = sock.Close() })
 	defer stop()
 	parts := spread(msgs, len(lanes))
+	failed := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, idx := range parts {
 		if len(idx) == 0 {
 			continue
 		}
-		wg.Go(func() {
-			if err := s.sendLane(ctx, lanes[i], msgs, idx, errs); err != nil {
-				s.disconnect(conn, err)
-			}
-		})
+		wg.Go(func() { failed[i] = s.sendLane(ctx, lanes[i], msgs, idx, errs) })
 	}
 	wg.Wait()
+	// A failed lane drops the connection, but only once every lane is done:
+	// a channel exception (a 403 or 404 on one routing key) closes that
+	// channel alone, and dropping the connection at once would throw away
+	// the other lanes' confirms too (unavailable, sent again). A lost
+	// connection ends every lane by itself; the deadline closes the socket.
+	if err := errors.Join(failed...); err != nil {
+		s.disconnect(conn, err)
+	}
 	return errs
 }
 
@@ -280,8 +285,8 @@ func publishing(m outbox.Message, now time.Time) amqp.Publishing {
 
 // channel returns the open connection and its confirm channels, or opens
 // them (connection, channels in confirm mode, the exchange's declaration,
-// the return listeners).
-func (s *Sender) channel() (*amqp.Connection, []lane, net.Conn, error) {
+// the return listeners) before ctx ends.
+func (s *Sender) channel(ctx context.Context) (*amqp.Connection, []lane, net.Conn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -294,7 +299,7 @@ func (s *Sender) channel() (*amqp.Connection, []lane, net.Conn, error) {
 	if wait := time.Until(s.nextDial); wait > 0 {
 		return nil, nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s", relay.ErrUnavailable, wait.Round(time.Millisecond))
 	}
-	conn, sock, lanes, err := s.open()
+	conn, sock, lanes, err := s.open(ctx)
 	if err != nil {
 		s.nextDial = time.Now().Add(s.redial.Next())
 		return nil, nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, redact(s.cfg.URL), err)
@@ -321,12 +326,19 @@ func (s *Sender) openLocked() bool {
 	return len(s.lanes) > 0
 }
 
-func (s *Sender) open() (*amqp.Connection, net.Conn, []lane, error) {
+// open dials (within DialTimeout) and opens the lanes before ctx ends: the
+// channel RPCs have no timeout of their own, and a broker that stops
+// reading after the handshake would hold them, with s.mu, until the
+// heartbeat gives up, minutes later. At ctx's end the socket is closed
+// under them.
+func (s *Sender) open(ctx context.Context) (*amqp.Connection, net.Conn, []lane, error) {
 	var sock net.Conn
 	conn, err := dialConfig(s.cfg.URL, s.cfg.DialTimeout, s.cfg.Heartbeat, func(c net.Conn) { sock = c })
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	stop := context.AfterFunc(ctx, func() { _ = sock.Close() })
+	defer stop()
 	lanes := make([]lane, s.cfg.Channels)
 	for i := range lanes {
 		ch, err := conn.Channel()
@@ -410,9 +422,13 @@ func (s *Sender) Ping(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: rabbitmq connection not open", relay.ErrUnavailable)
 	}
+	// The probe's connection attempt ends with Ping: it must not keep s.mu
+	// for the next Send.
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, _, _, err := s.channel()
+		_, _, _, err := s.channel(pctx)
 		done <- err
 	}()
 	t := time.NewTimer(s.cfg.ProbeTimeout)
