@@ -14,6 +14,9 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/reservation"
@@ -296,6 +299,49 @@ func TestAdoptionRacesARetriedPublication(t *testing.T) {
 		require.Equal(t, worker.PublicationPublished, pub.Status)
 		require.True(t, pub.PublishedAt.Equal(*got.PublishedAt))
 		require.EqualValues(t, 1, settled.published.Load())
+	})
+}
+
+// The operator starts the RabbitMQ worker first and lets the Kafka worker
+// drain its topic before stopping it (no downtime). The Kafka worker
+// handles one more reservation after the adoption: its publication is
+// recorded under partition 3, and the Kafka worker is then stopped. The
+// RabbitMQ worker must still publish that post.
+func TestPublicationRecordedUnderKafkaAfterAdoptionIsPublished(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		exchange, queue := workerNames(t, url)
+		rabbitPub, kafkaPub := &recorder{}, &recorder{}
+		settled := &settledCounter{}
+		m := startAdopter(t, db.DB, url, exchange, queue, rabbitPub, settled)
+		// The RabbitMQ worker is the active consumer (it adopted nothing).
+		probe := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		for _, err := range newSender(t, url, exchange).Send(context.Background(), []outbox.Message{reservationMessage(t, probe)}) {
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool { return m.w.Pending() == 1 }, 30*time.Second, 10*time.Millisecond)
+
+		kw := kafkaWorker(t, db.DB, kafkaPub, settled, 3)
+		p := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		msg := reservationMessage(t, p)
+		ev, err := inbox.Decode([]byte(event.Key(p.ID)),
+			map[string]string{event.HeaderEventID: msg.EventID, event.HeaderEventType: msg.EventType}, []byte(msg.Payload))
+		require.NoError(t, err)
+		ev.Topic, ev.Partition, ev.Offset = "posting-events", 3, 41
+		require.NoError(t, kw.Handle(context.Background(), ev))
+		require.Equal(t, 1, kw.Pending())
+		kw.Revoked("posting-events", []int32{3})
+		kw.Stop()
+
+		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == 1 }, 30*time.Second, 20*time.Millisecond,
+			"the post the Kafka worker scheduled last is published")
+		requirePublishedOnce(t, db.DB, []*reservation.Post{p})
+		rabbitPub.mu.Lock()
+		defer rabbitPub.mu.Unlock()
+		require.Equal(t, map[int64]int{p.ID: 1}, rabbitPub.calls)
+		require.Empty(t, rabbitPub.early)
 	})
 }
 

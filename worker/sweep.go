@@ -41,10 +41,25 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 // that has no timer, and returns how many it armed. Timers are armed when an
 // event is handled or a partition assigned; a row set back to PENDING in the
 // database by an operator (a retry of a FAILED publication) has neither, and
-// the sweep is what finds it.
+// the sweep is what finds it. A worker that adopted (see Adopt) adopts again
+// first while it owns the partition it adopted to.
 func (w *Worker) Sweep(ctx context.Context) (int, error) {
 	w.mu.Lock()
 	partitions := slices.Sorted(maps.Keys(w.owned))
+	_, owned := w.owned[w.adoptTo]
+	adopt, to := w.adopting && owned, w.adoptTo
 	w.mu.Unlock()
+	if adopt {
+		// A Kafka worker that was not stopped before the switch to
+		// RabbitMQ may have recorded publications under its partitions
+		// since: once it stops, nobody else would arm them.
+		n, err := w.adopt(ctx, to)
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			w.log.Info("adopted pending work of other partitions", "partition", to, "adopted", n)
+		}
+	}
 	return w.armPending(ctx, partitions)
 }

@@ -41,12 +41,21 @@ func (w *Worker) Assigned(ctx context.Context, _ string, partitions []int32) err
 }
 
 // Adopt records every PENDING publication of another partition under
-// partition, so that the sweep and the next Assigned of partition arm it.
+// partition, so that the sweep and the next Assigned of partition arm it;
+// while the worker owns partition, every sweep adopts again first.
 // The RabbitMQ consumer calls it when this worker becomes its queue's one
 // active consumer: publications written under Kafka partitions before a
 // deployment moved to RabbitMQ would otherwise wait for partitions that no
 // consumer is assigned any more.
 func (w *Worker) Adopt(ctx context.Context, partition int32) (int64, error) {
+	w.mu.Lock()
+	w.adoptTo, w.adopting = partition, true
+	w.mu.Unlock()
+	return w.adopt(ctx, partition)
+}
+
+// adopt is Adopt's statement.
+func (w *Worker) adopt(ctx context.Context, partition int32) (int64, error) {
 	res := w.db.WithContext(ctx).Model(&Publication{}).
 		Where("status = ? AND partition_id <> ?", PublicationPending, partition).
 		Update("partition_id", partition)

@@ -66,10 +66,15 @@ type Worker struct {
 	// worker whose clock runs behind does not publish late by its lag.
 	skew atomic.Int64
 
-	mu      sync.Mutex
-	armed   map[int64]*timer   // by post id
-	owned   map[int32]struct{} // partitions assigned and not revoked
-	stopped bool
+	mu    sync.Mutex
+	armed map[int64]*timer   // by post id
+	owned map[int32]struct{} // partitions assigned and not revoked
+	// adoptTo is the partition Adopt last moved work to (adopting says
+	// whether it was called): while the worker owns it, the sweep adopts
+	// again what a Kafka worker still running recorded since.
+	adoptTo  int32
+	adopting bool
+	stopped  bool
 	// sweep is the sweep loop's lifecycle, started at the first assignment.
 	sweep startstop.BaseStartStop
 }
