@@ -59,18 +59,8 @@ func kafkaWorker(t *testing.T, db *gorm.DB, pub worker.Publisher, settled *settl
 // startAdopter is startMember with a short sweep and a settled counter.
 func startAdopter(t *testing.T, db *gorm.DB, url, exchange, queue string, pub worker.Publisher, settled *settledCounter) *member {
 	t.Helper()
-	w, err := worker.New(db, worker.Config{Consumer: queue, Publisher: pub, Logger: slog.New(slog.DiscardHandler),
-		RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, SweepInterval: 200 * time.Millisecond,
-		ObserveSettled: settled.observe})
-	require.NoError(t, err)
-	proxy := rabbitmqtest.StartProxy(t, url)
-	c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: proxy.URL, Exchange: exchange, Queue: queue,
-		ProbeInterval: 100 * time.Millisecond, ReconnectMax: time.Second}, w, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	require.NoError(t, c.Start(context.Background()))
-	t.Cleanup(func() { c.Stop(); w.Stop() })
-	require.Eventually(t, func() bool { return c.Ping(context.Background()) == nil }, 30*time.Second, 10*time.Millisecond)
-	return &member{w: w, c: c, proxy: proxy}
+	return startMemberWith(t, db, url, exchange, queue, worker.Config{Publisher: pub,
+		SweepInterval: 200 * time.Millisecond, ObserveSettled: settled.observe})
 }
 
 // requirePublishedOnce checks that every post of posts is PUBLISHED, not

@@ -78,8 +78,21 @@ type member struct {
 
 func startMember(t *testing.T, db *gorm.DB, url, exchange, queue string, pub worker.Publisher) *member {
 	t.Helper()
-	w, err := worker.New(db, worker.Config{Consumer: queue, Publisher: pub, Logger: slog.New(slog.DiscardHandler),
-		RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	return startMemberWith(t, db, url, exchange, queue, worker.Config{Publisher: pub})
+}
+
+// startMemberWith is startMember with cfg for the worker; its Consumer is
+// queue, and an unset Logger, RetryBase or RetryMax is quiet, 50 ms, 200 ms.
+func startMemberWith(t *testing.T, db *gorm.DB, url, exchange, queue string, cfg worker.Config) *member {
+	t.Helper()
+	cfg.Consumer = queue
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase, cfg.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+	}
+	w, err := worker.New(db, cfg)
 	require.NoError(t, err)
 	proxy := rabbitmqtest.StartProxy(t, url)
 	c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: proxy.URL, Exchange: exchange, Queue: queue,

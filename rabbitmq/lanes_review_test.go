@@ -122,6 +122,22 @@ func needRabbitmqctl(t *testing.T) {
 	}
 }
 
+// requireResent sends again what was not confirmed, requires every resend
+// confirmed, and every message of msgs on queue at least once, counting
+// seen (what was on the queue before).
+func requireResent(t *testing.T, s *rabbitmq.Sender, url, queue string, msgs, again []outbox.Message, seen map[string]int) {
+	t.Helper()
+	for i, err := range sendWithin(t, s, again) {
+		require.NoError(t, err, "resend %d", i)
+	}
+	for id, c := range queued(t, url, queue, len(again)) {
+		seen[id] += c
+	}
+	for i, m := range msgs {
+		require.Positive(t, seen[m.EventID], "message %d never delivered", i)
+	}
+}
+
 func rabbitmqctl(t *testing.T, args ...string) {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
@@ -183,16 +199,7 @@ func TestChannelExceptionOnOneLaneKeepsOutcomesHonest(t *testing.T) {
 	again := requireHonest(t, msgs, errs, seen)
 
 	rabbitmqctl(t, "clear_topic_permissions", "-p", "/", "guest", exchange)
-	errs = sendWithin(t, s, again)
-	for i, err := range errs {
-		require.NoError(t, err, "resend %d", i)
-	}
-	for id, c := range queued(t, url, queue, len(again)) {
-		seen[id] += c
-	}
-	for i, m := range msgs {
-		require.Positive(t, seen[m.EventID], "message %d never delivered", i)
-	}
+	requireResent(t, s, url, queue, msgs, again, seen)
 }
 
 // The exchange is deleted while a batch is on its way over four lanes:
@@ -269,16 +276,7 @@ func TestCutMidBatchOverFourLanes(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.Ping(context.Background()) == nil
 	}, 30*time.Second, 20*time.Millisecond)
-	errs = sendWithin(t, s, again)
-	for i, err := range errs {
-		require.NoError(t, err, "resend %d", i)
-	}
-	for id, c := range queued(t, url, queue, len(again)) {
-		seen[id] += c
-	}
-	for i, m := range msgs {
-		require.Positive(t, seen[m.EventID], "message %d never delivered", i)
-	}
+	requireResent(t, s, url, queue, msgs, again, seen)
 }
 
 // Nacks and returns on several lanes in one batch: posts bound to a
