@@ -142,10 +142,19 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 			for eid, n := range seen {
 				require.Equal(t, 1, n, "event %s sent %d times", eid, n)
 			}
+			// The relays shared the work, though not necessarily all four:
+			// a pipelined relay holds two batches in flight, so two relays
+			// can hold every post's head (2,000 posts, batches of 500),
+			// and a relay that starts a moment later may find nothing to
+			// claim until the end.
+			took := 0
 			for i := range claimed {
-				require.Positive(t, claimed[i].Load(), "relay-%d claimed nothing", i)
+				if claimed[i].Load() > 0 {
+					took++
+				}
 				t.Logf("relay-%d claimed %d", i, claimed[i].Load())
 			}
+			require.GreaterOrEqual(t, took, 2, "relays that claimed anything")
 		})
 	}
 }
