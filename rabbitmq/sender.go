@@ -103,11 +103,11 @@ func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout }
 // Send publishes msgs and awaits their confirms together, spread over the
 // channels by routing key: the messages of one post go out in the order of
 // msgs (the relay never hands it two of one post anyway), those of
-// different posts at the same time. It returns one error per message: nil when confirmed; an error wrapping
-// ErrRejected on a nack or a return; an error wrapping relay.ErrUnavailable
-// when the connection or channel was lost, the broker could not be reached
-// or SendTimeout passed (then some may have been delivered, which the
-// consumer's event-id dedup absorbs).
+// different posts at the same time. It returns one error per message: nil
+// when confirmed; an error wrapping ErrRejected on a nack or a return; an
+// error wrapping relay.ErrUnavailable when the connection or channel was
+// lost, the broker could not be reached or SendTimeout passed (then some
+// may have been delivered, which the consumer's event-id dedup absorbs).
 func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -158,15 +158,8 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 // keeping their order: two messages of one post share a lane, in order.
 func spread(msgs []outbox.Message, n int) [][]int {
 	parts := make([][]int, n)
-	if n == 1 {
-		parts[0] = make([]int, len(msgs))
-		for i := range msgs {
-			parts[0][i] = i
-		}
-		return parts
-	}
 	for i := range parts {
-		parts[i] = make([]int, 0, 2*len(msgs)/n)
+		parts[i] = make([]int, 0, (2*len(msgs)+n-1)/n)
 	}
 	for i, m := range msgs {
 		k := fnv32a(m.Key()) % uint32(n)
@@ -431,14 +424,13 @@ func (s *Sender) Ping(ctx context.Context) error {
 		_, _, _, err := s.channel(pctx)
 		done <- err
 	}()
-	t := time.NewTimer(s.cfg.ProbeTimeout)
-	defer t.Stop()
 	select {
 	case err := <-done:
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", relay.ErrUnavailable, ctx.Err())
-	case <-t.C:
+	case <-pctx.Done():
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", relay.ErrUnavailable, err)
+		}
 		return fmt.Errorf("%w: rabbitmq did not answer within %s", relay.ErrUnavailable, s.cfg.ProbeTimeout)
 	}
 }
