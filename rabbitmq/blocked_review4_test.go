@@ -3,9 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -24,55 +22,22 @@ import (
 // under a memory or disk alarm does to a publishing connection
 // (connection.blocked), without touching the shared broker's alarms.
 type stallProxy struct {
-	URL string
+	*rabbitmqtest.Proxy
 
-	mu    sync.Mutex
-	flow  chan struct{} // closed while the client's bytes flow
-	conns []net.Conn
+	mu   sync.Mutex
+	flow chan struct{} // closed while the client's bytes flow
 }
 
 func startStallProxy(t *testing.T, amqpURL string) *stallProxy {
 	t.Helper()
-	u, err := url.Parse(amqpURL)
-	require.NoError(t, err)
-	target := u.Host
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	u.Host = ln.Addr().String()
-	p := &stallProxy{URL: u.String(), flow: make(chan struct{})}
+	p := &stallProxy{flow: make(chan struct{})}
 	close(p.flow)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, b)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(c, b); _ = c.Close() }()
-			go p.forward(c, b)
-		}
-	}()
-	t.Cleanup(func() {
-		p.resume()
-		_ = ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-	})
+	p.Proxy = rabbitmqtest.StartProxyWith(t, amqpURL, p.forward)
+	t.Cleanup(p.resume) // before the proxy's own cleanup: a stalled forward ends
 	return p
 }
 
 func (p *stallProxy) forward(c, b net.Conn) {
-	defer b.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		p.mu.Lock()

@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
-	neturl "net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -420,67 +419,37 @@ func TestMemoryAlarmDuringMultiLaneSend(t *testing.T) {
 // path that stops taking the client's data right after the handshake.
 func startHandshakeProxy(t *testing.T, amqpURL string) string {
 	t.Helper()
-	u, err := neturl.Parse(amqpURL)
-	require.NoError(t, err)
-	target := u.Host
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	u.Host = ln.Addr().String()
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, b)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(c, b); _ = c.Close() }()
-			go func() {
-				r := bufio.NewReader(c)
-				head := make([]byte, 8) // "AMQP" 0 0 9 1
-				if _, err := io.ReadFull(r, head); err != nil {
-					return
-				}
-				if _, err := b.Write(head); err != nil {
-					return
-				}
-				for {
-					hdr := make([]byte, 7) // type, channel, size
-					if _, err := io.ReadFull(r, hdr); err != nil {
-						return
-					}
-					if binary.BigEndian.Uint16(hdr[1:3]) != 0 {
-						_, _ = io.Copy(io.Discard, r) // held: never reaches the broker
-						return
-					}
-					rest := make([]byte, binary.BigEndian.Uint32(hdr[3:7])+1) // payload, frame end
-					if _, err := io.ReadFull(r, rest); err != nil {
-						return
-					}
-					if _, err := b.Write(append(hdr, rest...)); err != nil {
-						return
-					}
-				}
-			}()
+	return rabbitmqtest.StartProxyWith(t, amqpURL, holdAfterHandshake).URL
+}
+
+// holdAfterHandshake passes the client's frames of channel 0 to the broker
+// and holds everything from the first frame on another channel.
+func holdAfterHandshake(c, b net.Conn) {
+	r := bufio.NewReader(c)
+	head := make([]byte, 8) // "AMQP" 0 0 9 1
+	if _, err := io.ReadFull(r, head); err != nil {
+		return
+	}
+	if _, err := b.Write(head); err != nil {
+		return
+	}
+	for {
+		hdr := make([]byte, 7) // type, channel, size
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			return
 		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
+		if binary.BigEndian.Uint16(hdr[1:3]) != 0 {
+			_, _ = io.Copy(io.Discard, r) // held: never reaches the broker
+			return
 		}
-	})
-	return u.String()
+		rest := make([]byte, binary.BigEndian.Uint32(hdr[3:7])+1) // payload, frame end
+		if _, err := io.ReadFull(r, rest); err != nil {
+			return
+		}
+		if _, err := b.Write(append(hdr, rest...)); err != nil {
+			return
+		}
+	}
 }
 
 // Opening the lanes is part of Send and bounded by SendTimeout like the

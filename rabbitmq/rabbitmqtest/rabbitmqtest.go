@@ -168,6 +168,9 @@ type Proxy struct {
 	addr   string
 	target string
 
+	// upstream carries the client's bytes to the broker (StartProxyWith).
+	upstream func(client, broker net.Conn)
+
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[net.Conn]struct{}
@@ -178,11 +181,24 @@ type Proxy struct {
 // it stops after the test.
 func StartProxy(t testing.TB, amqpURL string) *Proxy {
 	t.Helper()
+	return StartProxyWith(t, amqpURL, nil)
+}
+
+// StartProxyWith is StartProxy whose connections carry the client's bytes
+// to the broker with upstream, which returns when it is done with them
+// (nil: copied as they come). The broker's bytes always flow back as they
+// come. A test passes an upstream that stalls or holds what the client
+// sends, to play a broker that stops reading.
+func StartProxyWith(t testing.TB, amqpURL string, upstream func(client, broker net.Conn)) *Proxy {
+	t.Helper()
 	u, err := url.Parse(amqpURL)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &Proxy{addr: ln.Addr().String(), target: u.Host, conns: map[net.Conn]struct{}{}}
+	if upstream == nil {
+		upstream = func(client, broker net.Conn) { _, _ = io.Copy(broker, client) }
+	}
+	p := &Proxy{addr: ln.Addr().String(), target: u.Host, upstream: upstream, conns: map[net.Conn]struct{}{}}
 	u.Host = p.addr
 	p.URL = u.String()
 	p.serve(ln)
@@ -225,7 +241,7 @@ func (p *Proxy) forward(c net.Conn) {
 	}
 	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 	p.mu.Unlock()
-	go func() { _, _ = io.Copy(up, c); _ = up.Close(); _ = c.Close() }()
+	go func() { p.upstream(c, up); _ = up.Close(); _ = c.Close() }()
 	go func() { _, _ = io.Copy(c, up); _ = up.Close(); _ = c.Close() }()
 }
 
