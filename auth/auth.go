@@ -262,6 +262,17 @@ type claims struct {
 	Scope scopeClaim `json:"scope"`
 }
 
+// UnmarshalJSON reads the claims set only if it passes checkClaims: the
+// standard library and golang-jwt read it leniently (invalid UTF-8 becomes
+// U+FFFD, a numeric date may be a string, a repeated name takes the last).
+func (c *claims) UnmarshalJSON(b []byte) error {
+	if err := checkClaims(b); err != nil {
+		return err
+	}
+	type plain claims // without this method
+	return json.Unmarshal(b, (*plain)(c))
+}
+
 // scopeClaim is the scope claim: a space-separated string (RFC 8693 4.2),
 // or, as some providers send it, an array of strings.
 type scopeClaim []string
@@ -322,6 +333,9 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 // reason says why golang-jwt refused a token, in words a client can act
 // on; the library's own text can carry header values.
 func reason(err error) string {
+	if ce := (*claimError)(nil); errors.As(err, &ce) {
+		return ce.reason
+	}
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "the bearer token is not a well-formed JWT"
