@@ -5,6 +5,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +130,32 @@ func FuzzVerifyClaims(f *testing.F) {
 		require.Equal(t, strings.TrimSpace(c.Subject), c.Subject)
 		require.Equal(t, jsontext.Kind('0'), strict.Exp.Kind(), "accepted an exp that is not a number: %s", strict.Exp)
 	})
+}
+
+// Over HTTP a strictly refused claims set is a 401 problem+json whose detail
+// is the reason, with the invalid_token challenge, and the handler never runs.
+func TestMiddlewareAnswersClaimRefusalsWithTheReason(t *testing.T) {
+	t.Parallel()
+	v := newVerifier(t, auth.Config{Secret: secret})
+	h := auth.Middleware(v, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the handler ran for a refused token")
+	}))
+	for payload, reason := range map[string]string{
+		`{"sub":"bob` + "\xff" + `","exp":1893557045}`: "the token's sub is not valid UTF-8",
+		`{"sub":"bob","exp":"1893557045"}`:             "the token's exp must be a JSON number",
+		`{"sub":"bob","exp":9223372036854775807}`:      "the token's exp is beyond any sane time",
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/api/v1/posts", nil)
+		req.Header.Set("Authorization", "Bearer "+signClaims([]byte(payload)))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusUnauthorized, rec.Code, payload)
+		require.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+		require.Equal(t, `Bearer error="invalid_token"`, rec.Header().Get("WWW-Authenticate"))
+		var problem struct {
+			Detail string `json:"detail"`
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &problem))
+		require.Contains(t, problem.Detail, reason, payload)
+	}
 }
