@@ -1,15 +1,20 @@
 # make test is what CI runs (.ci/run) and what the README tells a newcomer.
 GO ?= go
 
-.PHONY: test vet unit bench bench-micro build run mutants
+.PHONY: test vet unit fuzz bench bench-micro build run mutants
 
-test: vet unit
+test: vet unit fuzz
 
 vet:
 	$(GO) vet ./...
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Go fuzz targets, a few seconds each, starting from their seed corpora
+# (testdata/fuzz, which unit runs as plain tests).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzVerifyClaims$$' -fuzztime 5s ./auth/
 
 # Benchmarks print figures; they are not part of make test.
 # posting bench on a fresh SQLite file, then on a fresh MariaDB/MySQL database

@@ -20,6 +20,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
@@ -46,6 +47,12 @@ const (
 	DefaultJWKSTimeout        = 10 * time.Second
 )
 
+// MaxJWKSBytes bounds the JWKS answer read: a key set is a few kilobytes, and
+// a provider (or whoever answers in its place) sending more must not grow the
+// process's memory. A larger answer is refused and logged; the keys held
+// before stay in use.
+const MaxJWKSBytes = 1 << 20
+
 // HMACMethods are the algorithms a token verified with Config.Secret may
 // use; AsymmetricMethods those a token verified with a JWKS key may use.
 // "none" is in neither, and a token is checked against the key of its own
@@ -65,9 +72,11 @@ type Config struct {
 	// Secret verifies HS256 tokens; empty: none accepted. At least
 	// MinSecretLength (32) bytes.
 	Secret []byte
-	// JWKSURL is an identity provider's JWKS endpoint (http or https):
-	// RS*, PS*, ES* and EdDSA tokens are verified with the key named by
-	// their kid. Empty: none accepted.
+	// JWKSURL is an identity provider's JWKS endpoint: RS*, PS*, ES* and
+	// EdDSA tokens are verified with the key named by their kid. https, or
+	// http only to a loopback host (a local provider or a test): keys
+	// fetched in clear over a network could be swapped on the way. Empty:
+	// none accepted.
 	JWKSURL string
 	// Issuer, when set, is the required iss claim. Default "": not checked.
 	Issuer string
@@ -90,7 +99,8 @@ type Config struct {
 	// JWKSTimeout bounds one fetch of the key set. Default
 	// DefaultJWKSTimeout (10s).
 	JWKSTimeout time.Duration
-	// HTTPClient fetches the key set. Default http.DefaultClient.
+	// HTTPClient fetches the key set; its answers are read up to
+	// MaxJWKSBytes. Default http.DefaultClient.
 	HTTPClient *http.Client
 	// Logger receives failed key set fetches. Default slog.Default().
 	Logger *slog.Logger
@@ -135,7 +145,11 @@ func (c Config) Validate() error {
 	if c.JWKSURL != "" {
 		u, err := url.Parse(c.JWKSURL)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return config.Invalid(f+"JWKSURL", c.JWKSURL, "must be an http or https URL")
+			return config.Invalid(f+"JWKSURL", c.JWKSURL, "must be an https URL")
+		}
+		if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+			return config.Invalid(f+"JWKSURL", c.JWKSURL,
+				"must be https: http is accepted only for a loopback host (localhost, 127.0.0.0/8, ::1)")
 		}
 	}
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
@@ -206,7 +220,7 @@ func New(cfg Config) (*Verifier, error) {
 		noFail := true
 		log := cfg.Logger
 		kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.JWKSURL}, keyfunc.Override{
-			Client:                    cfg.HTTPClient,
+			Client:                    cappedClient(cfg.HTTPClient, MaxJWKSBytes),
 			HTTPTimeout:               cfg.JWKSTimeout,
 			NoErrorReturnFirstHTTPReq: &noFail,
 			RefreshInterval:           cfg.JWKSRefresh,
@@ -222,6 +236,14 @@ func New(cfg Config) (*Verifier, error) {
 				}
 			},
 		})
+		if err == nil {
+			// keyfunc's default accepts a key whatever its use; a key
+			// published for encryption (use "enc") must never verify a
+			// signature (RFC 7517 4.2), so only "sig" and unmarked keys are
+			// looked at.
+			kf, err = keyfunc.New(keyfunc.Options{Ctx: ctx, Storage: kf.Storage(),
+				UseWhitelist: []jwkset.USE{jwkset.UseSig, ""}})
+		}
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("jwks %s: %w", cfg.JWKSURL, err)
@@ -238,6 +260,17 @@ func (v *Verifier) Close() { v.cancel() }
 type claims struct {
 	jwt.RegisteredClaims
 	Scope scopeClaim `json:"scope"`
+}
+
+// UnmarshalJSON reads the claims set only if it passes checkClaims: the
+// standard library and golang-jwt read it leniently (invalid UTF-8 becomes
+// U+FFFD, a numeric date may be a string, a repeated name takes the last).
+func (c *claims) UnmarshalJSON(b []byte) error {
+	if err := checkClaims(b); err != nil {
+		return err
+	}
+	type plain claims // without this method
+	return json.Unmarshal(b, (*plain)(c))
 }
 
 // scopeClaim is the scope claim: a space-separated string (RFC 8693 4.2),
@@ -300,6 +333,9 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 // reason says why golang-jwt refused a token, in words a client can act
 // on; the library's own text can carry header values.
 func reason(err error) string {
+	if ce := (*claimError)(nil); errors.As(err, &ce) {
+		return ce.reason
+	}
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "the bearer token is not a well-formed JWT"

@@ -83,7 +83,9 @@ func TestWebhookAnswers(t *testing.T) {
 		mu.Lock()
 		code, after, requests = c, ra, 0
 		mu.Unlock()
-		err := hook.Publish(context.Background(), worker.Publishing{Post: reservation.Post{ID: 1}, Key: "k"})
+		at := time.Now()
+		err := hook.Publish(context.Background(), worker.Publishing{
+			Post: reservation.Post{ID: 1, Status: reservation.StatusPublished, PublishedAt: &at}, Key: "k"})
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, 1, requests, "one request per call, whatever the answer")

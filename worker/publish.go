@@ -106,7 +106,7 @@ func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
 	case <-ctx.Done():
 		return pending, ctx.Err()
 	}
-	err = w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID})
+	err = w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID, Attempt: pub.Attempts + 1})
 	<-w.sem
 	if err != nil {
 		msg := database.TruncateError(err.Error())

@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/telemetry"
+	"github.com/postingsvc/posting/webhook"
 )
 
 // ErrRefused marks a publication the publisher refused for good (a webhook
@@ -32,6 +32,9 @@ type Publishing struct {
 	// Key is the same for every attempt at this post's publication (the id of
 	// its reservation event): a receiver drops a repeat by it.
 	Key string
+	// Attempt is this attempt's number: 1 for the first, then one more
+	// after each failed attempt (the publication's attempts plus one).
+	Attempt int
 }
 
 // RetryLaterError is a passing failure after which the receiver asked for a
@@ -88,9 +91,23 @@ type WebhookConfig struct {
 	// Timeout bounds one request, and so how long a hanging receiver holds
 	// one of the worker's slots. Default 10s; 100ms to 5m.
 	Timeout time.Duration
-	// Client sends the requests. Default a client with no overall timeout
-	// (Timeout bounds each request).
+	// Client sends the requests; redirects are never followed, whatever its
+	// CheckRedirect. Default a client with no overall timeout (Timeout
+	// bounds each request).
 	Client *http.Client
+	// Secret, when set, signs every call per the Standard Webhooks
+	// specification: "whsec_" + a base64 key of 24 to 64 bytes, or several
+	// space-separated (each signs, for a receiver moving to a new one).
+	// Default "": calls are not signed.
+	Secret string
+	// RedirectAttempts is how many attempts answered with a redirect (3xx)
+	// a publication may spend before it is refused for good: a redirect is
+	// never followed (it would deliver somewhere else, or drop the body),
+	// and is tried again on the worker's schedule in case it was passing.
+	// Default 5; 1 to 100.
+	RedirectAttempts int
+	// Now is the clock of webhook-timestamp. Default time.Now.
+	Now func() time.Time
 }
 
 // DefaultWebhookConfig returns a WebhookConfig with every field but URL at
@@ -102,7 +119,7 @@ func DefaultWebhookConfig() WebhookConfig {
 	// and closed per request. Keep as many as the worker may use.
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = MaxConcurrency
-	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{Transport: t}}
+	return WebhookConfig{Timeout: 10 * time.Second, Client: &http.Client{Transport: t}, RedirectAttempts: 5, Now: time.Now}
 }
 
 func (c WebhookConfig) withDefaults() WebhookConfig {
@@ -126,6 +143,14 @@ func (c WebhookConfig) Validate() error {
 		return config.Invalid(f+"URL", c.URL, "no host")
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
 		return config.Invalid(f+"Timeout", c.Timeout, "want 100ms to 5m")
+	case c.RedirectAttempts < 1 || c.RedirectAttempts > 100:
+		return config.Invalid(f+"RedirectAttempts", c.RedirectAttempts, "want 1 to 100")
+	}
+	if c.Secret != "" {
+		if _, err := webhook.NewSigner(c.Secret); err != nil {
+			// The value is a secret: the reason names which one, not it.
+			return config.Invalid(f+"Secret", "<hidden>", "%v", err)
+		}
 	}
 	return nil
 }
@@ -133,15 +158,19 @@ func (c WebhookConfig) Validate() error {
 // maxRetryAfter bounds the pause a receiver's Retry-After can impose.
 const maxRetryAfter = time.Hour
 
-// Webhook publishes by POSTing the post's JSON (as the API shows it, status
-// PUBLISHED) to a URL, with the headers Idempotency-Key (the publication's
-// Key) and Content-Type: application/json. A 2xx answer is success; 408, 429
-// and 5xx answers and network errors are passing failures, which the worker
-// tries again later (a 429 or 503 with Retry-After not before it says, up
-// to an hour); any other answer is a refusal (ErrRefused). Delivery is at
-// least once: the receiver drops repeats by Idempotency-Key.
+// Webhook publishes by POSTing a webhook.Body (the post, status PUBLISHED)
+// to a URL, with the headers Idempotency-Key (the publication's Key) and
+// Content-Type: application/json, and with a Secret the Standard Webhooks
+// headers (webhook-id = the Key). A 2xx answer is success; 408, 429 and 5xx
+// answers and network errors are passing failures, which the worker tries
+// again later (a 429 or 503 with Retry-After not before it says, up to an
+// hour); a redirect is not followed and is a passing failure until
+// RedirectAttempts, then a refusal; any other answer is a refusal
+// (ErrRefused). Delivery is at least once: the receiver drops repeats by
+// Idempotency-Key.
 type Webhook struct {
-	cfg WebhookConfig
+	cfg    WebhookConfig
+	signer *webhook.Signer // nil: calls are not signed
 }
 
 // NewWebhook returns a Webhook publisher.
@@ -150,12 +179,29 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid webhook config: %w", err)
 	}
-	return &Webhook{cfg: cfg}, nil
+	h := &Webhook{cfg: cfg}
+	if cfg.Secret != "" {
+		var err error
+		if h.signer, err = webhook.NewSigner(cfg.Secret); err != nil {
+			return nil, fmt.Errorf("invalid webhook config: %w", err)
+		}
+	}
+	// Go's client follows a 301/302/303 as a GET without the body, and a
+	// 307/308 to wherever it points: either way the 2xx that ends it would
+	// record a publication the configured receiver never got.
+	client := *cfg.Client
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	h.cfg.Client = &client
+	return h, nil
 }
 
 // Publish POSTs p once, bounded by Timeout.
 func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
-	body, err := json.Marshal(api.NewPostJSON(&p.Post))
+	b, err := webhook.NewBody(&p.Post)
+	if err != nil {
+		return fmt.Errorf("%w: post %d: %v", ErrRefused, p.Post.ID, err)
+	}
+	body, err := json.Marshal(b)
 	if err != nil {
 		return fmt.Errorf("%w: encode post %d: %v", ErrRefused, p.Post.ID, err)
 	}
@@ -167,6 +213,12 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", p.Key)
+	if h.signer != nil {
+		at := h.cfg.Now()
+		req.Header.Set(webhook.HeaderID, p.Key)
+		req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+		req.Header.Set(webhook.HeaderSignature, h.signer.Sign(p.Key, at, body))
+	}
 	if tp := telemetry.Traceparent(ctx); tp != "" {
 		// The receiver continues the publication's trace.
 		req.Header.Set(event.HeaderTraceparent, tp)
@@ -180,6 +232,13 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
+	case code >= 300 && code < 400:
+		err := fmt.Errorf("webhook %s answered %d redirecting to Location %q, which is not followed: set the webhook URL to the receiver's own address",
+			h.cfg.URL, code, resp.Header.Get("Location"))
+		if p.Attempt >= h.cfg.RedirectAttempts {
+			return fmt.Errorf("%w: %v (attempt %d of %d)", ErrRefused, err, p.Attempt, h.cfg.RedirectAttempts)
+		}
+		return err
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
 		err := fmt.Errorf("webhook %s answered %d: %s", h.cfg.URL, code, bytes.TrimSpace(snippet))
 		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok &&

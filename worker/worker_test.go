@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
@@ -290,7 +289,7 @@ func TestWorkerWebhook(t *testing.T) {
 		require.Equal(t, "application/json", requests[1].Header.Get("Content-Type"))
 		require.Equal(t, float64(post.ID), bodies[1]["id"])
 		require.Equal(t, "PUBLISHED", bodies[1]["status"])
-		require.Equal(t, *api.NewPostJSON(loadPost(t, db.DB, post.ID)).PublishedAt, bodies[1]["publishedAt"])
+		require.Equal(t, reservation.FormatJSONTime(*loadPost(t, db.DB, post.ID).PublishedAt), bodies[1]["publishedAt"])
 		mu.Unlock()
 
 		refuse.Store(true)

@@ -27,7 +27,7 @@ const defaultWriteRate = "50/s"
 // addAuthFlags adds the settings of the posts API's authentication.
 func addAuthFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.AuthJWTSecret, "auth-jwt-secret", "", "HS256 key (at least 32 bytes) that bearer JWTs on /api/v1 are verified with; prefer the environment variable")
-	fs.StringVar(&s.AuthJWKSURL, "auth-jwks-url", "", "JWKS endpoint of an identity provider whose keys (RS*, PS*, ES*, EdDSA) verify bearer JWTs on /api/v1")
+	fs.StringVar(&s.AuthJWKSURL, "auth-jwks-url", "", "JWKS endpoint (https; http only to a loopback host) of an identity provider whose keys (RS*, PS*, ES*, EdDSA) verify bearer JWTs on /api/v1; answers over 1 MiB are refused")
 	fs.StringVar(&s.AuthIssuer, "auth-issuer", "", "required iss of a token; empty: not checked")
 	fs.StringVar(&s.AuthAudience, "auth-audience", "", "required aud of a token; empty: not checked")
 	showEnvTwins(fs)

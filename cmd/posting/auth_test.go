@@ -50,6 +50,7 @@ func TestServeAuthSettingsRefused(t *testing.T) {
 	}{
 		"short secret":         {[]string{"--auth-jwt-secret", "hunter2"}, "POSTING_AUTH_JWT_SECRET"},
 		"relative jwks":        {[]string{"--auth-jwks-url", "/keys"}, `POSTING_AUTH_JWKS_URL="/keys"`},
+		"http jwks, not local": {[]string{"--auth-jwks-url", "http://idp.example/keys"}, `POSTING_AUTH_JWKS_URL="http://idp.example/keys": must be https`},
 		"disabled and secret":  {[]string{"--auth-disabled", "--auth-jwt-secret", cliSecret}, "POSTING_AUTH_DISABLED=true together with"},
 		"issuer without a key": {[]string{"--auth-issuer", "https://idp.example"}, "POSTING_AUTH_ISSUER"},
 		"bad write rate":       {[]string{"--api-write-rate", "fast"}, `POSTING_API_WRITE_RATE="fast"`},

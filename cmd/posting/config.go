@@ -57,6 +57,7 @@ type settings struct {
 	ShutdownTimeout   time.Duration
 	WorkerGroup       string
 	PublishWebhookURL string
+	WebhookSecret     string
 	WorkerHTTPAddr    string
 	WorkerConcurrency int
 	RabbitMQURL       string
@@ -218,7 +219,7 @@ func (s *settings) validateLongRunning() error {
 	if s.ShutdownTimeout <= 0 {
 		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
 	}
-	return nil
+	return s.validateWebhookSecret()
 }
 
 // validator is a component's configuration.
@@ -259,6 +260,7 @@ var settingOf = map[string]string{
 	"worker.Config.Consumer":           "POSTING_WORKER_GROUP",
 	"worker.Config.Concurrency":        "POSTING_WORKER_CONCURRENCY",
 	"worker.WebhookConfig.URL":         "POSTING_PUBLISH_WEBHOOK_URL",
+	"worker.WebhookConfig.Secret":      "POSTING_WEBHOOK_SECRET",
 	"rabbitmq.Config.URL":              "POSTING_RABBITMQ_URL",
 	"rabbitmq.Config.Exchange":         "POSTING_RABBITMQ_EXCHANGE",
 	"rabbitmq.ConsumerConfig.URL":      "POSTING_RABBITMQ_URL",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -28,6 +29,7 @@ import (
 func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.WorkerGroup, "worker-group", kafka.DefaultConsumerGroup, "Kafka consumer group of the worker, also its name in the inbox table")
 	fs.StringVar(&s.PublishWebhookURL, "publish-webhook-url", "", "POST each published post's JSON here (with retries); empty: record the publication only")
+	fs.StringVar(&s.WebhookSecret, "webhook-secret", "", "Standard Webhooks signing secret of the webhook calls: whsec_ + base64 of a 24..64-byte key, several space-separated to rotate; empty: unsigned; prefer the environment variable")
 	fs.IntVar(&s.WorkerConcurrency, "worker-concurrency", 0, fmt.Sprintf("publications in progress at once (1..%d); 0: the worker's default", worker.MaxConcurrency))
 	showEnvTwins(fs)
 }
@@ -96,8 +98,22 @@ func (s *settings) workerConfigs(brokers []string) []validator {
 
 func (s *settings) webhookConfig() worker.WebhookConfig {
 	c := worker.DefaultWebhookConfig()
-	c.URL = s.PublishWebhookURL
+	c.URL, c.Secret = s.PublishWebhookURL, s.WebhookSecret
 	return c
+}
+
+// validateWebhookSecret refuses a signing secret with no webhook to sign
+// (a misspelt URL setting would otherwise go unnoticed), and a bad one
+// whatever the mode, without showing it.
+func (s *settings) validateWebhookSecret() error {
+	if s.WebhookSecret == "" {
+		return nil
+	}
+	if s.PublishWebhookURL == "" {
+		return usageError{errors.New("POSTING_WEBHOOK_SECRET is set but POSTING_PUBLISH_WEBHOOK_URL is not: " +
+			"there is no webhook to sign; set the URL or unset the secret")}
+	}
+	return s.validateConfigs(s.webhookConfig())
 }
 
 // workerConfig is the worker's configuration from the settings, shared by
@@ -161,6 +177,9 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	publisher := "record only"
 	if s.PublishWebhookURL != "" {
 		publisher = "webhook " + s.PublishWebhookURL
+		if s.WebhookSecret != "" {
+			publisher += fmt.Sprintf(" (signed, %d secrets)", len(strings.Fields(s.WebhookSecret)))
+		}
 	}
 	concurrency := "default"
 	if s.WorkerConcurrency > 0 {

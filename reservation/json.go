@@ -1,0 +1,44 @@
+package reservation
+
+import "time"
+
+// PostJSON is a post as the HTTP API and the operator console show it (the
+// OpenAPI document's Post). Times are RFC 3339 in UTC; PublishedAt is null
+// until the post is published. The webhook has a shape of its own (package
+// webhook), so a change here does not silently change what receivers get.
+type PostJSON struct {
+	ID          int64   `json:"id"`
+	Title       string  `json:"title"`
+	Content     string  `json:"content"`
+	Status      Status  `json:"status"`
+	ScheduledAt string  `json:"scheduledAt"`
+	CreatedAt   string  `json:"createdAt"`
+	UpdatedAt   string  `json:"updatedAt"`
+	PublishedAt *string `json:"publishedAt"`
+	// OwnerID is the JWT subject that created the post; "" when it was
+	// created without authentication.
+	OwnerID string `json:"ownerId"`
+}
+
+// NewPostJSON returns p as the API shows it.
+func NewPostJSON(p *Post) PostJSON {
+	out := PostJSON{
+		ID:          p.ID,
+		Title:       p.Title,
+		Content:     p.Content,
+		Status:      p.Status,
+		ScheduledAt: FormatJSONTime(p.ScheduledAt),
+		CreatedAt:   FormatJSONTime(p.CreatedAt),
+		UpdatedAt:   FormatJSONTime(p.UpdatedAt),
+		OwnerID:     p.OwnerID,
+	}
+	if p.PublishedAt != nil {
+		s := FormatJSONTime(*p.PublishedAt)
+		out.PublishedAt = &s
+	}
+	return out
+}
+
+// FormatJSONTime is a time as the service's JSON writes it: RFC 3339 in UTC,
+// with as many fraction digits as it has.
+func FormatJSONTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,285 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/internal/nodetest"
+	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/webhook"
+	"github.com/postingsvc/posting/worker"
+)
+
+// A redirect is never followed: a receiver answering 302 or 307 towards a
+// server that would answer 200 leaves the post WORKING, never PUBLISHED; the
+// redirect is tried again on the worker's schedule and after
+// RedirectAttempts the publication is FAILED, its last_error and the log
+// lines naming the Location. The server redirected to gets nothing.
+func TestWebhookRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var reached atomic.Int64
+		target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			reached.Add(1)
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(target.Close)
+		for _, code := range []int{http.StatusFound, http.StatusTemporaryRedirect} {
+			var asked atomic.Int64
+			redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				asked.Add(1)
+				http.Redirect(w, r, target.URL+"/moved", code)
+			}))
+			t.Cleanup(redirect.Close)
+			hook, err := worker.NewWebhook(worker.WebhookConfig{URL: redirect.URL, RedirectAttempts: 3})
+			require.NoError(t, err)
+			var logs logtest.Buffer
+			w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+				RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+			require.NoError(t, err)
+			t.Cleanup(w.Stop)
+
+			post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+			require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
+			require.Eventually(t, func() bool { return loadPublication(t, db.DB, post.ID).Status == worker.PublicationFailed },
+				30*time.Second, 20*time.Millisecond, "answered %d", code)
+			require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, post.ID).Status, "answered %d", code)
+			p := loadPublication(t, db.DB, post.ID)
+			require.Equal(t, 3, p.Attempts)
+			require.EqualValues(t, 3, asked.Load())
+			require.Contains(t, *p.LastError, `Location "`+target.URL+`/moved"`)
+			require.Contains(t, logs.String(), "publication failed; trying again")
+			require.Contains(t, logs.String(), "publication refused for good")
+			require.Equal(t, 3, strings.Count(logs.String(), target.URL+"/moved"), "each attempt's log line names the Location")
+		}
+		require.Zero(t, reached.Load(), "the redirect was followed")
+	})
+}
+
+// call is one webhook request as the receiver got it.
+type call struct {
+	header http.Header
+	body   []byte
+}
+
+// receiver is an httptest server answering 200 to every call and keeping it.
+type receiver struct {
+	URL   string
+	mu    sync.Mutex
+	calls []call
+}
+
+func newReceiver(t *testing.T) *receiver {
+	t.Helper()
+	rc := &receiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		rc.calls = append(rc.calls, call{header: r.Header.Clone(), body: body})
+		rc.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	rc.URL = srv.URL
+	return rc
+}
+
+func (rc *receiver) all() []call {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]call(nil), rc.calls...)
+}
+
+// publishOne publishes one overdue post through hook and returns the call
+// the receiver got for it.
+func publishOne(t *testing.T, db *gorm.DB, hook *worker.Webhook, rc *receiver) (*reservation.Post, call) {
+	t.Helper()
+	w := newWorker(t, db, hook)
+	post := insertWorking(t, db, time.Now().Add(-time.Second))
+	rec := reservationRecord(t, post)
+	require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
+	require.Eventually(t, func() bool { return loadPost(t, db, post.ID).Status == reservation.StatusPublished },
+		30*time.Second, 20*time.Millisecond)
+	var got []call
+	for _, c := range rc.all() {
+		if c.header.Get("Idempotency-Key") == rec.Headers[event.HeaderEventID] {
+			got = append(got, c)
+		}
+	}
+	require.Len(t, got, 1)
+	return post, got[0]
+}
+
+func newSecret(t *testing.T) string {
+	t.Helper()
+	key := make([]byte, 32)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	return webhook.SecretPrefix + base64.StdEncoding.EncodeToString(key)
+}
+
+// verifyCase is one call given to the standardwebhooks library.
+type verifyCase struct {
+	Name    string            `json:"name"`
+	Secret  string            `json:"secret"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"` // base64 of the exact bytes
+}
+
+func newVerifyCase(name, secret string, c call) verifyCase {
+	h := map[string]string{}
+	for k := range c.header {
+		h[strings.ToLower(k)] = c.header.Get(k)
+	}
+	return verifyCase{Name: name, Secret: secret, Headers: h, Body: base64.StdEncoding.EncodeToString(c.body)}
+}
+
+// verifyWithStandardWebhooks runs the official standardwebhooks npm library
+// over the cases and returns each case's outcome: "ok" or its error.
+func verifyWithStandardWebhooks(t *testing.T, cases []verifyCase) map[string]string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cases.json")
+	raw, err := json.Marshal(cases)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	res := nodetest.Run(t, 2*time.Minute, []string{"CASES=" + path}, "worker/testdata/standardwebhooks-verify.js")
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	out := map[string]string{}
+	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &out), res.Stdout)
+	return out
+}
+
+// Real calls of the worker, signed with POSTING_WEBHOOK_SECRET's secrets,
+// are verified by the official standardwebhooks library as a receiver runs
+// it: a call verifies with its secret, and with each of two secrets while
+// both are set; a changed body, another secret, or a timestamp older than
+// the library's tolerance (5 minutes) does not. webhook-id is the
+// Idempotency-Key; an unsigned webhook sends no webhook-* header.
+func TestWebhookCallsVerifyWithStandardWebhooks(t *testing.T) {
+	t.Parallel()
+	nodetest.Require(t)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		rc := newReceiver(t)
+		a, b, other := newSecret(t), newSecret(t), newSecret(t)
+		hook := func(secret string, now func() time.Time) *worker.Webhook {
+			h, err := worker.NewWebhook(worker.WebhookConfig{URL: rc.URL, Secret: secret, Now: now})
+			require.NoError(t, err)
+			return h
+		}
+		_, single := publishOne(t, db.DB, hook(a, nil), rc)
+		_, pair := publishOne(t, db.DB, hook(a+" "+b, nil), rc)
+		_, old := publishOne(t, db.DB, hook(a, func() time.Time { return time.Now().Add(-10 * time.Minute) }), rc)
+		_, unsigned := publishOne(t, db.DB, hook("", nil), rc)
+
+		for _, c := range []call{single, pair, old} {
+			require.Equal(t, c.header.Get("Idempotency-Key"), c.header.Get(webhook.HeaderID))
+		}
+		require.Len(t, strings.Fields(pair.header.Get(webhook.HeaderSignature)), 2)
+		for _, h := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+			require.Empty(t, unsigned.header.Get(h))
+		}
+		changed := single
+		changed.body = bytes.Replace(single.body, []byte(`"title":"t"`), []byte(`"title":"T"`), 1)
+		require.NotEqual(t, single.body, changed.body)
+
+		got := verifyWithStandardWebhooks(t, []verifyCase{
+			newVerifyCase("single", a, single),
+			newVerifyCase("single, another secret", other, single),
+			newVerifyCase("single, body changed", a, changed),
+			newVerifyCase("pair, first secret", a, pair),
+			newVerifyCase("pair, second secret", b, pair),
+			newVerifyCase("old timestamp", a, old),
+			newVerifyCase("unsigned", a, unsigned),
+		})
+		require.Equal(t, map[string]string{
+			"single":                 "ok",
+			"single, another secret": "No matching signature found",
+			"single, body changed":   "No matching signature found",
+			"pair, first secret":     "ok",
+			"pair, second secret":    "ok",
+			"old timestamp":          "Message timestamp too old",
+			"unsigned":               "Missing required headers",
+		}, got)
+	})
+}
+
+// Every body the worker really sends validates against the webhook's JSON
+// Schema (webhook.Schema, the OpenAPI document's PublishedPost), with the
+// post's own values.
+func TestWebhookBodyMatchesItsSchema(t *testing.T) {
+	t.Parallel()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(webhook.Schema()))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	require.NoError(t, c.AddResource("webhook.json", doc))
+	schema, err := c.Compile("webhook.json")
+	require.NoError(t, err)
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		rc := newReceiver(t)
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: rc.URL})
+		require.NoError(t, err)
+		post, got := publishOne(t, db.DB, hook, rc)
+		value, err := jsonschema.UnmarshalJSON(bytes.NewReader(got.body))
+		require.NoError(t, err)
+		require.NoError(t, schema.Validate(value), "%s", got.body)
+		require.Equal(t, "application/json", got.header.Get("Content-Type"))
+
+		var body webhook.Body
+		dec := json.NewDecoder(bytes.NewReader(got.body))
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(&body))
+		stored := loadPost(t, db.DB, post.ID)
+		require.Equal(t, post.ID, body.ID)
+		require.Equal(t, reservation.StatusPublished, body.Status)
+		require.Equal(t, reservation.FormatJSONTime(*stored.PublishedAt), body.PublishedAt)
+		require.Equal(t, reservation.FormatJSONTime(stored.ScheduledAt), body.ScheduledAt)
+	})
+}
+
+// A bad secret is refused by the webhook's Validate, naming the field and
+// which secret, never its value; so is a redirect budget out of its limits.
+func TestWebhookConfigRefusesBadSecret(t *testing.T) {
+	t.Parallel()
+	short := "whsec_" + base64.StdEncoding.EncodeToString([]byte("sixteen bytes..."))
+	for secret, reason := range map[string]string{
+		"hunter2hunter2hunter2hunter2":              "secret 1 of 1 does not begin with whsec_",
+		newSecret(t) + " " + short:                  "secret 2 of 2 is a key of 16 bytes",
+		"whsec_" + strings.Repeat("%", 40):          "is not whsec_ followed by standard base64",
+		newSecret(t) + " " + newSecret(t) + " nope": "secret 3 of 3",
+	} {
+		err := worker.WebhookConfig{URL: "http://x", Timeout: time.Second, RedirectAttempts: 1, Secret: secret}.Validate()
+		var ce *config.Error
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "worker.WebhookConfig.Secret", ce.Field)
+		require.Contains(t, err.Error(), reason)
+		for _, f := range strings.Fields(secret) {
+			require.NotContains(t, err.Error(), strings.TrimPrefix(f, "whsec_"))
+		}
+	}
+	_, err := worker.NewWebhook(worker.WebhookConfig{URL: "http://x", RedirectAttempts: 101})
+	require.ErrorContains(t, err, "RedirectAttempts")
+}
