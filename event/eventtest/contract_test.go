@@ -46,8 +46,8 @@ func TestValidatorAcceptsEventsAsTheServiceBuildsThem(t *testing.T) {
 	v := eventtest.NewTestValidator(t)
 	for _, m := range []eventtest.Message{contractTestPosting(t), contractTestReservation(t)} {
 		require.NoError(t, v.Validate(m))
-		// ownerId (issue 16) and the optional headers (traceparent,
-		// CloudEvents, issue 17) fit, and an unknown header is no error.
+		// ownerId and the optional headers (traceparent,
+		// CloudEvents) fit, and an unknown header is no error.
 		m = edit(t, m, func(o map[string]any) { o["ownerId"] = "user-7" })
 		m.Headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		m.Headers["ce_specversion"], m.Headers["ce_id"] = "1.0", m.Headers[event.HeaderEventID]
