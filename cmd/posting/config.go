@@ -81,7 +81,7 @@ func defaultInstanceID() string {
 // addCommonFlags adds the settings every command needs: where the database
 // is and how to log.
 func addCommonFlags(fs *pflag.FlagSet, s *settings) {
-	fs.StringVar(&s.DatabaseURL, "database-url", "", "mysql://user:pass@host:3306/db?params or sqlite://path/to.db; empty: embedded SQLite in the data dir")
+	fs.StringVar(&s.DatabaseURL, "database-url", "", "mysql://user:pass@host:3306/db?params, postgres://user:pass@host:5432/db?sslmode=disable or sqlite://path/to.db; empty: embedded SQLite in the data dir")
 	fs.StringVar(&s.DataDir, "data-dir", "./data", "where embedded state lives (SQLite file, embedded Kafka log)")
 	fs.StringVar(&s.InstanceID, "instance-id", defaultInstanceID(), "written into claims, logs and metrics")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text or json")
