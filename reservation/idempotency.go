@@ -94,14 +94,11 @@ type Created struct {
 // was answered, Replayed; one with other input gets an error wrapping
 // ErrIdempotencyKeyReused. Requests with one key at once create one post:
 // the unique index makes each wait for the transaction that holds the key,
-// and then replay. An input or key the rules refuse is a *ValidationError,
-// as for Create, checked before the key is looked at.
+// and then replay. A key the rules refuse is a *ValidationError; so is an
+// input they refuse, checked as for Create when the key is not in use.
 func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (Created, error) {
 	now := s.now()
 	if err := ValidateIdempotencyKey(key); err != nil {
-		return Created{}, err
-	}
-	if err := s.validateCreate(in, now); err != nil {
 		return Created{}, err
 	}
 	owner, hash := ownerOf(ctx), requestHash(in)
@@ -111,7 +108,13 @@ func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (C
 		return Created{}, err
 	}
 	if prev != nil && !prev.CreatedAt.Before(cutoff) {
+		// No validation: the same input passed it when it created the
+		// post, and a retry must get that answer also once scheduledAt
+		// has passed.
 		return replay(prev, hash)
+	}
+	if err := s.validateCreate(in, now); err != nil {
+		return Created{}, err
 	}
 	var created *Post
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
