@@ -59,8 +59,9 @@ type idempotencyRecord struct {
 func (idempotencyRecord) TableName() string { return "idempotency_keys" }
 
 // ValidateIdempotencyKey refuses a key that is empty, longer than
-// MaxIdempotencyKeyLength bytes or holds anything but printable ASCII
-// (0x20..0x7E), with a *ValidationError naming IdempotencyKeyField.
+// MaxIdempotencyKeyLength bytes, holds anything but printable ASCII
+// (0x20..0x7E) or begins or ends with a space, with a *ValidationError
+// naming IdempotencyKeyField.
 func ValidateIdempotencyKey(key string) error {
 	if key == "" {
 		return invalidField(IdempotencyKeyField, "must not be empty")
@@ -72,6 +73,10 @@ func ValidateIdempotencyKey(key string) error {
 		if c := key[i]; c < 0x20 || c > 0x7E {
 			return invalidField(IdempotencyKeyField, fmt.Sprintf("must be printable ASCII, got byte 0x%02X at position %d", c, i+1))
 		}
+	}
+	if key[0] == ' ' || key[len(key)-1] == ' ' {
+		// HTTP drops them anyway, and MySQL would compare "k " equal to "k".
+		return invalidField(IdempotencyKeyField, "must not begin or end with a space")
 	}
 	return nil
 }
