@@ -153,9 +153,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// once instead of at the next poll, which stays the safety net. The
 	// relay's own store keeps db.DB, so its writes wake nobody.
 	writers := database.WithCommitWaker(db.DB, rel.Wake)
-	posts, err := reservation.NewService(writers, reservation.ServiceConfig{})
+	posts, err := reservation.NewService(writers, s.serviceConfig())
 	if err != nil {
-		return err
+		return s.settingError(err)
 	}
 	sc := s.schedulerConfig()
 	sc.Logger, sc.TracerProvider = log, tp
@@ -171,7 +171,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	cleaner, err := outbox.NewCleaner(db.DB, cc,
 		outbox.PurgeStep{Name: "outbox", Purge: outbox.Purge},
 		outbox.PurgeStep{Name: "inbox", Purge: inbox.Purge},
-		outbox.PurgeStep{Name: "publications", Purge: worker.PurgePublications})
+		outbox.PurgeStep{Name: "publications", Purge: worker.PurgePublications},
+		outbox.PurgeStep{Name: "idempotency_keys", Purge: reservation.PurgeIdempotencyKeys, Retention: s.IdemRetention})
 	if err != nil {
 		return s.settingError(err)
 	}
