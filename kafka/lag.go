@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 
 	"github.com/postingsvc/posting/relay"
 )
+
+// ErrLagReadInProgress is returned (wrapped with relay.ErrUnavailable) by
+// LagReader.Lag while an earlier read has not finished.
+var ErrLagReadInProgress = errors.New("an earlier lag read is still running")
 
 // LagReader reads a consumer group's lag from the cluster: per partition,
 // the newest offset minus the offset the group committed (minus the oldest
@@ -37,6 +42,8 @@ func NewLagReader(cfg ConsumerConfig) (*LagReader, error) {
 	sc.ClientID = cfg.ClientID + "-lag"
 	sc.Metadata.Retry.Max = 1
 	sc.Metadata.Full = true // NewClient refreshes before it knows the topic
+	// Brokers that accept and never answer hold a read this long at most.
+	sc.Net.ReadTimeout, sc.Net.WriteTimeout = 5*time.Second, 5*time.Second
 	return &LagReader{brokers: cfg.Brokers, group: cfg.GroupID, topic: cfg.Topic, sconf: sc}, nil
 }
 
@@ -55,8 +62,15 @@ func (r *LagReader) Lag(ctx context.Context) (map[int32]int64, error) {
 		lag map[int32]int64
 		err error
 	}
+	// One read at a time: a scrape that comes while a slow read (brokers
+	// that accept and do not answer) still runs gets an error at once
+	// instead of queueing a goroutine behind it.
+	if !r.mu.TryLock() {
+		return nil, fmt.Errorf("%w: consumer lag of group %s: %w", relay.ErrUnavailable, r.group, ErrLagReadInProgress)
+	}
 	done := make(chan result, 1)
 	go func() {
+		defer r.mu.Unlock()
 		lag, err := r.read()
 		done <- result{lag, err}
 	}()
@@ -68,9 +82,8 @@ func (r *LagReader) Lag(ctx context.Context) (map[int32]int64, error) {
 	}
 }
 
+// read runs with r.mu held.
 func (r *LagReader) read() (map[int32]int64, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.client == nil || r.client.Closed() {
 		c, err := sarama.NewClient(r.brokers, r.sconf)
 		if err != nil {

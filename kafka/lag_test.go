@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,4 +74,43 @@ func TestLagReaderUnreachableBrokers(t *testing.T) {
 
 	_, err = NewLagReader(ConsumerConfig{})
 	require.ErrorContains(t, err, "Brokers")
+}
+
+// Brokers that accept connections and never answer: the first read ends with
+// its context, and a read asked for while that one still hangs is refused at
+// once instead of queueing behind it.
+func TestLagReaderRefusesASecondReadWhileOneHangs(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	r, err := NewLagReader(ConsumerConfig{Brokers: []string{ln.Addr().String()}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = r.Lag(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = r.Lag(context.Background())
+	require.ErrorIs(t, err, ErrLagReadInProgress)
+	require.ErrorIs(t, err, relay.ErrUnavailable)
 }
