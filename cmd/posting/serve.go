@@ -134,6 +134,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}
 	m := metrics.New(db.DB, s.InstanceID)
+	m.WatchDependency("database", db.Ping)
+	m.WatchDependency(brokerName(s), sender.Ping)
 	// Before the broker check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the broker answers.
 	rc := s.relayConfig()
