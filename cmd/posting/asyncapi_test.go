@@ -21,7 +21,7 @@ func TestServeServesAsyncAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	var doc struct {
 		AsyncAPI string `json:"asyncapi"`
-		Servers map[string]struct {
+		Servers  map[string]struct {
 			Host string `json:"host"`
 		} `json:"servers"`
 		Channels map[string]struct {
