@@ -97,6 +97,7 @@ func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
 		"PATCH a blank title":         {"PATCH", patch, `{"title":"  "}`},
 		"PATCH content of 20001":      {"PATCH", patch, `{"content":"` + strings.Repeat("x", reservation.MaxContentLength+1) + `"}`},
 		"PATCH an unknown field":      {"PATCH", patch, `{"status":"PUBLISHED"}`},
+		"post id 0":                   {"GET", "/api/v1/posts/0", ""},
 	}
 	for name, r := range refused {
 		code, answer, verdict := send(r.method, r.target, r.body)
