@@ -48,10 +48,10 @@ func thirdPartyRequest(t *testing.T, method, url, body string, want int) {
 // thirdPartyPosts makes, through serve's API, n posts an hour ahead that are
 // created, updated and cancelled, and one two minutes ahead that the
 // scheduler reserves, and returns each post's key with the events it
-// yields, in order.
-func thirdPartyPosts(t *testing.T, addr string, n int) map[string][]string {
+// yields, in order, and how many events that makes.
+func thirdPartyPosts(t *testing.T, addr string, n int) (want map[string][]string, count int) {
 	t.Helper()
-	want := map[string][]string{}
+	want = map[string][]string{}
 	for range n {
 		key := fmt.Sprint(createPost(t, addr, time.Now().Add(time.Hour))["id"])
 		base := "http://" + addr + "/api/v1/posts/" + key
@@ -61,7 +61,7 @@ func thirdPartyPosts(t *testing.T, addr string, n int) map[string][]string {
 	}
 	due := fmt.Sprint(createPost(t, addr, time.Now().Add(2*time.Minute))["id"])
 	want[due] = []string{"POSTING_EVENT/CREATED", "POSTING_RESERVATION_EVENT/"}
-	return want
+	return want, 3*n + 2
 }
 
 // thirdPartyOrder groups the JSON lines a reading script printed by key,
@@ -115,11 +115,7 @@ func TestAsyncAPIParserValidatesServedDocument(t *testing.T) {
 func TestKafkaJSReadsServeDefaults(t *testing.T) {
 	t.Parallel()
 	p, broker := thirdPartyServe(t, "POSTING_SCHEDULER_SPEC=@every 1s")
-	want := thirdPartyPosts(t, p.http, 5)
-	count := 0
-	for _, evs := range want {
-		count += len(evs)
-	}
+	want, count := thirdPartyPosts(t, p.http, 5)
 	res := nodetest.Run(t, 3*time.Minute, []string{"BROKERS=" + broker, "TOPIC=" + event.DefaultTopic,
 		"ASYNCAPI_URL=http://" + p.http + "/asyncapi.json", fmt.Sprintf("COUNT=%d", count), "TIMEOUT_MS=120000"},
 		"thirdparty/kafkajs.js")
@@ -151,11 +147,7 @@ func TestAmqplibReadsServeExchange(t *testing.T) {
 	res := nodetest.Run(t, 2*time.Minute, nil, "thirdparty/asyncapi-validate.js", docURL)
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
 
-	want := thirdPartyPosts(t, p.http, 3)
-	count := 0
-	for _, evs := range want {
-		count += len(evs)
-	}
+	want, count := thirdPartyPosts(t, p.http, 3)
 	res = nodetest.Run(t, 3*time.Minute, []string{"AMQP_URL=" + url, "QUEUE=" + queue, "ASYNCAPI_URL=" + docURL,
 		fmt.Sprintf("COUNT=%d", count), "TIMEOUT_MS=120000"}, "thirdparty/amqplib.js")
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
