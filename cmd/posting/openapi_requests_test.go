@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/nodetest"
+	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -67,10 +71,20 @@ func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
 		"content of 20000 characters": body("t", strings.Repeat("x", reservation.MaxContentLength), future),
 		"title with a BOM, not blank": body("\ufeff", "c", future),
 	}
+	// ajvCases are the same bodies for ajv, a JavaScript client's
+	// validator, with the verdict the server gave.
+	type ajvCase struct {
+		Name   string          `json:"name"`
+		Schema string          `json:"schema"`
+		Body   json.RawMessage `json:"body"`
+		Accept bool            `json:"-"`
+	}
+	var ajvCases []ajvCase
 	for name, b := range accepted {
 		code, answer, verdict := send("POST", "/api/v1/posts", b)
 		require.Equal(t, http.StatusCreated, code, "%s: %s", name, answer)
 		require.NoError(t, verdict, "%s: the server accepts it", name)
+		ajvCases = append(ajvCases, ajvCase{name, "PostCreate", json.RawMessage(b), true})
 	}
 	var before int64
 	require.NoError(t, db.Model(&reservation.Post{}).Count(&before).Error)
@@ -103,8 +117,30 @@ func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
 		code, answer, verdict := send(r.method, r.target, r.body)
 		require.Equal(t, http.StatusBadRequest, code, "%s: %s", name, answer)
 		require.Error(t, verdict, "%s: the server answers 400 %s, the document's schema accepts it", name, answer)
+		if r.body != "" {
+			ajvCases = append(ajvCases, ajvCase{name, map[string]string{"POST": "PostCreate", "PATCH": "PostPatch"}[r.method], json.RawMessage(r.body), false})
+		}
 	}
 	var after int64
 	require.NoError(t, db.Model(&reservation.Post{}).Count(&after).Error)
 	require.Equal(t, before, after, "a refused request writes nothing")
+
+	// ajv reads the patterns as ECMAScript regular expressions, kin-openapi
+	// as Go's: both must reach the server's verdicts.
+	t.Run("ajv", func(t *testing.T) {
+		dir := t.TempDir()
+		docFile, casesFile := filepath.Join(dir, "openapi.json"), filepath.Join(dir, "cases.json")
+		require.NoError(t, os.WriteFile(docFile, openapi.Document(), 0o600))
+		raw, err := json.Marshal(ajvCases)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(casesFile, raw, 0o600))
+		res := nodetest.Run(t, time.Minute, nil, "thirdparty/ajv-requests.js", docFile, casesFile)
+		require.Equal(t, 0, res.ExitCode, res.Stderr)
+		var verdicts []bool
+		require.NoError(t, json.Unmarshal([]byte(res.Stdout), &verdicts), res.Stdout)
+		require.Len(t, verdicts, len(ajvCases))
+		for i, c := range ajvCases {
+			require.Equal(t, c.Accept, verdicts[i], "ajv on %s (%s): the server's verdict is accept=%v", c.Name, c.Schema, c.Accept)
+		}
+	})
 }
