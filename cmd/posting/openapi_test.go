@@ -291,7 +291,7 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 // exchange.
 func oaAsyncAPI(t *testing.T) http.Handler {
 	t.Helper()
-	h, err := asyncAPIRoute(&settings{KafkaTopic: "posting-events", RabbitMQExchange: "posting-events"})
+	h, err := asyncAPIRoute(&settings{KafkaTopic: "posting-events", RabbitMQExchange: "posting-events"}, nil)
 	require.NoError(t, err)
 	return h
 }

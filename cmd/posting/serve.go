@@ -185,7 +185,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return err
 		}
 	}
-	asyncAPI, err := asyncAPIRoute(s)
+	asyncAPI, err := asyncAPIRoute(s, brokers)
 	if err != nil {
 		return err
 	}
