@@ -357,8 +357,7 @@ func reservationEvent(p *Post, now time.Time) (outbox.Event, error) {
 	if err != nil {
 		return outbox.Event{}, err
 	}
-	return outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
-		OccurredAt: e.OccurredAt, Payload: e.Value, DedupKey: event.ReservationDedupKey(p.ID)}, nil
+	return OutboxEvent(e, event.ReservationDedupKey(p.ID)), nil
 }
 
 // markPost moves p RESERVED → WORKING and appends its reservation event

@@ -454,9 +454,17 @@ func appendEvent(tx *gorm.DB, typ event.Type, postID int64, at time.Time, fields
 	if err != nil {
 		return err
 	}
-	_, err = outbox.Append(tx, outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
-		OccurredAt: e.OccurredAt, Payload: e.Value, DedupKey: dedupKey})
+	_, err = outbox.Append(tx, OutboxEvent(e, dedupKey))
 	return err
+}
+
+// OutboxEvent is the outbox row of event e: the one place an event becomes
+// a row (its post is the row's aggregate, so a post's events reach the
+// broker in the order they were written). dedupKey is empty unless at most
+// one such event may exist (event.ReservationDedupKey).
+func OutboxEvent(e event.Event, dedupKey string) outbox.Event {
+	return outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
+		OccurredAt: e.OccurredAt, Payload: e.Value, DedupKey: dedupKey}
 }
 
 // postByID loads a post, translating gorm.ErrRecordNotFound to ErrNotFound.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
 )
 
 // Outbox returns a new event of type typ about postID that happened at at,
@@ -26,7 +27,7 @@ func Outbox(t testing.TB, typ event.Type, postID int64, at time.Time, fields any
 	fields = complete(t, typ, at, fields)
 	e, err := event.New(typ, postID, at, fields)
 	require.NoError(t, err)
-	return outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID, OccurredAt: e.OccurredAt, Payload: e.Value}
+	return reservation.OutboxEvent(e, "")
 }
 
 // Append writes a CREATED POSTING_EVENT about postID that happened at at

@@ -20,6 +20,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/reservation"
 )
 
 // EventsPerPost is how many events Seed writes for each post.
@@ -73,9 +74,9 @@ func Seed(ctx context.Context, db *gorm.DB, n int) error {
 			}
 			// A trace context, as every row a request or the scheduler
 			// writes carries one (and the sender sends it as a header).
-			m, err := outbox.NewMessage(outbox.Event{ID: e.EventID, Type: string(e.EventType), AggregateID: e.PostID,
-				OccurredAt: e.OccurredAt, Payload: e.Value,
-				Traceparent: fmt.Sprintf("00-%032x-%016x-00", p, round+1)})
+			ev := reservation.OutboxEvent(e, "")
+			ev.Traceparent = fmt.Sprintf("00-%032x-%016x-00", p, round+1)
+			m, err := outbox.NewMessage(ev)
 			if err != nil {
 				return fmt.Errorf("relaybench seed: %w", err)
 			}
