@@ -97,7 +97,7 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 		pms[i] = &sarama.ProducerMessage{
 			Topic: p.cfg.Topic,
 			Key:   sarama.StringEncoder(m.Key()),
-			Value: sarama.StringEncoder(m.Payload),
+			Value: sarama.ByteEncoder(event.WithSequence([]byte(m.Payload), m.ID)),
 			Headers: append([]sarama.RecordHeader{
 				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
 				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},

@@ -272,7 +272,7 @@ func publishing(m outbox.Message, now time.Time) amqp.Publishing {
 			event.HeaderEventID:   m.EventID,
 			event.HeaderEventType: m.EventType,
 		}, m),
-		Body: []byte(m.Payload),
+		Body: event.WithSequence([]byte(m.Payload), m.ID),
 	}
 }
 
