@@ -103,7 +103,7 @@ func TestWithSequence(t *testing.T) {
 
 	require.Equal(t, "00000000000000000012", event.FormatSequence(12))
 	require.Less(t, event.FormatSequence(9), event.FormatSequence(10))
-	n, err := event.ParseSequence(event.FormatSequence(1<<62))
+	n, err := event.ParseSequence(event.FormatSequence(1 << 62))
 	require.NoError(t, err)
 	require.EqualValues(t, int64(1<<62), n)
 }
