@@ -76,6 +76,11 @@ type ProducerConfig struct {
 	// consumers that know it. MaxMessageBytes bounds the uncompressed
 	// message; the broker checks the compressed batch.
 	Compression Compression
+	// Dial opens the producer's broker connections (tests put a faulty
+	// network there). Default: a net.Dialer bounded by DialTimeout. Every
+	// connection a producer opens is torn down when a send gets no answer
+	// within SendTimeout (see Producer.Send).
+	Dial DialFunc
 }
 
 // DefaultProducerConfig returns a ProducerConfig with every field but

@@ -143,6 +143,9 @@ type Result struct {
 	Failed int
 	// Released rows handed back unchanged because the broker was unreachable.
 	Released int
+	// Held rows whose send ended without an answer (UnansweredError): kept
+	// PROCESSING until their request is torn down, then released.
+	Held int
 	// Fenced result writes refused because the claim had been recovered by
 	// another instance meanwhile.
 	Fenced int
@@ -175,6 +178,10 @@ type Relay struct {
 	// before anything else, like acked, so that the outage spends none of
 	// their attempts through stale recovery.
 	unreleased []outbox.Message
+	// unsettled are rows whose send ended without an answer
+	// (UnansweredError): PROCESSING until their request is torn down, then
+	// released like unreleased.
+	unsettled []unsettledRow
 	// next is a batch claimed by a Pump while the batch before was being
 	// sent: PROCESSING under this relay's claim, not sent yet. The next poll
 	// sends it before it claims anything; Flush releases it (PENDING again,
@@ -487,6 +494,10 @@ func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	// A batch claimed for the next poll goes back unchanged: no attempt
 	// spent, and the version bump fences nothing of ours.
 	r.unreleased, r.next = append(r.unreleased, r.next...), nil
+	// Rows whose send got no answer go back once their request is torn
+	// down (within the sender's bound); those still not settled when ctx
+	// ends stay PROCESSING for stale recovery.
+	r.settle(ctx, true)
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
@@ -502,9 +513,39 @@ func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// releaseKept hands back the rows whose release failed in an earlier poll.
-// r.pollMu must be held.
+// unsettledRow is a row whose send ended without an answer, and the
+// channel its sender closes once that request can no longer land.
+type unsettledRow struct {
+	msg     outbox.Message
+	settled <-chan struct{}
+}
+
+// settle moves the unsettled rows whose request is torn down to unreleased;
+// with wait, it first waits for each until ctx ends. r.pollMu must be held.
+func (r *Relay) settle(ctx context.Context, wait bool) {
+	kept := r.unsettled[:0]
+	for _, u := range r.unsettled {
+		if wait {
+			select {
+			case <-u.settled:
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case <-u.settled:
+			r.unreleased = append(r.unreleased, u.msg)
+		default:
+			kept = append(kept, u)
+		}
+	}
+	clear(r.unsettled[len(kept):])
+	r.unsettled = kept
+}
+
+// releaseKept hands back the rows whose release failed in an earlier poll,
+// and those whose unanswered send is now torn down. r.pollMu must be held.
 func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
+	r.settle(ctx, false)
 	if len(r.unreleased) == 0 {
 		return nil
 	}
@@ -529,16 +570,23 @@ func (r *Relay) hasNext() bool {
 func (r *Relay) pendingAcks() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0
+	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0 || len(r.unsettled) > 0
 }
 
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
 	var sent, released []outbox.Message
 	var failures []outbox.Failure
 	for i, m := range msgs {
+		var unanswered *UnansweredError
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, m)
+		case errors.As(err, &unanswered) && unanswered.Settled != nil:
+			// It may still land: releasing it now would let another
+			// instance send it and the next event of its post first.
+			r.unsettled = append(r.unsettled, unsettledRow{msg: m, settled: unanswered.Settled})
+			res.Held++
+			res.Unavailable = true
 		case errors.Is(err, ErrUnavailable):
 			released = append(released, m)
 		default:
@@ -559,7 +607,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	var errsOut []error
 	switch {
 	case len(sent) == 0:
-	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && r.store.DefersAcksToNextClaim():
+	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
 		// (acked holds rows already when a pipelined claim failed.)

@@ -1,0 +1,153 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
+)
+
+// stallingDialer dials brokers for a producer and holds the first Produce
+// request it sees on the path for hold, as a stalled network does: the
+// write neither fails nor arrives. Its bytes go on afterwards unless the
+// connection was closed meanwhile. entered is closed when the request is
+// caught, done when it has arrived or been dropped (arrived tells which).
+type stallingDialer struct {
+	hold    time.Duration
+	once    sync.Once
+	entered chan struct{}
+	done    chan struct{}
+	arrived bool
+}
+
+func newStallingDialer(hold time.Duration) *stallingDialer {
+	return &stallingDialer{hold: hold, entered: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (d *stallingDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &stallingConn{Conn: c, d: d, closed: make(chan struct{})}, nil
+}
+
+type stallingConn struct {
+	net.Conn
+	d         *stallingDialer
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (c *stallingConn) Write(p []byte) (int, error) {
+	// A request: int32 size, int16 api key (0 is Produce).
+	if len(p) < 6 || binary.BigEndian.Uint16(p[4:6]) != 0 {
+		return c.Conn.Write(p)
+	}
+	caught := false
+	c.d.once.Do(func() { caught = true })
+	if !caught {
+		return c.Conn.Write(p)
+	}
+	close(c.d.entered)
+	defer close(c.d.done)
+	select {
+	case <-time.After(c.d.hold):
+	case <-c.closed:
+		return 0, net.ErrClosed // torn down: the bytes never reach the broker
+	}
+	// The path delivers them late, whatever deadline the client had set.
+	if err := c.Conn.SetWriteDeadline(time.Time{}); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(p)
+	c.d.arrived = err == nil
+	return n, err
+}
+
+func (c *stallingConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// A send that got no answer within its timeout (the path to the broker
+// stalled) must not hand its rows to another relay while its request may
+// still land: the late copy of a post's event would follow a later event of
+// the post on the partition. The rows stay PROCESSING until the producer
+// has torn the request's connection down, then go back with no attempt
+// spent; every post's events reach its partition in outbox order, each
+// carrying its sequence (the row id) in ce_sequence and in the value.
+func TestStalledSendKeepsPerPostOrderOnThePartition(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		broker := kafkatest.Start(t)
+		stall := newStallingDialer(3 * time.Second)
+		producer := func(dial kafka.DialFunc) *kafka.Producer {
+			p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic,
+				SendTimeout: time.Second, DialTimeout: 100 * time.Millisecond, RequestTimeout: 800 * time.Millisecond,
+				AckTimeout: 100 * time.Millisecond, RetryBackoff: 10 * time.Millisecond, Dial: dial}, nil)
+			require.NoError(t, err)
+			return p
+		}
+		newRelay := func(id string, p *kafka.Producer) *relay.Relay {
+			r, err := relay.New(outbox.NewStore(db), p, relay.Config{InstanceID: id, Interval: 20 * time.Millisecond,
+				OutageBackoffMax: 100 * time.Millisecond, StaleAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			return r
+		}
+		rows := relaytest.Seed(t, db.DB, 4, 3, time.Now().Add(-time.Second))
+
+		pa := producer(stall.Dial)
+		a := newRelay("a", pa)
+		require.NoError(t, a.Start(ctx))
+		<-stall.entered // a's first batch (each post's first event) is stuck on the path
+		pb := producer(nil)
+		b := newRelay("b", pb)
+		require.NoError(t, b.Start(ctx))
+		require.Eventually(t, func() bool {
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+		}, time.Minute, 20*time.Millisecond)
+		<-stall.done // the stalled request arrived late, or was dropped
+		a.Stop()
+		b.Stop()
+		require.NoError(t, pa.Close())
+		require.NoError(t, pb.Close())
+
+		var retried int64
+		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("retry_count > 0").Count(&retried).Error)
+		require.Zero(t, retried, "a send without an answer spends no attempt")
+		records := broker.Records(t, len(rows), 30*time.Second)
+		last := map[string]int64{}
+		for _, r := range records {
+			seq, err := event.ParseSequence(r.Headers["ce_sequence"])
+			require.NoError(t, err)
+			var v struct {
+				Sequence int64 `json:"sequence"`
+			}
+			require.NoError(t, json.Unmarshal(r.Value, &v))
+			require.Equal(t, seq, v.Sequence, "header and value agree")
+			require.Greater(t, seq, last[r.Key], "post %s: event %d after %d (late copy arrived: %v)", r.Key, seq, last[r.Key], stall.arrived)
+			last[r.Key] = seq
+		}
+		seen := requirePerPostOrder(t, records, rows)
+		require.Len(t, seen, len(rows), "all delivered")
+		require.False(t, stall.arrived, "the stalled request was torn down, not delivered")
+	})
+}
