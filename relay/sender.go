@@ -65,7 +65,9 @@ type UnansweredError struct {
 	Settled <-chan struct{}
 }
 
-func (e *UnansweredError) Error() string { return e.Err.Error() + " (no answer: held until the request is torn down)" }
+func (e *UnansweredError) Error() string {
+	return e.Err.Error() + " (no answer: held until the request is torn down)"
+}
 
 // Unwrap returns Err.
 func (e *UnansweredError) Unwrap() error { return e.Err }
