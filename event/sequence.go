@@ -58,14 +58,51 @@ func ParseSequence(s string) (int64, error) {
 // outbox keeps values as New wrote them, and the sequence (the row's id) is
 // known only once the row is written, so the senders add it here.
 func WithSequence(value []byte, seq int64) []byte {
-	seqRaw := []byte(`{"` + ValueSequence + `":` + strconv.FormatInt(seq, 10) + `}`)
-	merged, dup, ok := mergeSorted(value, seqRaw)
-	switch {
-	case ok && dup == "":
-		return merged
-	case ok:
-		return value // a sequence already
+	ms, ok := members(value, make([]member, 0, 16))
+	if !ok {
+		return withSequenceMaps(value, seq)
 	}
+	// Before the first key that sorts after it: the members keep their
+	// order, and a value in byte order (as New writes it) stays so.
+	at := len(ms)
+	for i, m := range ms {
+		if m.key == ValueSequence {
+			return value
+		}
+		if at == len(ms) && m.key > ValueSequence {
+			at = i
+		}
+	}
+	num := strconv.FormatInt(seq, 10)
+	out := make([]byte, 0, len(value)+len(ValueSequence)+len(num)+4)
+	out = append(out, '{')
+	for i, m := range ms {
+		if i == at {
+			out = appendMember(out, ValueSequence, []byte(num))
+		}
+		out = appendMember(out, m.key, m.value)
+	}
+	if at == len(ms) {
+		out = appendMember(out, ValueSequence, []byte(num))
+	}
+	return append(out, '}')
+}
+
+// appendMember writes "key":value to out, after a comma unless it opens
+// the object.
+func appendMember(out []byte, key string, value []byte) []byte {
+	if out[len(out)-1] != '{' {
+		out = append(out, ',')
+	}
+	out = append(out, '"')
+	out = append(out, key...)
+	out = append(out, '"', ':')
+	return append(out, value...)
+}
+
+// withSequenceMaps is WithSequence through encoding/json, for a value that
+// members does not take apart (whitespace, escaped keys).
+func withSequenceMaps(value []byte, seq int64) []byte {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(value, &obj); err != nil || obj == nil {
 		return value

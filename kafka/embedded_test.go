@@ -179,7 +179,7 @@ func TestEmbeddedWithKcat(t *testing.T) {
 		require.Equal(t, "7", parts[0])
 		require.Contains(t, parts[1], event.HeaderEventID+"="+msgs[i].EventID)
 		require.Contains(t, parts[1], event.HeaderEventType+"="+string(msgs[i].EventType))
-		require.Equal(t, msgs[i].Payload, parts[2])
+		require.Equal(t, string(event.WithSequence([]byte(msgs[i].Payload), msgs[i].ID)), parts[2])
 	}
 
 	out, err = exec.CommandContext(ctx, kcat, "-b", e.Addr(), "-L", "-t", e.Topic()).CombinedOutput()

@@ -98,7 +98,8 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 			want[event.HeaderTraceparent] = tp
 		}
 		require.Equal(t, want, d.Headers)
-		require.JSONEq(t, m.Payload, string(d.Body))
+		require.JSONEq(t, string(event.WithSequence([]byte(m.Payload), m.ID)), string(d.Body))
+		require.Equal(t, event.FormatSequence(m.ID), d.Headers["cloudEvents_sequence"])
 		var v map[string]any
 		require.NoError(t, json.Unmarshal(d.Body, &v))
 		require.Equal(t, m.EventID, v["eventId"])
