@@ -483,11 +483,18 @@ func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
 
 // Flush writes the SENT of rows whose acknowledgement a full batch left for
 // the next poll (see RunOnce), releases a batch claimed for the next poll
-// and not sent (see Pump), and releases rows whose release failed. The
-// loop calls it when it stops or pauses; it does nothing when nothing is
+// and not sent (see Pump), releases rows whose release failed, and releases
+// rows whose send got no answer (relay.UnansweredError) once it has settled,
+// waiting for that until ctx ends (rows still unsettled then stay
+// PROCESSING for stale recovery). The loop calls it when it stops (and,
+// without the wait, when it pauses); it does nothing when nothing is
 // left. On error the rows stay PROCESSING and
 // are recovered after StaleAfter, and may then be sent a second time.
-func (r *Relay) Flush(ctx context.Context) (Result, error) {
+func (r *Relay) Flush(ctx context.Context) (Result, error) { return r.flushKept(ctx, true) }
+
+// flushKept is Flush; without wait, rows whose unanswered send has not
+// settled yet stay kept for a later poll instead of being waited for.
+func (r *Relay) flushKept(ctx context.Context, wait bool) (Result, error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	var res Result
@@ -497,7 +504,7 @@ func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	// Rows whose send got no answer go back once their request is torn
 	// down (within the sender's bound); those still not settled when ctx
 	// ends stay PROCESSING for stale recovery.
-	r.settle(ctx, true)
+	r.settle(ctx, wait)
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
@@ -666,14 +673,14 @@ func (r *Relay) retryDelay(retry int) time.Duration {
 
 // flush writes deferred acknowledgements for the loop, even when ctx has
 // ended: the sends happened.
-func (r *Relay) flush(ctx context.Context, log *slog.Logger) {
+func (r *Relay) flush(ctx context.Context, log *slog.Logger, final bool) {
 	if !r.pendingAcks() {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := r.Flush(fctx)
+	res, err := r.flushKept(fctx, final)
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(res, time.Since(start), err)
 	}
@@ -716,7 +723,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	defer log.Info("relay stopped")
 	// A full batch leaves its acknowledgements to the next poll: write them
 	// before the loop ends, whether by Stop or by ctx.
-	defer r.flush(ctx, log)
+	defer r.flush(ctx, log, true)
 	outage := backoff.Backoff{Base: r.cfg.Interval, Max: r.cfg.OutageBackoffMax, Exact: true}
 	for {
 		start := time.Now()
@@ -759,7 +766,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			continue
 		}
 		// Nothing is deferred over a pause (after an error or an outage).
-		r.flush(ctx, log)
+		r.flush(ctx, log, false)
 		if pinger, ok := r.send.(Pinger); ok && res.Unavailable {
 			if !r.waitOutage(ctx, stop, wait, pinger, log) {
 				return
