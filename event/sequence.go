@@ -53,11 +53,16 @@ func ParseSequence(s string) (int64, error) {
 }
 
 // WithSequence returns value, a JSON object, with the member "sequence": seq
-// added among its keys in byte order (as New writes them). A value that
-// already has a sequence, or is not an object, is returned unchanged: the
-// outbox keeps values as New wrote them, and the sequence (the row's id) is
-// known only once the row is written, so the senders add it here.
+// added before its first key that sorts after it (so a value in byte order,
+// as New writes it, stays so). The outbox keeps values as New wrote them,
+// and the sequence (the row's id) is known only once the row is written, so
+// the senders add it here. A value that already has a sequence or is not an
+// object, and a seq that is not positive (no sequence), leave value as it
+// is.
 func WithSequence(value []byte, seq int64) []byte {
+	if seq <= 0 {
+		return value // no sequence (a message not from an outbox row)
+	}
 	ms, ok := members(value, make([]member, 0, 16))
 	if !ok {
 		return withSequenceMaps(value, seq)

@@ -20,6 +20,8 @@ func extraHeaders(m outbox.Message) []sarama.RecordHeader {
 	for _, a := range event.CloudEventsAttributes(m.EventID, m.EventType, m.Created) {
 		hs = append(hs, sarama.RecordHeader{Key: []byte(event.CloudEventsKafkaPrefix + a.Name), Value: []byte(a.Value)})
 	}
-	hs = append(hs, sarama.RecordHeader{Key: []byte(event.CloudEventsKafkaPrefix + event.CloudEventsSequence), Value: []byte(event.FormatSequence(m.ID))})
+	if m.ID > 0 { // a row never written has no sequence
+		hs = append(hs, sarama.RecordHeader{Key: []byte(event.CloudEventsKafkaPrefix + event.CloudEventsSequence), Value: []byte(event.FormatSequence(m.ID))})
+	}
 	return append(hs, sarama.RecordHeader{Key: []byte(event.HeaderContentType), Value: []byte(event.ContentType)})
 }

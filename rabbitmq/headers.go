@@ -22,6 +22,8 @@ func withExtraHeaders(h amqp.Table, m outbox.Message) amqp.Table {
 	for _, a := range event.CloudEventsAttributes(m.EventID, m.EventType, m.Created) {
 		h[event.CloudEventsAMQPPrefix+a.Name] = a.Value
 	}
-	h[event.CloudEventsAMQPPrefix+event.CloudEventsSequence] = event.FormatSequence(m.ID)
+	if m.ID > 0 { // a row never written has no sequence
+		h[event.CloudEventsAMQPPrefix+event.CloudEventsSequence] = event.FormatSequence(m.ID)
+	}
 	return h
 }
