@@ -154,5 +154,15 @@ func TestStalledPublishKeepsPerPostOrderOnTheQueue(t *testing.T) {
 			seen[d.MessageId] = true
 		}
 		require.Len(t, seen, len(rows), "all delivered")
+		keys, headers, values := make([]string, len(ds)), make([]map[string]string, len(ds)), make([][]byte, len(ds))
+		for i, d := range ds {
+			keys[i], values[i], headers[i] = d.RoutingKey, d.Body, map[string]string{}
+			for k, v := range d.Headers {
+				if s, ok := v.(string); ok {
+					headers[i][k] = s
+				}
+			}
+		}
+		requireWorkerAppliesInOrder(t, db, keys, headers, values)
 	})
 }

@@ -15,11 +15,13 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/worker"
 )
 
 // stallingDialer dials brokers for a producer and holds the first Produce
@@ -117,6 +119,37 @@ func raceAStalledRelay(t *testing.T, db *database.DB, stalled, healthy relay.Sen
 	return rows
 }
 
+// requireWorkerAppliesInOrder hands the messages, in their order on the
+// partition or queue, to a worker on db, and checks that it applies every
+// event once and no event of a post after a later one (by sequence).
+func requireWorkerAppliesInOrder(t *testing.T, db *database.DB, keys []string, headers []map[string]string, values [][]byte) {
+	t.Helper()
+	var applied []inbox.Event
+	var current inbox.Event
+	w, err := worker.New(db.DB, worker.Config{Logger: slog.New(slog.DiscardHandler),
+		ObserveConsumed: func(_, outcome string) {
+			if outcome == worker.OutcomeProcessed {
+				applied = append(applied, current)
+			}
+		}})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	for i := range keys {
+		ev, err := inbox.Decode([]byte(keys[i]), headers[i], values[i])
+		require.NoError(t, err)
+		current = ev
+		require.NoError(t, w.Handle(context.Background(), ev))
+	}
+	last := map[int64]int64{}
+	ids := map[string]bool{}
+	for _, ev := range applied {
+		require.Greater(t, ev.Sequence, last[ev.PostID], "post %d: the worker applied event %d after %d", ev.PostID, ev.Sequence, last[ev.PostID])
+		last[ev.PostID] = ev.Sequence
+		require.False(t, ids[ev.EventID], "event %s applied twice", ev.EventID)
+		ids[ev.EventID] = true
+	}
+}
+
 // A send that got no answer within its timeout (the path to the broker
 // stalled) must not hand its rows to another relay while its request may
 // still land: the late copy of a post's event would follow a later event of
@@ -159,6 +192,11 @@ func TestStalledSendKeepsPerPostOrderOnThePartition(t *testing.T) {
 			seen[r.Headers[event.HeaderEventID]] = true
 		}
 		require.Len(t, seen, len(rows), "all delivered")
+		keys, headers, values := make([]string, len(records)), make([]map[string]string, len(records)), make([][]byte, len(records))
+		for i, r := range records {
+			keys[i], headers[i], values[i] = r.Key, r.Headers, r.Value
+		}
+		requireWorkerAppliesInOrder(t, db, keys, headers, values)
 		require.False(t, stall.arrived, "the stalled request was torn down, not delivered")
 	})
 }
