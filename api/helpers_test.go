@@ -69,13 +69,22 @@ func eachAPI(t *testing.T, fn func(t *testing.T, e *apiEnv)) {
 // do sends a request; contentType "" sends none.
 func (e *apiEnv) do(t *testing.T, method, path, contentType, body string) (*http.Response, []byte) {
 	t.Helper()
+	h := http.Header{}
+	if contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	return e.doHeaders(t, method, path, body, h)
+}
+
+// doHeaders sends a request with the header h and returns the response and
+// its body.
+func (e *apiEnv) doHeaders(t *testing.T, method, path, body string, h http.Header) (*http.Response, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
+	req.Header = h
 	resp, err := e.srv.Client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -46,7 +46,20 @@ type posts struct {
 	log *slog.Logger
 }
 
+// IdempotencyKeyHeader is the request header that makes a create
+// idempotent (the IETF httpapi draft); IdempotentReplayedHeader, "true",
+// marks an answer given again for a key that had already created its post.
+const (
+	IdempotencyKeyHeader     = "Idempotency-Key"
+	IdempotentReplayedHeader = "Idempotent-Replayed"
+)
+
 func (p *posts) create(w http.ResponseWriter, r *http.Request) {
+	keys := r.Header.Values(IdempotencyKeyHeader)
+	if len(keys) > 1 {
+		writeError(w, r, p.log, fieldError(IdempotencyKeyHeader, "must be given at most once"))
+		return
+	}
 	var req postRequest
 	if err := readJSON(w, r, &req); err != nil {
 		writeError(w, r, p.log, err)
@@ -57,13 +70,21 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	post, err := p.svc.Create(r.Context(), in)
+	var res reservation.Created
+	if len(keys) == 1 {
+		res, err = p.svc.CreateOnce(r.Context(), keys[0], in)
+	} else {
+		res.Post, err = p.svc.Create(r.Context(), in)
+	}
 	if err != nil {
 		writeError(w, r, p.log, err)
 		return
 	}
-	w.Header().Set("Location", "/api/v1/posts/"+strconv.FormatInt(post.ID, 10))
-	writeJSON(w, r, p.log, http.StatusCreated, NewPostJSON(post))
+	if res.Replayed {
+		w.Header().Set(IdempotentReplayedHeader, "true")
+	}
+	w.Header().Set("Location", "/api/v1/posts/"+strconv.FormatInt(res.Post.ID, 10))
+	writeJSON(w, r, p.log, http.StatusCreated, NewPostJSON(res.Post))
 }
 
 func (p *posts) get(w http.ResponseWriter, r *http.Request) {

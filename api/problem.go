@@ -39,6 +39,13 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		response.WriteProblem(w, http.StatusNotFound, "no post has id "+r.PathValue("id"), "")
 	case errors.Is(err, reservation.ErrConflict):
 		response.WriteProblem(w, http.StatusConflict, "the post was changed by another request meanwhile; read it again and retry", "")
+	case errors.Is(err, reservation.ErrIdempotencyKeyReused):
+		response.WriteProblem(w, http.StatusUnprocessableEntity,
+			"Idempotency-Key: this key already created a post from another request body; use a new key for a new post",
+			reservation.IdempotencyKeyField)
+	case errors.Is(err, reservation.ErrIdempotencyKeyInUse):
+		response.WriteProblem(w, http.StatusConflict,
+			"Idempotency-Key: a request with this key is still in progress; retry it later", reservation.IdempotencyKeyField)
 	case errors.Is(err, reservation.ErrInvalidTransition):
 		// The service builds these messages from the post's id and status only.
 		response.WriteProblem(w, http.StatusConflict, err.Error(), "")

@@ -148,7 +148,7 @@ func TestProducerCompressionReadByOtherClients(t *testing.T) {
 
 func TestProducerConfigCompression(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, CompressionLZ4, DefaultProducerConfig().Compression)
+	require.Equal(t, CompressionNone, DefaultProducerConfig().Compression, "the Java client's default, read by every consumer")
 	base := producerTestConfig("127.0.0.1:1").withDefaults()
 	require.NoError(t, base.Validate())
 	for _, c := range Compressions() {

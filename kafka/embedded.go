@@ -179,8 +179,15 @@ func StartEmbedded(cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
 	}
 	logger.Info("embedded kafka broker started",
 		"addr", e.addr, "data_dir", cfg.DataDir, "topic", cfg.Topic, "partitions", partitions,
-		"hint", fmt.Sprintf("kcat -b %s -t %s -C -f '%%k %%h %%s\\n'", e.addr, cfg.Topic))
+		"hint", KcatHint(e.addr, cfg.Topic))
 	return e, nil
+}
+
+// KcatHint is the command the start-up log line offers for reading the
+// topic: -J prints one JSON object per message (key, headers, payload), so
+// the command holds no backslash escape that a log format would double.
+func KcatHint(addr, topic string) string {
+	return fmt.Sprintf("kcat -b %s -t %s -C -e -q -J", addr, topic)
 }
 
 // claimDataDir records database as the owner of the log in dir, or checks

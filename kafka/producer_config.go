@@ -73,10 +73,12 @@ type ProducerConfig struct {
 	ProbeTimeout time.Duration
 	// Compression is the codec of the record batches the producer sends
 	// (sarama Producer.Compression, at the codec's default level): one of
-	// Compressions(). Default CompressionLZ4: fast, and read by every
-	// client and broker since 0.11 (the KafkaVersion floor); zstd packs
-	// tighter but needs KafkaVersion and the brokers at 2.1.0 or later and
-	// consumers that know it. MaxMessageBytes bounds the uncompressed
+	// Compressions(). Default CompressionNone, as the Java client's
+	// compression.type: every consumer reads it, while a codec is read only
+	// by the clients that carry it (kafkajs reads gzip alone without extra
+	// packages, and stops at the first lz4, snappy or zstd batch). gzip,
+	// snappy, lz4 and zstd are opt-in; zstd also needs KafkaVersion and the
+	// brokers at 2.1.0 or later. MaxMessageBytes bounds the uncompressed
 	// message; the broker checks the compressed batch.
 	Compression Compression
 	// Dial opens the producer's broker connections (tests put a faulty
@@ -103,7 +105,7 @@ func DefaultProducerConfig() ProducerConfig {
 		MaxMessageBytes: 1000000,
 		KafkaVersion:    "2.8.0",
 		ProbeTimeout:    2 * time.Second,
-		Compression:     CompressionLZ4,
+		Compression:     CompressionNone,
 	}
 }
 

@@ -27,7 +27,8 @@ import (
 	"github.com/postingsvc/posting/response"
 )
 
-// DefaultScrapeTimeout bounds the outbox queries of one scrape.
+// DefaultScrapeTimeout bounds the outbox queries, the dependency pings and
+// the consumer lag read of one scrape.
 const DefaultScrapeTimeout = 3 * time.Second
 
 // Option changes a default of New.
@@ -55,8 +56,11 @@ func WithScrapeTimeout(d time.Duration) Option {
 // Metrics owns a registry and the service's metrics. Its methods are safe
 // for concurrent use.
 type Metrics struct {
-	reg     *prometheus.Registry
-	handler http.Handler
+	reg           *prometheus.Registry
+	registerer    prometheus.Registerer // reg with the instance_id label
+	scrapeTimeout time.Duration
+	handler       http.Handler
+	deps          *dependencyCollector
 
 	relayPolls       *prometheus.CounterVec
 	relaySent        prometheus.Counter
@@ -107,7 +111,8 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		return h
 	}
 	m := &Metrics{
-		reg: reg,
+		reg: reg, registerer: r, scrapeTimeout: o.scrapeTimeout,
+		deps: newDependencyCollector(o.scrapeTimeout),
 		relayPolls: counterVec("posting_relay_polls_total",
 			"Relay polls by result: ok, unavailable (broker unreachable), error.", "result"),
 		relaySent: counter("posting_relay_events_sent_total",
@@ -152,7 +157,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "code"}),
 	}
-	r.MustRegister(m.httpDuration)
+	r.MustRegister(m.httpDuration, m.deps)
 	for _, res := range []string{"ok", "unavailable", "error"} {
 		m.relayPolls.WithLabelValues(res)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,6 +293,8 @@ func TestMetricNames(t *testing.T) {
 	m := metrics.New(databasetest.NewSQLite(t).DB, "test-1")
 	m.ObserveConsumed("POSTING_EVENT", "processed")
 	m.HTTP(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	m.WatchDependency("database", func(context.Context) error { return nil })
+	m.WatchConsumerLag("g", "t", func(context.Context) (map[int32]int64, error) { return map[int32]int64{0: 1}, nil })
 	var got []string
 	for name := range scrape(t, m.Handler()) {
 		if strings.HasPrefix(name, "posting_") {
@@ -308,5 +311,47 @@ func TestMetricNames(t *testing.T) {
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
 		"posting_http_requests_total", "posting_http_request_duration_seconds",
 		"posting_worker_events_consumed_total", "posting_worker_publications_total", "posting_worker_publication_lag_seconds",
+		"posting_dependency_up", "posting_kafka_consumer_lag_messages",
 	}, got)
+}
+
+// Each watched dependency is 1 while its ping answers and 0 once it fails,
+// and a ping that hangs is cut at the scrape timeout instead of holding the
+// scrape.
+func TestDependencyUp(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1", metrics.WithScrapeTimeout(200*time.Millisecond))
+	var brokerErr error
+	var mu sync.Mutex
+	m.WatchDependency("database", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	m.WatchDependency("kafka", func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return brokerErr
+	})
+	f := scrape(t, m.Handler())
+	require.Equal(t, 0.0, value(t, f, "posting_dependency_up", map[string]string{"dependency": "database"}))
+	require.Equal(t, 1.0, value(t, f, "posting_dependency_up", map[string]string{"dependency": "kafka"}))
+	mu.Lock()
+	brokerErr = relay.ErrUnavailable
+	mu.Unlock()
+	f = scrape(t, m.Handler())
+	require.Equal(t, 0.0, value(t, f, "posting_dependency_up", map[string]string{"dependency": "kafka"}))
+}
+
+// The consumer lag is one gauge per partition with its group and topic; a
+// read that fails leaves the gauge out rather than showing a lag of 0.
+func TestConsumerLagGauge(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	var readErr error
+	m.WatchConsumerLag("posting-worker", "posting-events", func(context.Context) (map[int32]int64, error) {
+		return map[int32]int64{0: 5, 1: 0, 2: 12}, readErr
+	})
+	f := scrape(t, m.Handler())
+	require.Len(t, f["posting_kafka_consumer_lag_messages"].GetMetric(), 3)
+	require.Equal(t, 12.0, value(t, f, "posting_kafka_consumer_lag_messages",
+		map[string]string{"group": "posting-worker", "topic": "posting-events", "partition": "2"}))
+	readErr = relay.ErrUnavailable
+	require.NotContains(t, scrape(t, m.Handler()), "posting_kafka_consumer_lag_messages")
 }

@@ -30,8 +30,9 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 				"posts": {"id", "title", "content", "status", "scheduled_at", "created_at", "updated_at", "published_at", "version"},
 				"outbox": {"id", "event_id", "event_type", "aggregate_id", "payload", "created", "status", "retry_count",
 					"version", "next_attempt_at", "claimed_by", "claimed_at", "sent_at", "last_error", "discarded_at", "unsent_aggregate_id"},
-				"inbox":        {"consumer", "event_id", "processed_at"},
-				"publications": {"post_id", "event_id", "partition_id", "scheduled_at", "status", "published_at"},
+				"inbox":            {"consumer", "event_id", "processed_at"},
+				"publications":     {"post_id", "event_id", "partition_id", "scheduled_at", "status", "published_at"},
+				"idempotency_keys": {"id", "owner_id", "idem_key", "request_hash", "post_id", "response", "created_at"},
 			} {
 				require.True(t, m.HasTable(table), "table %s", table)
 				for _, c := range cols {
@@ -42,6 +43,8 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 				require.True(t, m.HasIndex("outbox", idx), "index %s", idx)
 			}
 			require.True(t, m.HasIndex("publications", "idx_publications_status_partition"))
+			require.True(t, m.HasIndex("idempotency_keys", "uq_idempotency_keys_owner_key"))
+			require.True(t, m.HasIndex("idempotency_keys", "idx_idempotency_keys_created_at"))
 		})
 	}
 }
@@ -52,7 +55,7 @@ func TestUpOnEmptyDatabase(t *testing.T) {
 	db := databasetest.NewSQLite(t)
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
-	_, err = sqlDB.Exec("DROP TABLE publications; DROP TABLE inbox; DROP TABLE outbox; DROP TABLE posts; DROP TABLE goose_db_version")
+	_, err = sqlDB.Exec("DROP TABLE idempotency_keys; DROP TABLE publications; DROP TABLE inbox; DROP TABLE outbox; DROP TABLE posts; DROP TABLE goose_db_version")
 	require.NoError(t, err)
 	n, err := migrations.Up(context.Background(), sqlDB, database.SQLite, nil)
 	require.NoError(t, err)

@@ -104,6 +104,10 @@ type PurgeStep struct {
 	Name string
 	// Purge deletes the step's old rows.
 	Purge PurgeFunc
+	// Retention, when set, replaces CleanerConfig.Retention for this step:
+	// its rows are old once they are Retention old (the idempotency keys
+	// keep for a day, SENT outbox rows for a week). At least 1s.
+	Retention time.Duration
 }
 
 // CleanResult counts what one cleaning run did.
@@ -111,7 +115,8 @@ type CleanResult struct {
 	// Deleted counts the rows each step deleted, by step name.
 	Deleted map[string]int
 	// Cutoff is the database's time at the start of the run minus the
-	// retention: rows older than it were deleted.
+	// retention: rows older than it were deleted (by a step with a
+	// Retention of its own: rows older than that time minus its Retention).
 	Cutoff time.Time
 }
 
@@ -151,6 +156,9 @@ func NewCleaner(db *gorm.DB, cfg CleanerConfig, steps ...PurgeStep) (*Cleaner, e
 		if st.Name == "" || st.Purge == nil || seen[st.Name] {
 			return nil, fmt.Errorf("invalid cleaner: purge step %q unnamed, repeated or without Purge", st.Name)
 		}
+		if st.Retention != 0 && st.Retention < time.Second {
+			return nil, fmt.Errorf("invalid cleaner: purge step %q: retention %s below 1s", st.Name, st.Retention)
+		}
 		seen[st.Name] = true
 	}
 	return &Cleaner{db: db, cfg: cfg, steps: steps}, nil
@@ -159,9 +167,9 @@ func NewCleaner(db *gorm.DB, cfg CleanerConfig, steps ...PurgeStep) (*Cleaner, e
 // Config returns the cleaner's configuration with defaults filled in.
 func (c *Cleaner) Config() CleanerConfig { return c.cfg }
 
-// RunOnce runs every step with the cutoff Retention before the database's
-// current time. A step that fails does not keep the others from running;
-// the errors are joined.
+// RunOnce runs every step with the cutoff Retention (or the step's own)
+// before the database's current time. A step that fails does not keep the
+// others from running; the errors are joined.
 func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
 	res := CleanResult{Deleted: make(map[string]int, len(c.steps))}
 	now, err := database.Now(ctx, c.db)
@@ -171,7 +179,11 @@ func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
 	res.Cutoff = database.Normalize(now.Add(-c.cfg.Retention))
 	var errs []error
 	for _, step := range c.steps {
-		n, err := step.Purge(ctx, c.db, res.Cutoff, c.cfg.BatchSize, c.cfg.Pause)
+		cutoff := res.Cutoff
+		if step.Retention != 0 {
+			cutoff = database.Normalize(now.Add(-step.Retention))
+		}
+		n, err := step.Purge(ctx, c.db, cutoff, c.cfg.BatchSize, c.cfg.Pause)
 		res.Deleted[step.Name] = n
 		if err != nil {
 			errs = append(errs, err)

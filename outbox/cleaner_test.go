@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
@@ -175,4 +176,31 @@ func TestCleanerConfig(t *testing.T) {
 		_, err := outbox.NewCleaner(db.DB, bad, sentStep)
 		require.ErrorContains(t, err, "invalid cleaner config", "%+v", bad)
 	}
+}
+
+// A step with a Retention of its own gets its cutoff from it, the others
+// from the cleaner's, both from one reading of the database's clock; a step
+// retention below 1s is refused.
+func TestCleanerStepRetentionReplacesTheCleanersOwn(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	cutoffs := map[string]time.Time{}
+	record := func(name string) outbox.PurgeFunc {
+		return func(_ context.Context, _ *gorm.DB, olderThan time.Time, _ int, _ time.Duration) (int, error) {
+			cutoffs[name] = olderThan
+			return 0, nil
+		}
+	}
+	c, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{},
+		outbox.PurgeStep{Name: "week", Purge: record("week")},
+		outbox.PurgeStep{Name: "hour", Purge: record("hour"), Retention: time.Hour})
+	require.NoError(t, err)
+	res, err := c.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, res.Cutoff, cutoffs["week"])
+	require.Equal(t, 7*day-time.Hour, cutoffs["hour"].Sub(cutoffs["week"]))
+
+	_, err = outbox.NewCleaner(db.DB, outbox.CleanerConfig{},
+		outbox.PurgeStep{Name: "bad", Purge: record("bad"), Retention: time.Millisecond})
+	require.ErrorContains(t, err, "retention 1ms below 1s")
 }

@@ -41,16 +41,29 @@ type ServiceConfig struct {
 	// MaxAhead is how far in the future scheduledAt may lie. Default one year
 	// (365*24h); must be positive.
 	MaxAhead time.Duration
+	// IdempotencyRetention is how long CreateOnce honours an idempotency
+	// key: an older key is as good as unused, and the cleaner's
+	// PurgeIdempotencyKeys step deletes it with the same retention. Default
+	// DefaultIdempotencyRetention (24h); MinIdempotencyRetention (1m) to
+	// MaxIdempotencyRetention (720h).
+	IdempotencyRetention time.Duration
 }
 
-// withDefaults fills the unset fields; it is the one place defaults live.
+// DefaultServiceConfig returns a ServiceConfig with every field at its
+// default: the one place the defaults are written. A caller that takes
+// values from elsewhere (a command line) starts from it, so that a zero it
+// was given is refused by Validate rather than replaced.
+func DefaultServiceConfig() ServiceConfig {
+	return ServiceConfig{
+		Now:                  time.Now,
+		MaxAhead:             365 * 24 * time.Hour,
+		IdempotencyRetention: DefaultIdempotencyRetention,
+	}
+}
+
+// withDefaults fills the unset fields from DefaultServiceConfig.
 func (c ServiceConfig) withDefaults() ServiceConfig {
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.MaxAhead == 0 {
-		c.MaxAhead = 365 * 24 * time.Hour
-	}
+	config.FillZero(&c, DefaultServiceConfig())
 	return c
 }
 
@@ -63,6 +76,10 @@ func (c ServiceConfig) Validate() error {
 	}
 	if c.MaxAhead <= 0 {
 		return config.Invalid(f+"MaxAhead", c.MaxAhead, "must be positive")
+	}
+	if c.IdempotencyRetention < MinIdempotencyRetention || c.IdempotencyRetention > MaxIdempotencyRetention {
+		return config.Invalid(f+"IdempotencyRetention", c.IdempotencyRetention, "want %s..%s",
+			MinIdempotencyRetention, MaxIdempotencyRetention)
 	}
 	return nil
 }
@@ -169,39 +186,51 @@ func (s *Service) now() time.Time { return database.Normalize(s.cfg.Now()) }
 // Create stores a RESERVED post and its CREATED event.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 	now := s.now()
-	if err := validateText("title", in.Title, MaxTitleLength, titleControls); err != nil {
+	if err := s.validateCreate(in, now); err != nil {
 		return nil, err
 	}
-	if err := validateText("content", in.Content, MaxContentLength, contentControls); err != nil {
-		return nil, err
-	}
-	if err := s.validateScheduledAt(in.ScheduledAt, now); err != nil {
-		return nil, err
-	}
-	var created Post
+	var created *Post
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-		// A fresh value per attempt: a retried transaction must not reuse the
-		// id the rolled-back attempt was given.
-		created = Post{
-			Title:       in.Title,
-			Content:     in.Content,
-			Status:      StatusReserved,
-			ScheduledAt: database.Normalize(in.ScheduledAt),
-			CreatedAt:   now,
-			UpdatedAt:   now,
-			OwnerID:     ownerOf(ctx),
-			Version:     optimisticlock.Version{Int64: 1, Valid: true},
-			Traceparent: traceparentOf(ctx),
-		}
-		if err := s.insert.exec(ctx, tx, &created); err != nil {
-			return fmt.Errorf("insert post: %w", err)
-		}
-		return appendChangeEvent(tx, &created, event.ActionCreated, now)
+		var err error
+		created, err = s.insertPost(ctx, tx, in, now)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create post: %w", err)
 	}
-	return &created, nil
+	return created, nil
+}
+
+// insertPost writes a new RESERVED post and its CREATED event through tx.
+// It returns a fresh value per call: a retried transaction must not reuse
+// the id the rolled-back attempt was given.
+func (s *Service) insertPost(ctx context.Context, tx *gorm.DB, in CreateInput, now time.Time) (*Post, error) {
+	created := &Post{
+		Title:       in.Title,
+		Content:     in.Content,
+		Status:      StatusReserved,
+		ScheduledAt: database.Normalize(in.ScheduledAt),
+		CreatedAt:   now,
+		UpdatedAt:   now,
+		OwnerID:     ownerOf(ctx),
+		Version:     optimisticlock.Version{Int64: 1, Valid: true},
+		Traceparent: traceparentOf(ctx),
+	}
+	if err := s.insert.exec(ctx, tx, created); err != nil {
+		return nil, fmt.Errorf("insert post: %w", err)
+	}
+	return created, appendChangeEvent(tx, created, event.ActionCreated, now)
+}
+
+// validateCreate checks a new post against the rules at now.
+func (s *Service) validateCreate(in CreateInput, now time.Time) error {
+	if err := validateText("title", in.Title, MaxTitleLength, titleControls); err != nil {
+		return err
+	}
+	if err := validateText("content", in.Content, MaxContentLength, contentControls); err != nil {
+		return err
+	}
+	return s.validateScheduledAt(in.ScheduledAt, now)
 }
 
 // Get returns the post with id, or an error wrapping ErrNotFound (also when

@@ -143,29 +143,11 @@ func recordAt(tx *gorm.DB, reqs []recordReq, idx []int, at time.Time, out []reco
 	for k, i := range idx {
 		ids[k] = reqs[i].postID
 	}
-	res := tx.Exec("UPDATE posts SET status = ?, published_at = ?, updated_at = ?, version = version + 1 WHERE status = ? AND id IN ?",
-		reservation.StatusPublished, at, at, reservation.StatusWorking, ids)
-	if res.Error != nil {
-		return fmt.Errorf("mark %d posts published: %w", len(ids), res.Error)
+	marked, status, err := reservation.MarkPublished(tx, ids, at)
+	if err != nil {
+		return err
 	}
-	marked := make(map[int64]bool, len(ids))
-	if int(res.RowsAffected) == len(ids) {
-		for _, id := range ids {
-			marked[id] = true
-		}
-	} else {
-		// Some were cancelled (or published) since they were read.
-		var rows []reservation.Post
-		if err := tx.Select("id", "status", "published_at").Where("id IN ?", ids).Find(&rows).Error; err != nil {
-			return fmt.Errorf("read %d posts: %w", len(ids), err)
-		}
-		status := map[int64]reservation.Status{}
-		for _, p := range rows {
-			status[p.ID] = p.Status
-			if p.Status == reservation.StatusPublished && p.PublishedAt != nil && p.PublishedAt.Equal(at) {
-				marked[p.ID] = true
-			}
-		}
+	if len(marked) < len(ids) {
 		for _, i := range idx {
 			id := reqs[i].postID
 			if marked[id] {

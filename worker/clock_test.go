@@ -42,7 +42,7 @@ func (r *dbClockRecorder) calls() []time.Time {
 // A worker whose own clock runs minutes ahead of the database's does not
 // publish before scheduledAt by the database's clock: its timer fires at
 // once, the publication is found not due, and the timer is re-armed for the
-// time left, so the post goes out at its time (issue 10, defect 1).
+// time left, so the post goes out at its time.
 func TestWorkerClockAheadDoesNotPublishEarly(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {

@@ -96,7 +96,7 @@ func starvation(t *testing.T, db *database.DB, cfg worker.Config, hang bool) tim
 
 // With the default concurrency, 12 posts whose receiver fails (503) or
 // hangs do not hold back a healthy post due 100 ms later: it is published
-// within 1 s of its time (issue 10, defect 4).
+// within 1 s of its time.
 func TestWorkerFailingWebhookPostsDoNotStarveHealthyOnes(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {

@@ -1,19 +1,33 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postingsvc/posting/event"
 )
 
 // asyncAPIRoute serves the AsyncAPI document of the messages this service
-// sends (GET /asyncapi.json), naming the topic and exchange it is
-// configured with.
-func asyncAPIRoute(s *settings) (http.Handler, error) {
-	doc, err := event.AsyncAPI(s.KafkaTopic, s.RabbitMQExchange)
+// sends (GET /asyncapi.json), naming the brokers (the Kafka bootstrap list
+// brokers, or the host of POSTING_RABBITMQ_URL), topic and exchange it runs
+// with.
+func asyncAPIRoute(s *settings, brokers []string) (http.Handler, error) {
+	as := event.AsyncAPISettings{Topic: s.KafkaTopic, Exchange: s.RabbitMQExchange, KafkaBrokers: brokers}
+	if s.RabbitMQURL != "" {
+		u, err := amqp.ParseURI(s.RabbitMQURL)
+		if err != nil {
+			return nil, badSetting("POSTING_RABBITMQ_URL", "(hidden)", err)
+		}
+		as.KafkaBrokers = nil
+		as.RabbitMQHost = u.Host + ":" + strconv.Itoa(u.Port)
+		as.RabbitMQProtocol, as.RabbitMQVhost = u.Scheme, u.Vhost
+	}
+	doc, err := event.AsyncAPIServed(as)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asyncapi document: %w", err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -10,16 +10,20 @@ import (
 	"github.com/postingsvc/posting/event"
 )
 
-// GET /asyncapi.json serves the AsyncAPI document, with the topic the
-// service is configured with.
+// GET /asyncapi.json serves the AsyncAPI document, with the broker and
+// topic the service runs with, and without the transport it does not use.
 func TestServeServesAsyncAPI(t *testing.T) {
 	t.Parallel()
+	broker := freeAddr(t)
 	p := startServe(t, "POSTING_HTTP_ADDR="+freeAddr(t), "POSTING_DATA_DIR="+t.TempDir(),
-		"POSTING_EMBEDDED_KAFKA_ADDR="+freeAddr(t), "POSTING_KAFKA_TOPIC=custom-events")
+		"POSTING_EMBEDDED_KAFKA_ADDR="+broker, "POSTING_KAFKA_TOPIC=custom-events")
 	code, body := httpGet(p.http, "/asyncapi.json")
 	require.Equal(t, http.StatusOK, code, body)
 	var doc struct {
 		AsyncAPI string `json:"asyncapi"`
+		Servers  map[string]struct {
+			Host string `json:"host"`
+		} `json:"servers"`
 		Channels map[string]struct {
 			Address string `json:"address"`
 		} `json:"channels"`
@@ -27,7 +31,9 @@ func TestServeServesAsyncAPI(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &doc))
 	require.Equal(t, "3.0.0", doc.AsyncAPI)
 	require.Equal(t, "custom-events", doc.Channels[event.AsyncAPIChannelKafka].Address)
-	require.Equal(t, event.DefaultTopic, doc.Channels[event.AsyncAPIChannelRabbitMQ].Address)
+	require.NotContains(t, doc.Channels, event.AsyncAPIChannelRabbitMQ, "serve sends to Kafka only")
+	require.Equal(t, broker, doc.Servers[event.AsyncAPIServerKafka].Host)
+	require.NotContains(t, doc.Servers, event.AsyncAPIServerRabbitMQ)
 	resp, err := http.Get("http://" + p.http + "/asyncapi.json")
 	require.NoError(t, err)
 	resp.Body.Close()

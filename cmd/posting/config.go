@@ -54,6 +54,7 @@ type settings struct {
 	LogFormat         string
 	Migrate           bool
 	OutboxRetention   time.Duration
+	IdemRetention     time.Duration
 	ShutdownTimeout   time.Duration
 	WorkerGroup       string
 	PublishWebhookURL string
@@ -82,7 +83,7 @@ func defaultInstanceID() string {
 // addCommonFlags adds the settings every command needs: where the database
 // is and how to log.
 func addCommonFlags(fs *pflag.FlagSet, s *settings) {
-	fs.StringVar(&s.DatabaseURL, "database-url", "", "mysql://user:pass@host:3306/db?params or sqlite://path/to.db; empty: embedded SQLite in the data dir")
+	fs.StringVar(&s.DatabaseURL, "database-url", "", "mysql://user:pass@host:3306/db?params, postgres://user:pass@host:5432/db?sslmode=disable or sqlite://path/to.db; empty: embedded SQLite in the data dir")
 	fs.StringVar(&s.DataDir, "data-dir", "./data", "where embedded state lives (SQLite file, embedded Kafka log)")
 	fs.StringVar(&s.InstanceID, "instance-id", defaultInstanceID(), "written into claims, logs and metrics")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text or json")
@@ -105,6 +106,8 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.AdminToken, "admin-token", "", "bearer token for /admin/...; empty: admin endpoints off")
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.OutboxRetention, "outbox-retention", outbox.DefaultRetention, "SENT outbox rows older than this are deleted by the cleaner")
+	fs.DurationVar(&s.IdemRetention, "idempotency-retention", reservation.DefaultIdempotencyRetention,
+		"how long an Idempotency-Key of POST /api/v1/posts is honoured, then deleted by the cleaner (1m..720h)")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
 	showEnvTwins(fs)
 }
@@ -199,14 +202,14 @@ func (s *settings) validateServe() error {
 		return err
 	}
 	if s.RabbitMQURL != "" {
-		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
+		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig())
 	}
 	brokers := s.brokers()
 	var cfgs []validator
 	if len(s.KafkaBrokers) == 0 {
 		cfgs = append(cfgs, s.embeddedConfig(""))
 	}
-	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())
+	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig())
 	cfgs = append(cfgs, s.workerConfigs(brokers)...)
 	return s.validateConfigs(cfgs...)
 }
@@ -267,6 +270,9 @@ var settingOf = map[string]string{
 	"rabbitmq.ConsumerConfig.URL":      "POSTING_RABBITMQ_URL",
 	"rabbitmq.ConsumerConfig.Exchange": "POSTING_RABBITMQ_EXCHANGE",
 	"rabbitmq.ConsumerConfig.Queue":    "POSTING_WORKER_GROUP",
+
+	// Its own block: a long key that would realign the lines above.
+	"reservation.ServiceConfig.IdempotencyRetention": "POSTING_IDEMPOTENCY_RETENTION",
 }
 
 // settingError turns a component's refusal of a field taken from a setting
@@ -340,6 +346,12 @@ func (s *settings) schedulerConfig() reservation.SchedulerConfig {
 func (s *settings) cleanerConfig() outbox.CleanerConfig {
 	c := outbox.DefaultCleanerConfig()
 	c.Retention = s.OutboxRetention
+	return c
+}
+
+func (s *settings) serviceConfig() reservation.ServiceConfig {
+	c := reservation.DefaultServiceConfig()
+	c.IdempotencyRetention = s.IdemRetention
 	return c
 }
 

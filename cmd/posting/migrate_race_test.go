@@ -25,7 +25,7 @@ const raceRounds = 10
 // together on a fresh database all succeed: the migrations run under a lock
 // (GET_LOCK on MySQL, pg_advisory_lock on PostgreSQL, a file lock on SQLite) and opening SQLite waits out a
 // busy file instead of failing. Without the lock two migrators create the
-// same tables and one fails (issue 10, defect 5).
+// same tables and one fails.
 func TestStartTogetherOnFreshDatabase(t *testing.T) {
 	t.Parallel()
 	bin, err := buildBinary()

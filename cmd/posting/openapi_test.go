@@ -93,6 +93,7 @@ type oaFixture struct {
 	doc    *openapi3.T
 	router routers.Router
 	h      http.Handler
+	header http.Header // added to every request
 }
 
 // exchange sends one request, requires the status want, validates the
@@ -103,6 +104,7 @@ func (f *oaFixture) exchange(t *testing.T, method, target, contentType, body, au
 	t.Helper()
 	newReq := func() *http.Request {
 		r := httptest.NewRequest(method, target, strings.NewReader(body))
+		maps.Copy(r.Header, f.header)
 		if contentType != "" {
 			r.Header.Set("Content-Type", contentType)
 		}
@@ -289,7 +291,7 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 // exchange.
 func oaAsyncAPI(t *testing.T) http.Handler {
 	t.Helper()
-	h, err := asyncAPIRoute(&settings{KafkaTopic: "posting-events", RabbitMQExchange: "posting-events"})
+	h, err := asyncAPIRoute(&settings{KafkaTopic: "posting-events", RabbitMQExchange: "posting-events"}, nil)
 	require.NoError(t, err)
 	return h
 }

@@ -140,6 +140,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 	}
 	m := metrics.New(db.DB, s.InstanceID)
+	m.WatchDependency("database", db.Ping)
+	m.WatchDependency(brokerName(s), sender.Ping)
 	// Before the broker check: a stale limit the sender could outlast is a
 	// bad setting, whether or not the broker answers.
 	rc := s.relayConfig()
@@ -159,9 +161,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// once instead of at the next poll, which stays the safety net. The
 	// relay's own store keeps db.DB, so its writes wake nobody.
 	writers := database.WithCommitWaker(db.DB, rel.Wake)
-	posts, err := reservation.NewService(writers, reservation.ServiceConfig{})
+	posts, err := reservation.NewService(writers, s.serviceConfig())
 	if err != nil {
-		return err
+		return s.settingError(err)
 	}
 	sc := s.schedulerConfig()
 	sc.Logger, sc.TracerProvider = log, tp
@@ -177,7 +179,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	cleaner, err := outbox.NewCleaner(db.DB, cc,
 		outbox.PurgeStep{Name: "outbox", Purge: outbox.Purge},
 		outbox.PurgeStep{Name: "inbox", Purge: inbox.Purge},
-		outbox.PurgeStep{Name: "publications", Purge: worker.PurgePublications})
+		outbox.PurgeStep{Name: "publications", Purge: worker.PurgePublications},
+		outbox.PurgeStep{Name: "idempotency_keys", Purge: reservation.PurgeIdempotencyKeys, Retention: s.IdemRetention})
 	if err != nil {
 		return s.settingError(err)
 	}
@@ -188,7 +191,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return err
 		}
 	}
-	asyncAPI, err := asyncAPIRoute(s)
+	asyncAPI, err := asyncAPIRoute(s, brokers)
 	if err != nil {
 		return err
 	}

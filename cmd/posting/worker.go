@@ -170,6 +170,13 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 			return nil, s.settingError(err)
 		}
 		c = kc
+		// The group's lag as the cluster sees it, for the lag alert.
+		lag, err := kafka.NewLagReader(kc.Config())
+		if err != nil {
+			return nil, s.settingError(err)
+		}
+		st.OnStop(func() { _ = lag.Close() })
+		m.WatchConsumerLag(lag.Group(), lag.Topic(), lag.Lag)
 	}
 	if err := st.Start(ctx, c); err != nil {
 		return nil, err
@@ -264,6 +271,9 @@ func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing fun
 		name string
 		fn   func(context.Context) error
 	}{{"database", db.Ping}, {brokerName(s), consumerPing}}
+	for _, c := range checks {
+		m.WatchDependency(c.name, c.fn)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

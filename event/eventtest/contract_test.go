@@ -2,6 +2,8 @@ package eventtest_test
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +48,8 @@ func TestValidatorAcceptsEventsAsTheServiceBuildsThem(t *testing.T) {
 	v := eventtest.NewTestValidator(t)
 	for _, m := range []eventtest.Message{contractTestPosting(t), contractTestReservation(t)} {
 		require.NoError(t, v.Validate(m))
-		// ownerId (issue 16) and the optional headers (traceparent,
-		// CloudEvents, issue 17) fit, and an unknown header is no error.
+		// ownerId and the optional headers (traceparent,
+		// CloudEvents) fit, and an unknown header is no error.
 		m = edit(t, m, func(o map[string]any) { o["ownerId"] = "user-7" })
 		m.Headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 		m.Headers["ce_specversion"], m.Headers["ce_id"] = "1.0", m.Headers[event.HeaderEventID]
@@ -195,4 +197,59 @@ func TestAsyncAPINamesTheConfiguredTopicAndExchange(t *testing.T) {
 	require.Equal(t, "custom-events", doc.Channels[event.AsyncAPIChannelKafka].Bindings.Kafka.Topic)
 	require.Equal(t, "custom-exchange", doc.Channels[event.AsyncAPIChannelRabbitMQ].Address)
 	require.Equal(t, "custom-exchange", doc.Channels[event.AsyncAPIChannelRabbitMQ].Bindings.AMQP.Exchange.Name)
+}
+
+// asyncAPIServedTestDoc is the part of a served document that names where
+// the events go.
+type asyncAPIServedTestDoc struct {
+	Servers map[string]struct {
+		Host        string `json:"host"`
+		Protocol    string `json:"protocol"`
+		Description string `json:"description"`
+	} `json:"servers"`
+	Channels map[string]struct {
+		Address  string `json:"address"`
+		Bindings struct {
+			AMQP struct {
+				Exchange struct {
+					Name  string `json:"name"`
+					Vhost string `json:"vhost"`
+				} `json:"exchange"`
+			} `json:"amqp"`
+		} `json:"bindings"`
+	} `json:"channels"`
+	Operations map[string]any `json:"operations"`
+}
+
+func TestAsyncAPIServedNamesTheRunningBrokers(t *testing.T) {
+	t.Parallel()
+	parse := func(s event.AsyncAPISettings) asyncAPIServedTestDoc {
+		raw, err := event.AsyncAPIServed(s)
+		require.NoError(t, err)
+		var doc asyncAPIServedTestDoc
+		require.NoError(t, json.Unmarshal(raw, &doc))
+		return doc
+	}
+
+	k := parse(event.AsyncAPISettings{Topic: "t1", Exchange: "x1", KafkaBrokers: []string{"kafka-a:9093", "kafka-b:9093"}})
+	require.Equal(t, []string{event.AsyncAPIServerKafka}, keys(k.Servers), "the unused transport's server is left out")
+	require.Equal(t, "kafka-a:9093", k.Servers[event.AsyncAPIServerKafka].Host)
+	require.Contains(t, k.Servers[event.AsyncAPIServerKafka].Description, "kafka-a:9093,kafka-b:9093")
+	require.Equal(t, []string{event.AsyncAPIChannelKafka}, keys(k.Channels))
+	require.Equal(t, "t1", k.Channels[event.AsyncAPIChannelKafka].Address)
+	require.Len(t, k.Operations, 1)
+
+	r := parse(event.AsyncAPISettings{Topic: "t1", Exchange: "x1", RabbitMQHost: "rabbit:5671", RabbitMQProtocol: "amqps", RabbitMQVhost: "posting"})
+	require.Equal(t, []string{event.AsyncAPIServerRabbitMQ}, keys(r.Servers))
+	require.Equal(t, "rabbit:5671", r.Servers[event.AsyncAPIServerRabbitMQ].Host)
+	require.Equal(t, "amqps", r.Servers[event.AsyncAPIServerRabbitMQ].Protocol)
+	require.Equal(t, []string{event.AsyncAPIChannelRabbitMQ}, keys(r.Channels))
+	require.Equal(t, "x1", r.Channels[event.AsyncAPIChannelRabbitMQ].Bindings.AMQP.Exchange.Name)
+	require.Equal(t, "posting", r.Channels[event.AsyncAPIChannelRabbitMQ].Bindings.AMQP.Exchange.Vhost)
+	require.Len(t, r.Operations, 1)
+}
+
+// keys returns m's keys, sorted.
+func keys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }

@@ -55,7 +55,7 @@ var mutations = []mutation{
 		name: "outbox-fence-version",
 		file: "outbox/store.go",
 		pkg:  "./outbox/",
-		why:  "late MarkSent/Release of a recovered claim must be refused while another relay holds the row (issue 11)",
+		why:  "late MarkSent/Release of a recovered claim must be refused while another relay holds the row",
 		old: `			Where("status = ?", StatusProcessing).
 			Where(s.dialect.versionMatch(chunk)).`,
 		new: `			Where("status = ?", StatusProcessing).
@@ -79,7 +79,7 @@ var mutations = []mutation{
 		name: "outbox-claim-version",
 		file: "outbox/store.go",
 		pkg:  "./outbox/",
-		why:  "the claim UPDATE takes only the versions its locking read saw (issue 11)",
+		why:  "the claim UPDATE takes only the versions its locking read saw",
 		equivalent: "between the locking read and the UPDATE no other transaction can change the rows " +
 			"(FOR UPDATE SKIP LOCKED on MySQL, BEGIN IMMEDIATE on SQLite), so their versions are the ones read",
 		old: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
@@ -97,7 +97,7 @@ var mutations = []mutation{
 		name: "kafka-unavailable-unknown-topic",
 		file: "kafka/classify.go",
 		pkg:  "./kafka/",
-		why:  "UNKNOWN_TOPIC_OR_PARTITION is an outage, not a rejection: it must not spend an attempt (issue 11)",
+		why:  "UNKNOWN_TOPIC_OR_PARTITION is an outage, not a rejection: it must not spend an attempt",
 		old:  "\tsarama.ErrUnknownTopicOrPartition:         true,\n",
 		new:  "",
 	},
@@ -105,7 +105,7 @@ var mutations = []mutation{
 		name: "kafka-unavailable-broker-not-available",
 		file: "kafka/classify.go",
 		pkg:  "./kafka/",
-		why:  "BROKER_NOT_AVAILABLE is an outage, not a rejection: it must not spend an attempt (issue 11)",
+		why:  "BROKER_NOT_AVAILABLE is an outage, not a rejection: it must not spend an attempt",
 		old:  "\tsarama.ErrBrokerNotAvailable:              true,\n",
 		new:  "",
 	},
@@ -121,7 +121,7 @@ var mutations = []mutation{
 		name: "kafka-rejoin-no-growth",
 		file: "kafka/consumer.go",
 		pkg:  "./kafka/",
-		why:  "failed joins must wait longer and longer, not retry several times a second (issue 11)",
+		why:  "failed joins must wait longer and longer, not retry several times a second",
 		old:  "b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinMax}",
 		new:  "b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinBase}",
 	},
@@ -145,7 +145,7 @@ var mutations = []mutation{
 		name: "relay-stop-no-wait",
 		file: "internal/startstop/startstop.go",
 		pkg:  "./relay/",
-		why:  "Stop returns only after the poll in flight is recorded and the loop has exited (issue 11)",
+		why:  "Stop returns only after the poll in flight is recorded and the loop has exited",
 		old: `	cancel(ErrStop)
 	<-done
 }`,
@@ -157,7 +157,7 @@ var mutations = []mutation{
 		name: "worker-no-rearm-on-redelivery",
 		file: "worker/handle.go",
 		pkg:  "./worker/",
-		why:  "a redelivered reservation re-arms its timer, as the README promises (issue 11)",
+		why:  "a redelivered reservation re-arms its timer, as the README promises",
 		old:  "\tif after != nil {\n\t\tafter()\n\t}",
 		new:  "\tif after != nil && !dup {\n\t\tafter()\n\t}",
 	},
@@ -165,7 +165,7 @@ var mutations = []mutation{
 		name: "scheduler-mark-without-status",
 		file: "reservation/scheduler.go",
 		pkg:  "./reservation/",
-		why:  "the scheduler marks a post WORKING only while it is still RESERVED (issue 11)",
+		why:  "the scheduler marks a post WORKING only while it is still RESERVED",
 		old: `WHERE id = ? AND version = ? AND status = ?",
 		StatusWorking, now, p.ID, p.Version.Int64, StatusReserved)`,
 		new: `WHERE id = ? AND version = ?",

@@ -16,7 +16,7 @@ import (
 // "alice " equal to "alice": such a token must not reach alice's posts on
 // any dialect. The verifier refuses it, so no post can be owned by it
 // either.
-func TestReviewSubWithTrailingSpaceIsNotAlice(t *testing.T) {
+func TestSubWithTrailingSpaceIsNotAlice(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()

@@ -20,12 +20,12 @@ import (
 	"github.com/postingsvc/posting/migrations"
 )
 
-// TestReviewHoldMigrationLock is not a test: run by
+// TestHelperHoldMigrationLock is not a test: run by
 // TestMigrationLockOfAKilledProcessIsFreed as a child process, it takes the
 // migration lock of the database in REVIEW_HOLD_LOCK_URL the way Up does
 // (GET_LOCK or pg_advisory_lock on its own session, or the flock beside the SQLite file), says
 // "locked" and waits to be killed.
-func TestReviewHoldMigrationLock(t *testing.T) {
+func TestHelperHoldMigrationLock(t *testing.T) {
 	url := os.Getenv("REVIEW_HOLD_LOCK_URL")
 	if url == "" {
 		t.Skip("helper process only")
@@ -75,7 +75,7 @@ func TestMigrationLockOfAKilledProcessIsFreed(t *testing.T) {
 			sqlDB, err := db.DB.DB()
 			require.NoError(t, err)
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestReviewHoldMigrationLock$", "-test.v")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldMigrationLock$", "-test.v")
 			cmd.Env = append(os.Environ(), "REVIEW_HOLD_LOCK_URL="+url)
 			out, err := cmd.StdoutPipe()
 			require.NoError(t, err)

@@ -49,14 +49,14 @@ func TestPostgresOptionsParameterReachesTheSession(t *testing.T) {
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	db, err := database.Open(base+sep+"options=-c%20statement_timeout%3D4321&application_name=posting%20review", "")
+	db, err := database.Open(base+sep+"options=-c%20statement_timeout%3D4321&application_name=posting%20session", "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	var timeout, name string
 	require.NoError(t, db.Raw("SHOW statement_timeout").Scan(&timeout).Error)
 	require.NoError(t, db.Raw("SHOW application_name").Scan(&name).Error)
 	require.Equal(t, "4321ms", timeout)
-	require.Equal(t, "posting review", name)
+	require.Equal(t, "posting session", name)
 }
 
 // A migration that adds a column (as 00003 and 00004 did, and as a rolling

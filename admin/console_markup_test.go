@@ -19,7 +19,7 @@ import (
 // A post's title comes from any API caller and a FAIL row's last_error
 // from a broker: the console shows both as text. Markup in them makes no
 // element and runs no script in the real page.
-func TestReviewConsoleShowsMarkupAsText(t *testing.T) {
+func TestConsoleShowsMarkupAsText(t *testing.T) {
 	execPath := chromium(t)
 	db := databasetest.NewSQLite(t)
 	ctx := t.Context()

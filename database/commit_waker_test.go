@@ -22,19 +22,19 @@ import (
 func TestCommitWakerOnlyAfterACommitThatWroteIt(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		require.NoError(t, db.Exec("CREATE TABLE wake_review_rows (id INT PRIMARY KEY)").Error)
+		require.NoError(t, db.Exec("CREATE TABLE wake_rows (id INT PRIMARY KEY)").Error)
 		var wakes atomic.Int32
 		var early atomic.Int32 // wakes that found the row not committed yet
 		writers := database.WithCommitWaker(db.DB, func() {
 			wakes.Add(1)
 			var n int64
-			require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_review_rows").Scan(&n).Error)
+			require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_rows").Scan(&n).Error)
 			if n == 0 {
 				early.Add(1)
 			}
 		})
 		insert := func(tx *gorm.DB, id int) error {
-			if err := tx.Exec("INSERT INTO wake_review_rows (id) VALUES (?)", id).Error; err != nil {
+			if err := tx.Exec("INSERT INTO wake_rows (id) VALUES (?)", id).Error; err != nil {
 				return err
 			}
 			database.WakeAfterCommit(tx)
@@ -66,7 +66,7 @@ func TestCommitWakerOnlyAfterACommitThatWroteIt(t *testing.T) {
 		}))
 		require.Equal(t, before, wakes.Load(), "a savepoint rolled back woke the relay")
 		var n int64
-		require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_review_rows WHERE id = 3").Scan(&n).Error)
+		require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_rows WHERE id = 3").Scan(&n).Error)
 		require.Zero(t, n, "the savepoint was rolled back")
 
 		// A nested transaction that commits still wakes once, after the outer commit.

@@ -26,7 +26,7 @@ func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		var failed atomic.Int32
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("review:fail_mark_published", func(tx *gorm.DB) {
+		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("test:fail_mark_published", func(tx *gorm.DB) {
 			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && failed.Add(1) == 1 {
 				_ = tx.AddError(driver.ErrBadConn)
 			}
@@ -64,7 +64,7 @@ func (s signalling) Publish(context.Context, worker.Publishing) error {
 func TestWorkerStopDoesNotWaitOutAFailingRecord(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("review:fail_mark_published_always", func(tx *gorm.DB) {
+		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("test:fail_mark_published_always", func(tx *gorm.DB) {
 			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") {
 				_ = tx.AddError(driver.ErrBadConn)
 			}

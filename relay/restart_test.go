@@ -27,10 +27,10 @@ func cutDatabase(t *testing.T, db *database.DB) *atomic.Bool {
 		}
 	}
 	cb := db.DB.Callback()
-	require.NoError(t, cb.Query().Before("gorm:query").Register("review:restart_query", fail))
-	require.NoError(t, cb.Row().Before("gorm:row").Register("review:restart_row", fail))
-	require.NoError(t, cb.Raw().Before("gorm:raw").Register("review:restart_raw", fail))
-	require.NoError(t, cb.Update().Before("gorm:update").Register("review:restart_update", fail))
+	require.NoError(t, cb.Query().Before("gorm:query").Register("test:restart_query", fail))
+	require.NoError(t, cb.Row().Before("gorm:row").Register("test:restart_row", fail))
+	require.NoError(t, cb.Raw().Before("gorm:raw").Register("test:restart_raw", fail))
+	require.NoError(t, cb.Update().Before("gorm:update").Register("test:restart_update", fail))
 	return &down
 }
 

@@ -65,7 +65,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 func cutWrites(t *testing.T, db *database.DB) *atomic.Bool {
 	t.Helper()
 	var down atomic.Bool
-	require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("review:db_down", func(tx *gorm.DB) {
+	require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("test:db_down", func(tx *gorm.DB) {
 		if down.Load() {
 			_ = tx.AddError(driver.ErrBadConn)
 		}

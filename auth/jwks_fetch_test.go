@@ -22,7 +22,7 @@ import (
 // kid was refused until the limiter's next token (30s by default), or the
 // hourly refresh if someone repeated the trick. The fetch now finishes
 // (bounded by JWKSTimeout) whoever asked for it.
-func TestReviewUnknownKIDFetchOutlivesItsCaller(t *testing.T) {
+func TestUnknownKIDFetchOutlivesItsCaller(t *testing.T) {
 	t.Parallel()
 	jwks := authtest.NewJWKS(t)
 	var gate atomic.Bool

@@ -27,7 +27,7 @@ func TestWorkerBadEmbeddedAddrNamesItsSetting(t *testing.T) {
 
 // POSTING_WORKER_CONCURRENCY=0 is the worker's default (README "Settings"),
 // so a refusal must not say the setting wants 1..256 only, as it did before
-// the settings table (issue 12): "want 1..256, or 0 for the default".
+// the settings table: "want 1..256, or 0 for the default".
 func TestWorkerConcurrencyRefusalSaysZeroIsTheDefault(t *testing.T) {
 	for _, cmd := range []string{"serve", "worker"} {
 		_, errOut, code := runCLI(t, cmd, "--data-dir", t.TempDir(), "--worker-concurrency", "257")

@@ -15,7 +15,7 @@ import (
 // Config.WriteLimit says: a caller that spent it on creates cannot go on
 // writing through PATCH and cancel, each of which used to have a limiter
 // (and a budget) of its own.
-func TestReviewWriteLimitSharedAcrossRoutes(t *testing.T) {
+func TestWriteLimitSharedAcrossRoutes(t *testing.T) {
 	t.Parallel()
 	e := apiSetup(t, databasetest.NewSQLite(t), func(c *api.Config) {
 		c.Auth = verifier(t, testSecret, "")

@@ -16,9 +16,8 @@ import (
 // A worker whose own clock runs minutes behind the database's still
 // publishes at scheduledAt by the database's clock, not minutes late: the
 // scheduler and the relay go by the database's clock, so the reservation
-// arrives on time, and the worker's timer must not add its own clock's lag.
-// (Review of issue 10, defect 1: the fix kept the worker from publishing
-// early, but its timers were still set from its own clock.)
+// arrives on time, and the worker's timer must not add its own clock's lag
+// (its timers are set from the database's clock, not its own).
 func TestWorkerClockBehindPublishesOnTime(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
