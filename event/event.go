@@ -78,6 +78,10 @@ type Envelope struct {
 	EventType  Type      `json:"eventType"`
 	PostID     int64     `json:"postId"`
 	OccurredAt time.Time `json:"occurredAt"`
+	// Sequence is the event's per-post sequence (see CloudEventsSequence),
+	// which the senders add to the value: 0 (absent) in the outbox and in
+	// messages of producers that predate it.
+	Sequence int64 `json:"sequence,omitempty"`
 }
 
 // PostingEventFields are the fields a POSTING_EVENT adds to the envelope.

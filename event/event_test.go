@@ -2,6 +2,7 @@ package event_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +81,29 @@ func TestContractNames(t *testing.T) {
 	}
 	require.False(t, event.Type("OTHER").Valid())
 	require.False(t, event.Type("").Valid())
+}
+
+// The sequence goes into the value among its keys in byte order, as New
+// writes them, and into headers as 20 zero-padded digits that order as
+// strings the way the numbers do.
+func TestWithSequence(t *testing.T) {
+	t.Parallel()
+	ev, err := event.New(event.ReservationEvent, 42, time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC),
+		event.ReservationEventFields{ScheduledAt: time.Date(2026, 12, 4, 11, 0, 0, 0, time.UTC)})
+	require.NoError(t, err)
+	got := event.WithSequence(ev.Value, 12)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(got, &m))
+	require.EqualValues(t, 12, m["sequence"])
+	sorted, err := json.Marshal(m)
+	require.NoError(t, err)
+	require.JSONEq(t, string(sorted), string(got))
+	require.Equal(t, strings.Index(string(sorted), `"sequence"`), strings.Index(string(got), `"sequence"`), "keys in byte order")
+	require.Equal(t, string(got), string(event.WithSequence(got, 13)), "a value with a sequence keeps it")
+
+	require.Equal(t, "00000000000000000012", event.FormatSequence(12))
+	require.Less(t, event.FormatSequence(9), event.FormatSequence(10))
+	n, err := event.ParseSequence(event.FormatSequence(1 << 62))
+	require.NoError(t, err)
+	require.EqualValues(t, int64(1<<62), n)
 }

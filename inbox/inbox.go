@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
@@ -38,6 +39,11 @@ type Event struct {
 	PostID int64
 	// OccurredAt is when the change happened.
 	OccurredAt time.Time
+	// Sequence is the event's per-post sequence (event.CloudEventsSequence):
+	// the value's "sequence", or its ce_sequence / cloudEvents_sequence
+	// header. 0 when the message has none (a producer that predates it):
+	// such an event is applied without an order check.
+	Sequence int64
 	// Value is the whole JSON value, for the type's own fields.
 	Value json.RawMessage
 	// Traceparent is the message's traceparent header (the W3C trace
@@ -134,9 +140,45 @@ func Decode(key []byte, headers map[string]string, value []byte) (Event, error) 
 		return Event{}, fmt.Errorf("%w: event %s: key %q is not postId %d", ErrMalformed, id, key, env.PostID)
 	case env.OccurredAt.IsZero():
 		return Event{}, fmt.Errorf("%w: event %s: no occurredAt", ErrMalformed, id)
+	case env.Sequence < 0:
+		return Event{}, fmt.Errorf("%w: event %s: sequence %d", ErrMalformed, id, env.Sequence)
 	}
-	return Event{EventID: id, Type: env.EventType, PostID: env.PostID, OccurredAt: env.OccurredAt, Value: value,
+	seq, err := headerSequence(headers, env.Sequence)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: event %s: %v", ErrMalformed, id, err)
+	}
+	return Event{EventID: id, Type: env.EventType, PostID: env.PostID, OccurredAt: env.OccurredAt, Sequence: seq, Value: value,
 		Traceparent: headers[event.HeaderTraceparent]}, nil
+}
+
+// sequenceHeaders are the headers that may carry an event's sequence: the
+// CloudEvents Kafka and AMQP bindings' names of the attribute.
+var sequenceHeaders = [...]string{
+	event.CloudEventsKafkaPrefix + event.CloudEventsSequence,
+	event.CloudEventsAMQPPrefix + event.CloudEventsSequence,
+}
+
+// headerSequence returns the event's sequence: inValue (the value's
+// "sequence", 0 when absent), or the sequence header's when the value has
+// none. A header that is not a sequence, or differs from the value's, is an
+// error: two readers of one message must not see two orders.
+func headerSequence(headers map[string]string, inValue int64) (int64, error) {
+	seq := inValue
+	for _, name := range sequenceHeaders {
+		h, ok := headers[name]
+		if !ok {
+			continue
+		}
+		n, err := event.ParseSequence(h)
+		if err != nil {
+			return 0, fmt.Errorf("header %s: %w", name, err)
+		}
+		if seq != 0 && n != seq {
+			return 0, fmt.Errorf("header %s %d differs from sequence %d", name, n, seq)
+		}
+		seq = n
+	}
+	return seq, nil
 }
 
 // Record is one row of the inbox table: an event a consumer has processed.
@@ -150,29 +192,86 @@ type Record struct {
 // TableName is the inbox table of migration 00001.
 func (Record) TableName() string { return "inbox" }
 
+// Outcome is what Process did with an event.
+type Outcome int
+
+// The outcomes of Process.
+const (
+	// Applied: fn ran and committed with the inbox row.
+	Applied Outcome = iota
+	// Duplicate: the consumer had processed the event before; nothing ran.
+	Duplicate
+	// OutOfOrder: the consumer had applied an event of the post with the
+	// same or a higher sequence (a later one, or an earlier copy of one);
+	// the event is recorded in the inbox and fn did not run.
+	OutOfOrder
+)
+
 // Process runs fn and records ev as processed by consumer, in one
-// transaction of db, unless consumer processed ev before: then it runs
-// nothing and reports duplicate. The inbox row is written first, so two
+// transaction of db, unless consumer processed ev before (Duplicate: it runs
+// nothing), or ev has a sequence that is not above the last one consumer
+// applied for the post (OutOfOrder: it records ev without running fn, so
+// a redelivery is a duplicate). An event without a sequence (0) is applied
+// with no order check. The inbox row is written first, so two
 // deliveries of one event racing each other serialize on its primary key and
 // the second sees a duplicate. fn must be safe to re-run (a transaction that
 // lost a deadlock is re-run); it sees none of a failed attempt's writes.
-func Process(ctx context.Context, db *gorm.DB, consumer string, ev Event, at time.Time, fn func(tx *gorm.DB) error) (duplicate bool, err error) {
+func Process(ctx context.Context, db *gorm.DB, consumer string, ev Event, at time.Time, fn func(tx *gorm.DB) error) (outcome Outcome, err error) {
 	err = database.Transaction(ctx, db, func(tx *gorm.DB) error {
-		duplicate = false
+		outcome = Applied
 		rec := Record{Consumer: consumer, EventID: ev.EventID, EventType: string(ev.Type), ProcessedAt: database.Normalize(at)}
 		if err := tx.Create(&rec).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
-				duplicate = true
+				outcome = Duplicate
 				return errDuplicate // roll back; nothing to do
 			}
 			return fmt.Errorf("record event %s in the inbox: %w", ev.EventID, err)
 		}
+		if ev.Sequence > 0 {
+			newer, err := advanceSequence(tx, consumer, ev.PostID, ev.Sequence)
+			if err != nil {
+				return fmt.Errorf("event %s: %w", ev.EventID, err)
+			}
+			if !newer {
+				outcome = OutOfOrder
+				return nil
+			}
+		}
 		return fn(tx)
 	})
-	if duplicate {
+	if outcome == Duplicate {
+		return Duplicate, nil
+	}
+	return outcome, err
+}
+
+// sequenceRecord is one row of inbox_sequences (migration 00010): the
+// highest sequence consumer applied for a post.
+type sequenceRecord struct {
+	Consumer string `gorm:"column:consumer;primaryKey"`
+	PostID   int64  `gorm:"column:post_id;primaryKey;autoIncrement:false"`
+	Sequence int64  `gorm:"column:sequence"`
+}
+
+func (sequenceRecord) TableName() string { return "inbox_sequences" }
+
+// advanceSequence moves consumer's last applied sequence of the post to
+// seq in tx and reports true, unless it is seq or more already: then it
+// writes nothing and reports false.
+func advanceSequence(tx *gorm.DB, consumer string, postID, seq int64) (bool, error) {
+	res := tx.Model(&sequenceRecord{}).Where("consumer = ? AND post_id = ? AND sequence < ?", consumer, postID, seq).
+		Update("sequence", seq)
+	if res.Error != nil {
+		return false, fmt.Errorf("advance the sequence of post %d: %w", postID, res.Error)
+	}
+	if res.RowsAffected > 0 {
 		return true, nil
 	}
-	return false, err
+	res = tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&sequenceRecord{Consumer: consumer, PostID: postID, Sequence: seq})
+	if res.Error != nil {
+		return false, fmt.Errorf("record the sequence of post %d: %w", postID, res.Error)
+	}
+	return res.RowsAffected > 0, nil
 }
 
 // errDuplicate rolls back the transaction of a redelivered event.

@@ -101,7 +101,7 @@ func TestProcessEffectivelyOnce(t *testing.T) {
 		require.False(t, seen)
 
 		var wg sync.WaitGroup
-		dups := make([]bool, 4)
+		dups := make([]inbox.Outcome, 4)
 		errs := make([]error, 4)
 		for i := range dups {
 			wg.Go(func() { dups[i], errs[i] = inbox.Process(ctx, db.DB, "c1", ev, time.Now(), work) })
@@ -110,7 +110,7 @@ func TestProcessEffectivelyOnce(t *testing.T) {
 		fresh := 0
 		for i := range dups {
 			require.NoError(t, errs[i])
-			if !dups[i] {
+			if dups[i] == inbox.Applied {
 				fresh++
 			}
 		}
@@ -118,9 +118,9 @@ func TestProcessEffectivelyOnce(t *testing.T) {
 		require.EqualValues(t, 1, count())
 
 		// Another consumer has an inbox of its own.
-		dup, err := inbox.Process(ctx, db.DB, "c2", ev, time.Now(), work)
+		outcome, err := inbox.Process(ctx, db.DB, "c2", ev, time.Now(), work)
 		require.NoError(t, err)
-		require.False(t, dup)
+		require.Equal(t, inbox.Applied, outcome)
 		require.EqualValues(t, 2, count())
 	})
 }

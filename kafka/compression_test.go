@@ -115,7 +115,7 @@ func TestProducerCompressionReadByOtherClients(t *testing.T) {
 
 			wantValue := map[string]string{}
 			for _, m := range msgs {
-				wantValue[m.EventID] = m.Payload
+				wantValue[m.EventID] = string(event.WithSequence([]byte(m.Payload), m.ID))
 			}
 
 			recs := b.Records(t, len(msgs), 10*time.Second)

@@ -194,7 +194,7 @@ func TestEmbeddedWithKcat(t *testing.T) {
 		require.Contains(t, rec.Headers, event.HeaderEventID)
 		require.Contains(t, rec.Headers, msgs[i].EventID)
 		require.Contains(t, rec.Headers, string(msgs[i].EventType))
-		require.Equal(t, msgs[i].Payload, rec.Payload)
+		require.Equal(t, string(event.WithSequence([]byte(msgs[i].Payload), msgs[i].ID)), rec.Payload)
 	}
 
 	out, err = exec.CommandContext(ctx, kcat, "-b", e.Addr(), "-L", "-t", e.Topic()).CombinedOutput()

@@ -48,7 +48,7 @@ func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
 
 	recs := b.Records(t, 2, 10*time.Second)
 	require.Len(t, recs, 2)
-	known := map[string]bool{"specversion": true, "id": true, "source": true, "type": true, "time": true,
+	known := map[string]bool{"specversion": true, "id": true, "source": true, "type": true, "time": true, "sequence": true,
 		"subject": true, "dataschema": true}
 	for i, r := range recs {
 		m := msgs[i]
@@ -82,6 +82,7 @@ func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
 		var v struct{ OccurredAt string }
 		require.NoError(t, json.Unmarshal(r.Value, &v))
 		require.Equal(t, v.OccurredAt, attrs["time"], "ce_time and occurredAt differ")
-		require.JSONEq(t, m.Payload, string(r.Value), "the value is the event data as it is")
+		require.Equal(t, event.FormatSequence(m.ID), attrs["sequence"], "ce_sequence is the row id, 20 digits")
+		require.JSONEq(t, string(event.WithSequence([]byte(m.Payload), m.ID)), string(r.Value), "the value is the event data with its sequence")
 	}
 }

@@ -38,6 +38,7 @@ type Producer struct {
 
 	mu        sync.Mutex
 	sp        sarama.SyncProducer // nil until connected, or after a failure
+	conns     *connSet            // sp's connections
 	closed    bool
 	connected bool // logged the first connection
 }
@@ -74,9 +75,12 @@ func (p *Producer) Config() ProducerConfig { return p.cfg }
 // before sending) refused that message.
 //
 // Send returns within SendTimeout, or sooner when ctx ends. When that
-// bound passes first, every message is reported unavailable: some may have
-// been written, which the relay's resend and the consumer's event-id dedup
-// absorb. Calls are serialized; each one waits for the previous send.
+// bound passes first, every message is reported as a
+// *relay.UnansweredError: some may still be written, so the producer tears
+// down every connection of its sarama producer (the request can no longer
+// land) and closes the error's Settled once sarama has returned; the relay
+// keeps the rows PROCESSING until then. Calls are serialized; each one
+// waits for the previous send.
 func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -97,7 +101,7 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 		pms[i] = &sarama.ProducerMessage{
 			Topic: p.cfg.Topic,
 			Key:   sarama.StringEncoder(m.Key()),
-			Value: sarama.StringEncoder(m.Payload),
+			Value: sarama.ByteEncoder(event.WithSequence([]byte(m.Payload), m.ID)),
 			Headers: append([]sarama.RecordHeader{
 				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
 				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},
@@ -107,29 +111,46 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 	}
 	var abandoned atomic.Bool
 	done := make(chan []error, 1)
+	settled := make(chan struct{})
+	conns := make(chan *connSet, 1)
 	go func() {
+		defer close(settled)
 		defer func() { <-p.turn }()
-		done <- p.send(pms, &abandoned)
+		done <- p.send(pms, &abandoned, conns)
 	}()
+	var why error
 	select {
 	case res := <-done:
 		return res
 	case <-ctx.Done():
-		abandoned.Store(true)
-		return producerFill(errs, fmt.Errorf("%w: %w", relay.ErrUnavailable, ctx.Err()))
+		why = fmt.Errorf("%w: %w", relay.ErrUnavailable, ctx.Err())
 	case <-timer.C:
-		abandoned.Store(true)
-		return producerFill(errs, fmt.Errorf("%w: no answer within the send timeout %s", relay.ErrUnavailable, p.cfg.SendTimeout))
+		why = fmt.Errorf("%w: no answer within the send timeout %s", relay.ErrUnavailable, p.cfg.SendTimeout)
 	}
+	// No answer: the batch may still be on its way. Tear its connections
+	// down so that it cannot land later, and tell the relay to hold the
+	// rows until the send has ended (settled), not to release them now.
+	abandoned.Store(true)
+	select {
+	case cs := <-conns:
+		cs.tearDown()
+	default:
+		// Still connecting: send tears down what it opens (abandoned).
+	}
+	return producerFill(errs, &relay.UnansweredError{Err: why, Settled: settled})
 }
 
 // send runs one batch through the sarama producer, connecting first if
 // needed. It holds the turn.
-func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool) []error {
+func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool, connsOut chan<- *connSet) []error {
 	errs := make([]error, len(pms))
-	sp, err := p.connect()
+	sp, conns, err := p.connect()
 	if err != nil {
 		return producerFill(errs, err)
+	}
+	connsOut <- conns
+	if abandoned.Load() {
+		conns.tearDown() // Send gave up while we connected
 	}
 	err = sp.SendMessages(pms)
 	var perrs sarama.ProducerErrors
@@ -156,25 +177,31 @@ func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool) [
 
 // connect returns the current sarama producer or builds one. Failing to build
 // one means the cluster could not be reached.
-func (p *Producer) connect() (sarama.SyncProducer, error) {
+func (p *Producer) connect() (sarama.SyncProducer, *connSet, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, errProducerClosed
+		return nil, nil, errProducerClosed
 	}
 	if p.sp != nil {
-		return p.sp, nil
+		return p.sp, p.conns, nil
 	}
-	sp, err := sarama.NewSyncProducer(p.cfg.Brokers, p.sconf)
+	// Each sarama producer dials through a set of its own, which a send
+	// without an answer tears down.
+	conns := newConnSet(p.cfg.Dial, p.cfg.DialTimeout)
+	sconf := *p.sconf
+	sconf.Net.Proxy.Enable = true
+	sconf.Net.Proxy.Dialer = conns
+	sp, err := sarama.NewSyncProducer(p.cfg.Brokers, &sconf)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %s: %w", relay.ErrUnavailable, strings.Join(p.cfg.Brokers, ","), err)
+		return nil, nil, fmt.Errorf("%w: connect to %s: %w", relay.ErrUnavailable, strings.Join(p.cfg.Brokers, ","), err)
 	}
-	p.sp = sp
+	p.sp, p.conns = sp, conns
 	if !p.connected {
 		p.connected = true
 		p.logger.Info("kafka producer connected", "brokers", strings.Join(p.cfg.Brokers, ","), "topic", p.cfg.Topic, "client_id", p.cfg.ClientID)
 	}
-	return sp, nil
+	return sp, conns, nil
 }
 
 func (p *Producer) isClosed() bool {
@@ -188,7 +215,7 @@ func (p *Producer) isClosed() bool {
 func (p *Producer) disconnect(sp sarama.SyncProducer, cause error) {
 	p.mu.Lock()
 	if p.sp == sp {
-		p.sp = nil
+		p.sp, p.conns = nil, nil
 	}
 	p.mu.Unlock()
 	if err := sp.Close(); err != nil {
@@ -215,7 +242,7 @@ func (p *Producer) Close() error {
 	}
 	p.mu.Lock()
 	sp := p.sp
-	p.sp = nil
+	p.sp, p.conns = nil, nil
 	p.mu.Unlock()
 	if sp == nil {
 		return nil

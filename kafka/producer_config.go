@@ -24,9 +24,12 @@ import (
 // metadata refresh bounded by DialTimeout+RequestTimeout, and a batch gets
 // 1+Retries attempts RetryBackoff apart. Only a network that swallows packets
 // makes sarama take longer, up to (1+Retries)*(2*DialTimeout+3*RequestTimeout)
-// + Retries*RetryBackoff (about 2.5 minutes with the defaults); Send has
-// returned unavailable at SendTimeout by then, and later calls report
-// unavailable until that send is over, so two batches are never in flight.
+// + Retries*RetryBackoff (about 2.5 minutes with the defaults); at
+// SendTimeout Send gives up instead: it tears down every connection of
+// that sarama producer (so the request can no longer land) and reports a
+// relay.UnansweredError, whose rows the relay holds until sarama has
+// returned; later calls report unavailable until then, so two batches are
+// never in flight.
 type ProducerConfig struct {
 	// Brokers is the bootstrap list, host:port each. Required, at least one.
 	Brokers []string
@@ -78,6 +81,11 @@ type ProducerConfig struct {
 	// brokers at 2.1.0 or later. MaxMessageBytes bounds the uncompressed
 	// message; the broker checks the compressed batch.
 	Compression Compression
+	// Dial opens the producer's broker connections (tests put a faulty
+	// network there). Default: a net.Dialer bounded by DialTimeout. Every
+	// connection a producer opens is torn down when a send gets no answer
+	// within SendTimeout (see Producer.Send).
+	Dial DialFunc
 }
 
 // DefaultProducerConfig returns a ProducerConfig with every field but

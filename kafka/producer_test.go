@@ -138,7 +138,7 @@ func TestProducerSendsBatchInKeyOrder(t *testing.T) {
 		require.True(t, ok, "unknown event id %q", r.Headers[event.HeaderEventID])
 		require.Equal(t, b.Topic, r.Topic)
 		require.Equal(t, strconv.FormatInt(m.AggregateID, 10), r.Key, "key is the post id")
-		require.Equal(t, m.Payload, string(r.Value))
+		require.Equal(t, string(event.WithSequence([]byte(m.Payload), m.ID)), string(r.Value), "the row's value with its sequence")
 		require.Equal(t, string(m.EventType), r.Headers[event.HeaderEventType])
 		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "the Java client's murmur2 partition")
 		if p, ok := partitionOf[r.Key]; ok {

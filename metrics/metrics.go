@@ -62,24 +62,25 @@ type Metrics struct {
 	handler       http.Handler
 	deps          *dependencyCollector
 
-	relayPolls      *prometheus.CounterVec
-	relaySent       prometheus.Counter
-	relayRetried    prometheus.Counter
-	relayFailed     prometheus.Counter
-	relayRecovered  prometheus.Counter
-	relayReleased   prometheus.Counter
-	relayConflicts  prometheus.Counter
-	relayBatch      prometheus.Histogram
-	kafkaSend       prometheus.Histogram
-	kafkaMessages   *prometheus.CounterVec
-	schedRuns       *prometheus.CounterVec
-	schedDuration   prometheus.Histogram
-	schedPosts      *prometheus.CounterVec
-	workerLag       prometheus.Histogram
-	workerPublished *prometheus.CounterVec
-	workerConsumed  *prometheus.CounterVec
-	httpRequests    *prometheus.CounterVec
-	httpDuration    *prometheus.HistogramVec
+	relayPolls       *prometheus.CounterVec
+	relaySent        prometheus.Counter
+	relayRetried     prometheus.Counter
+	relayFailed      prometheus.Counter
+	relayRecovered   prometheus.Counter
+	relayReleased    prometheus.Counter
+	relayConflicts   prometheus.Counter
+	relayBatch       prometheus.Histogram
+	kafkaSend        prometheus.Histogram
+	kafkaMessages    *prometheus.CounterVec
+	schedRuns        *prometheus.CounterVec
+	schedDuration    prometheus.Histogram
+	schedPosts       *prometheus.CounterVec
+	workerLag        prometheus.Histogram
+	workerPublished  *prometheus.CounterVec
+	workerConsumed   *prometheus.CounterVec
+	workerOutOfOrder *prometheus.CounterVec
+	httpRequests     *prometheus.CounterVec
+	httpDuration     *prometheus.HistogramVec
 }
 
 // New returns the metrics of one process. db, if not nil, is read at each
@@ -145,7 +146,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			"Publications the worker settled by outcome: published, cancelled (the post was cancelled first), "+
 				"failed (the publisher refused it; the post stays WORKING for an operator).", "outcome"),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
-			"Events the worker consumed by event_type and outcome: processed, duplicate, malformed, error.", "event_type", "outcome"),
+			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, malformed, error.", "event_type", "outcome"),
+		workerOutOfOrder: counterVec("posting_worker_events_out_of_order_total",
+			"Events the worker dropped by event_type because it had applied an event of the same post with the same or a higher sequence.", "event_type"),
 		httpRequests: counterVec("posting_http_requests_total",
 			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -311,7 +314,9 @@ func (m *Metrics) ObservePublicationLag(lag time.Duration) {
 }
 
 // ObserveConsumed records an event the worker consumed, by outcome:
-// processed, duplicate (a redelivery its inbox recognised), malformed
+// processed, duplicate (a redelivery its inbox recognised), out_of_order
+// (older than an event of its post already applied, dropped; also counted
+// in posting_worker_events_out_of_order_total), malformed
 // (skipped) or error (handling failed and is tried again). Event types
 // outside the contract's two, and unknown outcomes, are counted as "other",
 // so a stray message cannot create label values.
@@ -321,6 +326,8 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 	}
 	switch outcome {
 	case "processed", "duplicate", "malformed", "error":
+	case "out_of_order":
+		m.workerOutOfOrder.WithLabelValues(eventType).Inc()
 	default:
 		outcome = "other"
 	}

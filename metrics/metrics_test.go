@@ -121,6 +121,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 		m.ObserveConsumed("POSTING_RESERVATION_EVENT", "processed")
 		m.ObserveConsumed("junk", "malformed")
 		m.ObserveConsumed("POSTING_EVENT", "error")
+		m.ObserveConsumed("POSTING_RESERVATION_EVENT", "out_of_order")
 
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /things/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -173,6 +174,8 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_RESERVATION_EVENT", "outcome": "processed"}, 1},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "other", "outcome": "malformed"}, 1},
 			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_EVENT", "outcome": "error"}, 1},
+			{"posting_worker_events_consumed_total", map[string]string{"event_type": "POSTING_RESERVATION_EVENT", "outcome": "out_of_order"}, 1},
+			{"posting_worker_events_out_of_order_total", map[string]string{"event_type": "POSTING_RESERVATION_EVENT"}, 1},
 			{"posting_http_requests_total", map[string]string{"route": "GET /things/{id}", "code": "200"}, 2},
 			{"posting_http_requests_total", map[string]string{"route": "POST /things", "code": "201"}, 1},
 			{"posting_http_requests_total", map[string]string{"route": "unmatched", "code": "404"}, 1},

@@ -241,6 +241,30 @@ func Declare(ch *amqp.Channel, exchange, queue string) error {
 	return nil
 }
 
+// DeclareQueue connects to url, declares what the worker group queue
+// reads (Declare: the exchange, the queue with the worker's arguments, its
+// binding), and disconnects. serve calls it at start, so that events sent
+// before the first worker of the group ever ran wait in the queue instead
+// of coming back unroutable (312 NO_ROUTE, a rejection that spends an
+// attempt, FAIL after the last). Declaring again with the same arguments
+// changes nothing, so serve and the workers may do it in any order.
+func DeclareQueue(ctx context.Context, url, exchange, queue string, dialTimeout time.Duration) error {
+	if d, ok := ctx.Deadline(); ok {
+		dialTimeout = min(dialTimeout, time.Until(d))
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(dialTimeout)})
+	if err != nil {
+		return fmt.Errorf("connect to declare queue %s: %w", queue, err)
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open a channel to declare queue %s: %w", queue, err)
+	}
+	defer func() { _ = ch.Close() }()
+	return Declare(ch, exchange, queue)
+}
+
 // session connects, declares, consumes until the connection or ctx ends,
 // and returns why it ended.
 func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {

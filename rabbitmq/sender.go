@@ -97,8 +97,10 @@ func NewSender(cfg Config, logger *slog.Logger) (*Sender, error) {
 // Config returns the sender's configuration with defaults filled in.
 func (s *Sender) Config() Config { return s.cfg }
 
-// SendBound is the longest one Send takes (SendTimeout).
-func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout }
+// SendBound is the longest a message of one Send may take to reach the
+// broker: SendTimeout, then three heartbeats for a request that got no
+// answer (see holdUnanswered). The relay refuses a stale limit below it.
+func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout + s.settleAfter() }
 
 // Send publishes msgs and awaits their confirms together, spread over the
 // channels by routing key: the messages of one post go out in the order of
@@ -106,8 +108,9 @@ func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout }
 // different posts at the same time. It returns one error per message: nil
 // when confirmed; an error wrapping ErrRejected on a nack or a return; an
 // error wrapping relay.ErrUnavailable when the connection or channel was
-// lost, the broker could not be reached or SendTimeout passed (then some
-// may have been delivered, which the consumer's event-id dedup absorbs).
+// lost, the broker could not be reached or SendTimeout passed. A message
+// that was published and got no confirm may still land: its error is a
+// *relay.UnansweredError, whose Settled closes once it no longer can.
 func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
@@ -150,9 +153,36 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	// connection ends every lane by itself; the deadline closes the socket.
 	if err := errors.Join(failed...); err != nil {
 		s.disconnect(conn, err)
+		s.holdUnanswered(errs)
 	}
 	return errs
 }
+
+// holdUnanswered turns the unavailable outcomes of a send whose connection
+// was just dropped into *relay.UnansweredError: those messages were handed
+// to the socket and got no confirm, so their bytes may still be on the path
+// (a proxy or a stalled broker that holds them) and land later. The broker
+// drops a connection it has heard nothing from for two heartbeats, after
+// which nothing of it can land: Settled closes three heartbeats after the
+// socket was closed, and the relay keeps the rows PROCESSING until then.
+func (s *Sender) holdUnanswered(errs []error) {
+	var settled chan struct{}
+	for i, err := range errs {
+		if err == nil || !errors.Is(err, relay.ErrUnavailable) || errors.Is(err, ErrRejected) {
+			continue
+		}
+		if settled == nil {
+			settled = make(chan struct{})
+			time.AfterFunc(s.settleAfter(), func() { close(settled) })
+		}
+		errs[i] = &relay.UnansweredError{Err: err, Settled: settled}
+	}
+}
+
+// settleAfter is how long after its socket is closed a request of the
+// connection may still reach the broker: three heartbeats (the broker gives
+// up on a silent connection after two).
+func (s *Sender) settleAfter() time.Duration { return 3 * s.cfg.Heartbeat }
 
 // spread deals the indexes of msgs to n lanes by a hash of the routing key,
 // keeping their order: two messages of one post share a lane, in order.
@@ -272,7 +302,7 @@ func publishing(m outbox.Message, now time.Time) amqp.Publishing {
 			event.HeaderEventID:   m.EventID,
 			event.HeaderEventType: m.EventType,
 		}, m),
-		Body: []byte(m.Payload),
+		Body: event.WithSequence([]byte(m.Payload), m.ID),
 	}
 }
 

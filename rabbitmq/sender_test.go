@@ -93,12 +93,13 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 		// content_type property above).
 		want := amqp.Table{event.HeaderEventID: m.EventID, event.HeaderEventType: m.EventType,
 			"cloudEvents_specversion": "1.0", "cloudEvents_id": m.EventID, "cloudEvents_source": "/posting",
-			"cloudEvents_type": m.EventType, "cloudEvents_time": "2026-12-03T10:00:00Z"}
+			"cloudEvents_type": m.EventType, "cloudEvents_time": "2026-12-03T10:00:00Z",
+			"cloudEvents_sequence": event.FormatSequence(m.ID)}
 		if i == 0 {
 			want[event.HeaderTraceparent] = tp
 		}
 		require.Equal(t, want, d.Headers)
-		require.JSONEq(t, m.Payload, string(d.Body))
+		require.JSONEq(t, string(event.WithSequence([]byte(m.Payload), m.ID)), string(d.Body))
 		var v map[string]any
 		require.NoError(t, json.Unmarshal(d.Body, &v))
 		require.Equal(t, m.EventID, v["eventId"])

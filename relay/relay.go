@@ -143,6 +143,9 @@ type Result struct {
 	Failed int
 	// Released rows handed back unchanged because the broker was unreachable.
 	Released int
+	// Held rows whose send ended without an answer (UnansweredError): kept
+	// PROCESSING until their request is torn down, then released.
+	Held int
 	// Fenced result writes refused because the claim had been recovered by
 	// another instance meanwhile.
 	Fenced int
@@ -175,6 +178,10 @@ type Relay struct {
 	// before anything else, like acked, so that the outage spends none of
 	// their attempts through stale recovery.
 	unreleased []outbox.Message
+	// unsettled are rows whose send ended without an answer
+	// (UnansweredError): PROCESSING until their request is torn down, then
+	// released like unreleased.
+	unsettled []unsettledRow
 	// next is a batch claimed by a Pump while the batch before was being
 	// sent: PROCESSING under this relay's claim, not sent yet. The next poll
 	// sends it before it claims anything; Flush releases it (PENDING again,
@@ -476,17 +483,28 @@ func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
 
 // Flush writes the SENT of rows whose acknowledgement a full batch left for
 // the next poll (see RunOnce), releases a batch claimed for the next poll
-// and not sent (see Pump), and releases rows whose release failed. The
-// loop calls it when it stops or pauses; it does nothing when nothing is
+// and not sent (see Pump), releases rows whose release failed, and releases
+// rows whose send got no answer (relay.UnansweredError) once it has settled,
+// waiting for that until ctx ends (rows still unsettled then stay
+// PROCESSING for stale recovery). The loop calls it when it stops (and,
+// without the wait, when it pauses); it does nothing when nothing is
 // left. On error the rows stay PROCESSING and
 // are recovered after StaleAfter, and may then be sent a second time.
-func (r *Relay) Flush(ctx context.Context) (Result, error) {
+func (r *Relay) Flush(ctx context.Context) (Result, error) { return r.flushKept(ctx, true) }
+
+// flushKept is Flush; without wait, rows whose unanswered send has not
+// settled yet stay kept for a later poll instead of being waited for.
+func (r *Relay) flushKept(ctx context.Context, wait bool) (Result, error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	var res Result
 	// A batch claimed for the next poll goes back unchanged: no attempt
 	// spent, and the version bump fences nothing of ours.
 	r.unreleased, r.next = append(r.unreleased, r.next...), nil
+	// Rows whose send got no answer go back once their request is torn
+	// down (within the sender's bound); those still not settled when ctx
+	// ends stay PROCESSING for stale recovery.
+	r.settle(ctx, wait)
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
@@ -502,9 +520,39 @@ func (r *Relay) Flush(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// releaseKept hands back the rows whose release failed in an earlier poll.
-// r.pollMu must be held.
+// unsettledRow is a row whose send ended without an answer, and the
+// channel its sender closes once that request can no longer land.
+type unsettledRow struct {
+	msg     outbox.Message
+	settled <-chan struct{}
+}
+
+// settle moves the unsettled rows whose request is torn down to unreleased;
+// with wait, it first waits for each until ctx ends. r.pollMu must be held.
+func (r *Relay) settle(ctx context.Context, wait bool) {
+	kept := r.unsettled[:0]
+	for _, u := range r.unsettled {
+		if wait {
+			select {
+			case <-u.settled:
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case <-u.settled:
+			r.unreleased = append(r.unreleased, u.msg)
+		default:
+			kept = append(kept, u)
+		}
+	}
+	clear(r.unsettled[len(kept):])
+	r.unsettled = kept
+}
+
+// releaseKept hands back the rows whose release failed in an earlier poll,
+// and those whose unanswered send is now torn down. r.pollMu must be held.
 func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
+	r.settle(ctx, false)
 	if len(r.unreleased) == 0 {
 		return nil
 	}
@@ -529,16 +577,23 @@ func (r *Relay) hasNext() bool {
 func (r *Relay) pendingAcks() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0
+	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0 || len(r.unsettled) > 0
 }
 
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
 	var sent, released []outbox.Message
 	var failures []outbox.Failure
 	for i, m := range msgs {
+		var unanswered *UnansweredError
 		switch err := errs[i]; {
 		case err == nil:
 			sent = append(sent, m)
+		case errors.As(err, &unanswered) && unanswered.Settled != nil:
+			// It may still land: releasing it now would let another
+			// instance send it and the next event of its post first.
+			r.unsettled = append(r.unsettled, unsettledRow{msg: m, settled: unanswered.Settled})
+			res.Held++
+			res.Unavailable = true
 		case errors.Is(err, ErrUnavailable):
 			released = append(released, m)
 		default:
@@ -559,7 +614,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	var errsOut []error
 	switch {
 	case len(sent) == 0:
-	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && r.store.DefersAcksToNextClaim():
+	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
 		// (acked holds rows already when a pipelined claim failed.)
@@ -618,14 +673,14 @@ func (r *Relay) retryDelay(retry int) time.Duration {
 
 // flush writes deferred acknowledgements for the loop, even when ctx has
 // ended: the sends happened.
-func (r *Relay) flush(ctx context.Context, log *slog.Logger) {
+func (r *Relay) flush(ctx context.Context, log *slog.Logger, final bool) {
 	if !r.pendingAcks() {
 		return
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := r.Flush(fctx)
+	res, err := r.flushKept(fctx, final)
 	if r.cfg.Observe != nil {
 		r.cfg.Observe(res, time.Since(start), err)
 	}
@@ -668,7 +723,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	defer log.Info("relay stopped")
 	// A full batch leaves its acknowledgements to the next poll: write them
 	// before the loop ends, whether by Stop or by ctx.
-	defer r.flush(ctx, log)
+	defer r.flush(ctx, log, true)
 	outage := backoff.Backoff{Base: r.cfg.Interval, Max: r.cfg.OutageBackoffMax, Exact: true}
 	for {
 		start := time.Now()
@@ -711,7 +766,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			continue
 		}
 		// Nothing is deferred over a pause (after an error or an outage).
-		r.flush(ctx, log)
+		r.flush(ctx, log, false)
 		if pinger, ok := r.send.(Pinger); ok && res.Unavailable {
 			if !r.waitOutage(ctx, stop, wait, pinger, log) {
 				return

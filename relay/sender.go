@@ -46,3 +46,28 @@ type SendBounder interface {
 	// SendBound is the longest one Send takes; 0 means unknown.
 	SendBound() time.Duration
 }
+
+// UnansweredError is a send that ended without an answer from the broker
+// (the sender's timeout passed, or ctx ended, while the request could still
+// be on its way): the message may yet be written, late. It is unavailable
+// (it wraps ErrUnavailable, no attempt is spent), but the relay does not
+// hand its row back at once: another instance would send the event, and
+// the next of its post, before the late copy lands. The row stays
+// PROCESSING until Settled is closed, then it is released.
+type UnansweredError struct {
+	// Err says why; it wraps ErrUnavailable.
+	Err error
+	// Settled is closed once the request can no longer reach the broker:
+	// the sender's own bound on it has passed and its connection is torn
+	// down. A sender closes it within its SendBound of the error, so that a
+	// relay that dies meanwhile leaves the row to stale recovery, which the
+	// stale limit (checked against SendBound at start) keeps behind it.
+	Settled <-chan struct{}
+}
+
+func (e *UnansweredError) Error() string {
+	return e.Err.Error() + " (no answer: held until the request is torn down)"
+}
+
+// Unwrap returns Err.
+func (e *UnansweredError) Unwrap() error { return e.Err }

@@ -19,6 +19,9 @@ const DefaultConsumer = "posting-worker"
 const (
 	OutcomeProcessed = "processed"
 	OutcomeDuplicate = "duplicate"
+	// OutcomeOutOfOrder is an event dropped because the worker had applied
+	// an event of its post with the same or a higher sequence.
+	OutcomeOutOfOrder = "out_of_order"
 )
 
 // Outcomes of settled publications, as given to Config.ObserveSettled.
@@ -76,7 +79,8 @@ type Config struct {
 	// kept with the publication).
 	TracerProvider trace.TracerProvider
 	// ObserveConsumed, if set, is told of every event the worker handled:
-	// OutcomeProcessed or OutcomeDuplicate (a redelivery the inbox knew).
+	// OutcomeProcessed, OutcomeDuplicate (a redelivery the inbox knew) or
+	// OutcomeOutOfOrder (older than one applied, dropped).
 	ObserveConsumed func(eventType, outcome string)
 	// ObservePublished, if set, is told of every post the worker published,
 	// with how long after its scheduledAt.

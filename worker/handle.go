@@ -87,7 +87,7 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 		}
 		after = func() { w.disarm(ev.PostID) }
 	}
-	dup, err := inbox.Process(ctx, w.db, w.cfg.Consumer, ev, now, func(tx *gorm.DB) error {
+	outcomeIn, err := inbox.Process(ctx, w.db, w.cfg.Consumer, ev, now, func(tx *gorm.DB) error {
 		if effect == nil {
 			return nil
 		}
@@ -97,8 +97,16 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
 	outcome := OutcomeProcessed
-	if dup {
+	switch outcomeIn {
+	case inbox.Duplicate:
 		outcome = OutcomeDuplicate
+	case inbox.OutOfOrder:
+		// A later event of the post was applied already: this one is
+		// older news, dropped (its effect would undo a newer state).
+		if w.cfg.ObserveConsumed != nil {
+			w.cfg.ObserveConsumed(string(ev.Type), OutcomeOutOfOrder)
+		}
+		return nil
 	}
 	// Also after a duplicate: the first delivery's commit may have
 	// succeeded with its answer lost, leaving no timer. Arming is a no-op

@@ -63,6 +63,7 @@ type settings struct {
 	WorkerConcurrency int
 	RabbitMQURL       string
 	RabbitMQExchange  string
+	RabbitMQDeclare   bool
 	AuthJWTSecret     string
 	AuthJWKSURL       string
 	AuthIssuer        string

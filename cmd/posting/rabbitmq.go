@@ -28,6 +28,12 @@ func addRabbitMQFlags(fs *pflag.FlagSet, s *settings) {
 	showEnvTwins(fs)
 }
 
+// addServeRabbitMQFlags adds serve's own RabbitMQ settings.
+func addServeRabbitMQFlags(fs *pflag.FlagSet, s *settings) {
+	fs.BoolVar(&s.RabbitMQDeclare, "rabbitmq-declare-queue", true, "serve declares and binds the worker group's queue (POSTING_WORKER_GROUP) at start, as the worker does, so events sent before the first worker runs wait in it; false: the worker alone declares it")
+	showEnvTwins(fs)
+}
+
 // validateBrokerChoice refuses both brokers at once: which one the events
 // go through must be the operator's choice, never a guess.
 func (s *settings) validateBrokerChoice() error {
@@ -75,6 +81,22 @@ func declareExchange(ctx context.Context, s *settings, rs *rabbitmq.Sender) erro
 			return fmt.Errorf("rabbitmq exchange %s (POSTING_RABBITMQ_URL=%s): %w", s.RabbitMQExchange, redactURL(s.RabbitMQURL), err)
 		}
 	}
+}
+
+// declareWorkerQueue declares the worker group's queue as the worker does
+// (rabbitmq.DeclareQueue), within 15 s, unless POSTING_RABBITMQ_DECLARE_QUEUE
+// is false.
+func declareWorkerQueue(ctx context.Context, s *settings) error {
+	if !s.RabbitMQDeclare {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	c := s.rabbitmqConsumerConfig()
+	if err := rabbitmq.DeclareQueue(ctx, c.URL, c.Exchange, c.Queue, rabbitmq.DefaultConfig().DialTimeout); err != nil {
+		return fmt.Errorf("rabbitmq queue of the worker group %s (POSTING_WORKER_GROUP; POSTING_RABBITMQ_DECLARE_QUEUE=false leaves it to the worker): %w", c.Queue, err)
+	}
+	return nil
 }
 
 // rabbitmqConsumerConfig reads the worker group's queue: the queue is named

@@ -46,7 +46,7 @@ func TestServeSendsToRabbitMQ(t *testing.T) {
 	addr := freeAddr(t)
 	startServe(t, "POSTING_DATABASE_URL="+dbURL, "POSTING_RABBITMQ_URL="+proxy.URL, "POSTING_RABBITMQ_EXCHANGE="+exchange,
 		"POSTING_HTTP_ADDR="+addr, "POSTING_DATA_DIR="+t.TempDir(), "POSTING_SCHEDULER_SPEC=@every 1s",
-		"POSTING_RELAY_INTERVAL=100ms")
+		"POSTING_RELAY_INTERVAL=100ms", "POSTING_RABBITMQ_DECLARE_QUEUE=false")
 
 	post := createPost(t, addr, time.Now().Add(2*time.Minute))
 	ds := rabbitmqtest.Read(t, url, queue, 2, time.Minute)

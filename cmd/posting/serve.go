@@ -54,6 +54,7 @@ func newServeCommand() *cobra.Command {
 	addServeFlags(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
+	addServeRabbitMQFlags(cmd.Flags(), &s)
 	addAuthFlags(cmd.Flags(), &s)
 	addServeAuthFlags(cmd.Flags(), &s)
 	return cmd
@@ -108,7 +109,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return err
 		}
 		st.OnStop(func() { _ = rs.Close() })
-		sender, check = rs, func(ctx context.Context) error { return declareExchange(ctx, s, rs) }
+		sender, check = rs, func(ctx context.Context) error {
+			if err := declareExchange(ctx, s, rs); err != nil {
+				return err
+			}
+			return declareWorkerQueue(ctx, s)
+		}
 	} else {
 		brokers, embedded, err = startKafka(s, db, log, st)
 		if err != nil {

@@ -206,6 +206,7 @@ func TestBadSettingExits2(t *testing.T) {
 		"POSTING_PUBLISH_WEBHOOK_URL=ftp://x/y":  `POSTING_PUBLISH_WEBHOOK_URL="ftp://x/y"`,
 		"POSTING_WORKER_GROUP=":                  "POSTING_WORKER_GROUP",
 		"POSTING_KAFKA_COMPRESSION=brotli":       `POSTING_KAFKA_COMPRESSION="brotli"`,
+		"POSTING_RABBITMQ_DECLARE_QUEUE=maybe":   "POSTING_RABBITMQ_DECLARE_QUEUE",
 	} {
 		out, code := runBinary(t, []string{env, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_ADDR=" + freeAddr(t),
 			"POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}, "serve")

@@ -7,6 +7,7 @@
 package rabbitmqtest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -275,4 +277,38 @@ func (p *Proxy) Restore(t testing.TB) {
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "listen again on %s", p.addr)
 	p.serve(ln)
+}
+
+// FreshVhost creates a virtual host of its own on the test server with
+// rabbitmqctl (nothing declared in it: a fresh broker as a deployment first
+// meets it), grants the URL's user every permission on it, deletes it after
+// the test, and returns the URL of it. Without a server, or without
+// rabbitmqctl, the test is skipped, or failed with
+// POSTING_TEST_REQUIRE_RABBITMQ=1.
+func FreshVhost(t testing.TB) string {
+	t.Helper()
+	base := URL(t)
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	vhost := Name("posting-test")
+	ctl := func(args ...string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("rabbitmqctl %v: %w: %s", args, err, out)
+		}
+		return nil
+	}
+	if err := ctl("add_vhost", vhost); err != nil {
+		if os.Getenv("POSTING_TEST_REQUIRE_RABBITMQ") == "1" {
+			t.Fatalf("a fresh vhost needs rabbitmqctl on the server's host and POSTING_TEST_REQUIRE_RABBITMQ=1: %v", err)
+		}
+		t.Skipf("a fresh vhost needs rabbitmqctl on the server's host: %v", err)
+	}
+	t.Cleanup(func() { _ = ctl("delete_vhost", vhost) })
+	require.NoError(t, ctl("set_permissions", "-p", vhost, u.User.Username(), ".*", ".*", ".*"))
+	u.Path = "/" + vhost
+	u.RawPath = "/" + url.PathEscape(vhost)
+	return u.String()
 }

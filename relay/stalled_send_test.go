@@ -1,0 +1,202 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/kafka"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/worker"
+)
+
+// stallingDialer dials brokers for a producer and holds the first Produce
+// request it sees on the path for hold, as a stalled network does: the
+// write neither fails nor arrives. Its bytes go on afterwards unless the
+// connection was closed meanwhile. entered is closed when the request is
+// caught, done when it has arrived or been dropped (arrived tells which).
+type stallingDialer struct {
+	hold    time.Duration
+	once    sync.Once
+	entered chan struct{}
+	done    chan struct{}
+	arrived bool
+}
+
+func newStallingDialer(hold time.Duration) *stallingDialer {
+	return &stallingDialer{hold: hold, entered: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (d *stallingDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &stallingConn{Conn: c, d: d, closed: make(chan struct{})}, nil
+}
+
+type stallingConn struct {
+	net.Conn
+	d         *stallingDialer
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (c *stallingConn) Write(p []byte) (int, error) {
+	// A request: int32 size, int16 api key (0 is Produce).
+	if len(p) < 6 || binary.BigEndian.Uint16(p[4:6]) != 0 {
+		return c.Conn.Write(p)
+	}
+	caught := false
+	c.d.once.Do(func() { caught = true })
+	if !caught {
+		return c.Conn.Write(p)
+	}
+	close(c.d.entered)
+	defer close(c.d.done)
+	select {
+	case <-time.After(c.d.hold):
+	case <-c.closed:
+		return 0, net.ErrClosed // torn down: the bytes never reach the broker
+	}
+	// The path delivers them late, whatever deadline the client had set.
+	if err := c.Conn.SetWriteDeadline(time.Time{}); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(p)
+	c.d.arrived = err == nil
+	return n, err
+}
+
+func (c *stallingConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// raceAStalledRelay seeds a few posts' events, starts a relay sending
+// through stalled (its first send stalls: entered is closed then), then,
+// once it stalls, a second through healthy, and returns the rows once every
+// one is SENT and the stall has ended (done). No attempt may be spent.
+func raceAStalledRelay(t *testing.T, db *database.DB, stalled, healthy relay.Sender, entered, done <-chan struct{}) []outbox.Message {
+	t.Helper()
+	ctx := context.Background()
+	newRelay := func(id string, s relay.Sender) *relay.Relay {
+		r, err := relay.New(outbox.NewStore(db), s, relay.Config{InstanceID: id, Interval: 20 * time.Millisecond,
+			OutageBackoffMax: 100 * time.Millisecond, StaleAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		return r
+	}
+	rows := relaytest.Seed(t, db.DB, 4, 3, time.Now().Add(-time.Second))
+	a := newRelay("a", stalled)
+	require.NoError(t, a.Start(ctx))
+	<-entered
+	b := newRelay("b", healthy)
+	require.NoError(t, b.Start(ctx))
+	require.Eventually(t, func() bool {
+		return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+	}, time.Minute, 20*time.Millisecond)
+	<-done
+	a.Stop()
+	b.Stop()
+	var retried int64
+	require.NoError(t, db.DB.Model(&outbox.Message{}).Where("retry_count > 0").Count(&retried).Error)
+	require.Zero(t, retried, "a send without an answer spends no attempt")
+	return rows
+}
+
+// requireWorkerAppliesInOrder hands the messages, in their order on the
+// partition or queue, to a worker on db, and checks that it applies every
+// event once and no event of a post after a later one (by sequence).
+func requireWorkerAppliesInOrder(t *testing.T, db *database.DB, keys []string, headers []map[string]string, values [][]byte) {
+	t.Helper()
+	var applied []inbox.Event
+	var current inbox.Event
+	w, err := worker.New(db.DB, worker.Config{Logger: slog.New(slog.DiscardHandler),
+		ObserveConsumed: func(_, outcome string) {
+			if outcome == worker.OutcomeProcessed {
+				applied = append(applied, current)
+			}
+		}})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	for i := range keys {
+		ev, err := inbox.Decode([]byte(keys[i]), headers[i], values[i])
+		require.NoError(t, err)
+		current = ev
+		require.NoError(t, w.Handle(context.Background(), ev))
+	}
+	last := map[int64]int64{}
+	ids := map[string]bool{}
+	for _, ev := range applied {
+		require.Greater(t, ev.Sequence, last[ev.PostID], "post %d: the worker applied event %d after %d", ev.PostID, ev.Sequence, last[ev.PostID])
+		last[ev.PostID] = ev.Sequence
+		require.False(t, ids[ev.EventID], "event %s applied twice", ev.EventID)
+		ids[ev.EventID] = true
+	}
+}
+
+// A send that got no answer within its timeout (the path to the broker
+// stalled) must not hand its rows to another relay while its request may
+// still land: the late copy of a post's event would follow a later event of
+// the post on the partition. The rows stay PROCESSING until the producer
+// has torn the request's connection down, then go back with no attempt
+// spent; every post's events reach its partition in outbox order, each
+// carrying its sequence (the row id) in ce_sequence and in the value.
+func TestStalledSendKeepsPerPostOrderOnThePartition(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		broker := kafkatest.Start(t)
+		stall := newStallingDialer(3 * time.Second)
+		producer := func(dial kafka.DialFunc) *kafka.Producer {
+			p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic,
+				SendTimeout: time.Second, DialTimeout: 100 * time.Millisecond, RequestTimeout: 800 * time.Millisecond,
+				AckTimeout: 100 * time.Millisecond, RetryBackoff: 10 * time.Millisecond, Dial: dial}, nil)
+			require.NoError(t, err)
+			return p
+		}
+		pa, pb := producer(stall.Dial), producer(nil)
+		rows := raceAStalledRelay(t, db, pa, pb, stall.entered, stall.done)
+		require.NoError(t, pa.Close())
+		require.NoError(t, pb.Close())
+
+		records := broker.Records(t, len(rows), 30*time.Second)
+		last := map[string]int64{}
+		seen := map[string]bool{}
+		for _, r := range records {
+			seq, err := event.ParseSequence(r.Headers["ce_sequence"])
+			require.NoError(t, err)
+			var v struct {
+				Sequence int64 `json:"sequence"`
+			}
+			require.NoError(t, json.Unmarshal(r.Value, &v))
+			require.Equal(t, seq, v.Sequence, "header and value agree")
+			// A copy right after itself (a retry inside sarama) is harmless;
+			// an event after a later one of its post is not.
+			require.GreaterOrEqual(t, seq, last[r.Key], "post %s: event %d after %d (late copy arrived: %v)", r.Key, seq, last[r.Key], stall.arrived)
+			last[r.Key] = seq
+			seen[r.Headers[event.HeaderEventID]] = true
+		}
+		require.Len(t, seen, len(rows), "all delivered")
+		keys, headers, values := make([]string, len(records)), make([]map[string]string, len(records)), make([][]byte, len(records))
+		for i, r := range records {
+			keys[i], headers[i], values[i] = r.Key, r.Headers, r.Value
+		}
+		requireWorkerAppliesInOrder(t, db, keys, headers, values)
+		require.False(t, stall.arrived, "the stalled request was torn down, not delivered")
+	})
+}
