@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/postingsvc/posting/auth"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/response"
 )
 
 // MaxBodyBytes is the largest request body the API reads; a larger one is
@@ -356,6 +358,13 @@ func readJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		if errors.As(err, &tooLarge) {
 			return &requestError{status: http.StatusRequestEntityTooLarge,
 				detail: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+		}
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			// The server's read timeout cut a body still arriving.
+			response.Refuse(w)
+			return &requestError{status: http.StatusRequestTimeout,
+				detail: "the request body did not arrive within the server's read timeout"}
 		}
 		return &requestError{status: http.StatusBadRequest, detail: "could not read the request body"}
 	}

@@ -82,3 +82,12 @@ func (w *StatusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer (flush,
 // deadlines) through the wrapper.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Refuse marks a response that refuses a request without reading its body
+// (a failed authentication, a rate limit) to close the connection after it.
+// Without it net/http reads a body of up to 256 KiB before it sends the
+// answer, to keep the connection for the next request: a client that sends
+// its body slowly would get its refusal only when the whole body arrived.
+func Refuse(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/httpserver"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -68,6 +69,7 @@ type settings struct {
 	AuthAudience      string
 	AuthDisabled      bool
 	APIWriteRate      string
+	HTTP              httpserver.Config
 }
 
 func defaultInstanceID() string {
@@ -105,6 +107,17 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.OutboxRetention, "outbox-retention", outbox.DefaultRetention, "SENT outbox rows older than this are deleted by the cleaner")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	showEnvTwins(fs)
+}
+
+// addHTTPServerFlags adds the limits of the HTTP server of serve and worker.
+func addHTTPServerFlags(fs *pflag.FlagSet, s *settings) {
+	d := httpserver.DefaultConfig()
+	fs.DurationVar(&s.HTTP.ReadHeaderTimeout, "http-read-header-timeout", d.ReadHeaderTimeout, "bound on reading a request's headers (1s..the read timeout)")
+	fs.DurationVar(&s.HTTP.ReadTimeout, "http-read-timeout", d.ReadTimeout, "bound on reading a whole request, body included; a body still arriving is cut with 408 (1s..1h)")
+	fs.DurationVar(&s.HTTP.WriteTimeout, "http-write-timeout", d.WriteTimeout, "bound on a request from its headers to the end of its response (1s..1h)")
+	fs.DurationVar(&s.HTTP.IdleTimeout, "http-idle-timeout", d.IdleTimeout, "an idle keep-alive connection is closed after this (1s..1h)")
+	fs.IntVar(&s.HTTP.MaxConns, "http-max-conns", d.MaxConns, fmt.Sprintf("connections served at once; more wait until one closes (1..%d)", httpserver.MaxMaxConns))
 	showEnvTwins(fs)
 }
 
@@ -219,6 +232,9 @@ func (s *settings) validateLongRunning() error {
 	if s.ShutdownTimeout <= 0 {
 		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
 	}
+	if err := s.validateConfigs(s.HTTP); err != nil {
+		return err
+	}
 	return s.validateWebhookSecret()
 }
 
@@ -240,32 +256,37 @@ func (s *settings) validateConfigs(cfgs ...validator) error {
 // place a component's field (as its Validate names it in a *config.Error)
 // meets the setting's name, so the components know nothing of POSTING_*.
 var settingOf = map[string]string{
-	"relay.Config.InstanceID":          "POSTING_INSTANCE_ID",
-	"relay.Config.Interval":            "POSTING_RELAY_INTERVAL",
-	"relay.Config.BatchSize":           "POSTING_RELAY_BATCH_SIZE",
-	"relay.Config.MaxRetries":          "POSTING_RELAY_MAX_RETRIES",
-	"relay.Config.StaleAfter":          "POSTING_RELAY_STALE_AFTER",
-	"reservation.SchedulerConfig.Spec": "POSTING_SCHEDULER_SPEC",
-	"reservation.SchedulerConfig.Lead": "POSTING_RESERVATION_LEAD",
-	"outbox.CleanerConfig.Retention":   "POSTING_OUTBOX_RETENTION",
-	"kafka.ProducerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
-	"kafka.ProducerConfig.Topic":       "POSTING_KAFKA_TOPIC",
-	"kafka.ProducerConfig.ClientID":    "POSTING_INSTANCE_ID",
-	"kafka.ProducerConfig.Compression": "POSTING_KAFKA_COMPRESSION",
-	"kafka.ConsumerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
-	"kafka.ConsumerConfig.Topic":       "POSTING_KAFKA_TOPIC",
-	"kafka.ConsumerConfig.GroupID":     "POSTING_WORKER_GROUP",
-	"kafka.EmbeddedConfig.Addr":        "POSTING_EMBEDDED_KAFKA_ADDR",
-	"kafka.EmbeddedConfig.Topic":       "POSTING_KAFKA_TOPIC",
-	"worker.Config.Consumer":           "POSTING_WORKER_GROUP",
-	"worker.Config.Concurrency":        "POSTING_WORKER_CONCURRENCY",
-	"worker.WebhookConfig.URL":         "POSTING_PUBLISH_WEBHOOK_URL",
-	"worker.WebhookConfig.Secret":      "POSTING_WEBHOOK_SECRET",
-	"rabbitmq.Config.URL":              "POSTING_RABBITMQ_URL",
-	"rabbitmq.Config.Exchange":         "POSTING_RABBITMQ_EXCHANGE",
-	"rabbitmq.ConsumerConfig.URL":      "POSTING_RABBITMQ_URL",
-	"rabbitmq.ConsumerConfig.Exchange": "POSTING_RABBITMQ_EXCHANGE",
-	"rabbitmq.ConsumerConfig.Queue":    "POSTING_WORKER_GROUP",
+	"relay.Config.InstanceID":             "POSTING_INSTANCE_ID",
+	"relay.Config.Interval":               "POSTING_RELAY_INTERVAL",
+	"relay.Config.BatchSize":              "POSTING_RELAY_BATCH_SIZE",
+	"relay.Config.MaxRetries":             "POSTING_RELAY_MAX_RETRIES",
+	"relay.Config.StaleAfter":             "POSTING_RELAY_STALE_AFTER",
+	"reservation.SchedulerConfig.Spec":    "POSTING_SCHEDULER_SPEC",
+	"reservation.SchedulerConfig.Lead":    "POSTING_RESERVATION_LEAD",
+	"outbox.CleanerConfig.Retention":      "POSTING_OUTBOX_RETENTION",
+	"kafka.ProducerConfig.Brokers":        "POSTING_KAFKA_BROKERS",
+	"kafka.ProducerConfig.Topic":          "POSTING_KAFKA_TOPIC",
+	"kafka.ProducerConfig.ClientID":       "POSTING_INSTANCE_ID",
+	"kafka.ProducerConfig.Compression":    "POSTING_KAFKA_COMPRESSION",
+	"kafka.ConsumerConfig.Brokers":        "POSTING_KAFKA_BROKERS",
+	"kafka.ConsumerConfig.Topic":          "POSTING_KAFKA_TOPIC",
+	"kafka.ConsumerConfig.GroupID":        "POSTING_WORKER_GROUP",
+	"kafka.EmbeddedConfig.Addr":           "POSTING_EMBEDDED_KAFKA_ADDR",
+	"kafka.EmbeddedConfig.Topic":          "POSTING_KAFKA_TOPIC",
+	"worker.Config.Consumer":              "POSTING_WORKER_GROUP",
+	"worker.Config.Concurrency":           "POSTING_WORKER_CONCURRENCY",
+	"worker.WebhookConfig.URL":            "POSTING_PUBLISH_WEBHOOK_URL",
+	"worker.WebhookConfig.Secret":         "POSTING_WEBHOOK_SECRET",
+	"rabbitmq.Config.URL":                 "POSTING_RABBITMQ_URL",
+	"rabbitmq.Config.Exchange":            "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.URL":         "POSTING_RABBITMQ_URL",
+	"rabbitmq.ConsumerConfig.Exchange":    "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.Queue":       "POSTING_WORKER_GROUP",
+	"httpserver.Config.ReadHeaderTimeout": "POSTING_HTTP_READ_HEADER_TIMEOUT",
+	"httpserver.Config.ReadTimeout":       "POSTING_HTTP_READ_TIMEOUT",
+	"httpserver.Config.WriteTimeout":      "POSTING_HTTP_WRITE_TIMEOUT",
+	"httpserver.Config.IdleTimeout":       "POSTING_HTTP_IDLE_TIMEOUT",
+	"httpserver.Config.MaxConns":          "POSTING_HTTP_MAX_CONNS",
 }
 
 // settingError turns a component's refusal of a field taken from a setting
