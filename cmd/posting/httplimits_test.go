@@ -106,7 +106,7 @@ func TestServeClosesIdleConnections(t *testing.T) {
 		require.False(t, resp.Close)
 	}
 	get()
-	get() // a normal client on a kept-alive connection is unaffected
+	get()                                                                 // a normal client on a kept-alive connection is unaffected
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute))) // a guard, not the assertion
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the server closed the idle connection")
