@@ -323,16 +323,18 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 }
 
 // HTTP counts and times the requests next serves, by route and status code.
-// The route is the pattern the ServeMux matched (Request.Pattern, which
-// ServeMux.ServeHTTP sets on the request it is given, so next must be, or
-// pass the request unchanged to, a ServeMux), "unmatched" when none did;
-// patterns keep the label set bounded, unlike raw paths.
+// The route is the pattern next records with response.RecordRoute (the
+// API's handler does; wrap a bare ServeMux in response.Routed), "unmatched"
+// when none matched. Request.Pattern cannot serve: a wrapper that replaces
+// the request (WithContext) hides it. Patterns keep the label set bounded,
+// unlike raw paths.
 func (m *Metrics) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &response.StatusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		route := r.Pattern
+		ctx, matched := response.WithRoute(r.Context())
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		route := matched()
 		if route == "" {
 			route = "unmatched"
 		}

@@ -112,8 +112,9 @@ func TestServeClosesIdleConnections(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF, "the server closed the idle connection")
 }
 
-// The worker's HTTP server closes idle connections too.
-func TestWorkerClosesIdleConnections(t *testing.T) {
+// The worker's HTTP server closes idle connections too, and counts its
+// requests by the route they matched.
+func TestWorkerClosesIdleConnectionsAndCountsRoutes(t *testing.T) {
 	t.Parallel()
 	_, b, dbURL := readyEnv(t)
 	addr := freeAddr(t)
@@ -131,6 +132,10 @@ func TestWorkerClosesIdleConnections(t *testing.T) {
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute)))
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the worker closed the idle connection")
+
+	m := scrape(t, addr)
+	require.Equal(t, "1", requestsCounted(m, "GET /healthz", "200"), m)
+	require.Empty(t, requestsCounted(m, "unmatched", "200"))
 }
 
 // Every HTTP limit out of its bounds stops serve and worker with status 2,

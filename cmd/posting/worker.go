@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -293,7 +294,7 @@ func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing fun
 	if err != nil {
 		return nil, fmt.Errorf("listen on POSTING_WORKER_HTTP_ADDR=%s: %w", s.WorkerHTTPAddr, err)
 	}
-	srv, err := httpserver.New(ln, mux, s.HTTP)
+	srv, err := httpserver.New(ln, m.HTTP(response.Routed(mux)), s.HTTP)
 	if err != nil {
 		_ = ln.Close()
 		return nil, s.settingError(err)
