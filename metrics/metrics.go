@@ -76,6 +76,7 @@ type Metrics struct {
 	workerConsumed  *prometheus.CounterVec
 	httpRequests    *prometheus.CounterVec
 	httpDuration    *prometheus.HistogramVec
+	adminAuthFailed *prometheus.CounterVec
 }
 
 // New returns the metrics of one process. db, if not nil, is read at each
@@ -143,6 +144,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			"Events the worker consumed by event_type and outcome: processed, duplicate, malformed, error.", "event_type", "outcome"),
 		httpRequests: counterVec("posting_http_requests_total",
 			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
+		adminAuthFailed: counterVec("posting_admin_auth_failures_total",
+			"Refused authentications on /admin/... by outcome: missing (no bearer token), invalid (a wrong token), "+
+				"limited (refused unheard: too many failures from the source address).", "outcome"),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "posting_http_request_duration_seconds",
 			Help:    "HTTP request durations by route (the mux pattern, or unmatched) and status code.",
@@ -161,6 +165,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	}
 	for _, res := range []string{"marked", "skipped", "failed"} {
 		m.schedPosts.WithLabelValues(res)
+	}
+	for _, res := range []string{"missing", "invalid", "limited"} {
+		m.adminAuthFailed.WithLabelValues(res)
 	}
 	for _, res := range publicationOutcomes {
 		m.workerPublished.WithLabelValues(res)
@@ -346,4 +353,10 @@ func (m *Metrics) HTTP(next http.Handler) http.Handler {
 		m.httpRequests.WithLabelValues(labels...).Inc()
 		m.httpDuration.WithLabelValues(labels...).Observe(time.Since(start).Seconds())
 	})
+}
+
+// ObserveAdminAuthFailure counts a refused admin authentication by its
+// outcome (admin.Config.ObserveAuthFailure).
+func (m *Metrics) ObserveAdminAuthFailure(outcome string) {
+	m.adminAuthFailed.WithLabelValues(outcome).Inc()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/httpserver"
@@ -209,6 +210,11 @@ func (s *settings) validateServe() error {
 	}
 	if err := s.validateAuth(); err != nil {
 		return err
+	}
+	if s.AdminToken != "" && len(s.AdminToken) < admin.MinTokenBytes {
+		// The token is never shown, not even when refused.
+		return usageError{fmt.Errorf("invalid POSTING_ADMIN_TOKEN: must be at least %d bytes, got %d; "+
+			"generate one with: openssl rand -hex 32", admin.MinTokenBytes, len(s.AdminToken))}
 	}
 	if s.RabbitMQURL != "" {
 		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig())

@@ -156,3 +156,14 @@ func TestHTTPLimitSettingsRefused(t *testing.T) {
 		}
 	}
 }
+
+// An admin token shorter than 32 bytes stops serve with status 2, naming
+// POSTING_ADMIN_TOKEN and never showing the token.
+func TestServeRefusesAShortAdminToken(t *testing.T) {
+	t.Parallel()
+	out, code := runBinary(t, []string{"POSTING_ADMIN_TOKEN=short-admin-token", "POSTING_DATA_DIR=" + t.TempDir()}, "serve")
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "POSTING_ADMIN_TOKEN")
+	require.Contains(t, out, "at least 32 bytes")
+	require.NotContains(t, out, "short-admin-token")
+}

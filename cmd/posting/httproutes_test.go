@@ -58,6 +58,7 @@ func TestServeCountsRequestsByMatchedRoute(t *testing.T) {
 	} {
 		require.Equal(t, "1", requestsCounted(m, c.route, c.code), "%s %s in:\n%s", c.route, c.code, m)
 	}
+	require.Regexp(t, `(?m)^posting_admin_auth_failures_total\{instance_id="[^"]*",outcome="invalid"\} 1$`, m)
 	require.Empty(t, requestsCounted(m, "unmatched", "201"))
 	require.Empty(t, requestsCounted(m, "unmatched", "401"))
 }

@@ -293,7 +293,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // test builds it the same way, so a route added here must be documented.
 func httpHandler(adminDB *gorm.DB, m *metrics.Metrics, adminToken string,
 	history *admin.History, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
-	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history})
+	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history,
+		ObserveAuthFailure: m.ObserveAdminAuthFailure})
 	if err != nil {
 		return nil, err
 	}
