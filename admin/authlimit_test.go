@@ -27,7 +27,7 @@ func TestFailedAdminAuthenticationsAreLimitedPerSource(t *testing.T) {
 	var mu sync.Mutex
 	outcomes := map[string]int{}
 	routes, err := admin.Routes(admin.Config{DB: databasetest.NewSQLite(t).DB, Token: token,
-		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Logger:             slog.New(slog.NewTextHandler(logs, nil)),
 		ObserveAuthFailure: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
