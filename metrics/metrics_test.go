@@ -305,7 +305,7 @@ func TestMetricNames(t *testing.T) {
 		"posting_relay_claim_conflicts_total", "posting_relay_batch_duration_seconds",
 		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
-		"posting_http_requests_total", "posting_http_request_duration_seconds",
+		"posting_http_requests_total", "posting_http_request_duration_seconds", "posting_admin_auth_failures_total",
 		"posting_worker_events_consumed_total", "posting_worker_publications_total", "posting_worker_publication_lag_seconds",
 	}, got)
 }
