@@ -8,14 +8,12 @@ package admin
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -51,6 +49,16 @@ type Config struct {
 	// History, if set, answers GET /admin/outbox/history with its samples;
 	// nil answers no samples. The caller starts and stops it.
 	History *History
+	// AuthFailures is the failed authentications allowed per source address
+	// in AuthFailureWindow; past it the source is answered 429 until the
+	// window ends. Default DefaultAuthFailures (5); -1: no bound.
+	AuthFailures int
+	// AuthFailureWindow is the window of AuthFailures. Default
+	// DefaultAuthFailureWindow (1m); at least 1s.
+	AuthFailureWindow time.Duration
+	// ObserveAuthFailure, if set, is called with the outcome (AuthMissing,
+	// AuthInvalid, AuthLimited) of every refused authentication: a metric.
+	ObserveAuthFailure func(outcome string)
 }
 
 func (c *Config) setDefaults() {
@@ -59,6 +67,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.PurgeBatchSize == 0 {
 		c.PurgeBatchSize = outbox.DefaultPurgeBatchSize
+	}
+	if c.AuthFailures == 0 {
+		c.AuthFailures = DefaultAuthFailures
+	}
+	if c.AuthFailureWindow == 0 {
+		c.AuthFailureWindow = DefaultAuthFailureWindow
 	}
 	switch c.PurgePause {
 	case 0:
@@ -79,6 +93,13 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"PurgeBatchSize", c.PurgeBatchSize, "want 1..%d", outbox.MaxPurgeBatchSize)
 	case c.PurgePause < 0:
 		return config.Invalid(f+"PurgePause", c.PurgePause, "negative")
+	case len(c.Token) < MinTokenBytes:
+		// The token itself is never shown.
+		return config.Invalid(f+"Token", nil, "must be at least %d bytes, got %d", MinTokenBytes, len(c.Token))
+	case c.AuthFailures < -1:
+		return config.Invalid(f+"AuthFailures", c.AuthFailures, "want -1 (no bound) or more than 0")
+	case c.AuthFailureWindow < time.Second:
+		return config.Invalid(f+"AuthFailureWindow", c.AuthFailureWindow, "want at least 1s")
 	}
 	return nil
 }
@@ -110,7 +131,14 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 	}
 	s := &server{cfg: cfg, log: cfg.Logger.With("component", "admin")}
 	tokenSum := sha256.Sum256([]byte(cfg.Token))
-	protect := func(h http.HandlerFunc) http.Handler { return &authorized{tokenSum: tokenSum, next: h} }
+	var counter *failureCounter
+	if cfg.AuthFailures > 0 {
+		counter = &failureCounter{limit: cfg.AuthFailures, window: cfg.AuthFailureWindow, now: time.Now,
+			sources: map[string]*failures{}}
+	}
+	protect := func(h http.HandlerFunc) http.Handler {
+		return &authorized{tokenSum: tokenSum, next: h, failures: counter, log: s.log, observe: cfg.ObserveAuthFailure}
+	}
 	return map[string]http.Handler{
 		"GET /admin/outbox/stats":             protect(s.stats),
 		"GET /admin/outbox":                   protect(s.list),
@@ -127,44 +155,6 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 		"GET /admin/console.js":               consoleFile("console.js"),
 		"GET /admin/console.css":              consoleFile("console.css"),
 	}, nil
-}
-
-// authorized lets a request through only with the right bearer token.
-type authorized struct {
-	tokenSum [sha256.Size]byte
-	next     http.Handler
-}
-
-const realm = `Bearer realm="posting-admin"`
-
-func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Cache-Control", "no-store")
-	given, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		w.Header().Set("WWW-Authenticate", realm)
-		response.WriteProblem(w, http.StatusUnauthorized, "an Authorization: Bearer token is required", "")
-		return
-	}
-	// Comparing digests keeps the time independent of where the strings
-	// differ and of the token's length.
-	sum := sha256.Sum256([]byte(given))
-	if subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
-		w.Header().Set("WWW-Authenticate", realm+`, error="invalid_token"`)
-		response.WriteProblem(w, http.StatusUnauthorized, "the bearer token is not valid", "")
-		return
-	}
-	a.next.ServeHTTP(w, r)
-}
-
-// bearer returns the token of an "Authorization: Bearer <token>" header; the
-// scheme is case-insensitive (RFC 9110 11.1).
-func bearer(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }
 
 type server struct {

@@ -16,7 +16,7 @@ import (
 )
 
 // Every change over HTTP is one audit line with the action, the ids and the
-// client's address; a refused request logs none.
+// client's address; a refused request logs only its refusal.
 func TestAuditLines(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
@@ -43,7 +43,8 @@ func TestAuditLines(t *testing.T) {
 		return rec.Code
 	}
 	require.Equal(t, http.StatusUnauthorized, send(http.MethodPost, "/admin/outbox/"+id(m)+"/requeue", "Bearer wrong"))
-	require.NotContains(t, logs.String(), "msg=audit")
+	require.NotContains(t, logs.String(), "action=outbox.requeue", "a refused request changes nothing")
+	require.Contains(t, logs.String(), `msg=audit component=admin action=auth.refused source=192.0.2.7 route="POST /admin/outbox/{id}/requeue" outcome=invalid`)
 
 	require.Equal(t, http.StatusOK, send(http.MethodPost, "/admin/outbox/"+id(m)+"/requeue", "Bearer "+token))
 	require.Contains(t, logs.String(), "msg=audit component=admin action=outbox.requeue ids=["+id(m)+"] source=192.0.2.7:41234 event_id="+m.EventID)

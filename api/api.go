@@ -253,7 +253,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		response.WriteProblem(tw, http.StatusInternalServerError, "internal server error", "")
 	}()
-	if _, pattern := h.mux.Handler(r); pattern == "" {
+	_, pattern := h.mux.Handler(r)
+	response.RecordRoute(r.Context(), pattern)
+	if pattern == "" {
 		// No route matched: the mux answers 404, 405 (with Allow) or a
 		// redirect to the clean path in text/plain; give the first two the
 		// problem+json form.

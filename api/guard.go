@@ -53,6 +53,7 @@ func writeLimiter(l WriteLimit) func(http.Handler) http.Handler {
 		httprate.WithKeyFuncs(callerKey),
 		httprate.WithLimitHandler(func(w http.ResponseWriter, _ *http.Request) {
 			// httprate has set Retry-After (the window, in seconds).
+			response.Refuse(w)
 			response.WriteProblem(w, http.StatusTooManyRequests, detail, "")
 		}))
 }

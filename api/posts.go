@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,8 +18,12 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/postingsvc/posting/auth"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/response"
 )
 
 // MaxBodyBytes is the largest request body the API reads; a larger one is
@@ -35,9 +40,9 @@ type PostListJSON struct {
 // postRequest is the body of create and patch. Raw fields let the handlers
 // tell an absent field from null and name the field whose value is wrong.
 type postRequest struct {
-	Title       json.RawMessage `json:"title"`
-	Content     json.RawMessage `json:"content"`
-	ScheduledAt json.RawMessage `json:"scheduledAt"`
+	Title       jsontext.Value `json:"title"`
+	Content     jsontext.Value `json:"content"`
+	ScheduledAt jsontext.Value `json:"scheduledAt"`
 }
 
 // posts serves /api/v1/posts.
@@ -229,7 +234,7 @@ func (req *postRequest) createInput() (reservation.CreateInput, error) {
 	var in reservation.CreateInput
 	for _, f := range []struct {
 		name string
-		raw  json.RawMessage
+		raw  jsontext.Value
 	}{{"title", req.Title}, {"content", req.Content}, {"scheduledAt", req.ScheduledAt}} {
 		if f.raw == nil {
 			return in, fieldError(f.name, "is required")
@@ -267,7 +272,7 @@ func (req *postRequest) updateInput() (reservation.UpdateInput, error) {
 
 // stringField decodes a string field; nil when absent. null is refused: no
 // field of a post can be unset.
-func stringField(name string, raw json.RawMessage) (*string, error) {
+func stringField(name string, raw jsontext.Value) (*string, error) {
 	if raw == nil {
 		return nil, nil
 	}
@@ -336,12 +341,15 @@ func hex4(b []byte) (rune, bool) {
 	return rune(n), true
 }
 
-func timeField(name string, raw json.RawMessage) (*time.Time, error) {
+func timeField(name string, raw jsontext.Value) (*time.Time, error) {
 	s, err := stringField(name, raw)
 	if err != nil || s == nil {
 		return nil, err
 	}
-	t, perr := time.Parse(time.RFC3339, *s)
+	t, perr := parseDateTime(*s)
+	if errors.Is(perr, errLeapSecond) {
+		return nil, fieldError(name, fmt.Sprintf("is a leap second; leap seconds are not accepted, got %q", *s))
+	}
 	if perr != nil {
 		return nil, fieldError(name, fmt.Sprintf("must be an RFC 3339 date-time such as 2030-01-02T15:04:05Z, got %q", *s))
 	}
@@ -362,9 +370,9 @@ func pathID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-// readJSON decodes the request body, one JSON object of at most MaxBodyBytes
-// with only known fields, into dst.
-func readJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+// readJSON reads the request body, at most MaxBodyBytes of
+// application/json, and decodes it into a post request.
+func readJSON(w http.ResponseWriter, r *http.Request, dst *postRequest) error {
 	ct := r.Header.Get("Content-Type")
 	mediaType, _, err := mime.ParseMediaType(ct)
 	if err != nil || mediaType != "application/json" {
@@ -378,43 +386,95 @@ func readJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 			return &requestError{status: http.StatusRequestEntityTooLarge,
 				detail: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
 		}
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			// The server's read timeout cut a body still arriving.
+			response.Refuse(w)
+			return &requestError{status: http.StatusRequestTimeout,
+				detail: "the request body did not arrive within the server's read timeout"}
+		}
 		return &requestError{status: http.StatusBadRequest, detail: "could not read the request body"}
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return &requestError{status: http.StatusBadRequest, detail: "request body is empty; want a JSON object"}
+	req, err := decodePost(body)
+	if err != nil {
+		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &requestError{status: http.StatusBadRequest, detail: "request body has data after the JSON object"}
-	}
+	*dst = req
 	return nil
+}
+
+// decodeOptions read a post request strictly: member names match the
+// fields' exactly (case-sensitive), a name given twice is refused (RFC 7493:
+// two parsers must never read one body two ways), and an unknown one too.
+// Invalid UTF-8 passes here so that stringField can name the field it is in.
+var decodeOptions = jsonv2.JoinOptions(
+	jsonv2.RejectUnknownMembers(true),
+	jsontext.AllowDuplicateNames(false),
+	jsontext.AllowInvalidUTF8(true),
+)
+
+// decodePost decodes a body holding one JSON object with only the fields of
+// a post request; the error is a 400 that says what is wrong and, for one
+// member, names it.
+func decodePost(body []byte) (postRequest, error) {
+	var req postRequest
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, &requestError{status: http.StatusBadRequest, detail: "request body is empty; want a JSON object"}
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body), decodeOptions)
+	if err := jsonv2.UnmarshalDecode(dec, &req, decodeOptions); err != nil {
+		return postRequest{}, jsonError(err)
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return postRequest{}, &requestError{status: http.StatusBadRequest, detail: "request body has data after the JSON object"}
+	}
+	return req, nil
 }
 
 // jsonError describes a decoding failure without Go type names.
 func jsonError(err error) error {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
+	var syntax *jsontext.SyntacticError
+	var semantic *jsonv2.SemanticError
 	switch {
-	case errors.As(err, &syntax):
-		return &requestError{status: http.StatusBadRequest,
-			detail: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))}
+	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntax):
+		name := syntax.JSONPointer.LastToken()
+		return &requestError{status: http.StatusBadRequest, field: name,
+			detail: fmt.Sprintf("field %q appears more than once", name)}
+	case errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &semantic):
+		name := semantic.JSONPointer.LastToken()
+		return &requestError{status: http.StatusBadRequest, field: name, detail: fmt.Sprintf("unknown field %q", name)}
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return &requestError{status: http.StatusBadRequest, detail: "malformed JSON: unexpected end of the body"}
-	case errors.As(err, &typ) && typ.Field == "":
-		return &requestError{status: http.StatusBadRequest, detail: "request body must be a JSON object, got " + typ.Value}
-	case errors.As(err, &typ):
-		return fieldError(typ.Field, "must not be "+typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		// encoding/json has no typed error for DisallowUnknownFields.
-		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		return &requestError{status: http.StatusBadRequest, field: name, detail: fmt.Sprintf("unknown field %q", name)}
+	case errors.As(err, &syntax):
+		return &requestError{status: http.StatusBadRequest,
+			detail: fmt.Sprintf("malformed JSON at byte %d: %v", syntax.ByteOffset, syntax.Err)}
+	case errors.As(err, &semantic) && semantic.JSONPointer == "":
+		return &requestError{status: http.StatusBadRequest, detail: "request body must be a JSON object, got " + kindName(semantic.JSONKind)}
+	case errors.As(err, &semantic):
+		name := semantic.JSONPointer.LastToken()
+		return fieldError(name, "must not be "+kindName(semantic.JSONKind))
 	default:
 		return &requestError{status: http.StatusBadRequest, detail: "malformed JSON request body"}
 	}
+}
+
+// kindName names a JSON kind as a client writes it.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "another kind of value"
 }
 
 // writeJSON writes v with status; the body is marshalled first so a failure

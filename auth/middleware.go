@@ -48,6 +48,7 @@ func Middleware(v *Verifier, next http.Handler) http.Handler {
 func unauthorized(w http.ResponseWriter, challenge, detail string) {
 	w.Header().Set("WWW-Authenticate", challenge)
 	w.Header().Set("Cache-Control", "no-store")
+	response.Refuse(w)
 	response.WriteProblem(w, http.StatusUnauthorized, detail, "")
 }
 

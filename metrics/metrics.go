@@ -81,6 +81,7 @@ type Metrics struct {
 	workerOutOfOrder *prometheus.CounterVec
 	httpRequests     *prometheus.CounterVec
 	httpDuration     *prometheus.HistogramVec
+	adminAuthFailed  *prometheus.CounterVec
 }
 
 // New returns the metrics of one process. db, if not nil, is read at each
@@ -151,6 +152,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			"Events the worker dropped by event_type because it had applied an event of the same post with the same or a higher sequence.", "event_type"),
 		httpRequests: counterVec("posting_http_requests_total",
 			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
+		adminAuthFailed: counterVec("posting_admin_auth_failures_total",
+			"Refused authentications on /admin/... by outcome: missing (no bearer token), invalid (a wrong token), "+
+				"limited (refused unheard: too many failures from the source address).", "outcome"),
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "posting_http_request_duration_seconds",
 			Help:    "HTTP request durations by route (the mux pattern, or unmatched) and status code.",
@@ -169,6 +173,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	}
 	for _, res := range []string{"marked", "skipped", "failed"} {
 		m.schedPosts.WithLabelValues(res)
+	}
+	for _, res := range []string{"missing", "invalid", "limited"} {
+		m.adminAuthFailed.WithLabelValues(res)
 	}
 	for _, res := range publicationOutcomes {
 		m.workerPublished.WithLabelValues(res)
@@ -335,16 +342,18 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 }
 
 // HTTP counts and times the requests next serves, by route and status code.
-// The route is the pattern the ServeMux matched (Request.Pattern, which
-// ServeMux.ServeHTTP sets on the request it is given, so next must be, or
-// pass the request unchanged to, a ServeMux), "unmatched" when none did;
-// patterns keep the label set bounded, unlike raw paths.
+// The route is the pattern next records with response.RecordRoute (the
+// API's handler does; wrap a bare ServeMux in response.Routed), "unmatched"
+// when none matched. Request.Pattern cannot serve: a wrapper that replaces
+// the request (WithContext) hides it. Patterns keep the label set bounded,
+// unlike raw paths.
 func (m *Metrics) HTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &response.StatusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		route := r.Pattern
+		ctx, matched := response.WithRoute(r.Context())
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		route := matched()
 		if route == "" {
 			route = "unmatched"
 		}
@@ -356,4 +365,10 @@ func (m *Metrics) HTTP(next http.Handler) http.Handler {
 		m.httpRequests.WithLabelValues(labels...).Inc()
 		m.httpDuration.WithLabelValues(labels...).Observe(time.Since(start).Seconds())
 	})
+}
+
+// ObserveAdminAuthFailure counts a refused admin authentication by its
+// outcome (admin.Config.ObserveAuthFailure).
+func (m *Metrics) ObserveAdminAuthFailure(outcome string) {
+	m.adminAuthFailed.WithLabelValues(outcome).Inc()
 }

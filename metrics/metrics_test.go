@@ -23,6 +23,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/response"
 )
 
 var t0 = clocktest.T0
@@ -126,7 +127,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /things/{id}", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 		mux.HandleFunc("POST /things", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) })
-		h := m.HTTP(mux)
+		h := m.HTTP(response.Routed(mux))
 		for _, req := range []struct{ method, path string }{
 			{"GET", "/things/1"}, {"GET", "/things/2"}, {"POST", "/things"}, {"GET", "/nowhere"}, {"DELETE", "/things/1"},
 		} {
@@ -228,7 +229,7 @@ func TestScrapeWithBrokenDatabase(t *testing.T) {
 }
 
 // The route label is what the ServeMux matched, also behind a handler that
-// passes the request on unchanged.
+// replaces the request (as tracing does with WithContext).
 func TestHTTPRouteBehindWrapper(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil, "test-1")
@@ -236,7 +237,8 @@ func TestHTTPRouteBehindWrapper(t *testing.T) {
 	mux.HandleFunc("GET /admin/outbox/{id}", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "no", http.StatusUnauthorized)
 	})
-	wrapped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mux.ServeHTTP(w, r) })
+	routed := response.Routed(mux)
+	wrapped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { routed.ServeHTTP(w, r.WithContext(r.Context())) })
 	m.HTTP(wrapped).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/admin/outbox/3", nil))
 	f := scrape(t, m.Handler())
 	require.Equal(t, 1.0, value(t, f, "posting_http_requests_total",
@@ -309,7 +311,7 @@ func TestMetricNames(t *testing.T) {
 		"posting_relay_claim_conflicts_total", "posting_relay_batch_duration_seconds",
 		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
-		"posting_http_requests_total", "posting_http_request_duration_seconds",
+		"posting_http_requests_total", "posting_http_request_duration_seconds", "posting_admin_auth_failures_total",
 		"posting_worker_events_consumed_total", "posting_worker_publications_total", "posting_worker_publication_lag_seconds",
 		"posting_dependency_up", "posting_kafka_consumer_lag_messages",
 	}, got)

@@ -5,6 +5,7 @@
 package response
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -82,3 +83,41 @@ func (w *StatusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer (flush,
 // deadlines) through the wrapper.
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Refuse marks a response that refuses a request without reading its body
+// (a failed authentication, a rate limit) to close the connection after it.
+// Without it net/http reads a body of up to 256 KiB before it sends the
+// answer, to keep the connection for the next request: a client that sends
+// its body slowly would get its refusal only when the whole body arrived.
+func Refuse(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+}
+
+type routeKey struct{}
+
+// WithRoute returns ctx with room for the route a request matched, and a
+// function that reads it once the request is served. The metrics wrap sets
+// it up outside the handler: the handler's own wrappers (tracing) replace
+// the request, so the r.Pattern the mux sets is never seen outside, while a
+// value in the context is.
+func WithRoute(ctx context.Context) (context.Context, func() string) {
+	route := new(string)
+	return context.WithValue(ctx, routeKey{}, route), func() string { return *route }
+}
+
+// RecordRoute records pattern as the route of the request of ctx, if
+// WithRoute made room for it.
+func RecordRoute(ctx context.Context, pattern string) {
+	if route, ok := ctx.Value(routeKey{}).(*string); ok {
+		*route = pattern
+	}
+}
+
+// Routed serves mux and records the pattern each request matches.
+func Routed(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pattern := mux.Handler(r)
+		RecordRoute(r.Context(), pattern)
+		mux.ServeHTTP(w, r)
+	})
+}

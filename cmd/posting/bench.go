@@ -431,6 +431,7 @@ func startBenchServe(ctx context.Context, bs *settings, log *slog.Logger) (*benc
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	addCommonFlags(fs, &s)
 	addServeFlags(fs, &s)
+	addHTTPServerFlags(fs, &s)
 	addWorkerFlags(fs, &s)
 	addRabbitMQFlags(fs, &s)
 	addAuthFlags(fs, &s)

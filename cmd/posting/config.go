@@ -11,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/httpserver"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -70,6 +72,7 @@ type settings struct {
 	AuthAudience      string
 	AuthDisabled      bool
 	APIWriteRate      string
+	HTTP              httpserver.Config
 }
 
 func defaultInstanceID() string {
@@ -109,6 +112,17 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.IdemRetention, "idempotency-retention", reservation.DefaultIdempotencyRetention,
 		"how long an Idempotency-Key of POST /api/v1/posts is honoured, then deleted by the cleaner (1m..720h)")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	showEnvTwins(fs)
+}
+
+// addHTTPServerFlags adds the limits of the HTTP server of serve and worker.
+func addHTTPServerFlags(fs *pflag.FlagSet, s *settings) {
+	d := httpserver.DefaultConfig()
+	fs.DurationVar(&s.HTTP.ReadHeaderTimeout, "http-read-header-timeout", d.ReadHeaderTimeout, "bound on reading a request's headers (1s..the read timeout)")
+	fs.DurationVar(&s.HTTP.ReadTimeout, "http-read-timeout", d.ReadTimeout, "bound on reading a whole request, body included; a body still arriving is cut with 408 (1s..1h)")
+	fs.DurationVar(&s.HTTP.WriteTimeout, "http-write-timeout", d.WriteTimeout, "bound on a request from its headers to the end of its response (1s..1h)")
+	fs.DurationVar(&s.HTTP.IdleTimeout, "http-idle-timeout", d.IdleTimeout, "an idle keep-alive connection is closed after this (1s..1h)")
+	fs.IntVar(&s.HTTP.MaxConns, "http-max-conns", d.MaxConns, fmt.Sprintf("connections served at once; more wait until one closes (1..%d)", httpserver.MaxMaxConns))
 	showEnvTwins(fs)
 }
 
@@ -201,6 +215,11 @@ func (s *settings) validateServe() error {
 	if err := s.validateAuth(); err != nil {
 		return err
 	}
+	if s.AdminToken != "" && len(s.AdminToken) < admin.MinTokenBytes {
+		// The token is never shown, not even when refused.
+		return usageError{fmt.Errorf("invalid POSTING_ADMIN_TOKEN: must be at least %d bytes, got %d; "+
+			"generate one with: openssl rand -hex 32", admin.MinTokenBytes, len(s.AdminToken))}
+	}
 	if s.RabbitMQURL != "" {
 		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig())
 	}
@@ -222,6 +241,9 @@ func (s *settings) validateLongRunning() error {
 	}
 	if s.ShutdownTimeout <= 0 {
 		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
+	}
+	if err := s.validateConfigs(s.HTTP); err != nil {
+		return err
 	}
 	return s.validateWebhookSecret()
 }
@@ -273,6 +295,13 @@ var settingOf = map[string]string{
 
 	// Its own block: a long key that would realign the lines above.
 	"reservation.ServiceConfig.IdempotencyRetention": "POSTING_IDEMPOTENCY_RETENTION",
+
+	// The HTTP servers of serve and worker.
+	"httpserver.Config.ReadHeaderTimeout": "POSTING_HTTP_READ_HEADER_TIMEOUT",
+	"httpserver.Config.ReadTimeout":       "POSTING_HTTP_READ_TIMEOUT",
+	"httpserver.Config.WriteTimeout":      "POSTING_HTTP_WRITE_TIMEOUT",
+	"httpserver.Config.IdleTimeout":       "POSTING_HTTP_IDLE_TIMEOUT",
+	"httpserver.Config.MaxConns":          "POSTING_HTTP_MAX_CONNS",
 }
 
 // settingError turns a component's refusal of a field taken from a setting

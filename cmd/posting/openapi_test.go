@@ -29,7 +29,7 @@ import (
 	"github.com/postingsvc/posting/reservation"
 )
 
-const oaAdminToken = "openapi-test-admin-token"
+const oaAdminToken = "openapi-test-admin-token-32-bytes"
 
 // loadOpenAPI loads and validates the served document as an OpenAPI 3.1
 // document (kin-openapi validates 3.1 schemas with JSON Schema 2020-12).

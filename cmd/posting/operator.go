@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -53,7 +55,29 @@ func (o *operator) open(cmd *cobra.Command) (closeDB func(), err error) {
 		return nil, err
 	}
 	o.db, o.out = db.DB, cmd.OutOrStdout()
+	// A stray ./data/posting.db read instead of the production database
+	// gives output that looks the same: say which one was read.
+	o.log.Info("reading database", "database", shownDatabase(&o.s, db))
 	return func() { db.Close() }, nil
+}
+
+// shownDatabase names the database an operator command reads: the URL given
+// with its password masked (url.URL.Redacted), or the SQLite file's
+// absolute path.
+func shownDatabase(s *settings, db *database.DB) string {
+	if db.Dialect == database.SQLite {
+		path := strings.TrimPrefix(db.Location, "sqlite://")
+		if abs, err := filepath.Abs(path); err == nil {
+			return abs
+		}
+		return path
+	}
+	u, err := url.Parse(s.DatabaseURL)
+	if err != nil {
+		return db.Location // without credentials
+	}
+	u.RawQuery = "" // parameters can hold credentials too (password=...)
+	return u.Redacted()
 }
 
 // define completes a subcommand's cobra command: the common flags, and a

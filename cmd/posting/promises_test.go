@@ -30,7 +30,7 @@ func TestServeJSONLogsCustomTopicAndAdminLine(t *testing.T) {
 		"POSTING_INSTANCE_ID=json-test",
 		"POSTING_LOG_FORMAT=json",
 		"POSTING_KAFKA_TOPIC=custom-events",
-		"POSTING_ADMIN_TOKEN=s3cret",
+		"POSTING_ADMIN_TOKEN=s3cret-admin-token-of-32-bytes-ok",
 	)
 	post := createPost(t, p.http, time.Now().Add(2*time.Minute))
 	require.Eventually(t, func() bool { return getPost(t, p.http, post["id"])["status"] == "WORKING" },

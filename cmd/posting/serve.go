@@ -18,6 +18,7 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/httpserver"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
@@ -52,6 +53,7 @@ func newServeCommand() *cobra.Command {
 	}
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)
+	addHTTPServerFlags(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
 	addServeRabbitMQFlags(cmd.Flags(), &s)
@@ -223,7 +225,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on POSTING_HTTP_ADDR=%s: %w", s.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: m.HTTP(handler), ReadHeaderTimeout: 10 * time.Second}
+	srv, err := httpserver.New(ln, m.HTTP(handler), s.HTTP)
+	if err != nil {
+		_ = ln.Close()
+		return s.settingError(err)
+	}
 
 	// The background parts run on a context of their own: on shutdown they
 	// are stopped in order (Stop waits for the poll in flight) rather than
@@ -264,7 +270,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve() }()
 	log.Info("http api listening", "component", "http", "addr", ln.Addr().String(),
 		"try", fmt.Sprintf("curl http://%s/healthz", ln.Addr()))
 
@@ -296,7 +302,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 // test builds it the same way, so a route added here must be documented.
 func httpHandler(adminDB *gorm.DB, m *metrics.Metrics, adminToken string,
 	history *admin.History, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
-	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history})
+	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history,
+		ObserveAuthFailure: m.ObserveAdminAuthFailure})
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 		"POSTING_RELAY_INTERVAL=100ms",
 		"POSTING_DATABASE_URL=" + databaseURL,
 		"POSTING_INSTANCE_ID=serve-test",
-		"POSTING_ADMIN_TOKEN=s3cret",
+		"POSTING_ADMIN_TOKEN=s3cret-admin-token-of-32-bytes-ok",
 	}
 	p := startServe(t, env...)
 	post := createPost(t, p.http, time.Now().Add(2*time.Minute))
@@ -170,7 +170,7 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 	// The operator surface is wired: admin behind the token, metrics counting the sends.
 	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, ""))
 	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, "wrong"))
-	require.Equal(t, http.StatusOK, adminGet(t, p.http, "s3cret"))
+	require.Equal(t, http.StatusOK, adminGet(t, p.http, "s3cret-admin-token-of-32-bytes-ok"))
 	require.Eventually(t, func() bool {
 		return strings.Contains(scrape(t, p.http), `posting_relay_events_sent_total{instance_id="serve-test"} 4`)
 	}, 10*time.Second, 100*time.Millisecond, "metrics count the two sends of each post")

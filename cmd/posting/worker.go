@@ -16,11 +16,13 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/httpserver"
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -61,6 +63,7 @@ func newWorkerCommand() *cobra.Command {
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", kafka.DefaultEmbeddedAddr, "address of the embedded broker of a running serve")
 	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
+	addHTTPServerFlags(fs, &s)
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
 	addRabbitMQFlags(fs, &s)
@@ -258,7 +261,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 
 // workerHTTP serves the worker's probes and metrics.
 // consumerPing, when not nil, checks the consumer's own connection (RabbitMQ).
-func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing func(context.Context) error, m *metrics.Metrics, log *slog.Logger) (*http.Server, error) {
+func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing func(context.Context) error, m *metrics.Metrics, log *slog.Logger) (*httpserver.Server, error) {
 	if consumerPing == nil {
 		// A producer that never sends: its Ping asks the brokers for metadata.
 		probe, err := kafka.NewProducer(s.producerConfig(brokers), nil)
@@ -301,7 +304,11 @@ func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing fun
 	if err != nil {
 		return nil, fmt.Errorf("listen on POSTING_WORKER_HTTP_ADDR=%s: %w", s.WorkerHTTPAddr, err)
 	}
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }() // ends at Shutdown
+	srv, err := httpserver.New(ln, m.HTTP(response.Routed(mux)), s.HTTP)
+	if err != nil {
+		_ = ln.Close()
+		return nil, s.settingError(err)
+	}
+	go func() { _ = srv.Serve() }() // ends at Shutdown
 	return srv, nil
 }

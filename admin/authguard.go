@@ -1,0 +1,180 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/postingsvc/posting/response"
+)
+
+// MinTokenBytes is the shortest admin token accepted: 32 bytes, so that
+// guessing it is hopeless even at full speed.
+const MinTokenBytes = 32
+
+// Defaults of the bound on failed authentications.
+const (
+	DefaultAuthFailures      = 5
+	DefaultAuthFailureWindow = time.Minute
+)
+
+// The outcomes of a refused authentication, as audit lines and
+// Config.ObserveAuthFailure name them.
+const (
+	AuthMissing = "missing" // no bearer token
+	AuthInvalid = "invalid" // a token that is not the admin token
+	AuthLimited = "limited" // refused unheard: too many failures from the source
+)
+
+// maxSources bounds the sources the failure counter remembers; past it,
+// those whose window has ended are forgotten first.
+const maxSources = 10_000
+
+// authorized lets a request through only with the right bearer token. A
+// source address with Config.AuthFailures failures in its window is
+// answered 429 with Retry-After, its token not even compared, until the
+// window ends. Every refusal is an audit line (source, route, outcome;
+// never the token) and is counted.
+type authorized struct {
+	tokenSum [sha256.Size]byte
+	next     http.Handler
+	failures *failureCounter // nil: no bound
+	log      *slog.Logger
+	observe  func(outcome string)
+}
+
+const realm = `Bearer realm="posting-admin"`
+
+func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	source := sourceOf(r)
+	if a.failures != nil {
+		if wait := a.failures.blocked(source); wait > 0 {
+			a.refused(r, source, AuthLimited)
+			response.Refuse(w)
+			w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+			response.WriteProblem(w, http.StatusTooManyRequests, fmt.Sprintf(
+				"too many failed admin authentications from %s: at most %d per %s; retry after the time in Retry-After",
+				source, a.failures.limit, a.failures.window), "")
+			return
+		}
+	}
+	given, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		a.fail(w, r, source, AuthMissing, realm, "an Authorization: Bearer token is required")
+		return
+	}
+	// Comparing digests keeps the time independent of where the strings
+	// differ and of the token's length.
+	sum := sha256.Sum256([]byte(given))
+	if subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
+		a.fail(w, r, source, AuthInvalid, realm+`, error="invalid_token"`, "the bearer token is not valid")
+		return
+	}
+	a.next.ServeHTTP(w, r)
+}
+
+// fail answers a failed authentication 401 and counts it against source.
+func (a *authorized) fail(w http.ResponseWriter, r *http.Request, source, outcome, challenge, detail string) {
+	if a.failures != nil {
+		a.failures.add(source)
+	}
+	a.refused(r, source, outcome)
+	w.Header().Set("WWW-Authenticate", challenge)
+	response.Refuse(w)
+	response.WriteProblem(w, http.StatusUnauthorized, detail, "")
+}
+
+func (a *authorized) refused(r *http.Request, source, outcome string) {
+	a.log.LogAttrs(r.Context(), slog.LevelWarn, "audit", slog.String("action", "auth.refused"),
+		slog.String("source", source), slog.String("route", r.Pattern), slog.String("outcome", outcome))
+	if a.observe != nil {
+		a.observe(outcome)
+	}
+}
+
+// sourceOf is the client's IP address, of the connection (a forwarded-for
+// header is the client's to forge).
+func sourceOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" header; the
+// scheme is case-insensitive (RFC 9110 11.1).
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// failureCounter counts failures per source in fixed windows that start
+// at a source's first failure.
+type failureCounter struct {
+	limit  int
+	window time.Duration
+	now    func() time.Time
+
+	mu      sync.Mutex
+	sources map[string]*failures
+}
+
+type failures struct {
+	count int
+	start time.Time
+}
+
+// blocked returns how long source must still wait, 0 if it may try.
+func (c *failureCounter) blocked(source string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.sources[source]
+	if !ok || f.count < c.limit {
+		return 0
+	}
+	return max(f.start.Add(c.window).Sub(c.now()), 0)
+}
+
+func (c *failureCounter) add(source string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	f, ok := c.sources[source]
+	if !ok || now.Sub(f.start) >= c.window {
+		if !ok && len(c.sources) >= maxSources {
+			c.forgetEnded(now)
+		}
+		f = &failures{start: now}
+		c.sources[source] = f
+	}
+	f.count++
+}
+
+// forgetEnded drops the sources whose window has ended; if none has, it
+// drops one anyway, so the map stays bounded.
+func (c *failureCounter) forgetEnded(now time.Time) {
+	for s, f := range c.sources {
+		if now.Sub(f.start) >= c.window {
+			delete(c.sources, s)
+		}
+	}
+	for s := range c.sources {
+		if len(c.sources) < maxSources {
+			break
+		}
+		delete(c.sources, s)
+	}
+}

@@ -1,0 +1,79 @@
+package admin_test
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/admin"
+	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/response"
+)
+
+// A source address that failed to authenticate 5 times in a minute gets
+// 429 problem+json with Retry-After, even with the right token, while other
+// sources are served; each refusal is an audit line with the source, the
+// route and the outcome, never the token, and is counted by outcome.
+func TestFailedAdminAuthenticationsAreLimitedPerSource(t *testing.T) {
+	t.Parallel()
+	logs := &logtest.Buffer{}
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	routes, err := admin.Routes(admin.Config{DB: databasetest.NewSQLite(t).DB, Token: token,
+		Logger:             slog.New(slog.NewTextHandler(logs, nil)),
+		ObserveAuthFailure: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	send := func(source, auth string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "/admin/outbox/stats", nil)
+		req.RemoteAddr = source + ":40000"
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec
+	}
+	const guess = "Bearer guess-guess-guess-guess-guess-guess"
+	require.Equal(t, http.StatusUnauthorized, send("192.0.2.9", "").Code)
+	for range admin.DefaultAuthFailures - 1 {
+		rec := send("192.0.2.9", guess)
+		require.Equal(t, http.StatusUnauthorized, rec.Code)
+		require.Equal(t, "close", rec.Header().Get("Connection"))
+	}
+	rec := send("192.0.2.9", "Bearer "+token)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "the right token too, once the source is blocked")
+	require.Equal(t, response.ProblemContentType, rec.Header().Get("Content-Type"))
+	require.Equal(t, "60", rec.Header().Get("Retry-After"))
+	require.Contains(t, rec.Body.String(), "too many failed admin authentications")
+	require.Equal(t, http.StatusOK, send("192.0.2.10", "Bearer "+token).Code, "another source is served")
+
+	require.Contains(t, logs.String(), `msg=audit component=admin action=auth.refused source=192.0.2.9 route="GET /admin/outbox/stats" outcome=missing`)
+	require.Contains(t, logs.String(), `action=auth.refused source=192.0.2.9 route="GET /admin/outbox/stats" outcome=invalid`)
+	require.Contains(t, logs.String(), `action=auth.refused source=192.0.2.9 route="GET /admin/outbox/stats" outcome=limited`)
+	require.NotContains(t, logs.String(), "guess-guess")
+	require.NotContains(t, logs.String(), token)
+	require.Equal(t, map[string]int{admin.AuthMissing: 1, admin.AuthInvalid: 4, admin.AuthLimited: 1}, outcomes)
+}
+
+// A token shorter than 32 bytes is refused, naming the field, never
+// showing the token.
+func TestShortAdminTokenRefused(t *testing.T) {
+	t.Parallel()
+	short := strings.Repeat("a", admin.MinTokenBytes-1)
+	_, err := admin.Routes(admin.Config{DB: databasetest.NewSQLite(t).DB, Token: short})
+	var ce *config.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "admin.Config.Token", ce.Field)
+	require.NotContains(t, err.Error(), short)
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/logtest"
+)
+
+// serveInProcess runs serve with args added to a fresh data dir and free
+// addresses, and returns its HTTP address once it is ready.
+func serveInProcess(t *testing.T, args ...string) string {
+	t.Helper()
+	httpAddr := freeAddr(t)
+	logs := &logtest.Buffer{}
+	e2eRun(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--embedded-kafka-addr", freeAddr(t),
+		"--data-dir", t.TempDir()}, args...)...)
+	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 50*time.Millisecond, "serve never became ready: %s", logs)
+	return httpAddr
+}
+
+// slowPost opens a connection and sends the headers of a POST of a
+// bodyLen-byte JSON body, and nothing of the body yet.
+func slowPost(t *testing.T, addr, path, authorization string, bodyLen int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+		"Authorization: %s\r\nContent-Length: %d\r\n\r\n", path, addr, authorization, bodyLen)
+	require.NoError(t, err)
+	return conn
+}
+
+// A body sent a byte a second is cut by the read timeout: 408 problem+json,
+// long before the body could have arrived, and the connection is closed.
+func TestServeCutsASlowBody(t *testing.T) {
+	t.Parallel()
+	addr := serveInProcess(t, "--http-read-timeout", "2s", "--http-read-header-timeout", "1s")
+	const bodyLen = 600 // 10 minutes at a byte a second
+	conn := slowPost(t, addr, "/api/v1/posts", "Bearer none", bodyLen)
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		for ; n < bodyLen; n++ {
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		sent <- n
+	}()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(2*time.Minute))) // a guard, not the assertion
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, string(body))
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	require.Contains(t, string(body), "read timeout")
+	require.True(t, resp.Close, "the connection is closed after a cut body")
+	_ = conn.Close()
+	require.Less(t, <-sent, bodyLen, "the answer came before the whole body")
+}
+
+// A request refused on its headers (a bad token) is answered at once: its
+// body, still arriving, is not waited for, and the connection is closed.
+// The read below is bounded well below the read timeout (30s by default),
+// which is when net/http would answer had it waited for the body.
+func TestServeRefusesABadTokenWithoutReadingItsBody(t *testing.T) {
+	t.Parallel()
+	addr := serveInProcess(t, "--auth-jwt-secret", cliSecret)
+	conn := slowPost(t, addr, "/api/v1/posts", "Bearer not-a-token", 1000)
+	_, err := conn.Write([]byte("{"))
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no 401 before the body arrived")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.True(t, resp.Close, "Connection: close")
+}
+
+// An idle keep-alive connection is closed by the server after the idle
+// timeout, while a client that keeps talking on its connection is served.
+func TestServeClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	addr := serveInProcess(t, "--http-idle-timeout", "1s")
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	get := func() {
+		_, err := fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.False(t, resp.Close)
+	}
+	get()
+	get()                                                                 // a normal client on a kept-alive connection is unaffected
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute))) // a guard, not the assertion
+	_, err = r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the server closed the idle connection")
+}
+
+// The worker's HTTP server closes idle connections too, and counts its
+// requests by the route they matched.
+func TestWorkerClosesIdleConnectionsAndCountsRoutes(t *testing.T) {
+	t.Parallel()
+	_, b, dbURL := readyEnv(t)
+	addr := freeAddr(t)
+	startBinary(t, addr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
+		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_IDLE_TIMEOUT=1s"}, "worker")
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	require.NoError(t, err)
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute)))
+	_, err = r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the worker closed the idle connection")
+
+	m := scrape(t, addr)
+	require.Equal(t, "1", requestsCounted(m, "GET /healthz", "200"), m)
+	require.Empty(t, requestsCounted(m, "unmatched", "200"))
+}
+
+// Every HTTP limit out of its bounds stops serve and worker with status 2,
+// naming the setting.
+func TestHTTPLimitSettingsRefused(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"serve", "worker"} {
+		for env, want := range map[string]string{
+			"POSTING_HTTP_READ_TIMEOUT=0s":         `POSTING_HTTP_READ_TIMEOUT="0s"`,
+			"POSTING_HTTP_READ_HEADER_TIMEOUT=31s": `POSTING_HTTP_READ_HEADER_TIMEOUT="31s"`,
+			"POSTING_HTTP_WRITE_TIMEOUT=2h":        `POSTING_HTTP_WRITE_TIMEOUT="2h0m0s"`,
+			"POSTING_HTTP_IDLE_TIMEOUT=soon":       `POSTING_HTTP_IDLE_TIMEOUT="soon"`,
+			"POSTING_HTTP_MAX_CONNS=0":             `POSTING_HTTP_MAX_CONNS="0"`,
+		} {
+			out, code := runBinary(t, []string{env, "POSTING_DATA_DIR=" + t.TempDir()}, cmd)
+			require.Equal(t, exitUsage, code, "%s %s: %s", cmd, env, out)
+			require.Contains(t, out, want, "%s %s", cmd, env)
+		}
+	}
+}
+
+// An admin token shorter than 32 bytes stops serve with status 2, naming
+// POSTING_ADMIN_TOKEN and never showing the token.
+func TestServeRefusesAShortAdminToken(t *testing.T) {
+	t.Parallel()
+	out, code := runBinary(t, []string{"POSTING_ADMIN_TOKEN=short-admin-token", "POSTING_DATA_DIR=" + t.TempDir()}, "serve")
+	require.Equal(t, exitUsage, code, out)
+	require.Contains(t, out, "POSTING_ADMIN_TOKEN")
+	require.Contains(t, out, "at least 32 bytes")
+	require.NotContains(t, out, "short-admin-token")
+}
