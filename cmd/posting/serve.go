@@ -22,7 +22,6 @@ import (
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -52,6 +51,7 @@ func newServeCommand() *cobra.Command {
 	}
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)
+	addDirectURLFlag(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
 	addAuthFlags(cmd.Flags(), &s)
@@ -82,7 +82,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	st.OnStop(func() { _ = db.Close() })
 	if s.Migrate {
-		n, err := migrations.Apply(ctx, db, nil)
+		n, err := applyMigrations(ctx, db)
 		if err != nil {
 			return err
 		}
