@@ -228,8 +228,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if db.Dialect == database.PostgreSQL {
 		// Appends NOTIFY on commit: the relay polls at once instead of at
 		// its next interval, which stays the safety net.
+		// Notify: LISTEN through a pooler in transaction mode hears
+		// nothing; the listener finds out at start and says so.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
-			Wake: rel.Wake, Logger: log})
+			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB)})
 		if err != nil {
 			return err
 		}
