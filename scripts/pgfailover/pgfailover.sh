@@ -8,7 +8,8 @@
 #
 #   pgfailover.sh up DIR PRIMARY_PORT STANDBY_PORT   make and start both
 #   pgfailover.sh kill-primary DIR                   kill -9 the primary's postmaster
-#   pgfailover.sh promote DIR                        promote the standby
+#   pgfailover.sh promote DIR                        promote the standby (and stop
+#                                                    it waiting for a standby of its own)
 #   pgfailover.sh down DIR                           stop both, remove DIR
 #
 # synchronous_standby_names names the standby, so a commit returns only once
@@ -28,6 +29,7 @@ as_pg() {
 up() {
 	dir=$1 pport=$2 sport=$3
 	mkdir -p "$dir"
+	echo "$sport" >"$dir/standby.port"
 	[ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
 	as_pg "$BIN/initdb" -D "$dir/primary" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log"
 	cat >>"$dir/primary/postgresql.conf" <<CONF
@@ -68,7 +70,14 @@ kill-primary)
 	pm=$(postmaster_pid "$2/primary")
 	kill -9 "$pm" $(ps -o pid= --ppid "$pm") 2>/dev/null || true
 	;;
-promote) as_pg "$BIN/pg_ctl" -D "$2/standby" -w promote >/dev/null ;;
+promote)
+	as_pg "$BIN/pg_ctl" -D "$2/standby" -w promote >/dev/null
+	# The new primary inherited synchronous_standby_names from the old one,
+	# and has no standby: every commit would wait for one forever. A
+	# failover manager (Patroni, pg_auto_failover) does the same.
+	as_pg "$BIN/psql" -h 127.0.0.1 -p "$(cat "$2/standby.port")" -U postgres -qAtc \
+		"ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
+	;;
 down)
 	for c in primary standby; do
 		[ -f "$2/$c/postmaster.pid" ] && as_pg "$BIN/pg_ctl" -D "$2/$c" -m immediate stop >/dev/null 2>&1 || true
