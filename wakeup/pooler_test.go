@@ -16,6 +16,18 @@ import (
 	"github.com/postingsvc/posting/outbox"
 )
 
+// openThroughPgBouncer opens a fresh PostgreSQL database through its own
+// PgBouncer in transaction pooling, and returns it with the database's
+// direct URL.
+func openThroughPgBouncer(t *testing.T) (*database.DB, string) {
+	t.Helper()
+	direct := databasetest.PostgresURL(t, "")
+	db, err := database.Open(pgbouncertest.Start(t, direct, pgbouncertest.Transaction), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db, direct
+}
+
 // startProbingListener starts a Listener whose LISTEN connection is db's
 // (ConnectPostgres) and whose probe goes through db's pool, logging to the
 // returned buffer; woken receives every wake.
@@ -40,11 +52,7 @@ func startProbingListener(t *testing.T, db *database.DB) (*Listener, *logtest.Bu
 // POSTING_DATABASE_DIRECT_URL, and stops instead of reconnecting.
 func TestListenerThroughTransactionPoolerWarnsOnceAndStops(t *testing.T) {
 	t.Parallel()
-	direct := databasetest.PostgresURL(t, "")
-	db, err := database.Open(pgbouncertest.Start(t, direct, pgbouncertest.Transaction), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-
+	db, _ := openThroughPgBouncer(t)
 	l, logs, _ := startProbingListener(t, db)
 	select {
 	case <-l.Done():
@@ -62,10 +70,7 @@ func TestListenerThroughTransactionPoolerWarnsOnceAndStops(t *testing.T) {
 // commit through the pooler wakes it.
 func TestListenerOnDirectURLHearsCommitsThroughThePooler(t *testing.T) {
 	t.Parallel()
-	direct := databasetest.PostgresURL(t, "")
-	db, err := database.Open(pgbouncertest.Start(t, direct, pgbouncertest.Transaction), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db, direct := openThroughPgBouncer(t)
 	require.NoError(t, db.SetDirectURL(direct))
 
 	l, logs, woken := startProbingListener(t, db)

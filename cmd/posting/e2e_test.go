@@ -98,6 +98,22 @@ func requireOneCallPerPost(t *testing.T, calls map[int64]int, posts int) {
 	}
 }
 
+// waitPublished opens the database of dbURL and waits up to within for
+// posts posts to be PUBLISHED; it returns the database, closed when the
+// test ends.
+func waitPublished(t *testing.T, dbURL string, posts int64, within time.Duration) *database.DB {
+	t.Helper()
+	db, err := database.Open(dbURL, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
+		return n == posts
+	}, within, 200*time.Millisecond, "not every post was published")
+	return db
+}
+
 func endToEnd(t *testing.T, dbURL string) {
 	const (
 		posts = 200
@@ -149,14 +165,7 @@ func endToEnd(t *testing.T, dbURL string) {
 	b.Restart(t)
 	t.Logf("broker restarted at %s", time.Now().Format(time.TimeOnly))
 
-	db, err := database.Open(dbURL, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	require.Eventually(t, func() bool {
-		var n int64
-		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-		return n == posts
-	}, time.Until(start.Add(58*time.Second+pause+slack+10*time.Second)), 200*time.Millisecond, "not every post was published")
+	db := waitPublished(t, dbURL, posts, time.Until(start.Add(58*time.Second+pause+slack+10*time.Second)))
 
 	var all []reservation.Post
 	require.NoError(t, db.DB.Find(&all).Error)

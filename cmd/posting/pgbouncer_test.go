@@ -7,11 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -58,14 +56,7 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 		createPost(t, s.http, start.Add(5*time.Second+time.Duration(i)*10*time.Second/posts))
 	}
 
-	db, err := database.Open(direct, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	require.Eventually(t, func() bool {
-		var n int64
-		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-		return n == posts
-	}, 3*time.Minute, 200*time.Millisecond, "not every post was published")
+	db := waitPublished(t, direct, posts, 3*time.Minute)
 	var pubs []worker.Publication
 	require.NoError(t, db.DB.Find(&pubs).Error)
 	require.Len(t, pubs, posts)
