@@ -19,10 +19,21 @@ import (
 // (taking and releasing the migration lock) and runs concurrent statements
 // with arguments without a prepared-statement error, and leaves no advisory
 // lock behind on any server connection.
-func TestPostgresPoolThroughPgBouncerTransactionMode(t *testing.T) {
+// Session pooling, which hands a client one server connection for its
+// whole session, works the same.
+func TestPostgresPoolThroughPgBouncer(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []pgbouncertest.Mode{pgbouncertest.Transaction, pgbouncertest.Session} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			poolThroughPgBouncer(t, mode)
+		})
+	}
+}
+
+func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
 	direct := databasetest.PostgresURL(t, "")
-	pooled := pgbouncertest.Start(t, direct, pgbouncertest.Transaction)
+	pooled := pgbouncertest.Start(t, direct, mode)
 	db, err := database.Open(pooled, "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
