@@ -19,6 +19,7 @@ import (
 // (taking and releasing the migration lock) and runs concurrent statements
 // with arguments without a prepared-statement error, and leaves no advisory
 // lock behind on any server connection.
+//
 // Session pooling, which hands a client one server connection for its
 // whole session, works the same.
 func TestPostgresPoolThroughPgBouncer(t *testing.T) {

@@ -65,7 +65,8 @@ func tryCreatePost(addr string, at time.Time) (id int64, ok bool) {
 
 // serve and worker on a multi-host URL over a primary and its synchronous
 // standby, under write load: kill -9 the primary, promote the standby.
-// Every post the API answered 201 for is on the new primary, published,
+// While no primary answers /readyz names the database check; every post
+// the API answered 201 for is on the new primary, published,
 // its events on the topic in per-post order; serve, worker and the LISTEN
 // connection carry on without a restart, nothing reports a write to a
 // read-only server, and no row spent an attempt on the switch. The time
@@ -134,9 +135,13 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	pgFailover(t, "kill-primary", dir)
 	killed := time.Now() // every write after this is the new primary's
-	time.Sleep(time.Second)
+	// No primary answers: the standby refuses read-write sessions.
+	require.Contains(t, waitUnready(t, httpAddr), `"detail":"not ready: check database failed"`)
+	time.Sleep(time.Until(killed.Add(time.Second)))
 	pgFailover(t, "promote", dir)
 	promoted := time.Now()
+	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		30*time.Second, 50*time.Millisecond, "ready again on the new primary")
 	time.Sleep(5 * time.Second)
 	close(stop)
 	load.Wait()
