@@ -69,7 +69,8 @@ func tryCreatePost(addr string, at time.Time) (id int64, ok bool) {
 // the API answered 201 for is on the new primary, published,
 // its events on the topic in per-post order; serve, worker and the LISTEN
 // connection carry on without a restart, nothing reports a write to a
-// read-only server, and no row spent an attempt on the switch. The time
+// read-only server (the old primary, back as a standby, included), and no
+// row spent an attempt on the switch. The time
 // from the kill to the first event the new primary's relay marked sent is
 // printed.
 func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
@@ -142,7 +143,11 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	promoted := time.Now()
 	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		30*time.Second, 50*time.Millisecond, "ready again on the new primary")
-	time.Sleep(5 * time.Second)
+	time.Sleep(2 * time.Second)
+	// The old primary comes back as a standby, first in the URL's host
+	// list: read-only, it is never chosen for the pool.
+	pgFailover(t, "rejoin", dir)
+	time.Sleep(3 * time.Second)
 	close(stop)
 	load.Wait()
 	mu.Lock()
@@ -204,6 +209,12 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 		require.Len(t, got, 4, "post %d: %v", id, got)
 		require.Equal(t, []string{string(event.PostingEvent), string(event.ReservationEvent)}, []string{got[0], got[2]}, "post %d in order", id)
 	}
+	old, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p1), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = old.Close() })
+	var recovering bool
+	require.NoError(t, old.Raw("SELECT pg_is_in_recovery()").Scan(&recovering).Error)
+	require.True(t, recovering, "the old primary is back as a standby")
 	require.NotContains(t, logs.String(), "read-only transaction")
 	require.NotContains(t, logs.String(), "25006")
 }

@@ -10,6 +10,8 @@
 #   pgfailover.sh kill-primary DIR                   kill -9 the primary's postmaster
 #   pgfailover.sh promote DIR                        promote the standby (and stop
 #                                                    it waiting for a standby of its own)
+#   pgfailover.sh rejoin DIR                         bring the old primary back as a
+#                                                    standby of the new one (a fresh copy)
 #   pgfailover.sh down DIR                           stop both, remove DIR
 #
 # synchronous_standby_names names the standby, so a commit returns only once
@@ -30,6 +32,7 @@ up() {
 	dir=$1 pport=$2 sport=$3
 	mkdir -p "$dir"
 	echo "$sport" >"$dir/standby.port"
+	echo "$pport" >"$dir/primary.port"
 	[ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
 	as_pg "$BIN/initdb" -D "$dir/primary" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log"
 	cat >>"$dir/primary/postgresql.conf" <<CONF
@@ -45,7 +48,7 @@ fsync = off
 CONF
 	echo "host replication postgres 127.0.0.1/32 trust" >>"$dir/primary/pg_hba.conf"
 	as_pg "$BIN/pg_ctl" -D "$dir/primary" -l "$dir/primary.log" -w start >/dev/null
-	as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$pport" -U postgres -D "$dir/standby" -R -X stream \
+	as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$pport" -U postgres -D "$dir/standby" -R -X stream -c fast \
 		-d "host=127.0.0.1 port=$pport user=postgres application_name=standby"
 	cat >>"$dir/standby/postgresql.conf" <<CONF
 port = $sport
@@ -78,11 +81,22 @@ promote)
 	as_pg "$BIN/psql" -h 127.0.0.1 -p "$(cat "$2/standby.port")" -U postgres -qAtc \
 		"ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
 	;;
+rejoin)
+	dir=$2
+	rm -rf "$dir/primary"
+	as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$(cat "$dir/standby.port")" -U postgres -D "$dir/primary" -R -X stream -c fast \
+		-d "host=127.0.0.1 port=$(cat "$dir/standby.port") user=postgres application_name=oldprimary"
+	cat >>"$dir/primary/postgresql.conf" <<CONF
+port = $(cat "$dir/primary.port")
+synchronous_standby_names = ''
+CONF
+	as_pg "$BIN/pg_ctl" -D "$dir/primary" -l "$dir/primary.log" -w start >/dev/null
+	;;
 down)
 	for c in primary standby; do
 		[ -f "$2/$c/postmaster.pid" ] && as_pg "$BIN/pg_ctl" -D "$2/$c" -m immediate stop >/dev/null 2>&1 || true
 	done
 	rm -rf "$2"
 	;;
-*) echo "usage: $0 up DIR PRIMARY_PORT STANDBY_PORT | kill-primary DIR | promote DIR | down DIR" >&2; exit 2 ;;
+*) echo "usage: $0 up DIR PRIMARY_PORT STANDBY_PORT | kill-primary DIR | promote DIR | rejoin DIR | down DIR" >&2; exit 2 ;;
 esac
