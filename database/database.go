@@ -35,6 +35,10 @@ type DB struct {
 	Location string
 	name     string          // the MySQL or PostgreSQL database, for messages
 	pgConfig *pgx.ConnConfig // how the pool connects, on PostgreSQL
+	// direct is how sessions that must last connect when the pool goes
+	// through a pooler (SetDirectURL); nil: as the pool does.
+	direct    *pgx.ConnConfig
+	directURL string
 }
 
 // Open opens rawURL: "mysql://user:pass@host:port/db?params",

@@ -22,7 +22,19 @@ import (
 // back in UTC, so that a time read compares equal to the one written (as on
 // MySQL and SQLite). Other query parameters (sslmode, sslrootcert,
 // application_name, run-time settings such as statement_timeout) are passed
-// to pgx. As on MySQL the time zone is not the user's to choose: a timezone
+// to pgx.
+//
+// Queries run in pgx's QueryExecModeExec unless default_query_exec_mode says
+// otherwise: each is parsed as the unnamed statement, bound and executed in
+// one round trip, so nothing outlives it on the server. That is what makes
+// the pool work through a pooler in transaction mode (PgBouncer), where
+// consecutive statements of a session run on different server connections:
+// the default mode's named statements ("stmtcache_...") fail there with
+// 42P05 and 26000. DescribeExec needs two round trips on the same server
+// connection, which such a pooler does not promise outside a transaction;
+// CacheDescribe trusts a cached result description that a migration can
+// change. Parameters are sent as text and typed by the server, as in a
+// literal. As on MySQL the time zone is not the user's to choose: a timezone
 // parameter other than UTC is ErrInvalidURL naming it.
 func PostgresConfig(u *url.URL) (*pgx.ConnConfig, error) {
 	if u.Host == "" {
@@ -63,6 +75,9 @@ func PostgresConfig(u *url.URL) (*pgx.ConnConfig, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
 	}
 	cfg.RuntimeParams["timezone"] = "UTC"
+	if q.Get("default_query_exec_mode") == "" {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	return cfg, nil
 }
 
@@ -108,14 +123,58 @@ func openPostgres(cfg *pgx.ConnConfig, location, name string) (*DB, error) {
 // ErrNotPostgres is ConnectPostgres's error on another database.
 var ErrNotPostgres = errors.New("not a PostgreSQL database")
 
+// SetDirectURL gives db a direct (unpooled) URL of the same PostgreSQL
+// database, for when db's own URL points at a pooler in transaction mode:
+// ConnectPostgres (LISTEN) and OpenDirect (migrations and their session)
+// then use it, and nothing else does. An empty rawURL removes it. A URL
+// that is not PostgreSQL, or db not on PostgreSQL, is ErrInvalidURL.
+func (db *DB) SetDirectURL(rawURL string) error {
+	if rawURL == "" {
+		db.direct, db.directURL = nil, ""
+		return nil
+	}
+	if db.pgConfig == nil {
+		return fmt.Errorf("%w: a direct URL is for a PostgreSQL database behind a pooler, and the database is %s", ErrInvalidURL, db.Location)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return fmt.Errorf("%w: scheme %q (want postgres:// or postgresql://, the same database without the pooler)", ErrInvalidURL, u.Scheme)
+	}
+	cfg, err := PostgresConfig(u)
+	if err != nil {
+		return err
+	}
+	db.direct, db.directURL = cfg, rawURL
+	return nil
+}
+
+// OpenDirect opens a pool of its own on the direct URL (SetDirectURL) for
+// work that needs real sessions, such as migrations and their advisory
+// lock; without a direct URL it returns db itself. The caller closes what
+// it got unless it is db.
+func (db *DB) OpenDirect() (*DB, error) {
+	if db.direct == nil {
+		return db, nil
+	}
+	return Open(db.directURL, "")
+}
+
 // ConnectPostgres opens one connection of its own to db's PostgreSQL server,
 // with the pool's settings, outside the pool: for a session that must last,
-// such as a LISTEN. The caller closes it.
+// such as a LISTEN. With a direct URL (SetDirectURL) it connects there, not
+// through the pooler. The caller closes it.
 func (db *DB) ConnectPostgres(ctx context.Context) (*pgx.Conn, error) {
 	if db.pgConfig == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotPostgres, db.Location)
 	}
-	conn, err := pgx.ConnectConfig(ctx, db.pgConfig.Copy())
+	cfg := db.pgConfig
+	if db.direct != nil {
+		cfg = db.direct
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
 		return nil, err
 	}

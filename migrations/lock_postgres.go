@@ -18,13 +18,17 @@ import (
 // classid 7368563, objid 1953066599.
 const postgresLockKey int64 = 0x706f7374696e67
 
-// lockPostgres takes pg_advisory_lock on one dedicated connection and keeps
-// that connection out of the pool until the lock is released: a session
-// lock belongs to its session, and goose runs the migrations on other
-// connections of the pool meanwhile. The wait is bounded with the session's
-// lock_timeout (and not by a statement_timeout of the URL), so it ends as
-// soon as the holder releases the lock; the server frees the lock of a
-// session that dies.
+// lockPostgres takes pg_advisory_xact_lock in a transaction it keeps open
+// on one dedicated connection until the lock is released: goose runs the
+// migrations on other connections of the pool meanwhile, and ending the
+// transaction (or the session dying) frees the lock. A transaction-scoped
+// lock, unlike pg_advisory_lock, holds through a pooler in transaction mode
+// (PgBouncer), which pins one server connection to a client for the length
+// of a transaction and no longer; a session lock taken there would stay on
+// a server connection that other clients then use. The wait is bounded with
+// a transaction-local lock_timeout (and not by a statement_timeout of the
+// URL), so it ends as soon as the holder releases the lock; nothing is SET
+// on the session.
 func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() error, error) {
 	if db.Stats().MaxOpenConnections == 1 {
 		return nil, errors.New("migration lock: the pool needs at least 2 connections (SetMaxOpenConns(1))")
@@ -33,9 +37,15 @@ func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() e
 	if err != nil {
 		return nil, fmt.Errorf("migration lock: %w", err)
 	}
+	// Not the caller's context: database/sql rolls a transaction back when
+	// its context ends, which would free the lock while goose still runs.
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("migration lock: %w", err)
+	}
 	fail := func(err error) (func() error, error) {
-		// The session may hold the lock or a changed lock_timeout: drop it.
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = tx.Rollback()
 		_ = conn.Close()
 		return nil, err
 	}
@@ -43,40 +53,28 @@ func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() e
 	// lock_timeout bounds the wait; a statement_timeout from the URL (the
 	// options parameter) must not cut it short, or a process started while
 	// another migrates fails instead of waiting for it.
-	if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, false), set_config('statement_timeout', '0', false)", strconv.FormatInt(ms, 10)); err != nil {
+	if _, err := tx.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', '0', true)", strconv.FormatInt(ms, 10)); err != nil {
 		return fail(fmt.Errorf("migration lock: %w", err))
 	}
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", postgresLockKey); err != nil {
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", postgresLockKey); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "55P03" {
-			return fail(fmt.Errorf("%w pg_advisory_lock(%d): another process has held it for over %s (still migrating, or stuck: see SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = 1953066599)",
+			return fail(fmt.Errorf("%w pg_advisory_xact_lock(%d): another process has held it for over %s (still migrating, or stuck: see SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = 1953066599)",
 				ErrLockTimeout, postgresLockKey, wait))
 		}
-		return fail(fmt.Errorf("migration lock pg_advisory_lock(%d): %w", postgresLockKey, err))
-	}
-	for _, reset := range []string{"RESET lock_timeout", "RESET statement_timeout"} {
-		if _, err := conn.ExecContext(ctx, reset); err != nil {
-			return fail(fmt.Errorf("migration lock: %w", err))
-		}
+		return fail(fmt.Errorf("migration lock pg_advisory_xact_lock(%d): %w", postgresLockKey, err))
 	}
 	return func() error {
-		// Not the caller's context: a cancelled migration must still release
-		// the lock, or the session keeps it while it sits idle in the pool.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		var released sql.NullBool
-		err := conn.QueryRowContext(rctx, "SELECT pg_advisory_unlock($1)", postgresLockKey).Scan(&released)
-		if err == nil && !released.Bool {
-			err = errors.New("the session did not hold it")
-		}
+		err := tx.Rollback()
 		if err != nil {
+			// The server frees the lock with the session: drop it.
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 		if cerr := conn.Close(); err == nil && cerr != nil && !errors.Is(cerr, driver.ErrBadConn) {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("release migration lock pg_advisory_lock(%d): %w", postgresLockKey, err)
+			return fmt.Errorf("release migration lock pg_advisory_xact_lock(%d): %w", postgresLockKey, err)
 		}
 		return nil
 	}, nil

@@ -61,7 +61,7 @@ func TestPostgresMigrationLockWaitOutlastsStatementTimeout(t *testing.T) {
 	for {
 		var waiting int64
 		require.NoError(t, holder.Raw(`SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_lock%'
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'
   AND clock_timestamp() - query_start > interval '1 second'`).Scan(&waiting).Error)
 		if waiting > 0 {
 			break

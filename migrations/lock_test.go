@@ -140,7 +140,7 @@ func TestUpWaitsForThePostgresLock(t *testing.T) {
 
 	_, err = migrations.UpWithLockWait(context.Background(), sqlDB, database.PostgreSQL, nil, time.Second)
 	require.ErrorIs(t, err, migrations.ErrLockTimeout)
-	require.ErrorContains(t, err, "pg_advisory_lock")
+	require.ErrorContains(t, err, "pg_advisory_xact_lock")
 	require.False(t, db.Migrator().HasTable("posts"), "nothing applied without the lock")
 
 	released := make(chan error, 1)

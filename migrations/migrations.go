@@ -25,7 +25,7 @@ var files embed.FS
 // Running it on an up-to-date database is a no-op.
 //
 // It holds the migration lock of the database throughout (MySQL GET_LOCK,
-// PostgreSQL pg_advisory_lock, a file lock beside a SQLite file), so processes started together on a
+// PostgreSQL pg_advisory_xact_lock, a file lock beside a SQLite file), so processes started together on a
 // fresh database apply each migration once: the first applies them, the
 // others wait, then find nothing to do. Waiting longer than DefaultLockWait
 // is ErrLockTimeout.

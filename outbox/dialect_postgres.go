@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"database/sql/driver"
 	"strconv"
 	"time"
@@ -85,4 +86,13 @@ RETURNING `+cols, StatusProcessing, owner, now, int64Array(ids), StatusPending, 
 // appends a hundred rows wakes each listening relay once.
 func (postgresDialect) announce(tx *gorm.DB) error {
 	return tx.Exec("NOTIFY " + NotifyChannel).Error
+}
+
+// Notify returns a function that sends a notification with its payload on
+// NotifyChannel through db, on PostgreSQL: how a wakeup.Listener checks
+// that notifications reach it (wakeup.Config.Notify).
+func Notify(db *gorm.DB) func(ctx context.Context, payload string) error {
+	return func(ctx context.Context, payload string) error {
+		return db.WithContext(ctx).Exec("SELECT pg_notify(?, ?)", NotifyChannel, payload).Error
+	}
 }

@@ -65,10 +65,16 @@ func requirePerPostOrder(t *testing.T, records []kafkatest.Record, rows []outbox
 	return seen
 }
 
+// The same through PgBouncer in transaction pooling (the "pgbouncer"
+// subtest): statements of one relay land on different server connections.
 func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 	t.Parallel()
-	for _, dialect := range databasetest.Dialects {
-		t.Run(string(dialect), func(t *testing.T) {
+	for _, name := range append(databasetest.Dialects, "pgbouncer") {
+		dialect := name
+		if name == "pgbouncer" {
+			dialect = database.PostgreSQL
+		}
+		t.Run(string(name), func(t *testing.T) {
 			t.Parallel()
 			const instances, perPost = 4, 5
 			// 10,000 events on MariaDB and PostgreSQL. SQLite is the single-process embedded
@@ -84,7 +90,12 @@ func TestFourRelaysSendEveryEventOnceInPostOrder(t *testing.T) {
 				// sometimes got only 50 of 2,000 events, or none under load.
 				posts, batch = 400, 25
 			}
-			pools := relaytest.OpenPools(t, dialect, "relay", instances)
+			var pools []*database.DB
+			if name == "pgbouncer" {
+				pools = relaytest.OpenPooledPostgres(t, "relay", instances)
+			} else {
+				pools = relaytest.OpenPools(t, dialect, "relay", instances)
+			}
 			broker := kafkatest.Start(t)
 			rows := relaytest.Seed(t, pools[0].DB, posts, perPost, time.Now().Add(-time.Second))
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
@@ -262,6 +263,13 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 			schedulersOnSeparatePools(t, databasetest.URL(t, d, "sched"))
 		})
 	}
+	// Through PgBouncer in transaction pooling: the claim's statements of
+	// one scheduler run on different server connections.
+	t.Run("pgbouncer", func(t *testing.T) {
+		t.Parallel()
+		direct := databasetest.PostgresURL(t, "sched")
+		schedulersOnSeparatePools(t, pgbouncertest.Start(t, direct, pgbouncertest.Transaction))
+	})
 }
 
 func schedulersOnSeparatePools(t *testing.T, url string) {

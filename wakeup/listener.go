@@ -10,6 +10,8 @@ package wakeup
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +43,16 @@ type Config struct {
 	RetryBase, RetryMax time.Duration
 	// Logger receives the listener's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Notify, if set, sends a notification on Channel with the payload
+	// through the service's pool (another session than the listener's).
+	// The first connection then checks that a notification reaches it: one
+	// that does not arrive within ProbeWait means the listening session
+	// does not last, as through a pooler in transaction mode (PgBouncer).
+	// The listener then logs one warning naming the likely cause and stops:
+	// the relays keep polling and the instance's own commits keep waking it.
+	Notify func(ctx context.Context, payload string) error
+	// ProbeWait bounds the wait for that notification. Default 2s.
+	ProbeWait time.Duration
 }
 
 // DefaultConfig returns a Config with every optional field at its default.
@@ -50,6 +62,7 @@ func DefaultConfig() Config {
 		RetryBase:  250 * time.Millisecond,
 		RetryMax:   30 * time.Second,
 		Logger:     slog.Default(),
+		ProbeWait:  2 * time.Second,
 	}
 }
 
@@ -68,6 +81,8 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"CheckEvery", c.CheckEvery, "below 10ms")
 	case c.RetryBase <= 0:
 		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
+	case c.ProbeWait <= 0:
+		return config.Invalid(f+"ProbeWait", c.ProbeWait, "must be positive")
 	case c.RetryMax < c.RetryBase:
 		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
 	}
@@ -82,7 +97,12 @@ type Listener struct {
 	// listening, if set, is called each time LISTEN has been run on a new
 	// connection (tests wait for it).
 	listening func()
+	probed    bool // the first connection's delivery check is done
 }
+
+// errNotDelivered is listen's error when the probe notification did not
+// arrive.
+var errNotDelivered = errors.New("no notification delivered")
 
 // New returns a Listener.
 func New(cfg Config) (*Listener, error) {
@@ -112,6 +132,13 @@ func (l *Listener) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := l.listen(ctx, func() { retry.Reset() })
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNotDelivered) {
+			log.Warn("LISTEN does not receive notifications: POSTING_DATABASE_URL likely points at a pooler in transaction mode (PgBouncer), "+
+				"where a session does not last; set POSTING_DATABASE_DIRECT_URL to the database's direct URL. "+
+				"Until then relays poll at their interval and wake on this instance's own commits only",
+				"waited", l.cfg.ProbeWait)
 			return
 		}
 		wait := retry.Next()
@@ -144,6 +171,12 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 	if l.listening != nil {
 		l.listening()
 	}
+	if l.cfg.Notify != nil && !l.probed {
+		l.probed = true
+		if err := l.probe(ctx, conn); err != nil {
+			return err
+		}
+	}
 	// Rows appended while nobody listened (start, reconnection) are due now.
 	l.cfg.Wake()
 	for {
@@ -165,6 +198,35 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 			}
 		default:
 			return fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}
+
+// probe sends a notification through Notify and waits up to ProbeWait for
+// conn to receive it; errNotDelivered if it does not. Other notifications
+// received meanwhile wake as usual.
+func (l *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	payload := "probe-" + hex.EncodeToString(b)
+	pctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeWait)
+	defer cancel()
+	if err := l.cfg.Notify(pctx, payload); err != nil {
+		return fmt.Errorf("probe notification: %w", err)
+	}
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		switch {
+		case err == nil && n.Payload == payload:
+			return nil
+		case err == nil:
+			l.cfg.Wake()
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			return errNotDelivered
+		default:
+			return fmt.Errorf("wait for the probe notification: %w", err)
 		}
 	}
 }

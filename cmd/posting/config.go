@@ -40,6 +40,7 @@ func badSetting(name, value string, why any) error {
 type settings struct {
 	HTTPAddr          string
 	DatabaseURL       string
+	DatabaseDirectURL string
 	DataDir           string
 	KafkaBrokers      []string
 	KafkaTopic        string
@@ -90,6 +91,13 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.DataDir, "data-dir", "./data", "where embedded state lives (SQLite file, embedded Kafka log)")
 	fs.StringVar(&s.InstanceID, "instance-id", defaultInstanceID(), "written into claims, logs and metrics")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text or json")
+	showEnvTwins(fs)
+}
+
+// addDirectURLFlag adds the direct URL of the commands that migrate or
+// LISTEN (serve, worker, migrate).
+func addDirectURLFlag(fs *pflag.FlagSet, s *settings) {
+	fs.StringVar(&s.DatabaseDirectURL, "database-direct-url", "", "postgres:// URL of the same database without the pooler, for migrations, their lock and LISTEN when POSTING_DATABASE_URL points at PgBouncer in transaction mode; empty: POSTING_DATABASE_URL")
 	showEnvTwins(fs)
 }
 

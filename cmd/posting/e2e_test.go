@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -60,19 +61,15 @@ func TestEndToEndPublishesEveryPostOnceThroughABrokerPause(t *testing.T) {
 	}
 }
 
-func endToEnd(t *testing.T, dbURL string) {
-	const (
-		posts = 200
-		pause = 20 * time.Second
-		slack = 15 * time.Second // relay outage backoff, consumer rejoin, a noisy machine
-	)
-	b := kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))
-
+// countingWebhook is a webhook receiver that counts its calls per post;
+// calls returns a copy of the counts.
+func countingWebhook(t *testing.T) (srv *httptest.Server, calls func() map[int64]int) {
+	t.Helper()
 	var (
 		mu   sync.Mutex
 		hook = map[int64]int{} // webhook calls per post
 	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p api.PostJSON
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil || r.Header.Get("Idempotency-Key") == "" {
 			http.Error(w, "bad request", http.StatusBadRequest)
@@ -84,6 +81,48 @@ func endToEnd(t *testing.T, dbURL string) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
+	return srv, func() map[int64]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(hook)
+	}
+}
+
+// requireOneCallPerPost checks that the webhook heard of posts posts, each
+// once.
+func requireOneCallPerPost(t *testing.T, calls map[int64]int, posts int) {
+	t.Helper()
+	require.Len(t, calls, posts)
+	for id, n := range calls {
+		require.Equal(t, 1, n, "webhook calls for post %d", id)
+	}
+}
+
+// waitPublished opens the database of dbURL and waits up to within for
+// posts posts to be PUBLISHED; it returns the database, closed when the
+// test ends.
+func waitPublished(t *testing.T, dbURL string, posts int64, within time.Duration) *database.DB {
+	t.Helper()
+	db, err := database.Open(dbURL, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
+		return n == posts
+	}, within, 200*time.Millisecond, "not every post was published")
+	return db
+}
+
+func endToEnd(t *testing.T, dbURL string) {
+	const (
+		posts = 200
+		pause = 20 * time.Second
+		slack = 15 * time.Second // relay outage backoff, consumer rejoin, a noisy machine
+	)
+	b := kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))
+
+	srv, hookCalls := countingWebhook(t)
 
 	logs := &logtest.Buffer{}
 	t.Cleanup(func() {
@@ -126,14 +165,7 @@ func endToEnd(t *testing.T, dbURL string) {
 	b.Restart(t)
 	t.Logf("broker restarted at %s", time.Now().Format(time.TimeOnly))
 
-	db, err := database.Open(dbURL, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	require.Eventually(t, func() bool {
-		var n int64
-		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-		return n == posts
-	}, time.Until(start.Add(58*time.Second+pause+slack+10*time.Second)), 200*time.Millisecond, "not every post was published")
+	db := waitPublished(t, dbURL, posts, time.Until(start.Add(58*time.Second+pause+slack+10*time.Second)))
 
 	var all []reservation.Post
 	require.NoError(t, db.DB.Find(&all).Error)
@@ -155,12 +187,7 @@ func endToEnd(t *testing.T, dbURL string) {
 	for _, p := range pubs {
 		require.Equal(t, worker.PublicationPublished, p.Status, "post %d", p.PostID)
 	}
-	mu.Lock()
-	require.Len(t, hook, posts)
-	for id, n := range hook {
-		require.Equal(t, 1, n, "webhook calls for post %d", id)
-	}
-	mu.Unlock()
+	requireOneCallPerPost(t, hookCalls(), posts)
 	for name, l := range map[string][]time.Duration{"all posts": lags, "posts due before the pause": before} {
 		slices.Sort(l)
 		t.Logf("publication lag of %d %s: median %s, p95 %s, max %s", len(l), name, l[len(l)/2].Round(time.Millisecond),

@@ -127,15 +127,8 @@ func TestEndToEndOnPostgresAndRabbitMQ(t *testing.T) {
 	require.NoError(t, serves[0].cmd.Process.Kill())
 	<-serves[0].done
 
-	db, err := database.Open(dbURL, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
 	// A claim held by the killed relay waits out the stale limit (2 min).
-	require.Eventually(t, func() bool {
-		var n int64
-		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-		return n == posts
-	}, 4*time.Minute, 200*time.Millisecond, "not every post was published")
+	db := waitPublished(t, dbURL, posts, 4*time.Minute)
 
 	var all []reservation.Post
 	require.NoError(t, db.DB.Find(&all).Error)

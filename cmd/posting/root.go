@@ -74,7 +74,25 @@ func openWith(open func(rawURL, dataDir string) (*database.DB, error), s *settin
 		}
 		return nil, err
 	}
+	if err := db.SetDirectURL(s.DatabaseDirectURL); err != nil {
+		_ = db.Close()
+		return nil, badSetting("POSTING_DATABASE_DIRECT_URL", redactURL(s.DatabaseDirectURL), err)
+	}
 	return db, nil
+}
+
+// applyMigrations applies the migrations on the direct URL when one is set
+// (POSTING_DATABASE_DIRECT_URL: a pooler in transaction mode is no place for
+// DDL and its lock), else on db.
+func applyMigrations(ctx context.Context, db *database.DB) (int, error) {
+	direct, err := db.OpenDirect()
+	if err != nil {
+		return 0, fmt.Errorf("open POSTING_DATABASE_DIRECT_URL: %w", err)
+	}
+	if direct != db {
+		defer direct.Close()
+	}
+	return migrations.Apply(ctx, direct, nil)
 }
 
 func newMigrateCommand() *cobra.Command {
@@ -93,7 +111,7 @@ func newMigrateCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			n, err := migrations.Apply(cmd.Context(), db, nil)
+			n, err := applyMigrations(cmd.Context(), db)
 			if err != nil {
 				return err
 			}
@@ -103,5 +121,6 @@ func newMigrateCommand() *cobra.Command {
 		},
 	}
 	addCommonFlags(cmd.Flags(), &s)
+	addDirectURLFlag(cmd.Flags(), &s)
 	return cmd
 }

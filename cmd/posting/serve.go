@@ -23,7 +23,6 @@ import (
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -54,6 +53,7 @@ func newServeCommand() *cobra.Command {
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)
 	addHTTPServerFlags(cmd.Flags(), &s)
+	addDirectURLFlag(cmd.Flags(), &s)
 	addWorkerFlags(cmd.Flags(), &s)
 	addRabbitMQFlags(cmd.Flags(), &s)
 	addServeRabbitMQFlags(cmd.Flags(), &s)
@@ -85,7 +85,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	st.OnStop(func() { _ = db.Close() })
 	if s.Migrate {
-		n, err := migrations.Apply(ctx, db, nil)
+		n, err := applyMigrations(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -243,8 +243,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if db.Dialect == database.PostgreSQL {
 		// Appends NOTIFY on commit: the relay polls at once instead of at
 		// its next interval, which stays the safety net.
+		// Notify: LISTEN through a pooler in transaction mode hears
+		// nothing; the listener finds out at start and says so.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
-			Wake: rel.Wake, Logger: log})
+			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB)})
 		if err != nil {
 			return err
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
@@ -59,6 +58,7 @@ func newWorkerCommand() *cobra.Command {
 	fs := cmd.Flags()
 	addCommonFlags(fs, &s)
 	addWorkerFlags(fs, &s)
+	addDirectURLFlag(fs, &s)
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: the embedded broker of a running serve")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", kafka.DefaultEmbeddedAddr, "address of the embedded broker of a running serve")
@@ -220,7 +220,7 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	st.OnStop(func() { _ = db.Close() })
 	if s.Migrate {
-		if _, err := migrations.Apply(ctx, db, nil); err != nil {
+		if _, err := applyMigrations(ctx, db); err != nil {
 			return err
 		}
 	} else if err := requireSchema(db, "posts", "inbox", "publications"); err != nil {

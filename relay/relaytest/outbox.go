@@ -11,6 +11,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
@@ -21,7 +22,21 @@ import (
 // database of the dialect, as n relay processes would.
 func OpenPools(t *testing.T, dialect database.Dialect, prefix string, n int) []*database.DB {
 	t.Helper()
-	url := databasetest.URL(t, dialect, prefix)
+	return openPools(t, databasetest.URL(t, dialect, prefix), n)
+}
+
+// OpenPooledPostgres is OpenPools on a fresh PostgreSQL database reached
+// through its own PgBouncer in transaction pooling, as relays behind a
+// pooler are.
+func OpenPooledPostgres(t *testing.T, prefix string, n int) []*database.DB {
+	t.Helper()
+	direct := databasetest.PostgresURL(t, prefix)
+	return openPools(t, pgbouncertest.Start(t, direct, pgbouncertest.Transaction), n)
+}
+
+// openPools opens n pools on url and migrates the database with the first.
+func openPools(t *testing.T, url string, n int) []*database.DB {
+	t.Helper()
 	var pools []*database.DB
 	for i := range n {
 		db, err := database.Open(url, "")

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation"
+)
+
+// failoverScript is the script that makes the primary and its standby.
+const failoverScript = "../../scripts/pgfailover/pgfailover.sh"
+
+// pgFailover runs the failover script with args, failing the test on error.
+func pgFailover(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(failoverScript, args...).CombinedOutput()
+	require.NoError(t, err, "pgfailover.sh %s: %s", strings.Join(args, " "), out)
+}
+
+// requireFailoverTools skips the test without Debian's PostgreSQL 15
+// binaries, or fails it under POSTING_TEST_REQUIRE_FAILOVER=1.
+func requireFailoverTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"/usr/lib/postgresql/15/bin/initdb", "/usr/lib/postgresql/15/bin/pg_basebackup", "/usr/lib/postgresql/15/bin/psql"} {
+		if _, err := os.Stat(tool); err != nil {
+			if os.Getenv("POSTING_TEST_REQUIRE_FAILOVER") == "1" {
+				t.Fatalf("failover test required (POSTING_TEST_REQUIRE_FAILOVER=1) but %s is missing (apt-get install postgresql-15)", tool)
+			}
+			t.Skipf("skipping: %s missing (apt-get install postgresql-15), or POSTING_TEST_REQUIRE_FAILOVER=1 to fail instead", tool)
+		}
+	}
+}
+
+// tryCreatePost posts one post and returns its id, or ok false for any
+// answer but 201.
+func tryCreatePost(addr string, at time.Time) (id int64, ok bool) {
+	body := fmt.Sprintf(`{"title":"failover","content":"load","scheduledAt":%q}`, at.UTC().Format(time.RFC3339))
+	client := http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Post("http://"+addr+"/api/v1/posts", "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var p struct{ ID int64 }
+	if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&p) != nil {
+		return 0, false
+	}
+	return p.ID, true
+}
+
+// serve and worker on a multi-host URL over a primary and its synchronous
+// standby, under write load: kill -9 the primary, promote the standby.
+// While no primary answers /readyz names the database check; every post
+// the API answered 201 for is on the new primary, published,
+// its events on the topic in per-post order; serve, worker and the LISTEN
+// connection carry on without a restart, nothing reports a write to a
+// read-only server (the old primary, back as a standby, included), and no
+// row spent an attempt on the switch. The time
+// from the kill to the first event the new primary's relay marked sent is
+// printed.
+func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("takes about a minute")
+	}
+	requireFailoverTools(t)
+	dir := filepath.Join(os.TempDir(), "pgfailover-"+strings.ReplaceAll(freeAddr(t), ":", "-"))
+	p1, p2 := freeAddr(t), freeAddr(t)
+	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	t.Cleanup(func() { _ = exec.Command(failoverScript, "down", dir).Run() })
+	pgFailover(t, "up", dir, port(p1), port(p2))
+	out, err := exec.Command("psql", "-h", "127.0.0.1", "-p", port(p1), "-U", "postgres", "-c", "CREATE DATABASE posting").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	multi := fmt.Sprintf("postgres://postgres@%s,%s/posting?sslmode=disable&target_session_attrs=read-write", p1, p2)
+
+	b := kafkatest.Start(t)
+	hook, hookCalls := countingWebhook(t)
+	logs := &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "failover-test.log"), []byte(logs.String()), 0o644)
+		}
+	})
+	httpAddr := freeAddr(t)
+	common := []string{"--database-url", multi, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
+	e2eRun(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "fo-serve",
+		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "200ms",
+		"--api-write-rate", "off"}, common...)...)
+	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 50*time.Millisecond, "serve never became ready")
+	e2eRun(t, logs, append([]string{"worker", "--instance-id", "fo-worker", "--worker-http-addr", "",
+		"--publish-webhook-url", hook.URL}, common...)...)
+
+	var (
+		mu      sync.Mutex
+		created []int64
+		refused int
+	)
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for range 2 {
+		load.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id, ok := tryCreatePost(httpAddr, time.Now().Add(4*time.Second))
+				mu.Lock()
+				if ok {
+					created = append(created, id)
+				} else {
+					refused++
+				}
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(3 * time.Second)
+	pgFailover(t, "kill-primary", dir)
+	killed := time.Now() // every write after this is the new primary's
+	// No primary answers: the standby refuses read-write sessions.
+	require.Contains(t, waitUnready(t, httpAddr), `"detail":"not ready: check database failed"`)
+	time.Sleep(time.Until(killed.Add(time.Second)))
+	pgFailover(t, "promote", dir)
+	promoted := time.Now()
+	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		30*time.Second, 50*time.Millisecond, "ready again on the new primary")
+	time.Sleep(2 * time.Second)
+	// The old primary comes back as a standby, first in the URL's host
+	// list: read-only, it is never chosen for the pool.
+	pgFailover(t, "rejoin", dir)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	load.Wait()
+	mu.Lock()
+	posts := len(created)
+	t.Logf("%d posts answered 201, %d requests refused during the switch", posts, refused)
+	mu.Unlock()
+	require.Greater(t, posts, 0)
+
+	db, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p2), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("id IN ? AND status = ?", created, reservation.StatusPublished).Count(&n).Error)
+		if n != int64(posts) {
+			var st []struct {
+				Status string
+				N      int64
+			}
+			_ = db.DB.Model(&reservation.Post{}).Select("status, count(*) AS n").Group("status").Scan(&st).Error
+			var ob []struct {
+				Status string
+				N      int64
+			}
+			_ = db.DB.Model(&outbox.Message{}).Select("status, count(*) AS n").Group("status").Scan(&ob).Error
+			t.Logf("posts %v outbox %v", st, ob)
+		}
+		return n == int64(posts)
+	}, 3*time.Minute, 2*time.Second, "not every post answered 201 was published")
+	calls := hookCalls()
+	for _, id := range created {
+		require.Equal(t, 1, calls[id], "webhook calls for post %d", id)
+	}
+
+	var rows []outbox.Message
+	require.NoError(t, db.DB.Where("aggregate_id IN ?", created).Find(&rows).Error)
+	require.Len(t, rows, 2*posts, "a POSTING_EVENT and a reservation event per post")
+	var first time.Time
+	for _, r := range rows {
+		require.Equal(t, outbox.StatusSent, r.Status, "row %d", r.ID)
+		require.Zero(t, r.RetryCount, "row %d spent an attempt on the switch", r.ID)
+		if r.SentAt != nil && r.SentAt.After(killed) && (first.IsZero() || r.SentAt.Before(first)) {
+			first = *r.SentAt
+		}
+	}
+	require.False(t, first.IsZero(), "the new primary's relay sent nothing")
+	t.Logf("kill -9 of the primary to the first event marked sent by the new primary: %s (promoted %s after the kill; first send %s after the promotion)",
+		first.Sub(killed).Round(time.Millisecond), promoted.Sub(killed).Round(time.Millisecond), first.Sub(promoted).Round(time.Millisecond))
+
+	records := b.Records(t, 2*posts, 30*time.Second)
+	seen := map[string][]string{}
+	for _, r := range records {
+		if !strings.Contains(strings.Join(seen[r.Key], ","), r.Headers["event-id"]) {
+			seen[r.Key] = append(seen[r.Key], r.Headers["event-type"], r.Headers["event-id"])
+		}
+	}
+	for _, id := range created {
+		got := seen[fmt.Sprint(id)]
+		require.Len(t, got, 4, "post %d: %v", id, got)
+		require.Equal(t, []string{string(event.PostingEvent), string(event.ReservationEvent)}, []string{got[0], got[2]}, "post %d in order", id)
+	}
+	old, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p1), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = old.Close() })
+	var recovering bool
+	require.NoError(t, old.Raw("SELECT pg_is_in_recovery()").Scan(&recovering).Error)
+	require.True(t, recovering, "the old primary is back as a standby")
+	require.NotContains(t, logs.String(), "read-only transaction")
+	require.NotContains(t, logs.String(), "25006")
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/database/pgbouncertest"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/worker"
+)
+
+// Two serve and a worker, all through PgBouncer in transaction pooling
+// with the direct URL for migrations and LISTEN, and one serve killed with
+// SIGKILL halfway through the posts: every post the API answered 201 for
+// is published once, the webhook hears of each once, and neither the
+// pooler nor the kill leaves an error in the survivors' logs.
+func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("takes up to two minutes (a killed claim waits out the stale limit)")
+	}
+	const posts = 60
+	direct := databasetest.PostgresURL(t, "e2epgb")
+	pooled := pgbouncertest.Start(t, direct, pgbouncertest.Transaction)
+	b := kafkatest.Start(t)
+	hook, hookCalls := countingWebhook(t)
+	common := []string{"POSTING_DATABASE_URL=" + pooled, "POSTING_DATABASE_DIRECT_URL=" + direct,
+		"POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir()}
+	serveEnv := append([]string{"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s",
+		"POSTING_RELAY_INTERVAL=500ms", "POSTING_RELAY_STALE_AFTER=80s", "POSTING_API_WRITE_RATE=off"}, common...)
+	var serves []*proc
+	for _, id := range []string{"pgb-a", "pgb-b"} {
+		addr := freeAddr(t)
+		serves = append(serves, startServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=" + id}, serveEnv...)...))
+	}
+	workerAddr := freeAddr(t)
+	wk := startBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-worker",
+		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
+
+	start := time.Now().Truncate(time.Second)
+	for i := range posts {
+		s := serves[i%2]
+		if i >= posts/2 {
+			s = serves[1]
+		}
+		if i == posts/2 {
+			// Serve a dies without a word, events of its posts maybe
+			// claimed and unsent.
+			require.NoError(t, serves[0].cmd.Process.Kill())
+			<-serves[0].done
+		}
+		createPost(t, s.http, start.Add(5*time.Second+time.Duration(i)*10*time.Second/posts))
+	}
+
+	db := waitPublished(t, direct, posts, 3*time.Minute)
+	var pubs []worker.Publication
+	require.NoError(t, db.DB.Find(&pubs).Error)
+	require.Len(t, pubs, posts)
+	requireOneCallPerPost(t, hookCalls(), posts)
+	for _, p := range []*proc{serves[1], wk} {
+		out := p.out.String()
+		require.NotContains(t, out, "prepared statement", out)
+		require.NotContains(t, out, "does not receive notifications", out)
+		require.False(t, strings.Contains(out, "level=ERROR"), out)
+	}
+}

@@ -1,0 +1,180 @@
+// Package pgbouncertest starts Debian's pgbouncer in front of the test
+// PostgreSQL server, so tests can run the service through a pooler as
+// production does.
+//
+// pgbouncer is looked up on PATH and in /usr/sbin. When it is missing the
+// test is skipped with a message, unless POSTING_TEST_REQUIRE_PGBOUNCER=1, as
+// in CI, where it fails instead. pgbouncer refuses to run as root: under
+// root it runs as the postgres user, with its files in a directory that user
+// owns.
+package pgbouncertest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Mode is a pgbouncer pool_mode.
+type Mode string
+
+// The pool modes tests use.
+const (
+	Transaction Mode = "transaction"
+	Session     Mode = "session"
+)
+
+// PoolSize is each database's server pool: small, as the test server's
+// max_connections is shared.
+const PoolSize = 8
+
+// Start starts pgbouncer in mode on a free loopback port in front of the
+// server of serverURL (a postgres:// URL of the test server, such as
+// databasetest.PostgresURL's), with trust authentication for serverURL's
+// user, and returns serverURL rewritten to go through it. pgbouncer is
+// stopped when the test ends.
+func Start(t testing.TB, serverURL string, mode Mode) string {
+	t.Helper()
+	bin := binary(t)
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatalf("pgbouncer: server URL %q: %v", serverURL, err)
+	}
+	dir, cred := workDir(t)
+	port := freePort(t)
+	userName := u.User.Username()
+	host, serverPort := u.Hostname(), u.Port()
+	if serverPort == "" {
+		serverPort = "5432"
+	}
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = %s
+default_pool_size = %d
+max_client_conn = 200
+server_check_delay = 0
+ignore_startup_parameters = extra_float_digits
+logfile = %s
+pidfile = %s
+`, host, serverPort, port, filepath.Join(dir, "userlist.txt"), mode, PoolSize,
+		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
+	write(t, filepath.Join(dir, "pgbouncer.ini"), ini, cred)
+	write(t, filepath.Join(dir, "userlist.txt"), fmt.Sprintf("%q \"\"\n", userName), cred)
+
+	var out bytes.Buffer
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &out
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start pgbouncer: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			t.Fatalf("pgbouncer exited (%v): %s%s", err, out.String(), log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgbouncer not listening on %s after 10s", addr)
+		}
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// binary is pgbouncer's path, or skips (fails under
+// POSTING_TEST_REQUIRE_PGBOUNCER=1) the test when it is not installed.
+func binary(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
+		return "/usr/sbin/pgbouncer"
+	}
+	if os.Getenv("POSTING_TEST_REQUIRE_PGBOUNCER") == "1" {
+		t.Fatal("pgbouncer required (POSTING_TEST_REQUIRE_PGBOUNCER=1) but not installed: apt-get install pgbouncer")
+	}
+	t.Skip("skipping: pgbouncer not installed (apt-get install pgbouncer), or POSTING_TEST_REQUIRE_PGBOUNCER=1 to fail instead")
+	return ""
+}
+
+// workDir is a directory for pgbouncer's files, removed when the test
+// ends, and under root the credential to run pgbouncer with (the postgres
+// user's, owning the directory); nil otherwise.
+func workDir(t testing.TB) (string, *syscall.Credential) {
+	t.Helper()
+	// Not t.TempDir: its parents are 0700, closed to another user.
+	dir, err := os.MkdirTemp("", "pgbouncertest-")
+	if err != nil {
+		t.Fatalf("pgbouncer dir: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if os.Geteuid() != 0 {
+		return dir, nil
+	}
+	pg, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("pgbouncer does not run as root, and there is no postgres user to run it as: %v", err)
+	}
+	uid, _ := strconv.Atoi(pg.Uid)
+	gid, _ := strconv.Atoi(pg.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatalf("pgbouncer dir: %v", err)
+	}
+	return dir, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+func write(t testing.TB, path, content string, cred *syscall.Credential) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatalf("pgbouncer: %v", err)
+	}
+	if cred != nil {
+		if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatalf("pgbouncer: %v", err)
+		}
+	}
+}
+
+// freePort is a loopback port nobody listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

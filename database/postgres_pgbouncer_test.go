@@ -1,0 +1,82 @@
+package database_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/database/pgbouncertest"
+	"github.com/postingsvc/posting/migrations"
+)
+
+// Through PgBouncer in transaction pooling, where consecutive statements of
+// one client run on different server connections, the pool migrates
+// (taking and releasing the migration lock) and runs concurrent statements
+// with arguments without a prepared-statement error, and leaves no advisory
+// lock behind on any server connection.
+//
+// Session pooling, which hands a client one server connection for its
+// whole session, works the same.
+func TestPostgresPoolThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgbouncertest.Mode{pgbouncertest.Transaction, pgbouncertest.Session} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			poolThroughPgBouncer(t, mode)
+		})
+	}
+}
+
+func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
+	direct := databasetest.PostgresURL(t, "")
+	pooled := pgbouncertest.Start(t, direct, mode)
+	db, err := database.Open(pooled, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	_, err = migrations.Apply(ctx, db, nil)
+	require.NoError(t, err)
+
+	const workers, rounds = 8, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				key := fmt.Sprintf("k-%d-%d", w, r)
+				if err := db.Exec("INSERT INTO inbox (event_id, consumer, event_type, processed_at) VALUES (?, ?, ?, clock_timestamp())", key, "pgbouncer", "post.created").Error; err != nil {
+					errs <- err
+					continue
+				}
+				var n int64
+				if err := db.Raw("SELECT count(*) FROM inbox WHERE event_id = ? AND consumer = ?", key, "pgbouncer").Scan(&n).Error; err != nil {
+					errs <- err
+				} else if n != 1 {
+					errs <- fmt.Errorf("%s: %d rows", key, n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var rows int64
+	require.NoError(t, db.Raw("SELECT count(*) FROM inbox").Scan(&rows).Error)
+	require.EqualValues(t, workers*rounds, rows)
+
+	check, err := database.Open(direct, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = check.Close() })
+	var locks int64
+	require.NoError(t, check.Raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&locks).Error)
+	require.Zero(t, locks, "an advisory lock left on a server connection")
+}
