@@ -166,7 +166,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		m.workerPublished.WithLabelValues(res)
 	}
 	if db != nil {
-		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout))
+		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout), newPoolCollector(db))
 	}
 	// ContinueOnError: a metric that cannot be gathered must not hide the rest.
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: r, ErrorHandling: promhttp.ContinueOnError})

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/outbox"
@@ -39,6 +40,8 @@ type settings struct {
 	HTTPAddr          string
 	DatabaseURL       string
 	DataDir           string
+	DatabaseMaxConns  int
+	DatabaseMaxIdle   int
 	KafkaBrokers      []string
 	KafkaTopic        string
 	KafkaCompression  string
@@ -84,6 +87,8 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.DatabaseURL, "database-url", "", "mysql://user:pass@host:3306/db?params, postgres://user:pass@host:5432/db?sslmode=disable or sqlite://path/to.db; empty: embedded SQLite in the data dir")
 	fs.StringVar(&s.DataDir, "data-dir", "./data", "where embedded state lives (SQLite file, embedded Kafka log)")
 	fs.StringVar(&s.InstanceID, "instance-id", defaultInstanceID(), "written into claims, logs and metrics")
+	fs.IntVar(&s.DatabaseMaxConns, "database-max-conns", 0, fmt.Sprintf("most database connections the process opens (0..%d); 0: %d on MySQL and PostgreSQL, %d on SQLite", database.MaxPoolConns, database.DefaultMaxConns, database.DefaultSQLiteMaxConns))
+	fs.IntVar(&s.DatabaseMaxIdle, "database-max-idle-conns", 0, "database connections kept open while idle (0..the maximum); 0: as many as the maximum")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text or json")
 	showEnvTwins(fs)
 }
@@ -181,7 +186,7 @@ func (s *settings) validateCommon() error {
 	if s.InstanceID == "" {
 		return badSetting("POSTING_INSTANCE_ID", s.InstanceID, "must not be empty")
 	}
-	return nil
+	return s.validateConfigs(s.poolConfig())
 }
 
 // validateServe checks the settings of serve: its own, then every
@@ -240,6 +245,8 @@ func (s *settings) validateConfigs(cfgs ...validator) error {
 // place a component's field (as its Validate names it in a *config.Error)
 // meets the setting's name, so the components know nothing of POSTING_*.
 var settingOf = map[string]string{
+	"database.Pool.MaxConns":           "POSTING_DATABASE_MAX_CONNS",
+	"database.Pool.MaxIdle":            "POSTING_DATABASE_MAX_IDLE_CONNS",
 	"relay.Config.InstanceID":          "POSTING_INSTANCE_ID",
 	"relay.Config.Interval":            "POSTING_RELAY_INTERVAL",
 	"relay.Config.BatchSize":           "POSTING_RELAY_BATCH_SIZE",
@@ -328,6 +335,10 @@ func (s *settings) relayConfig() relay.Config {
 	c.InstanceID, c.Interval, c.BatchSize = s.InstanceID, s.RelayInterval, s.RelayBatchSize
 	c.MaxRetries, c.StaleAfter = relay.Retries(s.RelayMaxRetries), s.RelayStaleAfter
 	return c
+}
+
+func (s *settings) poolConfig() database.Pool {
+	return database.Pool{MaxConns: s.DatabaseMaxConns, MaxIdle: s.DatabaseMaxIdle}
 }
 
 func (s *settings) schedulerConfig() reservation.SchedulerConfig {

@@ -74,6 +74,10 @@ func openWith(open func(rawURL, dataDir string) (*database.DB, error), s *settin
 		}
 		return nil, err
 	}
+	if _, err := db.SetPool(s.poolConfig()); err != nil {
+		_ = db.Close()
+		return nil, s.settingError(err)
+	}
 	return db, nil
 }
 
