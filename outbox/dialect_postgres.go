@@ -78,11 +78,3 @@ WHERE id IN (SELECT id FROM outbox
 RETURNING `+cols, StatusProcessing, owner, now, int64Array(ids), StatusPending, StatusRetry, now).Scan(&rows).Error
 	return rows, true, err
 }
-
-// announce runs NOTIFY on NotifyChannel. PostgreSQL delivers it when the
-// transaction commits, and not at all if it rolls back, and folds the
-// identical notifications of one transaction into one: a transaction that
-// appends a hundred rows wakes each listening relay once.
-func (postgresDialect) announce(tx *gorm.DB) error {
-	return tx.Exec("NOTIFY " + NotifyChannel).Error
-}

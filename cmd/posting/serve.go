@@ -151,8 +151,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// The writers of outbox rows (API, scheduler, operator console) wake
 	// the local relay once their transaction commits: an event leaves at
 	// once instead of at the next poll, which stays the safety net. The
-	// relay's own store keeps db.DB, so its writes wake nobody.
-	writers := database.WithCommitWaker(db.DB, rel.Wake)
+	// relay's own store keeps db.DB, so its writes wake nobody. On
+	// PostgreSQL the commit also tells the other instances (commitWake).
+	wake, notifiers, err := commitWake(db, rel.Wake, log)
+	if err != nil {
+		return err
+	}
+	writers := database.WithCommitWaker(db.DB, wake)
 	posts, err := reservation.NewService(writers, reservation.ServiceConfig{})
 	if err != nil {
 		return err
@@ -221,13 +226,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// cut off by the signal.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	services := []startstop.Service{sched, rel, cleaner}
+	services := append(notifiers, sched, rel, cleaner)
 	if history != nil {
 		services = append(services, history)
 	}
 	if db.Dialect == database.PostgreSQL {
-		// Appends NOTIFY on commit: the relay polls at once instead of at
-		// its next interval, which stays the safety net.
+		// Other instances NOTIFY after their commits (commitWake): the
+		// relay polls at once instead of at its next interval, which stays
+		// the safety net.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
 			Wake: rel.Wake, Logger: log})
 		if err != nil {
