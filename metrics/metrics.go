@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,8 @@ type Metrics struct {
 	relayReleased   prometheus.Counter
 	relayConflicts  prometheus.Counter
 	relayBatch      prometheus.Histogram
+	relayBatchSize  func() int // guarded by batchMu
+	batchMu         *sync.Mutex
 	kafkaSend       prometheus.Histogram
 	kafkaMessages   *prometheus.CounterVec
 	schedRuns       *prometheus.CounterVec
@@ -106,7 +109,8 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		return h
 	}
 	m := &Metrics{
-		reg: reg,
+		reg:            reg,
+		relayBatchSize: func() int { return 0 },
 		relayPolls: counterVec("posting_relay_polls_total",
 			"Relay polls by result: ok, unavailable (broker unreachable), error.", "result"),
 		relaySent: counter("posting_relay_events_sent_total",
@@ -150,6 +154,15 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	r.MustRegister(m.httpDuration)
+	var batchMu sync.Mutex
+	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "posting_relay_batch_size",
+		Help: "Rows the relay's next claim asks for: POSTING_RELAY_BATCH_SIZE, doubled while polls come back full up to POSTING_RELAY_MAX_BATCH_SIZE; 0 without a relay."},
+		func() float64 {
+			batchMu.Lock()
+			defer batchMu.Unlock()
+			return float64(m.relayBatchSize())
+		}))
+	m.batchMu = &batchMu
 	for _, res := range []string{"ok", "unavailable", "error"} {
 		m.relayPolls.WithLabelValues(res)
 	}
@@ -201,6 +214,14 @@ func (m *Metrics) ObserveRelay(res relay.Result, d time.Duration, err error) {
 	if res.Claimed > 0 {
 		m.relayBatch.Observe(d.Seconds())
 	}
+}
+
+// WatchRelayBatch makes posting_relay_batch_size read size (the relay's
+// BatchSize) at each scrape.
+func (m *Metrics) WatchRelayBatch(size func() int) {
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	m.relayBatchSize = size
 }
 
 // WrapSender returns s timed: each Send is one observation of the

@@ -50,6 +50,7 @@ type settings struct {
 	ReservationLead   time.Duration
 	RelayInterval     time.Duration
 	RelayBatchSize    int
+	RelayMaxBatch     int
 	RelayMaxRetries   int
 	RelayStaleAfter   time.Duration
 	InstanceID        string
@@ -104,6 +105,7 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.ReservationLead, "reservation-lead", 5*time.Minute, "how far ahead of scheduledAt a post becomes WORKING")
 	fs.DurationVar(&s.RelayInterval, "relay-interval", 5*time.Second, "relay poll interval")
 	fs.IntVar(&s.RelayBatchSize, "relay-batch-size", 100, "rows claimed per poll (1..5000)")
+	fs.IntVar(&s.RelayMaxBatch, "relay-max-batch-size", relay.DefaultMaxBatchSize, "bound of the batch while polls come back full: it doubles from the batch size up to this (1..5000; at or below the batch size it stays fixed)")
 	fs.IntVar(&s.RelayMaxRetries, "relay-max-retries", 3, "retries after the first attempt (0..100)")
 	fs.DurationVar(&s.RelayStaleAfter, "relay-stale-after", relay.DefaultStaleAfter, "PROCESSING rows older than this are recovered; longer than the producer's send bound")
 	fs.StringVar(&s.AdminToken, "admin-token", "", "bearer token for /admin/...; empty: admin endpoints off")
@@ -250,6 +252,7 @@ var settingOf = map[string]string{
 	"relay.Config.InstanceID":          "POSTING_INSTANCE_ID",
 	"relay.Config.Interval":            "POSTING_RELAY_INTERVAL",
 	"relay.Config.BatchSize":           "POSTING_RELAY_BATCH_SIZE",
+	"relay.Config.MaxBatchSize":        "POSTING_RELAY_MAX_BATCH_SIZE",
 	"relay.Config.MaxRetries":          "POSTING_RELAY_MAX_RETRIES",
 	"relay.Config.StaleAfter":          "POSTING_RELAY_STALE_AFTER",
 	"reservation.SchedulerConfig.Spec": "POSTING_SCHEDULER_SPEC",
@@ -333,6 +336,7 @@ func (s *settings) brokers() []string {
 func (s *settings) relayConfig() relay.Config {
 	c := relay.DefaultConfig()
 	c.InstanceID, c.Interval, c.BatchSize = s.InstanceID, s.RelayInterval, s.RelayBatchSize
+	c.MaxBatchSize = s.RelayMaxBatch
 	c.MaxRetries, c.StaleAfter = relay.Retries(s.RelayMaxRetries), s.RelayStaleAfter
 	return c
 }

@@ -142,6 +142,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return s.settingError(err)
 	}
+	m.WatchRelayBatch(rel.BatchSize)
 	if check != nil {
 		if err := check(ctx); err != nil {
 			return err
