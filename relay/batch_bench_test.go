@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkRelayDefaultVsBestBatch prints, on each dialect, the relay's
-// drain of a 20,000-row backlog to the in-process Kafka broker with its
+// drain of a 10,000-row backlog to the in-process Kafka broker with its
 // default settings (batch 100, growing while polls come back full) beside
 // the same drain at fixed batches of 100, 250, 500, 1000 and 2000, and the
 // ratio of the default to the best of them. Each drain gets a fresh
@@ -23,7 +23,7 @@ import (
 //	POSTING_TEST_REQUIRE_MYSQL=1 POSTING_TEST_REQUIRE_POSTGRES=1 \
 //	  go test -run '^$' -bench RelayDefaultVsBestBatch -benchtime 1x ./relay/
 func BenchmarkRelayDefaultVsBestBatch(b *testing.B) {
-	const backlog = 20000
+	const backlog = 10000
 	ctx := context.Background()
 	for _, dialect := range databasetest.Dialects {
 		b.Run(string(dialect), func(b *testing.B) {
