@@ -29,7 +29,7 @@ bench: build
 # The Go benchmarks of single parts (relay, producer, commit → broker on PostgreSQL).
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./relay/ ./kafka/
-	$(GO) test -run '^$$' -bench CommitToBroker -benchtime 1x ./wakeup/
+	$(GO) test -run '^$$' -bench 'CommitToBroker|WritersNotify' -benchtime 1x ./wakeup/
 
 build:
 	$(GO) build -o bin/posting ./cmd/posting

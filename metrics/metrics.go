@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +83,8 @@ type Metrics struct {
 	httpRequests     *prometheus.CounterVec
 	httpDuration     *prometheus.HistogramVec
 	adminAuthFailed  *prometheus.CounterVec
+	relayBatchSize   func() int // guarded by batchMu
+	batchMu          *sync.Mutex
 }
 
 // New returns the metrics of one process. db, if not nil, is read at each
@@ -113,7 +116,8 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	}
 	m := &Metrics{
 		reg: reg, registerer: r, scrapeTimeout: o.scrapeTimeout,
-		deps: newDependencyCollector(o.scrapeTimeout),
+		deps:           newDependencyCollector(o.scrapeTimeout),
+		relayBatchSize: func() int { return 0 },
 		relayPolls: counterVec("posting_relay_polls_total",
 			"Relay polls by result: ok, unavailable (broker unreachable), error.", "result"),
 		relaySent: counter("posting_relay_events_sent_total",
@@ -162,6 +166,15 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		}, []string{"route", "code"}),
 	}
 	r.MustRegister(m.httpDuration, m.deps)
+	var batchMu sync.Mutex
+	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "posting_relay_batch_size",
+		Help: "Rows the relay's next claim asks for: POSTING_RELAY_BATCH_SIZE, doubled while polls come back full up to POSTING_RELAY_MAX_BATCH_SIZE; 0 without a relay."},
+		func() float64 {
+			batchMu.Lock()
+			defer batchMu.Unlock()
+			return float64(m.relayBatchSize())
+		}))
+	m.batchMu = &batchMu
 	for _, res := range []string{"ok", "unavailable", "error"} {
 		m.relayPolls.WithLabelValues(res)
 	}
@@ -181,7 +194,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		m.workerPublished.WithLabelValues(res)
 	}
 	if db != nil {
-		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout))
+		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout), newPoolCollector(db))
 	}
 	// ContinueOnError: a metric that cannot be gathered must not hide the rest.
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: r, ErrorHandling: promhttp.ContinueOnError})
@@ -216,6 +229,14 @@ func (m *Metrics) ObserveRelay(res relay.Result, d time.Duration, err error) {
 	if res.Claimed > 0 {
 		m.relayBatch.Observe(d.Seconds())
 	}
+}
+
+// WatchRelayBatch makes posting_relay_batch_size read size (the relay's
+// BatchSize) at each scrape.
+func (m *Metrics) WatchRelayBatch(size func() int) {
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	m.relayBatchSize = size
 }
 
 // WrapSender returns s timed: each Send is one observation of the

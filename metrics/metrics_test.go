@@ -306,9 +306,10 @@ func TestMetricNames(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		"posting_outbox_stats_up", "posting_outbox_rows", "posting_outbox_oldest_pending_age_seconds",
 		"posting_outbox_discarded_rows", "posting_outbox_blocked_rows",
+		"posting_database_connections_opened_total", "posting_database_connections_open", "posting_database_connections_max",
 		"posting_relay_polls_total", "posting_relay_events_sent_total", "posting_relay_events_retried_total",
 		"posting_relay_events_failed_total", "posting_relay_events_recovered_total", "posting_relay_events_released_total",
-		"posting_relay_claim_conflicts_total", "posting_relay_batch_duration_seconds",
+		"posting_relay_claim_conflicts_total", "posting_relay_batch_duration_seconds", "posting_relay_batch_size",
 		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
 		"posting_http_requests_total", "posting_http_request_duration_seconds", "posting_admin_auth_failures_total",

@@ -22,9 +22,8 @@ const appendManyChunk = 1000
 // written if one is bad. If any event's dedup key is already recorded the
 // statement fails as a whole with ErrDuplicate, naming no key: the caller's
 // transaction is then to be rolled back, and the events appended one by one
-// (Append) to learn which. On PostgreSQL it notifies NotifyChannel once;
-// like Append, it wakes tx's commit waker (database.WithCommitWaker) after
-// the commit.
+// (Append) to learn which. Like Append, it wakes tx's commit waker
+// (database.WithCommitWaker) once after the commit.
 //
 // Each row stores its event's Traceparent, so one statement can write events
 // of many traces (the scheduler's reservations, each in the trace of the
@@ -49,9 +48,6 @@ func AppendMany(tx *gorm.DB, evs []Event) ([]Message, error) {
 			return nil, fmt.Errorf("%w: one of %d dedup keys", ErrDuplicate, len(evs))
 		}
 		return nil, fmt.Errorf("append %d outbox events: %w", len(evs), err)
-	}
-	if err := dialectFor(database.DialectOf(tx)).announce(tx); err != nil {
-		return nil, fmt.Errorf("append outbox events: notify relays: %w", err)
 	}
 	// The local relay, if tx carries one's waker, polls once tx commits.
 	database.WakeAfterCommit(tx)

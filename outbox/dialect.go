@@ -35,10 +35,6 @@ type dialect interface {
 	claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) (rows []Message, ok bool, err error)
 	// defersAcksToNextClaim is Store.DefersAcksToNextClaim.
 	defersAcksToNextClaim() bool
-	// announce runs through tx, the transaction that appended rows, what
-	// tells waiting relays about them when it commits; nothing where the
-	// database has no such signal.
-	announce(tx *gorm.DB) error
 }
 
 // dialectFor returns the statements of d. Every database.Open dialect has

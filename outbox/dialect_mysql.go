@@ -27,6 +27,3 @@ func (mysqlDialect) defersAcksToNextClaim() bool { return true }
 func (mysqlDialect) claimReturning(*gorm.DB, []int64, string, time.Time) ([]Message, bool, error) {
 	return nil, false, nil
 }
-
-// announce does nothing: relays find new rows by polling.
-func (mysqlDialect) announce(*gorm.DB) error { return nil }

@@ -80,14 +80,6 @@ RETURNING `+cols, StatusProcessing, owner, now, int64Array(ids), StatusPending, 
 	return rows, true, err
 }
 
-// announce runs NOTIFY on NotifyChannel. PostgreSQL delivers it when the
-// transaction commits, and not at all if it rolls back, and folds the
-// identical notifications of one transaction into one: a transaction that
-// appends a hundred rows wakes each listening relay once.
-func (postgresDialect) announce(tx *gorm.DB) error {
-	return tx.Exec("NOTIFY " + NotifyChannel).Error
-}
-
 // Notify returns a function that sends a notification with its payload on
 // NotifyChannel through db, on PostgreSQL: how a wakeup.Listener checks
 // that notifications reach it (wakeup.Config.Notify).

@@ -53,6 +53,3 @@ WHERE id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))
 RETURNING `+cols, StatusProcessing, owner, now, ids, StatusPending, StatusRetry, now).Scan(&rows).Error
 	return rows, true, err
 }
-
-// announce does nothing: relays find new rows by polling.
-func (sqliteDialect) announce(*gorm.DB) error { return nil }

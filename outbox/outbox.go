@@ -119,18 +119,19 @@ type Event struct {
 	Traceparent string
 }
 
-// NotifyChannel is the PostgreSQL channel Append notifies when it writes a
-// row, and that relays LISTEN on to poll at once instead of at their next
-// interval.
+// NotifyChannel is the PostgreSQL channel Announce notifies after outbox
+// rows were committed, and that relays LISTEN on to poll at once instead of
+// at their next interval.
 const NotifyChannel = "posting_outbox"
 
 // Append writes ev as a PENDING row through tx, which should be the caller's
 // transaction that also writes the change the event announces, so both commit
-// or neither does. It returns the written row. On PostgreSQL it also
-// notifies NotifyChannel, which listening relays hear when tx commits; and
-// when tx carries a commit waker (database.WithCommitWaker, the local
-// relay's Wake, given at wiring time), it asks for it after the commit, on
-// every dialect.
+// or neither does. It returns the written row. When tx carries a commit
+// waker (database.WithCommitWaker: the local relay's Wake and, on
+// PostgreSQL, the instance's coalesced Announce, given at wiring time), it
+// asks for it after the commit. It never runs NOTIFY inside tx: NOTIFY
+// takes a database-wide lock at commit, so writing transactions that ran it
+// committed one at a time.
 //
 // The row's traceparent is ev.Traceparent when the event has one. Otherwise
 // it is the trace context of tx's context (the HTTP request's, the scheduler
@@ -169,16 +170,13 @@ func Append(tx *gorm.DB, ev Event) (*Message, error) {
 	return msg, nil
 }
 
-// insert writes Append's row msg, made of ev, and notifies the relays.
+// insert writes Append's row msg, made of ev.
 func insert(tx *gorm.DB, msg *Message, ev Event) error {
 	if err := tx.Create(msg).Error; err != nil {
 		if ev.DedupKey != "" && errors.Is(err, gorm.ErrDuplicatedKey) {
 			return fmt.Errorf("%w: dedup key %s", ErrDuplicate, ev.DedupKey)
 		}
 		return fmt.Errorf("append outbox event: %w", err)
-	}
-	if err := dialectFor(database.DialectOf(tx)).announce(tx); err != nil {
-		return fmt.Errorf("append outbox event: notify relays: %w", err)
 	}
 	return nil
 }

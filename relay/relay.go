@@ -26,8 +26,14 @@ type Config struct {
 	// Interval is the pause between polls. Default 5s; at least 10ms. A poll
 	// whose batch came back full is followed at once by another.
 	Interval time.Duration
-	// BatchSize is the number of rows claimed per poll. Default 100; 1..5000.
+	// BatchSize is the number of rows claimed per poll while there is no
+	// backlog, and the least a poll counts as full. Default 100; 1..5000.
 	BatchSize int
+	// MaxBatchSize bounds the batch while polls come back full: each full
+	// claim doubles the next one up to it, and polls that find less shrink
+	// it back to BatchSize (see batchSizer). At or below BatchSize the batch
+	// stays BatchSize. Default DefaultMaxBatchSize; 1..5000.
+	MaxBatchSize int
 	// MaxRetries is the number of retries after the first attempt: the
 	// (1+MaxRetries)th failed attempt makes a row FAIL. Default (nil)
 	// DefaultMaxRetries; 0..100. Retries(0) is zero retries.
@@ -76,6 +82,7 @@ func DefaultConfig() Config {
 	return Config{
 		Interval:         5 * time.Second,
 		BatchSize:        100,
+		MaxBatchSize:     DefaultMaxBatchSize,
 		MaxRetries:       Retries(DefaultMaxRetries),
 		StaleAfter:       DefaultStaleAfter,
 		WriteTimeout:     30 * time.Second,
@@ -104,6 +111,8 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
 	case c.BatchSize < 1 || c.BatchSize > 5000:
 		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..5000")
+	case c.MaxBatchSize < 1 || c.MaxBatchSize > 5000:
+		return config.Invalid(f+"MaxBatchSize", c.MaxBatchSize, "want 1..5000")
 	case c.MaxRetries != nil && (*c.MaxRetries < 0 || *c.MaxRetries > 100):
 		return config.Invalid(f+"MaxRetries", *c.MaxRetries, "want 0..100")
 	case c.StaleAfter < time.Second || c.StaleAfter <= 2*c.Interval:
@@ -161,6 +170,7 @@ type Relay struct {
 	cfg   Config
 	store *outbox.Store
 	send  Sender
+	batch *batchSizer
 
 	// afterClaim, if set, runs between claim and send (tests simulate a crash there).
 	afterClaim func()
@@ -240,7 +250,8 @@ func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 			})
 		}
 	}
-	return &Relay{cfg: cfg, store: store, send: send, wake: make(chan struct{}, 1)}, nil
+	return &Relay{cfg: cfg, store: store, send: send, wake: make(chan struct{}, 1),
+		batch: newBatchSizer(cfg.BatchSize, cfg.MaxBatchSize)}, nil
 }
 
 // Wake makes the loop poll now if it is pausing between polls, or as soon
@@ -399,7 +410,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	// event overtakes an earlier one of its post.
 	var nextc chan claimed
 	var nextAt time.Time
-	if pipelined && len(msgs) == r.cfg.BatchSize {
+	if pipelined && len(msgs) >= r.cfg.BatchSize {
 		acked, ackedAt := r.acked, r.ackedAt
 		r.acked, r.ackedAt = nil, time.Time{}
 		nextc = make(chan claimed, 1)
@@ -465,7 +476,11 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 // one transaction (outbox.Store.MarkSentAndClaim). It touches no field of
 // r, so a pipelined poll runs it beside a send.
 func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
-	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.cfg.InstanceID, r.cfg.BatchSize, time.Time{})
+	size := r.batch.size()
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.cfg.InstanceID, size, time.Time{})
+	if err == nil {
+		r.batch.observe(size, len(msgs))
+	}
 	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt}
 }
 
@@ -614,7 +629,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	var errsOut []error
 	switch {
 	case len(sent) == 0:
-	case len(msgs) == r.cfg.BatchSize && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
+	case len(msgs) >= r.cfg.BatchSize && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
 		// (acked holds rows already when a pipelined claim failed.)
@@ -718,7 +733,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	// The instance id is on every line already when the logger comes from
 	// serve; the relay's own id is what matters for claims.
 	log := r.cfg.Logger.With("component", "relay", "claim_owner", r.cfg.InstanceID)
-	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize,
+	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize, "max_batch_size", r.cfg.MaxBatchSize,
 		"max_retries", *r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
 	defer log.Info("relay stopped")
 	// A full batch leaves its acknowledgements to the next poll: write them
@@ -755,7 +770,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			if res.Fenced > 0 {
 				log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
 			}
-			if res.Claimed == r.cfg.BatchSize || r.hasNext() {
+			if res.Claimed >= r.cfg.BatchSize || r.hasNext() {
 				wait = 0 // a full batch, or one claimed for the next poll: more are waiting
 			}
 		}

@@ -40,7 +40,9 @@ func setup(t *testing.T, db *database.DB) *bundle {
 
 func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay {
 	t.Helper()
-	cfg := Config{InstanceID: id, Interval: 20 * time.Millisecond, BatchSize: 100, StaleAfter: time.Minute,
+	// MaxBatchSize 1: the batch stays the one a test sets (batch_test.go
+	// covers its growth).
+	cfg := Config{InstanceID: id, Interval: 20 * time.Millisecond, BatchSize: 100, MaxBatchSize: 1, StaleAfter: time.Minute,
 		RetryBase: time.Second, RetryMax: time.Minute, Now: b.clock.Now}
 	for _, m := range mutate {
 		m(&cfg)

@@ -23,14 +23,14 @@ import (
 
 // startListener starts a Listener on db that calls wake, and returns a
 // channel that receives once per LISTEN on a new connection.
-func startListener(t *testing.T, db *database.DB, wake func()) <-chan struct{} {
+func startListener(t testing.TB, db *database.DB, wake func()) <-chan struct{} {
 	t.Helper()
 	return startListenerPID(t, db, wake, new(atomic.Uint32))
 }
 
 // startListenerPID is startListener that keeps the server's process id of
 // the listening session in pid.
-func startListenerPID(t *testing.T, db *database.DB, wake func(), pid *atomic.Uint32) <-chan struct{} {
+func startListenerPID(t testing.TB, db *database.DB, wake func(), pid *atomic.Uint32) <-chan struct{} {
 	t.Helper()
 	connect := func(ctx context.Context) (*pgx.Conn, error) {
 		conn, err := db.ConnectPostgres(ctx)
@@ -50,6 +50,18 @@ func startListenerPID(t *testing.T, db *database.DB, wake func(), pid *atomic.Ui
 	return listening
 }
 
+// startNotifier starts the Notifier of an instance whose pool is db, as
+// serve wires it, and returns the commit waker its writers carry.
+func startNotifier(t testing.TB, db *database.DB) *gorm.DB {
+	t.Helper()
+	n, err := NewNotifier(NotifierConfig{Send: func(ctx context.Context) error { return outbox.Announce(db.DB.WithContext(ctx)) },
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, n.Start(context.Background()))
+	t.Cleanup(n.Stop)
+	return database.WithCommitWaker(db.DB, n.Notify)
+}
+
 func waitFor(t *testing.T, c <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -59,9 +71,11 @@ func waitFor(t *testing.T, c <-chan struct{}, what string) {
 	}
 }
 
-// An append wakes the listener when its transaction commits, not before,
-// and never for a rollback; a dropped connection is replaced, and the new
-// one wakes once on its own for what it may have missed.
+// An append through a writer wired with the instance's Notifier wakes the
+// listener after its transaction commits, not before, and never for a
+// rollback; the append itself runs no NOTIFY (a transaction without the
+// waker wakes nobody); a dropped connection is replaced, and the new one
+// wakes once on its own for what it may have missed.
 func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewPostgres(t)
@@ -72,8 +86,9 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	waitFor(t, listening, "LISTEN")
 	waitFor(t, woken, "the wake after connecting")
 
+	writer := startNotifier(t, db)
 	ctx := context.Background()
-	require.NoError(t, database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
+	require.NoError(t, database.Transaction(ctx, writer, func(tx *gorm.DB) error {
 		for i := range 3 {
 			if _, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, int64(i+1), time.Now(), map[string]any{"action": "CREATED"})); err != nil {
 				return err
@@ -93,7 +108,7 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 
-	_ = db.Transaction(func(tx *gorm.DB) error {
+	_ = database.Transaction(ctx, writer, func(tx *gorm.DB) error {
 		_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, 9, time.Now(), map[string]any{"action": "CREATED"}))
 		require.NoError(t, err)
 		return context.Canceled // roll back
@@ -101,6 +116,17 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	select {
 	case <-woken:
 		t.Error("a rolled back append woke the listener")
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// No waker: the committed append itself notified nobody.
+	require.NoError(t, database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
+		_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, 10, time.Now(), map[string]any{"action": "CREATED"}))
+		return err
+	}))
+	select {
+	case <-woken:
+		t.Error("an append ran NOTIFY inside its transaction")
 	case <-time.After(300 * time.Millisecond):
 	}
 
@@ -135,11 +161,13 @@ func twoInstances(t testing.TB) (writer, relayDB *database.DB, producer *kafka.P
 	return writer, relayDB, producer, broker
 }
 
-// The wakeup promise: a row appended by one instance is claimed and sent by
-// another instance's relay long before its 5 s poll interval.
+// The wakeup promise: a row appended by one instance (its writers wired
+// with its Notifier, as serve does) is claimed and sent by another
+// instance's relay long before its 5 s poll interval.
 func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
 	t.Parallel()
-	writer, relayDB, producer, _ := twoInstances(t)
+	writerDB, relayDB, producer, _ := twoInstances(t)
+	writer := startNotifier(t, writerDB)
 	idle := make(chan struct{}, 100)
 	r, err := relay.New(outbox.NewStore(relayDB), producer, relay.Config{
 		InstanceID: "b", Interval: 5 * time.Second, Logger: slog.New(slog.DiscardHandler),
@@ -166,7 +194,7 @@ func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
 	for round := range 3 {
 		start := time.Now()
 		var id int64
-		require.NoError(t, database.Transaction(context.Background(), writer.DB, func(tx *gorm.DB) error {
+		require.NoError(t, database.Transaction(context.Background(), writer, func(tx *gorm.DB) error {
 			m, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, int64(round+1), time.Now(), map[string]any{"action": "CREATED"}))
 			if err == nil {
 				id = m.ID

@@ -257,6 +257,12 @@ func benchRelay(ctx context.Context, s *settings, b *benchSettings, db *database
 	if err != nil {
 		return err
 	}
+	def, fixed, err := drainDefaultVsFixed(b, rel, drain, func(batch int) (relaybench.Result, error) {
+		return relaybench.Relay(ctx, db.DB, producer, batch)
+	}, func() (relaybench.Result, error) { return relaybench.Default(ctx, db.DB, producer) })
+	if err != nil {
+		return err
+	}
 	seed, err := drain(b.SeedStyleEvents, func() (relaybench.Result, error) { return relaybench.SeedStyle(ctx, db.DB, producer) })
 	if err != nil {
 		return err
@@ -267,6 +273,7 @@ func benchRelay(ctx context.Context, s *settings, b *benchSettings, db *database
 	fmt.Fprintf(out, "relay: backlog of %d events (%d per post), batch %d, %s\n", b.RelayEvents, relaybench.EventsPerPost, b.RelayBatch, where)
 	fmt.Fprintf(out, "  raw set-based claim+ack events/s: %.0f (no broker)\n", raw.PerSecond())
 	fmt.Fprintf(out, "  relay events/s: %.0f (%.2f x raw)\n", rel.PerSecond(), ratio(rel.PerSecond(), raw.PerSecond()))
+	printDefaultVsFixed(out, def, fixed, raw)
 	fmt.Fprintf(out, "  seed-style relay events/s: %.0f (%.3f x raw; backlog of %d, one row at a time)\n",
 		seed.PerSecond(), ratio(seed.PerSecond(), raw.PerSecond()), b.SeedStyleEvents)
 	return nil
@@ -332,7 +339,15 @@ func benchAPI(ctx context.Context, s *settings, b *benchSettings, db *database.D
 	if err != nil {
 		return err
 	}
+	poolBefore, err := scrapePool(ctx, srv.baseURL)
+	if err != nil {
+		return err
+	}
 	full, err := bench.APICreate(ctx, srv.baseURL, b.APIClients, b.APIDuration)
+	if err != nil {
+		return err
+	}
+	poolAfter, err := scrapePool(ctx, srv.baseURL)
 	if err != nil {
 		return err
 	}
@@ -340,6 +355,8 @@ func benchAPI(ctx context.Context, s *settings, b *benchSettings, db *database.D
 		return err
 	}
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, whole serve (relay and worker running): %.0f (%.2f x raw)\n", full.PerSecond(), ratio(full.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  database connections opened during that run: %.0f (pool size %.0f; %.0f opened since start)\n",
+		poolAfter.opened-poolBefore.opened, poolAfter.max, poolAfter.opened)
 	fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", b.LatencyRate, b.LatencyDuration, where)
 	fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
 	return nil

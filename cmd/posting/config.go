@@ -13,6 +13,7 @@ import (
 
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/httpserver"
 	"github.com/postingsvc/posting/kafka"
@@ -42,6 +43,8 @@ type settings struct {
 	DatabaseURL       string
 	DatabaseDirectURL string
 	DataDir           string
+	DatabaseMaxConns  int
+	DatabaseMaxIdle   int
 	KafkaBrokers      []string
 	KafkaTopic        string
 	KafkaCompression  string
@@ -50,6 +53,7 @@ type settings struct {
 	ReservationLead   time.Duration
 	RelayInterval     time.Duration
 	RelayBatchSize    int
+	RelayMaxBatch     int
 	RelayMaxRetries   int
 	RelayStaleAfter   time.Duration
 	InstanceID        string
@@ -90,6 +94,8 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.DatabaseURL, "database-url", "", "mysql://user:pass@host:3306/db?params, postgres://user:pass@host:5432/db?sslmode=disable or sqlite://path/to.db; empty: embedded SQLite in the data dir")
 	fs.StringVar(&s.DataDir, "data-dir", "./data", "where embedded state lives (SQLite file, embedded Kafka log)")
 	fs.StringVar(&s.InstanceID, "instance-id", defaultInstanceID(), "written into claims, logs and metrics")
+	fs.IntVar(&s.DatabaseMaxConns, "database-max-conns", 0, fmt.Sprintf("most database connections the process opens (0..%d); 0: %d on MySQL and PostgreSQL, %d on SQLite", database.MaxPoolConns, database.DefaultMaxConns, database.DefaultSQLiteMaxConns))
+	fs.IntVar(&s.DatabaseMaxIdle, "database-max-idle-conns", 0, "database connections kept open while idle (0..the maximum); 0: as many as the maximum")
 	fs.StringVar(&s.LogFormat, "log-format", "text", "text or json")
 	showEnvTwins(fs)
 }
@@ -112,6 +118,7 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.ReservationLead, "reservation-lead", 5*time.Minute, "how far ahead of scheduledAt a post becomes WORKING")
 	fs.DurationVar(&s.RelayInterval, "relay-interval", 5*time.Second, "relay poll interval")
 	fs.IntVar(&s.RelayBatchSize, "relay-batch-size", 100, "rows claimed per poll (1..5000)")
+	fs.IntVar(&s.RelayMaxBatch, "relay-max-batch-size", relay.DefaultMaxBatchSize, "bound of the batch while polls come back full: it doubles from the batch size up to this (1..5000; at or below the batch size it stays fixed)")
 	fs.IntVar(&s.RelayMaxRetries, "relay-max-retries", 3, "retries after the first attempt (0..100)")
 	fs.DurationVar(&s.RelayStaleAfter, "relay-stale-after", relay.DefaultStaleAfter, "PROCESSING rows older than this are recovered; longer than the producer's send bound")
 	fs.StringVar(&s.AdminToken, "admin-token", "", "bearer token for /admin/...; empty: admin endpoints off")
@@ -207,7 +214,7 @@ func (s *settings) validateCommon() error {
 	if s.InstanceID == "" {
 		return badSetting("POSTING_INSTANCE_ID", s.InstanceID, "must not be empty")
 	}
-	return nil
+	return s.validateConfigs(s.poolConfig())
 }
 
 // validateServe checks the settings of serve: its own, then every
@@ -274,9 +281,12 @@ func (s *settings) validateConfigs(cfgs ...validator) error {
 // place a component's field (as its Validate names it in a *config.Error)
 // meets the setting's name, so the components know nothing of POSTING_*.
 var settingOf = map[string]string{
+	"database.Pool.MaxConns":           "POSTING_DATABASE_MAX_CONNS",
+	"database.Pool.MaxIdle":            "POSTING_DATABASE_MAX_IDLE_CONNS",
 	"relay.Config.InstanceID":          "POSTING_INSTANCE_ID",
 	"relay.Config.Interval":            "POSTING_RELAY_INTERVAL",
 	"relay.Config.BatchSize":           "POSTING_RELAY_BATCH_SIZE",
+	"relay.Config.MaxBatchSize":        "POSTING_RELAY_MAX_BATCH_SIZE",
 	"relay.Config.MaxRetries":          "POSTING_RELAY_MAX_RETRIES",
 	"relay.Config.StaleAfter":          "POSTING_RELAY_STALE_AFTER",
 	"reservation.SchedulerConfig.Spec": "POSTING_SCHEDULER_SPEC",
@@ -370,8 +380,13 @@ func (s *settings) brokers() []string {
 func (s *settings) relayConfig() relay.Config {
 	c := relay.DefaultConfig()
 	c.InstanceID, c.Interval, c.BatchSize = s.InstanceID, s.RelayInterval, s.RelayBatchSize
+	c.MaxBatchSize = s.RelayMaxBatch
 	c.MaxRetries, c.StaleAfter = relay.Retries(s.RelayMaxRetries), s.RelayStaleAfter
 	return c
+}
+
+func (s *settings) poolConfig() database.Pool {
+	return database.Pool{MaxConns: s.DatabaseMaxConns, MaxIdle: s.DatabaseMaxIdle}
 }
 
 func (s *settings) schedulerConfig() reservation.SchedulerConfig {

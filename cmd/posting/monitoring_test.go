@@ -36,7 +36,6 @@ var (
 	operationsFile = filepath.Join("..", "..", "docs", "operations.md")
 )
 
-
 // requirePrometheus returns the paths of Debian's prometheus and promtool,
 // skipping the test when one is missing unless
 // POSTING_TEST_REQUIRE_PROMETHEUS=1 (as in CI), which fails it instead.

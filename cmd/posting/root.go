@@ -78,6 +78,10 @@ func openWith(open func(rawURL, dataDir string) (*database.DB, error), s *settin
 		_ = db.Close()
 		return nil, badSetting("POSTING_DATABASE_DIRECT_URL", redactURL(s.DatabaseDirectURL), err)
 	}
+	if _, err := db.SetPool(s.poolConfig()); err != nil {
+		_ = db.Close()
+		return nil, s.settingError(err)
+	}
 	return db, nil
 }
 

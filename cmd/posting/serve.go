@@ -152,6 +152,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return s.settingError(err)
 	}
+	m.WatchRelayBatch(rel.BatchSize)
 	if check != nil {
 		if err := check(ctx); err != nil {
 			return err
@@ -161,8 +162,13 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// The writers of outbox rows (API, scheduler, operator console) wake
 	// the local relay once their transaction commits: an event leaves at
 	// once instead of at the next poll, which stays the safety net. The
-	// relay's own store keeps db.DB, so its writes wake nobody.
-	writers := database.WithCommitWaker(db.DB, rel.Wake)
+	// relay's own store keeps db.DB, so its writes wake nobody. On
+	// PostgreSQL the commit also tells the other instances (commitWake).
+	wake, notifiers, err := commitWake(db, rel.Wake, log)
+	if err != nil {
+		return err
+	}
+	writers := database.WithCommitWaker(db.DB, wake)
 	posts, err := reservation.NewService(writers, s.serviceConfig())
 	if err != nil {
 		return s.settingError(err)
@@ -236,15 +242,16 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// cut off by the signal.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	services := []startstop.Service{sched, rel, cleaner}
+	services := append(notifiers, sched, rel, cleaner)
 	if history != nil {
 		services = append(services, history)
 	}
 	if db.Dialect == database.PostgreSQL {
-		// Appends NOTIFY on commit: the relay polls at once instead of at
-		// its next interval, which stays the safety net.
-		// Notify: LISTEN through a pooler in transaction mode hears
-		// nothing; the listener finds out at start and says so.
+		// Other instances NOTIFY after their commits (commitWake): the
+		// relay polls at once instead of at its next interval, which stays
+		// the safety net.
+		// LISTEN through a pooler in transaction mode hears nothing; the
+		// listener finds out at start and says so.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
 			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB)})
 		if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,5 +35,26 @@ func TestWorkerConcurrencyRefusalSaysZeroIsTheDefault(t *testing.T) {
 		require.Equal(t, exitUsage, code, errOut)
 		require.Contains(t, errOut, `invalid POSTING_WORKER_CONCURRENCY="257"`, cmd)
 		require.Contains(t, errOut, "or 0 for the worker's default", cmd)
+	}
+}
+
+// A pool setting out of its limits stops every command that opens the
+// database before it opens it, naming the setting.
+func TestDatabasePoolSettingsOutOfLimitsNameTheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--database-max-conns", "-1"}, `invalid POSTING_DATABASE_MAX_CONNS="-1"`},
+		{[]string{"--database-max-conns", "1001"}, `invalid POSTING_DATABASE_MAX_CONNS="1001"`},
+		{[]string{"--database-max-conns", "4", "--database-max-idle-conns", "5"}, `invalid POSTING_DATABASE_MAX_IDLE_CONNS="5"`},
+	} {
+		for _, cmd := range []string{"serve", "worker", "migrate"} {
+			dir := t.TempDir()
+			_, errOut, code := runCLI(t, append([]string{cmd, "--data-dir", dir}, tc.args...)...)
+			require.Equal(t, exitUsage, code, errOut)
+			require.Contains(t, errOut, tc.msg, cmd)
+			require.NoFileExists(t, filepath.Join(dir, "posting.db"), "a refused setting opened the database")
+		}
 	}
 }

@@ -190,28 +190,37 @@ func SeedStyle(ctx context.Context, db *gorm.DB, send relay.Sender) (Result, err
 	return res, nil
 }
 
-// Relay drains every PENDING row with this project's relay.Relay at the given batch size.
+// Relay drains every PENDING row with this project's relay.Relay at the
+// given fixed batch size (the batch does not grow: MaxBatchSize is batch).
 // It drives the relay's polls itself the way the relay's loop does while
 // full batches come (Pump back to back: the next batch is claimed while the
 // current one is sent, then Flush), with the contract's other defaults, and
 // counts the rows recorded SENT. It stops when a poll claims and moves
 // nothing.
 func Relay(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Result, error) {
-	return drain(ctx, db, send, batch, (*relay.Relay).Pump)
+	return drain(ctx, db, send, batch, batch, (*relay.Relay).Pump)
+}
+
+// Default is Relay with the relay's default batch, which starts at
+// relay.DefaultConfig's BatchSize and grows while polls come back full, up
+// to relay.DefaultMaxBatchSize.
+func Default(ctx context.Context, db *gorm.DB, send relay.Sender) (Result, error) {
+	d := relay.DefaultConfig()
+	return drain(ctx, db, send, d.BatchSize, d.MaxBatchSize, (*relay.Relay).Pump)
 }
 
 // Sequential is Relay with the poll before pipelining (RunOnce: claim,
 // send, record, then the next claim), for comparison.
 func Sequential(ctx context.Context, db *gorm.DB, send relay.Sender, batch int) (Result, error) {
-	return drain(ctx, db, send, batch, (*relay.Relay).RunOnce)
+	return drain(ctx, db, send, batch, batch, (*relay.Relay).RunOnce)
 }
 
 // drain runs poll back to back until a poll claims and moves nothing, then
 // flushes.
-func drain(ctx context.Context, db *gorm.DB, send relay.Sender, batch int,
+func drain(ctx context.Context, db *gorm.DB, send relay.Sender, batch, maxBatch int,
 	poll func(*relay.Relay, context.Context) (relay.Result, error)) (Result, error) {
 	store := outbox.NewStore(&database.DB{DB: db, Dialect: database.DialectOf(db)})
-	r, err := relay.New(store, send, relay.Config{InstanceID: instanceID, BatchSize: batch,
+	r, err := relay.New(store, send, relay.Config{InstanceID: instanceID, BatchSize: batch, MaxBatchSize: maxBatch,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return Result{}, fmt.Errorf("relaybench relay: %w", err)

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/startstop"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/wakeup"
+)
+
+// commitWake is what a commit of outbox rows wakes: the local relay
+// (local), and on PostgreSQL also the other instances' relays, through a
+// coalesced NOTIFY sent after the commit on the pool, never inside the
+// writing transaction. It returns the waker for database.WithCommitWaker
+// and the services to start with it (the notifier, on PostgreSQL).
+func commitWake(db *database.DB, local func(), log *slog.Logger) (func(), []startstop.Service, error) {
+	if db.Dialect != database.PostgreSQL {
+		return local, nil, nil
+	}
+	n, err := wakeup.NewNotifier(wakeup.NotifierConfig{
+		Send:   func(ctx context.Context) error { return outbox.Announce(db.DB.WithContext(ctx)) },
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return func() { local(); n.Notify() }, []startstop.Service{n}, nil
+}
