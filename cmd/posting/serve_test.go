@@ -174,7 +174,9 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(scrape(t, p.http), `posting_relay_events_sent_total{instance_id="serve-test"} 4`)
 	}, 10*time.Second, 100*time.Millisecond, "metrics count the two sends of each post")
-	require.Contains(t, scrape(t, p.http), `posting_worker_publications_total{instance_id="serve-test",outcome="published"} 1`)
+	require.Eventually(t, func() bool {
+		return strings.Contains(scrape(t, p.http), `posting_worker_publications_total{instance_id="serve-test",outcome="published"} 1`)
+	}, 10*time.Second, 100*time.Millisecond, "metrics count the publication (counted after its commit)")
 	p.terminate(t)
 
 	// Restart on the same data dir: the post and the topic's log are still
