@@ -283,3 +283,43 @@ func TestWebhookConfigRefusesBadSecret(t *testing.T) {
 	_, err := worker.NewWebhook(worker.WebhookConfig{URL: "http://x", RedirectAttempts: 101})
 	require.ErrorContains(t, err, "RedirectAttempts")
 }
+
+// A password in the webhook URL (basic auth of the receiver) is sent, but
+// never shown: not in a failed attempt's last_error, not in the worker's
+// log lines, not in the error of a URL the config refuses.
+func TestWebhookURLPasswordIsNeverShown(t *testing.T) {
+	t.Parallel()
+	const password = "s3cret-pw"
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var auth atomic.Value
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, pw, _ := r.BasicAuth()
+			auth.Store(pw)
+			http.Error(w, "down", http.StatusInternalServerError)
+		}))
+		t.Cleanup(srv.Close)
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: strings.Replace(srv.URL, "://", "://hook:"+password+"@", 1)})
+		require.NoError(t, err)
+		var logs logtest.Buffer
+		w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
+		require.Eventually(t, func() bool { return loadPublication(t, db.DB, post.ID).Attempts >= 2 },
+			30*time.Second, 20*time.Millisecond)
+		w.Stop()
+		require.Equal(t, password, auth.Load(), "the receiver gets the URL's credentials")
+		p := loadPublication(t, db.DB, post.ID)
+		require.NotNil(t, p.LastError)
+		require.Contains(t, *p.LastError, "answered 500")
+		require.NotContains(t, *p.LastError, password)
+		require.Contains(t, logs.String(), "answered 500")
+		require.NotContains(t, logs.String(), password)
+	})
+	err := worker.WebhookConfig{URL: "ftp://hook:" + password + "@example.com/in", Timeout: time.Second, RedirectAttempts: 1}.Validate()
+	require.ErrorContains(t, err, "want http or https")
+	require.NotContains(t, err.Error(), password)
+}
