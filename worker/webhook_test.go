@@ -319,7 +319,12 @@ func TestWebhookURLPasswordIsNeverShown(t *testing.T) {
 		require.Contains(t, logs.String(), "answered 500")
 		require.NotContains(t, logs.String(), password)
 	})
-	err := worker.WebhookConfig{URL: "ftp://hook:" + password + "@example.com/in", Timeout: time.Second, RedirectAttempts: 1}.Validate()
-	require.ErrorContains(t, err, "want http or https")
-	require.NotContains(t, err.Error(), password)
+	for url, reason := range map[string]string{
+		"ftp://hook:" + password + "@example.com/in": "want http or https",
+		"http://hook:" + password + "@[::1/in":       "missing ']' in host",
+	} {
+		err := worker.WebhookConfig{URL: url, Timeout: time.Second, RedirectAttempts: 1}.Validate()
+		require.ErrorContains(t, err, reason)
+		require.NotContains(t, err.Error(), password)
+	}
 }
