@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -327,4 +329,56 @@ func TestWebhookURLPasswordIsNeverShown(t *testing.T) {
 		require.ErrorContains(t, err, reason)
 		require.NotContains(t, err.Error(), password)
 	}
+}
+
+// A retried call keeps its webhook-id (the Idempotency-Key) and is signed
+// afresh: its webhook-timestamp is the attempt's own time, and each attempt
+// verifies with the Standard Webhooks Go library on the bytes received.
+func TestWebhookRetryKeepsIDAndSignsWithAFreshTimestamp(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var mu sync.Mutex
+		var calls []call
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, call{header: r.Header.Clone(), body: body})
+			if len(calls) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		// Each attempt's clock is two minutes after the previous one's.
+		var attempts atomic.Int64
+		now := func() time.Time { return time.Now().Add(time.Duration(attempts.Add(1)-1) * 2 * time.Minute) }
+		secret := newSecret(t)
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, Secret: secret, Now: now})
+		require.NoError(t, err)
+		w := newWorker(t, db.DB, hook)
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		rec := reservationRecord(t, post)
+		require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			30*time.Second, 20*time.Millisecond)
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, calls, 2)
+		verifier, err := standardwebhooks.NewWebhook(secret)
+		require.NoError(t, err)
+		for _, c := range calls {
+			require.Equal(t, rec.Headers[event.HeaderEventID], c.header.Get(webhook.HeaderID))
+			require.Equal(t, c.header.Get("Idempotency-Key"), c.header.Get(webhook.HeaderID))
+			require.NoError(t, verifier.Verify(c.body, c.header))
+		}
+		first, err := strconv.ParseInt(calls[0].header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		second, err := strconv.ParseInt(calls[1].header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, second-first, int64(120), "the retry's timestamp is its own")
+		require.NotEqual(t, calls[0].header.Get(webhook.HeaderSignature), calls[1].header.Get(webhook.HeaderSignature))
+	})
 }
