@@ -74,7 +74,9 @@ func TestWebhookRedirectIsNotFollowed(t *testing.T) {
 			require.EqualValues(t, 3, asked.Load())
 			require.Contains(t, *p.LastError, `Location "`+target.URL+`/moved"`)
 			require.Contains(t, logs.String(), "publication failed; trying again")
-			require.Contains(t, logs.String(), "publication refused for good")
+			// The loop logs after the FAILED row committed: wait for the line.
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "publication refused for good") },
+				30*time.Second, 20*time.Millisecond)
 			require.Equal(t, 3, strings.Count(logs.String(), target.URL+"/moved"), "each attempt's log line names the Location")
 		}
 		require.Zero(t, reached.Load(), "the redirect was followed")
