@@ -136,11 +136,16 @@ func (c WebhookConfig) Validate() error {
 	case c.URL == "":
 		return config.Invalid(f+"URL", c.URL, "required")
 	case err != nil:
-		return config.Invalid(f+"URL", c.URL, "%w", err)
+		// url.Error repeats the URL as given: keep only its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return config.Invalid(f+"URL", config.RedactURL(c.URL), "%w", err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return config.Invalid(f+"URL", c.URL, "want http or https")
+		return config.Invalid(f+"URL", u.Redacted(), "want http or https")
 	case u.Host == "":
-		return config.Invalid(f+"URL", c.URL, "no host")
+		return config.Invalid(f+"URL", u.Redacted(), "no host")
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
 		return config.Invalid(f+"Timeout", c.Timeout, "want 100ms to 5m")
 	case c.RedirectAttempts < 1 || c.RedirectAttempts > 100:
@@ -171,6 +176,9 @@ const maxRetryAfter = time.Hour
 type Webhook struct {
 	cfg    WebhookConfig
 	signer *webhook.Signer // nil: calls are not signed
+	// name is the URL as errors show it: its password hidden, since errors
+	// reach logs and the publication's last_error.
+	name string
 }
 
 // NewWebhook returns a Webhook publisher.
@@ -179,7 +187,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid webhook config: %w", err)
 	}
-	h := &Webhook{cfg: cfg}
+	h := &Webhook{cfg: cfg, name: config.RedactURL(cfg.URL)}
 	if cfg.Secret != "" {
 		var err error
 		if h.signer, err = webhook.NewSigner(cfg.Secret); err != nil {
@@ -225,7 +233,7 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook %s: %w", h.cfg.URL, err)
+		return fmt.Errorf("webhook %s: %w", h.name, err)
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512)) // for the error only
 	_ = resp.Body.Close()
@@ -234,20 +242,20 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 		return nil
 	case code >= 300 && code < 400:
 		err := fmt.Errorf("webhook %s answered %d redirecting to Location %q, which is not followed: set the webhook URL to the receiver's own address",
-			h.cfg.URL, code, resp.Header.Get("Location"))
+			h.name, code, resp.Header.Get("Location"))
 		if p.Attempt >= h.cfg.RedirectAttempts {
 			return fmt.Errorf("%w: %v (attempt %d of %d)", ErrRefused, err, p.Attempt, h.cfg.RedirectAttempts)
 		}
 		return err
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
-		err := fmt.Errorf("webhook %s answered %d: %s", h.cfg.URL, code, bytes.TrimSpace(snippet))
+		err := fmt.Errorf("webhook %s answered %d: %s", h.name, code, bytes.TrimSpace(snippet))
 		if after, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok &&
 			(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
 			return &RetryLaterError{After: after, Err: err}
 		}
 		return err
 	default:
-		return fmt.Errorf("%w: webhook %s answered %d: %s", ErrRefused, h.cfg.URL, code, bytes.TrimSpace(snippet))
+		return fmt.Errorf("%w: webhook %s answered %d: %s", ErrRefused, h.name, code, bytes.TrimSpace(snippet))
 	}
 }
 

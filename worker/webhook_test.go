@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -72,7 +74,9 @@ func TestWebhookRedirectIsNotFollowed(t *testing.T) {
 			require.EqualValues(t, 3, asked.Load())
 			require.Contains(t, *p.LastError, `Location "`+target.URL+`/moved"`)
 			require.Contains(t, logs.String(), "publication failed; trying again")
-			require.Contains(t, logs.String(), "publication refused for good")
+			// The loop logs after the FAILED row committed: wait for the line.
+			require.Eventually(t, func() bool { return strings.Contains(logs.String(), "publication refused for good") },
+				30*time.Second, 20*time.Millisecond)
 			require.Equal(t, 3, strings.Count(logs.String(), target.URL+"/moved"), "each attempt's log line names the Location")
 		}
 		require.Zero(t, reached.Load(), "the redirect was followed")
@@ -282,4 +286,101 @@ func TestWebhookConfigRefusesBadSecret(t *testing.T) {
 	}
 	_, err := worker.NewWebhook(worker.WebhookConfig{URL: "http://x", RedirectAttempts: 101})
 	require.ErrorContains(t, err, "RedirectAttempts")
+}
+
+// A password in the webhook URL (basic auth of the receiver) is sent, but
+// never shown: not in a failed attempt's last_error, not in the worker's
+// log lines, not in the error of a URL the config refuses.
+func TestWebhookURLPasswordIsNeverShown(t *testing.T) {
+	t.Parallel()
+	const password = "s3cret-pw"
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var auth atomic.Value
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, pw, _ := r.BasicAuth()
+			auth.Store(pw)
+			http.Error(w, "down", http.StatusInternalServerError)
+		}))
+		t.Cleanup(srv.Close)
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: strings.Replace(srv.URL, "://", "://hook:"+password+"@", 1)})
+		require.NoError(t, err)
+		var logs logtest.Buffer
+		w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
+		require.Eventually(t, func() bool { return loadPublication(t, db.DB, post.ID).Attempts >= 2 },
+			30*time.Second, 20*time.Millisecond)
+		w.Stop()
+		require.Equal(t, password, auth.Load(), "the receiver gets the URL's credentials")
+		p := loadPublication(t, db.DB, post.ID)
+		require.NotNil(t, p.LastError)
+		require.Contains(t, *p.LastError, "answered 500")
+		require.NotContains(t, *p.LastError, password)
+		require.Contains(t, logs.String(), "answered 500")
+		require.NotContains(t, logs.String(), password)
+	})
+	for url, reason := range map[string]string{
+		"ftp://hook:" + password + "@example.com/in": "want http or https",
+		"http://hook:" + password + "@[::1/in":       "missing ']' in host",
+	} {
+		err := worker.WebhookConfig{URL: url, Timeout: time.Second, RedirectAttempts: 1}.Validate()
+		require.ErrorContains(t, err, reason)
+		require.NotContains(t, err.Error(), password)
+	}
+}
+
+// A retried call keeps its webhook-id (the Idempotency-Key) and is signed
+// afresh: its webhook-timestamp is the attempt's own time, and each attempt
+// verifies with the Standard Webhooks Go library on the bytes received.
+func TestWebhookRetryKeepsIDAndSignsWithAFreshTimestamp(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var mu sync.Mutex
+		var calls []call
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, call{header: r.Header.Clone(), body: body})
+			if len(calls) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		t.Cleanup(srv.Close)
+		// Each attempt's clock is two minutes after the previous one's.
+		var attempts atomic.Int64
+		now := func() time.Time { return time.Now().Add(time.Duration(attempts.Add(1)-1) * 2 * time.Minute) }
+		secret := newSecret(t)
+		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, Secret: secret, Now: now})
+		require.NoError(t, err)
+		w := newWorker(t, db.DB, hook)
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		rec := reservationRecord(t, post)
+		require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			30*time.Second, 20*time.Millisecond)
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, calls, 2)
+		verifier, err := standardwebhooks.NewWebhook(secret)
+		require.NoError(t, err)
+		for _, c := range calls {
+			require.Equal(t, rec.Headers[event.HeaderEventID], c.header.Get(webhook.HeaderID))
+			require.Equal(t, c.header.Get("Idempotency-Key"), c.header.Get(webhook.HeaderID))
+			require.NoError(t, verifier.Verify(c.body, c.header))
+		}
+		first, err := strconv.ParseInt(calls[0].header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		second, err := strconv.ParseInt(calls[1].header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, second-first, int64(120), "the retry's timestamp is its own")
+		require.NotEqual(t, calls[0].header.Get(webhook.HeaderSignature), calls[1].header.Get(webhook.HeaderSignature))
+	})
 }

@@ -186,7 +186,7 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 	}
 	publisher := "record only"
 	if s.PublishWebhookURL != "" {
-		publisher = "webhook " + s.PublishWebhookURL
+		publisher = "webhook " + redactURL(s.PublishWebhookURL)
 		if s.WebhookSecret != "" {
 			publisher += fmt.Sprintf(" (signed, %d secrets)", len(strings.Fields(s.WebhookSecret)))
 		}
