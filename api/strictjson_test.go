@@ -75,3 +75,22 @@ func TestPostsReadScheduledAtStrictly(t *testing.T) {
 		}
 	})
 }
+
+// TestPostsReadScheduledAtWithLowerCaseTAndZ: RFC 3339 (section 5.6, its
+// note) lets "T" and "Z" be lower case, and JSON Schema validators of
+// format date-time accept them, so a client that checked its body against
+// /openapi.json must not get a 400 saying it is not RFC 3339.
+func TestPostsReadScheduledAtWithLowerCaseTAndZ(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		for at, want := range map[string]string{
+			"2030-01-03t00:00:00z":        "2030-01-03T00:00:00Z",
+			"2030-01-03t05:30:00.5+05:30": "2030-01-03T00:00:00.5Z",
+			"2030-01-03T00:00:00.25z":     "2030-01-03T00:00:00.25Z",
+		} {
+			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json",
+				`{"title":"t","content":"c","scheduledAt":"`+at+`"}`)
+			require.Equal(t, http.StatusCreated, resp.StatusCode, "%s: %s", at, body)
+			require.Equal(t, want, decodeObject(t, body)["scheduledAt"], at)
+		}
+	})
+}
