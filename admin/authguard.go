@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,14 +101,24 @@ func (a *authorized) refused(r *http.Request, source, outcome string) {
 	}
 }
 
-// sourceOf is the client's IP address, of the connection (a forwarded-for
-// header is the client's to forge).
+// sourceOf is the source the failure limit counts: the connection's IP
+// address (a forwarded-for header is the client's to forge); for IPv6 its
+// /64, as one host commonly holds a whole /64 and could take a new address
+// for each guess; an IPv4-mapped address is its IPv4 address.
 func sourceOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		host = r.RemoteAddr
 	}
-	return host
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is4() {
+		return addr.String()
+	}
+	return netip.PrefixFrom(addr, 64).Masked().String()
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header; the
@@ -124,9 +135,10 @@ func bearer(header string) (string, bool) {
 // failureCounter counts failures per source in fixed windows that start
 // at a source's first failure.
 type failureCounter struct {
-	limit  int
-	window time.Duration
-	now    func() time.Time
+	limit      int
+	window     time.Duration
+	now        func() time.Time
+	maxSources int // the sources remembered at most
 
 	mu      sync.Mutex
 	sources map[string]*failures
@@ -154,7 +166,7 @@ func (c *failureCounter) add(source string) {
 	now := c.now()
 	f, ok := c.sources[source]
 	if !ok || now.Sub(f.start) >= c.window {
-		if !ok && len(c.sources) >= maxSources {
+		if !ok && len(c.sources) >= c.maxSources {
 			c.forgetEnded(now)
 		}
 		f = &failures{start: now}
@@ -164,17 +176,27 @@ func (c *failureCounter) add(source string) {
 }
 
 // forgetEnded drops the sources whose window has ended; if none has, it
-// drops one anyway, so the map stays bounded.
+// drops one that is not blocked, and only if every source is blocked the
+// one whose window ends first, so the map stays bounded and failing once
+// from many addresses does not free a blocked source.
 func (c *failureCounter) forgetEnded(now time.Time) {
+	var open, first string
 	for s, f := range c.sources {
-		if now.Sub(f.start) >= c.window {
+		switch {
+		case now.Sub(f.start) >= c.window:
 			delete(c.sources, s)
+		case f.count < c.limit:
+			open = s
+		case first == "" || f.start.Before(c.sources[first].start):
+			first = s
 		}
 	}
-	for s := range c.sources {
-		if len(c.sources) < maxSources {
-			break
-		}
-		delete(c.sources, s)
+	if len(c.sources) < c.maxSources {
+		return
 	}
+	if open != "" {
+		delete(c.sources, open)
+		return
+	}
+	delete(c.sources, first)
 }

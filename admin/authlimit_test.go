@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -76,4 +77,39 @@ func TestShortAdminTokenRefused(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "admin.Config.Token", ce.Field)
 	require.NotContains(t, err.Error(), short)
+}
+
+// One host holds a whole IPv6 /64 (SLAAC, privacy addresses), so the
+// failure limit counts a /64 as one source: a guesser that takes a new
+// address of its prefix for each guess is still blocked after 5, while
+// another /64 is served. IPv4-mapped addresses count as their IPv4 one.
+func TestFailedAdminAuthenticationsCountAnIPv6PrefixAsOneSource(t *testing.T) {
+	t.Parallel()
+	logs := &logtest.Buffer{}
+	routes, err := admin.Routes(admin.Config{DB: databasetest.NewSQLite(t).DB, Token: token,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	h := routes["GET /admin/outbox/stats"]
+	send := func(remoteAddr, auth string) int {
+		req := httptest.NewRequest(http.MethodGet, "/admin/outbox/stats", nil)
+		req.RemoteAddr = remoteAddr
+		req.Header.Set("Authorization", auth)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	const guess = "Bearer guess-guess-guess-guess-guess-guess"
+	for i := range admin.DefaultAuthFailures {
+		require.Equal(t, http.StatusUnauthorized, send(fmt.Sprintf("[2001:db8:1:2::%x]:40000", i+1), guess))
+	}
+	require.Equal(t, http.StatusTooManyRequests, send("[2001:db8:1:2:ffff:ffff:ffff:ffff]:40000", "Bearer "+token),
+		"another address of the same /64")
+	require.Equal(t, http.StatusOK, send("[2001:db8:1:3::1]:40000", "Bearer "+token), "another /64 is served")
+	require.Contains(t, logs.String(), "source=2001:db8:1:2::/64")
+
+	for range admin.DefaultAuthFailures {
+		require.Equal(t, http.StatusUnauthorized, send("[::ffff:198.51.100.7]:40000", guess))
+	}
+	require.Equal(t, http.StatusTooManyRequests, send("198.51.100.7:40000", "Bearer "+token),
+		"an IPv4-mapped address is its IPv4 address")
 }
