@@ -437,9 +437,15 @@ func jsonError(err error) error {
 	var semantic *jsonv2.SemanticError
 	switch {
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntax):
-		name := syntax.JSONPointer.LastToken()
-		return &requestError{status: http.StatusBadRequest, field: name,
-			detail: fmt.Sprintf("field %q appears more than once", name)}
+		name, field := syntax.JSONPointer.LastToken(), topField(syntax.JSONPointer)
+		if name == field {
+			return &requestError{status: http.StatusBadRequest, field: field,
+				detail: fmt.Sprintf("field %q appears more than once", name)}
+		}
+		// A name repeated inside a field's value: the field is what the
+		// client can fix (its value must be a string anyway).
+		return &requestError{status: http.StatusBadRequest, field: field,
+			detail: fmt.Sprintf("field %q: name %q appears more than once in its value", field, name)}
 	case errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &semantic):
 		name := semantic.JSONPointer.LastToken()
 		return &requestError{status: http.StatusBadRequest, field: name, detail: fmt.Sprintf("unknown field %q", name)}
@@ -456,6 +462,15 @@ func jsonError(err error) error {
 	default:
 		return &requestError{status: http.StatusBadRequest, detail: "malformed JSON request body"}
 	}
+}
+
+// topField is the first token of p: the member of the request body that
+// holds the place p points to.
+func topField(p jsontext.Pointer) string {
+	for tok := range p.Tokens() {
+		return tok
+	}
+	return ""
 }
 
 // kindName names a JSON kind as a client writes it.

@@ -94,3 +94,24 @@ func TestPostsReadScheduledAtWithLowerCaseTAndZ(t *testing.T) {
 		}
 	})
 }
+
+// TestPostsNameTheTopFieldOfARepeatedNameInsideAValue: a name repeated
+// inside a field's value is refused naming the request's field (the one a
+// client can fix), not the inner name, which is no field of a post.
+func TestPostsNameTheTopFieldOfARepeatedNameInsideAValue(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		const at = `"scheduledAt":"2030-01-03T00:00:00Z"`
+		for body, field := range map[string]string{
+			`{"title":{"x":1,"x":2},"content":"c",` + at + `}`:        "title",
+			`{"title":"t","content":[{"a":1,"\u0061":2}],` + at + `}`: "content",
+		} {
+			postsBefore, _ := counts(t, e.db.DB)
+			resp, respBody := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", body)
+			p := requireProblem(t, resp, respBody, http.StatusBadRequest)
+			require.Equal(t, field, p.Field, body)
+			require.Contains(t, p.Detail, "appears more than once", body)
+			postsAfter, _ := counts(t, e.db.DB)
+			require.Equal(t, postsBefore, postsAfter, body)
+		}
+	})
+}
