@@ -68,24 +68,26 @@ func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	given, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		a.fail(w, r, source, AuthMissing, realm, "an Authorization: Bearer token is required")
-		return
-	}
 	// Comparing digests keeps the time independent of where the strings
 	// differ and of the token's length.
 	sum := sha256.Sum256([]byte(given))
+	if !ok {
+		a.fail(w, r, source, sum, AuthMissing, realm, "an Authorization: Bearer token is required")
+		return
+	}
 	if subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
-		a.fail(w, r, source, AuthInvalid, realm+`, error="invalid_token"`, "the bearer token is not valid")
+		a.fail(w, r, source, sum, AuthInvalid, realm+`, error="invalid_token"`, "the bearer token is not valid")
 		return
 	}
 	a.next.ServeHTTP(w, r)
 }
 
-// fail answers a failed authentication 401 and counts it against source.
-func (a *authorized) fail(w http.ResponseWriter, r *http.Request, source, outcome, challenge, detail string) {
+// fail answers a failed authentication 401 and counts it against source,
+// unless it is the same wrong token (sum) as the source's last failure.
+func (a *authorized) fail(w http.ResponseWriter, r *http.Request, source string, sum [sha256.Size]byte,
+	outcome, challenge, detail string) {
 	if a.failures != nil {
-		a.failures.add(source)
+		a.failures.add(source, sum)
 	}
 	a.refused(r, source, outcome)
 	w.Header().Set("WWW-Authenticate", challenge)
@@ -133,7 +135,10 @@ func bearer(header string) (string, bool) {
 }
 
 // failureCounter counts failures per source in fixed windows that start
-// at a source's first failure.
+// at a source's first failure. A failure with the same token as the
+// source's last one is no new guess and is not counted again: the console
+// sends several requests at once with the token typed, and a mistyped
+// token must not lock its operator out.
 type failureCounter struct {
 	limit      int
 	window     time.Duration
@@ -147,6 +152,7 @@ type failureCounter struct {
 type failures struct {
 	count int
 	start time.Time
+	last  [sha256.Size]byte // the digest of the last failed token
 }
 
 // blocked returns how long source must still wait, 0 if it may try.
@@ -160,11 +166,14 @@ func (c *failureCounter) blocked(source string) time.Duration {
 	return max(f.start.Add(c.window).Sub(c.now()), 0)
 }
 
-func (c *failureCounter) add(source string) {
+func (c *failureCounter) add(source string, sum [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	f, ok := c.sources[source]
+	if ok && now.Sub(f.start) < c.window && f.last == sum {
+		return // the same wrong token again: no new guess
+	}
 	if !ok || now.Sub(f.start) >= c.window {
 		if !ok && len(c.sources) >= c.maxSources {
 			c.forgetEnded(now)
@@ -173,6 +182,7 @@ func (c *failureCounter) add(source string) {
 		c.sources[source] = f
 	}
 	f.count++
+	f.last = sum
 }
 
 // forgetEnded drops the sources whose window has ended; if none has, it

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
@@ -16,12 +17,13 @@ func TestFailureCounterFullKeepsBlockedSources(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := &failureCounter{limit: 5, window: time.Minute, now: func() time.Time { return now },
 		maxSources: 4, sources: map[string]*failures{}}
-	for range 5 {
-		c.add("192.0.2.9")
+	guess := func(i int) [sha256.Size]byte { return sha256.Sum256([]byte(fmt.Sprint("guess-", i))) }
+	for i := range 5 {
+		c.add("192.0.2.9", guess(i))
 	}
 	require.Positive(t, c.blocked("192.0.2.9"))
 	for i := range 200 {
-		c.add(fmt.Sprintf("10.0.%d.%d", i/256, i%256))
+		c.add(fmt.Sprintf("10.0.%d.%d", i/256, i%256), guess(i))
 		require.LessOrEqual(t, len(c.sources), c.maxSources, "the counter's memory is bounded")
 	}
 	require.Positive(t, c.blocked("192.0.2.9"), "the blocked source is still blocked")

@@ -47,8 +47,8 @@ func TestFailedAdminAuthenticationsAreLimitedPerSource(t *testing.T) {
 	}
 	const guess = "Bearer guess-guess-guess-guess-guess-guess"
 	require.Equal(t, http.StatusUnauthorized, send("192.0.2.9", "").Code)
-	for range admin.DefaultAuthFailures - 1 {
-		rec := send("192.0.2.9", guess)
+	for i := range admin.DefaultAuthFailures - 1 {
+		rec := send("192.0.2.9", fmt.Sprint(guess, i))
 		require.Equal(t, http.StatusUnauthorized, rec.Code)
 		require.Equal(t, "close", rec.Header().Get("Connection"))
 	}
@@ -100,16 +100,60 @@ func TestFailedAdminAuthenticationsCountAnIPv6PrefixAsOneSource(t *testing.T) {
 	}
 	const guess = "Bearer guess-guess-guess-guess-guess-guess"
 	for i := range admin.DefaultAuthFailures {
-		require.Equal(t, http.StatusUnauthorized, send(fmt.Sprintf("[2001:db8:1:2::%x]:40000", i+1), guess))
+		require.Equal(t, http.StatusUnauthorized, send(fmt.Sprintf("[2001:db8:1:2::%x]:40000", i+1), fmt.Sprint(guess, i)))
 	}
 	require.Equal(t, http.StatusTooManyRequests, send("[2001:db8:1:2:ffff:ffff:ffff:ffff]:40000", "Bearer "+token),
 		"another address of the same /64")
 	require.Equal(t, http.StatusOK, send("[2001:db8:1:3::1]:40000", "Bearer "+token), "another /64 is served")
 	require.Contains(t, logs.String(), "source=2001:db8:1:2::/64")
 
-	for range admin.DefaultAuthFailures {
-		require.Equal(t, http.StatusUnauthorized, send("[::ffff:198.51.100.7]:40000", guess))
+	for i := range admin.DefaultAuthFailures {
+		require.Equal(t, http.StatusUnauthorized, send("[::ffff:198.51.100.7]:40000", fmt.Sprint(guess, i)))
 	}
 	require.Equal(t, http.StatusTooManyRequests, send("198.51.100.7:40000", "Bearer "+token),
 		"an IPv4-mapped address is its IPv4 address")
+}
+
+// The console signs in by sending its six first requests at once with the
+// token typed; a mistyped token is one wrong guess, not six, so the
+// operator who types it again correctly is served, not locked out for a
+// minute. Every refusal is still an audit line and counted.
+func TestARepeatedWrongAdminTokenCountsAsOneFailure(t *testing.T) {
+	t.Parallel()
+	logs := &logtest.Buffer{}
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	routes, err := admin.Routes(admin.Config{DB: databasetest.NewSQLite(t).DB, Token: token,
+		Logger:             slog.New(slog.NewTextHandler(logs, nil)),
+		ObserveAuthFailure: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	send := func(path, auth string) int {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.RemoteAddr = "192.0.2.20:40000"
+		req.Header.Set("Authorization", auth)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// The console's first requests (admin/console/console.js, load()).
+	signIn := []string{"/admin/outbox/stats", "/admin/outbox/history", "/admin/outbox?status=FAIL&limit=200",
+		"/admin/outbox?status=PENDING&limit=1000", "/admin/outbox?status=RETRY&limit=1000", "/admin/posts?limit=20"}
+	for _, path := range signIn {
+		require.Equal(t, http.StatusUnauthorized, send(path, "Bearer "+token+"x"), path)
+	}
+	for _, path := range signIn {
+		require.Equal(t, http.StatusOK, send(path, "Bearer "+token), path)
+	}
+	require.Equal(t, map[string]int{admin.AuthInvalid: len(signIn)}, outcomes)
+	require.Equal(t, len(signIn), strings.Count(logs.String(), "outcome=invalid"))
+
+	// Distinct wrong tokens are distinct guesses and still limited.
+	for i := range admin.DefaultAuthFailures - 1 {
+		require.Equal(t, http.StatusUnauthorized, send(signIn[0], fmt.Sprintf("Bearer guess-%d", i)))
+	}
+	require.Equal(t, http.StatusTooManyRequests, send(signIn[0], "Bearer "+token))
 }
