@@ -40,6 +40,19 @@ func TestPostsReadFieldNamesExactly(t *testing.T) {
 	})
 }
 
+// refusedDateTimes are date-times the API refuses, each with what the
+// refusal says.
+var refusedDateTimes = map[string]string{
+	"2030-01-03T00:00:00+24:00": "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00+23:60": "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00,5Z":    "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00.Z":     "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00+0100":  "must be an RFC 3339 date-time",
+	"2030-01-03 00:00:00Z":      "must be an RFC 3339 date-time",
+	"2030-02-30T00:00:00Z":      "must be an RFC 3339 date-time",
+	"2030-06-30T23:59:60Z":      "leap seconds are not accepted",
+}
+
 // TestPostsReadScheduledAtStrictly: scheduledAt is RFC 3339 and nothing
 // more (offset hour 00..23, minute 00..59, '.' before a fraction); a leap
 // second, valid syntax, is refused with its own reason. Valid offsets and
@@ -47,16 +60,7 @@ func TestPostsReadFieldNamesExactly(t *testing.T) {
 func TestPostsReadScheduledAtStrictly(t *testing.T) {
 	eachAPI(t, func(t *testing.T, e *apiEnv) {
 		create := func(at string) string { return `{"title":"t","content":"c","scheduledAt":"` + at + `"}` }
-		for at, detail := range map[string]string{
-			"2030-01-03T00:00:00+24:00": "must be an RFC 3339 date-time",
-			"2030-01-03T00:00:00+23:60": "must be an RFC 3339 date-time",
-			"2030-01-03T00:00:00,5Z":    "must be an RFC 3339 date-time",
-			"2030-01-03T00:00:00.Z":     "must be an RFC 3339 date-time",
-			"2030-01-03T00:00:00+0100":  "must be an RFC 3339 date-time",
-			"2030-01-03 00:00:00Z":      "must be an RFC 3339 date-time",
-			"2030-02-30T00:00:00Z":      "must be an RFC 3339 date-time",
-			"2030-06-30T23:59:60Z":      "leap seconds are not accepted",
-		} {
+		for at, detail := range refusedDateTimes {
 			postsBefore, _ := counts(t, e.db.DB)
 			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", create(at))
 			p := requireProblem(t, resp, body, http.StatusBadRequest)
