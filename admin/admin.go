@@ -134,7 +134,7 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 	var counter *failureCounter
 	if cfg.AuthFailures > 0 {
 		counter = &failureCounter{limit: cfg.AuthFailures, window: cfg.AuthFailureWindow, now: time.Now,
-			sources: map[string]*failures{}}
+			maxSources: maxSources, sources: map[string]*failures{}}
 	}
 	protect := func(h http.HandlerFunc) http.Handler {
 		return &authorized{tokenSum: tokenSum, next: h, failures: counter, log: s.log, observe: cfg.ObserveAuthFailure}

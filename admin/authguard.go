@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,24 +68,26 @@ func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	given, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
-		a.fail(w, r, source, AuthMissing, realm, "an Authorization: Bearer token is required")
-		return
-	}
 	// Comparing digests keeps the time independent of where the strings
 	// differ and of the token's length.
 	sum := sha256.Sum256([]byte(given))
+	if !ok {
+		a.fail(w, r, source, sum, AuthMissing, realm, "an Authorization: Bearer token is required")
+		return
+	}
 	if subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
-		a.fail(w, r, source, AuthInvalid, realm+`, error="invalid_token"`, "the bearer token is not valid")
+		a.fail(w, r, source, sum, AuthInvalid, realm+`, error="invalid_token"`, "the bearer token is not valid")
 		return
 	}
 	a.next.ServeHTTP(w, r)
 }
 
-// fail answers a failed authentication 401 and counts it against source.
-func (a *authorized) fail(w http.ResponseWriter, r *http.Request, source, outcome, challenge, detail string) {
+// fail answers a failed authentication 401 and counts it against source,
+// unless it is the same wrong token (sum) as the source's last failure.
+func (a *authorized) fail(w http.ResponseWriter, r *http.Request, source string, sum [sha256.Size]byte,
+	outcome, challenge, detail string) {
 	if a.failures != nil {
-		a.failures.add(source)
+		a.failures.add(source, sum)
 	}
 	a.refused(r, source, outcome)
 	w.Header().Set("WWW-Authenticate", challenge)
@@ -100,14 +103,24 @@ func (a *authorized) refused(r *http.Request, source, outcome string) {
 	}
 }
 
-// sourceOf is the client's IP address, of the connection (a forwarded-for
-// header is the client's to forge).
+// sourceOf is the source the failure limit counts: the connection's IP
+// address (a forwarded-for header is the client's to forge); for IPv6 its
+// /64, as one host commonly holds a whole /64 and could take a new address
+// for each guess; an IPv4-mapped address is its IPv4 address.
 func sourceOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		host = r.RemoteAddr
 	}
-	return host
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is4() {
+		return addr.String()
+	}
+	return netip.PrefixFrom(addr, 64).Masked().String()
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header; the
@@ -122,11 +135,15 @@ func bearer(header string) (string, bool) {
 }
 
 // failureCounter counts failures per source in fixed windows that start
-// at a source's first failure.
+// at a source's first failure. A failure with the same token as the
+// source's last one is no new guess and is not counted again: the console
+// sends several requests at once with the token typed, and a mistyped
+// token must not lock its operator out.
 type failureCounter struct {
-	limit  int
-	window time.Duration
-	now    func() time.Time
+	limit      int
+	window     time.Duration
+	now        func() time.Time
+	maxSources int // the sources remembered at most
 
 	mu      sync.Mutex
 	sources map[string]*failures
@@ -135,6 +152,7 @@ type failureCounter struct {
 type failures struct {
 	count int
 	start time.Time
+	last  [sha256.Size]byte // the digest of the last failed token
 }
 
 // blocked returns how long source must still wait, 0 if it may try.
@@ -148,33 +166,47 @@ func (c *failureCounter) blocked(source string) time.Duration {
 	return max(f.start.Add(c.window).Sub(c.now()), 0)
 }
 
-func (c *failureCounter) add(source string) {
+func (c *failureCounter) add(source string, sum [sha256.Size]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	f, ok := c.sources[source]
+	if ok && now.Sub(f.start) < c.window && f.last == sum {
+		return // the same wrong token again: no new guess
+	}
 	if !ok || now.Sub(f.start) >= c.window {
-		if !ok && len(c.sources) >= maxSources {
+		if !ok && len(c.sources) >= c.maxSources {
 			c.forgetEnded(now)
 		}
 		f = &failures{start: now}
 		c.sources[source] = f
 	}
 	f.count++
+	f.last = sum
 }
 
 // forgetEnded drops the sources whose window has ended; if none has, it
-// drops one anyway, so the map stays bounded.
+// drops one that is not blocked, and only if every source is blocked the
+// one whose window ends first, so the map stays bounded and failing once
+// from many addresses does not free a blocked source.
 func (c *failureCounter) forgetEnded(now time.Time) {
+	var open, first string
 	for s, f := range c.sources {
-		if now.Sub(f.start) >= c.window {
+		switch {
+		case now.Sub(f.start) >= c.window:
 			delete(c.sources, s)
+		case f.count < c.limit:
+			open = s
+		case first == "" || f.start.Before(c.sources[first].start):
+			first = s
 		}
 	}
-	for s := range c.sources {
-		if len(c.sources) < maxSources {
-			break
-		}
-		delete(c.sources, s)
+	if len(c.sources) < c.maxSources {
+		return
 	}
+	if open != "" {
+		delete(c.sources, open)
+		return
+	}
+	delete(c.sources, first)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -14,8 +15,9 @@ var errDateTime = errors.New("not an RFC 3339 date-time")
 
 // parseDateTime reads an RFC 3339 date-time (section 5.6) strictly, as
 // time.Parse does not: the offset's hour is 00..23 and its minute 00..59,
-// a fraction follows a '.', and 'T' and 'Z' are upper case. A leap second
-// (23:59:60Z) is errLeapSecond; any other refusal is errDateTime.
+// a fraction follows a '.'. 'T' and 'Z' may be lower case, as section 5.6's
+// note allows (and JSON Schema validators of format date-time accept). A
+// leap second (23:59:60Z) is errLeapSecond; any other refusal is errDateTime.
 func parseDateTime(s string) (time.Time, error) {
 	// YYYY-MM-DDTHH:MM:SS, then [.fraction], then Z or ±HH:MM.
 	const base = len("2006-01-02T15:04:05")
@@ -30,7 +32,7 @@ func parseDateTime(s string) (time.Time, error) {
 				return time.Time{}, errDateTime
 			}
 		case 10:
-			if c != 'T' {
+			if c != 'T' && c != 't' {
 				return time.Time{}, errDateTime
 			}
 		case 13, 16:
@@ -55,7 +57,7 @@ func parseDateTime(s string) (time.Time, error) {
 		rest = rest[n:]
 	}
 	switch {
-	case rest == "Z":
+	case rest == "Z" || rest == "z":
 	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':' &&
 		isDigit(rest[1]) && isDigit(rest[2]) && isDigit(rest[4]) && isDigit(rest[5]):
 		if two(rest[1:3]) > 23 || two(rest[4:6]) > 59 {
@@ -69,7 +71,8 @@ func parseDateTime(s string) (time.Time, error) {
 	}
 	// The grammar holds; time.Parse checks the ranges of the fields (month
 	// 1..12, the day in its month, hour 0..23, minute and second 0..59).
-	t, err := time.Parse(time.RFC3339Nano, s)
+	// time.Parse wants them upper case.
+	t, err := time.Parse(time.RFC3339Nano, s[:10]+"T"+strings.ToUpper(s[11:]))
 	if err != nil {
 		return time.Time{}, errDateTime
 	}

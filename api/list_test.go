@@ -176,3 +176,22 @@ func TestPostsListRefusesBadParameters(t *testing.T) {
 		}
 	})
 }
+
+// TestPostsListReadsScheduledBoundsAsStrictlyAsScheduledAt: scheduledFrom
+// and scheduledTo are read by the same strict RFC 3339 rules as a post's
+// scheduledAt: what the body refuses, the list refuses too, with the same
+// reasons, and what it accepts (lower-case t and z) the list accepts.
+func TestPostsListReadsScheduledBoundsAsStrictlyAsScheduledAt(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		for at, detail := range refusedDateTimes {
+			for _, name := range []string{"scheduledFrom", "scheduledTo"} {
+				resp, body := e.do(t, http.MethodGet, "/api/v1/posts?"+name+"="+url.QueryEscape(at), "", "")
+				p := requireProblem(t, resp, body, http.StatusBadRequest)
+				require.Equal(t, name, p.Field, at)
+				require.Contains(t, p.Detail, detail, at)
+			}
+		}
+		resp, body := e.do(t, http.MethodGet, "/api/v1/posts?scheduledFrom=2030-01-03t00:00:00z", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	})
+}

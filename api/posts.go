@@ -170,14 +170,14 @@ func listQuery(r *http.Request) (reservation.ListQuery, error) {
 		if s == "" {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339, s)
+		hint := ""
+		if strings.Contains(s, " ") {
+			// A literal "+02:00" in a query string reads as " 02:00".
+			hint = "; write + as %2B in a URL"
+		}
+		t, err := dateTimeValue(f.name, s, hint)
 		if err != nil {
-			reason := fmt.Sprintf("must be an RFC 3339 date-time such as 2030-01-02T15:04:05Z, got %q", s)
-			if strings.Contains(s, " ") {
-				// A literal "+02:00" in a query string reads as " 02:00".
-				reason += "; write + as %2B in a URL"
-			}
-			return query, fieldError(f.name, reason)
+			return query, err
 		}
 		*f.dst = t
 	}
@@ -346,14 +346,25 @@ func timeField(name string, raw jsontext.Value) (*time.Time, error) {
 	if err != nil || s == nil {
 		return nil, err
 	}
-	t, perr := parseDateTime(*s)
-	if errors.Is(perr, errLeapSecond) {
-		return nil, fieldError(name, fmt.Sprintf("is a leap second; leap seconds are not accepted, got %q", *s))
-	}
-	if perr != nil {
-		return nil, fieldError(name, fmt.Sprintf("must be an RFC 3339 date-time such as 2030-01-02T15:04:05Z, got %q", *s))
+	t, err := dateTimeValue(name, *s, "")
+	if err != nil {
+		return nil, err
 	}
 	return &t, nil
+}
+
+// dateTimeValue reads s, the value of the field or parameter name, as a
+// strict RFC 3339 date-time (parseDateTime); a refusal is a 400 naming it,
+// its reason followed by hint when there is one.
+func dateTimeValue(name, s, hint string) (time.Time, error) {
+	t, err := parseDateTime(s)
+	switch {
+	case errors.Is(err, errLeapSecond):
+		return t, fieldError(name, fmt.Sprintf("is a leap second; leap seconds are not accepted, got %q", s))
+	case err != nil:
+		return t, fieldError(name, fmt.Sprintf("must be an RFC 3339 date-time such as 2030-01-02T15:04:05Z, got %q%s", s, hint))
+	}
+	return t, nil
 }
 
 // pathID is the {id} of the path: a positive decimal integer.
@@ -437,9 +448,15 @@ func jsonError(err error) error {
 	var semantic *jsonv2.SemanticError
 	switch {
 	case errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntax):
-		name := syntax.JSONPointer.LastToken()
-		return &requestError{status: http.StatusBadRequest, field: name,
-			detail: fmt.Sprintf("field %q appears more than once", name)}
+		name, field := syntax.JSONPointer.LastToken(), topField(syntax.JSONPointer)
+		if name == field {
+			return &requestError{status: http.StatusBadRequest, field: field,
+				detail: fmt.Sprintf("field %q appears more than once", name)}
+		}
+		// A name repeated inside a field's value: the field is what the
+		// client can fix (its value must be a string anyway).
+		return &requestError{status: http.StatusBadRequest, field: field,
+			detail: fmt.Sprintf("field %q: name %q appears more than once in its value", field, name)}
 	case errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &semantic):
 		name := semantic.JSONPointer.LastToken()
 		return &requestError{status: http.StatusBadRequest, field: name, detail: fmt.Sprintf("unknown field %q", name)}
@@ -456,6 +473,15 @@ func jsonError(err error) error {
 	default:
 		return &requestError{status: http.StatusBadRequest, detail: "malformed JSON request body"}
 	}
+}
+
+// topField is the first token of p: the member of the request body that
+// holds the place p points to.
+func topField(p jsontext.Pointer) string {
+	for tok := range p.Tokens() {
+		return tok
+	}
+	return ""
 }
 
 // kindName names a JSON kind as a client writes it.

@@ -7,9 +7,8 @@ package httpserver
 import (
 	"net"
 	"net/http"
+	"sync"
 	"time"
-
-	"golang.org/x/net/netutil"
 
 	"github.com/postingsvc/posting/config"
 )
@@ -37,8 +36,10 @@ type Config struct {
 	// IdleTimeout closes a keep-alive connection that waits this long for
 	// its next request. Default 120s; MinTimeout..MaxTimeout.
 	IdleTimeout time.Duration
-	// MaxConns is the number of connections served at once; more wait in
-	// the listen queue until one closes. Default 1000; 1..MaxMaxConns.
+	// MaxConns is the number of connections served at once. A new
+	// connection beyond it closes the longest idle keep-alive connection to
+	// take its place; with none idle it waits until one closes or goes
+	// idle. Default 1000; 1..MaxMaxConns.
 	MaxConns int
 }
 
@@ -87,6 +88,7 @@ func New(ln net.Listener, h http.Handler, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	ll := newLimitListener(ln, cfg.MaxConns)
 	return &Server{
 		Server: &http.Server{
 			Addr:              ln.Addr().String(),
@@ -95,10 +97,128 @@ func New(ln net.Listener, h http.Handler, cfg Config) (*Server, error) {
 			ReadTimeout:       cfg.ReadTimeout,
 			WriteTimeout:      cfg.WriteTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
+			ConnState:         ll.connState,
 		},
-		ln: netutil.LimitListener(ln, cfg.MaxConns),
+		ln: ll,
 	}, nil
 }
 
 // Serve serves until Shutdown or Close, as http.Server.Serve does.
 func (s *Server) Serve() error { return s.Server.Serve(s.ln) }
+
+// limitListener serves at most cap(sem) connections at once. Unlike
+// netutil.LimitListener it does not let idle keep-alive connections keep
+// new clients out for the whole idle timeout: a connection accepted beyond
+// the limit closes the longest idle one (net/http reports the states
+// through ConnState), as the idle timeout would have.
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	idle    map[*limitConn]time.Time // since when each idle connection is idle
+	waiting bool                     // Accept holds a connection without a slot
+	wake    chan struct{}            // a connection went idle while waiting
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{}),
+		idle: map[*limitConn]time.Time{}, wake: make(chan struct{}, 1)}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case l.sem <- struct{}{}:
+			return l.admitted(c), nil
+		default:
+		}
+		l.mu.Lock()
+		l.waiting = true
+		victim := l.longestIdle()
+		l.mu.Unlock()
+		if victim != nil {
+			_ = victim.Close() // frees its slot
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return l.admitted(c), nil
+		case <-l.wake:
+		case <-l.done:
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// admitted wraps c, which holds a slot.
+func (l *limitListener) admitted(c net.Conn) net.Conn {
+	l.mu.Lock()
+	l.waiting = false
+	l.mu.Unlock()
+	return &limitConn{Conn: c, l: l}
+}
+
+// longestIdle removes and returns the connection idle the longest, nil if
+// none is; l.mu is held.
+func (l *limitListener) longestIdle() *limitConn {
+	var victim *limitConn
+	for c, since := range l.idle {
+		if victim == nil || since.Before(l.idle[victim]) {
+			victim = c
+		}
+	}
+	delete(l.idle, victim)
+	return victim
+}
+
+// connState is the http.Server's ConnState hook: it keeps the set of idle
+// connections.
+func (l *limitListener) connState(c net.Conn, state http.ConnState) {
+	lc, ok := c.(*limitConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if state != http.StateIdle {
+		delete(l.idle, lc)
+		return
+	}
+	l.idle[lc] = time.Now()
+	if l.waiting {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back when closed.
+type limitConn struct {
+	net.Conn
+	l         *limitListener
+	closeOnce sync.Once
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.idle, c)
+		c.l.mu.Unlock()
+		<-c.l.sem
+	})
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"testing"
@@ -15,45 +16,105 @@ import (
 	"github.com/postingsvc/posting/httpserver"
 )
 
-// With MaxConns 1, a second connection is not served while the first is
-// open, and is served once it closes.
-func TestMaxConnsBoundsConnectionsServed(t *testing.T) {
-	t.Parallel()
+// startServer serves h with cfg on a loopback port and returns its address.
+func startServer(t *testing.T, cfg httpserver.Config, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	cfg := httpserver.DefaultConfig()
-	cfg.MaxConns = 1
-	srv, err := httpserver.New(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = fmt.Fprint(w, "ok")
-	}), cfg)
+	srv, err := httpserver.New(ln, h, cfg)
 	require.NoError(t, err)
 	go func() { _ = srv.Serve() }()
 	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
 
-	get := func(c net.Conn) error {
-		if _, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-			return err
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			return err
-		}
-		return resp.Body.Close()
+// get sends a GET of path on c and reads its answer.
+func get(c net.Conn, r *bufio.Reader, path string) (*http.Response, error) {
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
+		return nil, err
 	}
-	first, err := net.Dial("tcp", ln.Addr().String())
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp, errors.Join(err, resp.Body.Close())
+}
+
+// With MaxConns 1, a second connection is not served while the first one's
+// request is in progress, and is served once it ends.
+func TestMaxConnsBoundsConnectionsServed(t *testing.T) {
+	t.Parallel()
+	cfg := httpserver.DefaultConfig()
+	cfg.MaxConns = 1
+	entered, release := make(chan struct{}), make(chan struct{})
+	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		_, _ = fmt.Fprint(w, "ok")
+	}))
+	first, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	require.NoError(t, get(first))
-	second, err := net.Dial("tcp", ln.Addr().String()) // accepted by the kernel, not by the server
+	defer first.Close()
+	firstDone := make(chan error, 1)
+	go func() { _, err := get(first, bufio.NewReader(first), "/slow"); firstDone <- err }()
+	<-entered
+	second, err := net.Dial("tcp", addr) // accepted by the kernel, not served
 	require.NoError(t, err)
 	defer second.Close()
 	require.NoError(t, second.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
+	r := bufio.NewReader(second)
+	_, err = get(second, r, "/")
 	var netErr net.Error
-	require.True(t, errors.As(get(second), &netErr) && netErr.Timeout(), "second connection served while the first is open")
+	require.True(t, errors.As(err, &netErr) && netErr.Timeout(), "second connection served while the first is busy")
 
-	require.NoError(t, first.Close())
+	close(release)
+	require.NoError(t, <-firstDone)
 	require.NoError(t, second.SetReadDeadline(time.Now().Add(30*time.Second)))
-	resp, err := http.ReadResponse(bufio.NewReader(second), nil) // the request sent above
+	resp, err := http.ReadResponse(r, nil) // the request sent above
 	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// Connections that sit idle between requests do not keep a new client out:
+// at MaxConns a new connection is served at once, the longest idle one is
+// closed to make room, and the others keep being served.
+func TestIdleConnectionsGiveWayAtMaxConns(t *testing.T) {
+	t.Parallel()
+	cfg := httpserver.DefaultConfig()
+	cfg.MaxConns = 2
+	cfg.IdleTimeout = time.Hour
+	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, "ok")
+	}))
+	var idle []net.Conn
+	var readers []*bufio.Reader
+	for range cfg.MaxConns {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		r := bufio.NewReader(c)
+		_, err = get(c, r, "/")
+		require.NoError(t, err)
+		idle, readers = append(idle, c), append(readers, r)
+	}
+
+	next, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer next.Close()
+	// A guard, not the assertion: without room made it waits an hour.
+	require.NoError(t, next.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := get(next, bufio.NewReader(next), "/")
+	require.NoError(t, err, "a new client served while idle connections fill MaxConns")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	require.NoError(t, idle[0].SetReadDeadline(time.Now().Add(30*time.Second)))
+	_, err = readers[0].ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the longest idle connection was closed")
+	resp, err = get(idle[1], readers[1], "/")
+	require.NoError(t, err, "the other idle connection is still served")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
 
