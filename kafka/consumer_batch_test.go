@@ -1,8 +1,6 @@
 package kafka
 
 import (
-	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -11,68 +9,9 @@ import (
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/inbox/inboxtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
-
-// batchTestHandler is a consumerTestHandler that also takes batches: it
-// records each batch's size; with block set, a batch (or a single event)
-// waits for the session to end (the process dies before its commit); with failBatches, that many
-// batches fail first (the consumer then handles their events one at a time).
-type batchTestHandler struct {
-	consumerTestHandler
-	block       bool
-	failBatches int
-	entered     chan struct{} // receives when a batch starts, if set
-	bmu         sync.Mutex
-	sizes       []int
-}
-
-func (h *batchTestHandler) HandleBatch(ctx context.Context, evs []inbox.Event) ([]error, error) {
-	h.bmu.Lock()
-	h.sizes = append(h.sizes, len(evs))
-	fail := h.failBatches > 0
-	h.failBatches--
-	h.bmu.Unlock()
-	if h.entered != nil {
-		select {
-		case h.entered <- struct{}{}:
-		default:
-		}
-	}
-	if h.block {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	if fail {
-		return nil, errors.New("batch test: database down")
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, evs...)
-	return make([]error, len(evs)), nil
-}
-
-func (h *batchTestHandler) Handle(ctx context.Context, ev inbox.Event) error {
-	if h.block {
-		_, err := h.HandleBatch(ctx, []inbox.Event{ev})
-		return err
-	}
-	return h.consumerTestHandler.Handle(ctx, ev)
-}
-
-func (h *batchTestHandler) batchSizes() []int {
-	h.bmu.Lock()
-	defer h.bmu.Unlock()
-	return append([]int(nil), h.sizes...)
-}
-
-func eventIDs(evs []inbox.Event) []string {
-	ids := make([]string, len(evs))
-	for i, ev := range evs {
-		ids[i] = ev.EventID
-	}
-	return ids
-}
 
 // The messages waiting in a partition go to the handler as batches, in
 // offset order; a consumer that dies while a batch is being handled (before
@@ -97,10 +36,10 @@ func TestConsumerCommitsABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 	b.Produce(t, recs...)
 	const group = "consumer-test-batch"
 
-	dying := &batchTestHandler{block: true, entered: make(chan struct{}, 1)}
+	dying := &inboxtest.Recorder{Block: true, Entered: make(chan struct{}, 1)}
 	c1 := consumerTestStart(t, b.Addr, group, dying, nil)
 	select {
-	case <-dying.entered:
+	case <-dying.Entered:
 	case <-time.After(20 * time.Second):
 		t.Fatal("no batch reached the handler")
 	}
@@ -108,7 +47,7 @@ func TestConsumerCommitsABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 
 	var mu sync.Mutex
 	malformed := 0
-	h := &batchTestHandler{}
+	h := &inboxtest.Recorder{}
 	c2 := consumerTestStart(t, b.Addr, group, h, func(_, outcome string) {
 		if outcome == "malformed" {
 			mu.Lock()
@@ -116,9 +55,10 @@ func TestConsumerCommitsABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	require.Eventually(t, func() bool { return len(h.snapshot()) >= n }, 20*time.Second, 20*time.Millisecond)
-	require.Equal(t, want, eventIDs(h.snapshot()), "every event again, once, in offset order")
-	sizes := h.batchSizes()
+	require.Eventually(t, func() bool { return len(h.EventIDs()) >= n }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, want, h.EventIDs(), "every event again, once, in offset order")
+	sizes := h.Sizes()
+	require.NotEmpty(t, sizes, "no batch")
 	require.Less(t, len(sizes), n, "the waiting messages came in batches: %v", sizes)
 	for _, s := range sizes {
 		require.LessOrEqual(t, s, inbox.MaxBatch)
@@ -130,10 +70,10 @@ func TestConsumerCommitsABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 
 	sentinel := consumerTestRecord(n+1, 3)
 	b.Produce(t, sentinel)
-	next := &batchTestHandler{}
+	next := &inboxtest.Recorder{}
 	consumerTestStart(t, b.Addr, group, next, nil)
-	require.Eventually(t, func() bool { return len(next.snapshot()) >= 1 }, 20*time.Second, 20*time.Millisecond)
-	require.Equal(t, []string{sentinel.Headers[event.HeaderEventID]}, eventIDs(next.snapshot()),
+	require.Eventually(t, func() bool { return len(next.EventIDs()) >= 1 }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, []string{sentinel.Headers[event.HeaderEventID]}, next.EventIDs(),
 		"the handled batches' offsets were committed")
 }
 
@@ -149,13 +89,10 @@ func TestConsumerHandlesAFailedBatchOneAtATime(t *testing.T) {
 		recs = append(recs, r)
 		want = append(want, r.Headers[event.HeaderEventID])
 	}
-	h := &batchTestHandler{failBatches: 1 << 30}
-	h.failFirst = map[string]int{want[len(want)-1]: 1} // the last one fails once more on its own
+	h := &inboxtest.Recorder{FailBatches: 1 << 30, FailFirst: map[string]int{want[len(want)-1]: 1}} // the last one fails once more on its own
 	b.Produce(t, recs...)
 	consumerTestStart(t, b.Addr, "consumer-test-batch-fail", h, nil)
-	require.Eventually(t, func() bool { return len(h.snapshot()) >= len(want) }, 20*time.Second, 20*time.Millisecond)
-	require.Equal(t, want, eventIDs(h.snapshot()))
-	h.mu.Lock()
-	require.Equal(t, 2, h.calls[want[len(want)-1]], "the last event was retried on its own")
-	h.mu.Unlock()
+	require.Eventually(t, func() bool { return len(h.EventIDs()) >= len(want) }, 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, want, h.EventIDs())
+	require.Equal(t, 2, h.Calls(want[len(want)-1]), "the last event was retried on its own")
 }

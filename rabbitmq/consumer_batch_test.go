@@ -8,66 +8,15 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/inbox/inboxtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 )
-
-// batchHandler records the batches it is given; with block set, a batch
-// (or a single event) waits for the consumer to end (the process dies before
-// its commit).
-type batchHandler struct {
-	block   bool
-	entered chan struct{}
-
-	mu     sync.Mutex
-	events []string
-	sizes  []int
-}
-
-func (h *batchHandler) Handle(ctx context.Context, ev inbox.Event) error {
-	if h.block {
-		_, err := h.HandleBatch(ctx, []inbox.Event{ev})
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.events = append(h.events, ev.EventID)
-	return nil
-}
-
-func (h *batchHandler) HandleBatch(ctx context.Context, evs []inbox.Event) ([]error, error) {
-	h.mu.Lock()
-	h.sizes = append(h.sizes, len(evs))
-	h.mu.Unlock()
-	if h.entered != nil {
-		select {
-		case h.entered <- struct{}{}:
-		default:
-		}
-	}
-	if h.block {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, ev := range evs {
-		h.events = append(h.events, ev.EventID)
-	}
-	return make([]error, len(evs)), nil
-}
-
-func (h *batchHandler) snapshot() (events []string, sizes []int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.events...), append([]int(nil), h.sizes...)
-}
 
 // The deliveries waiting on the queue go to the handler as batches, in
 // queue order, and are acknowledged only after the handler committed: a
@@ -115,10 +64,10 @@ func TestConsumerAcknowledgesABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 		return c
 	}
 
-	dying := &batchHandler{block: true, entered: make(chan struct{}, 1)}
+	dying := &inboxtest.Recorder{Block: true, Entered: make(chan struct{}, 1)}
 	c1 := start(dying, nil)
 	select {
-	case <-dying.entered:
+	case <-dying.Entered:
 	case <-time.After(20 * time.Second):
 		t.Fatal("no batch reached the handler")
 	}
@@ -126,7 +75,7 @@ func TestConsumerAcknowledgesABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 
 	var mu sync.Mutex
 	malformed := 0
-	h := &batchHandler{}
+	h := &inboxtest.Recorder{}
 	c2 := start(h, func(_, outcome string) {
 		if outcome == "malformed" {
 			mu.Lock()
@@ -134,13 +83,11 @@ func TestConsumerAcknowledgesABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	if !assert.Eventually(t, func() bool { evs, _ := h.snapshot(); return len(evs) >= n }, 20*time.Second, 20*time.Millisecond) {
-		evs, sizes := h.snapshot()
-		t.Fatalf("%d events, sizes %v", len(evs), sizes)
-	}
-	evs, sizes := h.snapshot()
+	require.Eventually(t, func() bool { return len(h.EventIDs()) >= n }, 20*time.Second, 20*time.Millisecond)
+	evs, sizes := h.EventIDs(), h.Sizes()
 	require.Len(t, evs, n, "every message again, once")
 	require.Equal(t, byPost(want), byPost(evs), "each post's messages in order")
+	require.NotEmpty(t, sizes, "no batch")
 	require.Less(t, len(sizes), n, "the waiting messages came in batches: %v", sizes)
 	for _, size := range sizes {
 		require.LessOrEqual(t, size, inbox.MaxBatch)
@@ -154,7 +101,7 @@ func TestConsumerAcknowledgesABatchOnlyAfterTheHandlerCommitted(t *testing.T) {
 	for _, err := range s.Send(context.Background(), []outbox.Message{sentinel}) {
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { evs, _ := h.snapshot(); return len(evs) > n }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(h.EventIDs()) > n }, 20*time.Second, 20*time.Millisecond)
 	c2.Stop()
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true})
 	require.NoError(t, err)
