@@ -21,14 +21,22 @@ import (
 // seq (none when 0), with its own event id.
 func sequencedEvent(t *testing.T, seq int64) inbox.Event {
 	t.Helper()
+	return postEvent(t, 42, seq)
+}
+
+// postEvent decodes a reservation event of post whose value carries seq
+// (none when 0), with its own event id.
+func postEvent(t *testing.T, post, seq int64) inbox.Event {
+	t.Helper()
 	id := uuid.Must(uuid.NewV7()).String()
 	value := strings.ReplaceAll(testValue, testID, id)
+	value = strings.Replace(value, `"postId":42`, `"postId":`+strconv.FormatInt(post, 10), 1)
 	if seq > 0 {
 		value = string(event.WithSequence([]byte(value), seq))
 	}
 	h := testHeaders()
 	h[event.HeaderEventID] = id
-	ev, err := inbox.Decode([]byte("42"), h, []byte(value))
+	ev, err := inbox.Decode([]byte(strconv.FormatInt(post, 10)), h, []byte(value))
 	require.NoError(t, err)
 	require.Equal(t, seq, ev.Sequence)
 	return ev

@@ -319,7 +319,10 @@ func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	return nil
 }
 
-// ConsumeClaim handles one partition's messages in order.
+// ConsumeClaim handles one partition's messages in order: the messages
+// fetched and waiting when one arrives, up to inbox.MaxBatch, go to the
+// handler together (one transaction with an inbox.BatchHandler), and the
+// last of them is marked only once they are all handled.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	ctx := sess.Context()
 	for {
@@ -330,18 +333,86 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			if !ok {
 				return nil
 			}
-			if !h.handle(ctx, msg) {
-				return nil // the session ends; the message was not marked
+			batch := append(make([]*sarama.ConsumerMessage, 0, 16), msg)
+		more:
+			for len(batch) < inbox.MaxBatch {
+				select {
+				case m, ok := <-claim.Messages():
+					if !ok {
+						break more // the next receive ends the loop
+					}
+					batch = append(batch, m)
+				default:
+					break more
+				}
 			}
-			sess.MarkMessage(msg, "")
+			if !h.handleBatch(ctx, batch) {
+				return nil // the session ends; the batch was not marked
+			}
+			sess.MarkMessage(batch[len(batch)-1], "")
 		}
 	}
 }
 
-// handle decodes msg and hands it to the handler until it is settled:
-// handled, or skipped as malformed. It returns false when ctx ended first.
-func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) bool {
-	c := h.c
+// handleBatch settles msgs (handled, or skipped as malformed), in one call
+// of an inbox.BatchHandler when the handler is one; when that call fails,
+// the messages are handled one at a time, which retries each until it is
+// settled. It returns false when ctx ended first.
+func (h *groupHandler) handleBatch(ctx context.Context, msgs []*sarama.ConsumerMessage) bool {
+	bh, ok := h.c.handler.(inbox.BatchHandler)
+	if !ok || len(msgs) == 1 {
+		return h.handleEach(ctx, msgs)
+	}
+	evs := make([]inbox.Event, 0, len(msgs))
+	decoded := make([]decodedMessage, 0, len(msgs))
+	for _, msg := range msgs {
+		d := decode(msg)
+		if d.err != nil {
+			h.c.skip(d.headers, d.where, d.err)
+			continue
+		}
+		evs, decoded = append(evs, d.ev), append(decoded, d)
+	}
+	if len(evs) == 0 {
+		return true
+	}
+	malformed, err := bh.HandleBatch(ctx, evs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		h.c.log.Warn("batch handling failed; handling its events one at a time", "partition", msgs[0].Partition,
+			"first_offset", msgs[0].Offset, "last_offset", msgs[len(msgs)-1].Offset, "err", err)
+		return h.handleEach(ctx, msgs)
+	}
+	for i, merr := range malformed {
+		if merr != nil {
+			h.c.skip(decoded[i].headers, decoded[i].where, merr)
+		}
+	}
+	return true
+}
+
+// handleEach settles msgs one at a time, in order.
+func (h *groupHandler) handleEach(ctx context.Context, msgs []*sarama.ConsumerMessage) bool {
+	for _, msg := range msgs {
+		if !h.handle(ctx, msg) {
+			return false
+		}
+	}
+	return true
+}
+
+// decodedMessage is a message decoded for the handler: its event (when err
+// is nil), its headers and its coordinates for logs.
+type decodedMessage struct {
+	ev      inbox.Event
+	headers map[string]string
+	where   []any
+	err     error
+}
+
+func decode(msg *sarama.ConsumerMessage) decodedMessage {
 	headers := make(map[string]string, len(msg.Headers))
 	for _, rh := range msg.Headers {
 		if rh != nil {
@@ -354,8 +425,17 @@ func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) 
 		ev.Topic, ev.Partition, ev.Offset = msg.Topic, msg.Partition, msg.Offset
 		where = append(where, "event_id", ev.EventID, "event_type", ev.Type, "post_id", ev.PostID)
 	}
-	if err != nil {
-		c.skip(headers, where, err)
+	return decodedMessage{ev: ev, headers: headers, where: where, err: err}
+}
+
+// handle decodes msg and hands it to the handler until it is settled:
+// handled, or skipped as malformed. It returns false when ctx ended first.
+func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) bool {
+	c := h.c
+	d := decode(msg)
+	headers, where, ev := d.headers, d.where, d.ev
+	if d.err != nil {
+		c.skip(headers, where, d.err)
 		return true
 	}
 	// One event's own retries, not jittered: the partition waits on them.

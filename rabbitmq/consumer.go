@@ -43,8 +43,11 @@ type ConsumerConfig struct {
 	// consumer declares and reads; "<Queue>.dead" receives malformed
 	// messages. Required (the worker group).
 	Queue string
-	// Prefetch bounds the unacknowledged messages delivered at once.
-	// Default 64; 1 to 10000.
+	// Prefetch bounds the unacknowledged messages delivered at once. The
+	// messages waiting together, up to inbox.MaxBatch (500), are handled
+	// in one batch and acknowledged with one multiple ack after its commit;
+	// the default, two batches, lets the next batch arrive while one
+	// commits. Default 1000; 1 to 10000.
 	Prefetch int
 	// DialTimeout bounds opening the TCP connection. Default 3s; 100ms to 1m.
 	DialTimeout time.Duration
@@ -73,7 +76,7 @@ type ConsumerConfig struct {
 func DefaultConsumerConfig() ConsumerConfig {
 	return ConsumerConfig{
 		Exchange:      DefaultExchange,
-		Prefetch:      64,
+		Prefetch:      2 * inbox.MaxBatch,
 		DialTimeout:   3 * time.Second,
 		Heartbeat:     10 * time.Second,
 		ProbeInterval: time.Second,
@@ -287,6 +290,22 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}
+	// The library hands deliveries over one at a time: a buffer the size
+	// of the prefetch lets the messages that arrived together be taken
+	// together, as one batch.
+	buffered := make(chan amqp.Delivery, c.cfg.Prefetch)
+	sessionDone := make(chan struct{})
+	defer close(sessionDone)
+	go func() {
+		defer close(buffered)
+		for d := range deliveries {
+			select {
+			case buffered <- d:
+			case <-sessionDone:
+				return
+			}
+		}
+	}()
 	b.Reset() // the broker answered
 	c.mu.Lock()
 	c.conn = conn
@@ -315,7 +334,7 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 			if !active {
 				c.sendProbe(ctx, ch)
 			}
-		case d, ok := <-deliveries:
+		case d, ok := <-buffered:
 			if !ok {
 				return errors.New("rabbitmq channel closed")
 			}
@@ -343,12 +362,31 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 				}
 				continue
 			}
-			settled, err := c.handle(ctx, d)
+			batch := append(make([]amqp.Delivery, 0, 16), d)
+		more:
+			for len(batch) < inbox.MaxBatch {
+				select {
+				case m, ok := <-buffered:
+					if !ok {
+						break more // the next receive ends the session
+					}
+					if m.Type == probeType {
+						if err := m.Ack(false); err != nil {
+							return err
+						}
+						continue
+					}
+					batch = append(batch, m)
+				default:
+					break more
+				}
+			}
+			settled, err := c.handleBatch(ctx, batch)
 			if err != nil {
 				return err
 			}
 			if !settled {
-				return ctx.Err() // unacknowledged: the broker requeues it
+				return ctx.Err() // unacknowledged: the broker requeues them
 			}
 		}
 	}
@@ -363,11 +401,89 @@ func (c *Consumer) sendProbe(ctx context.Context, ch *amqp.Channel) {
 	}
 }
 
-// handle decodes d and hands it to the handler until it is settled:
-// acknowledged after the handler committed, or rejected to the dead-letter
-// queue as malformed. It returns false when ctx ended first, and an error
-// when the acknowledgement could not be sent (the channel is gone).
-func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) (bool, error) {
+// handleBatch settles ds, the deliveries waiting together (in queue
+// order), in one call of an inbox.BatchHandler when the handler is one:
+// after it committed, the malformed ones are dead-lettered and the rest
+// acknowledged with one multiple ack. When that call fails, the deliveries
+// are handled one at a time, which retries each until it is settled. It
+// returns false when ctx ended first, and an error when an acknowledgement
+// could not be sent.
+func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) (bool, error) {
+	bh, ok := c.handler.(inbox.BatchHandler)
+	if !ok || len(ds) == 1 {
+		return c.handleEach(ctx, ds)
+	}
+	evs := make([]inbox.Event, 0, len(ds))
+	decoded := make([]decodedDelivery, 0, len(ds))
+	var dead []decodedDelivery
+	for _, d := range ds {
+		dd := c.decode(d)
+		if dd.err != nil {
+			dead = append(dead, dd)
+			continue
+		}
+		evs, decoded = append(evs, dd.ev), append(decoded, dd)
+	}
+	if len(evs) > 0 {
+		malformed, err := bh.HandleBatch(ctx, evs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			c.log.Warn("batch handling failed; handling its events one at a time", "deliveries", len(ds),
+				"first_delivery_tag", ds[0].DeliveryTag, "last_delivery_tag", ds[len(ds)-1].DeliveryTag, "err", err)
+			return c.handleEach(ctx, ds)
+		}
+		var last *amqp.Delivery // the last delivery to acknowledge
+		for i, merr := range malformed {
+			if merr != nil {
+				decoded[i].err = merr
+				dead = append(dead, decoded[i])
+			} else {
+				last = &decoded[i].d
+			}
+		}
+		// Dead-letter first: the multiple ack would acknowledge them.
+		for _, dd := range dead {
+			if err := c.deadLetter(dd); err != nil {
+				return false, err
+			}
+		}
+		if last != nil {
+			return true, last.Ack(true)
+		}
+		return true, nil
+	}
+	for _, dd := range dead {
+		if err := c.deadLetter(dd); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// handleEach settles ds one at a time, in order.
+func (c *Consumer) handleEach(ctx context.Context, ds []amqp.Delivery) (bool, error) {
+	for _, d := range ds {
+		settled, err := c.handle(ctx, d)
+		if err != nil || !settled {
+			return settled, err
+		}
+	}
+	return true, nil
+}
+
+// decodedDelivery is a delivery decoded for the handler: its event (when
+// err is nil), its headers and its coordinates for logs.
+type decodedDelivery struct {
+	d       amqp.Delivery
+	ev      inbox.Event
+	headers map[string]string
+	where   []any
+	err     error
+}
+
+func (c *Consumer) decode(d amqp.Delivery) decodedDelivery {
 	headers := make(map[string]string, len(d.Headers))
 	for k, v := range d.Headers {
 		if s, ok := v.(string); ok {
@@ -380,9 +496,27 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) (bool, error) {
 		ev.Topic, ev.Partition, ev.Offset = c.cfg.Queue, Partition, int64(d.DeliveryTag)
 		where = append(where, "event_id", ev.EventID, "event_type", ev.Type, "post_id", ev.PostID)
 	}
+	return decodedDelivery{d: d, ev: ev, headers: headers, where: where, err: err}
+}
+
+// deadLetter logs and counts a malformed delivery and rejects it to the
+// dead-letter queue.
+func (c *Consumer) deadLetter(dd decodedDelivery) error {
+	c.observe(dd.headers[event.HeaderEventType], "malformed")
+	c.log.Error("malformed message dead-lettered", append(dd.where, "dead_letter_queue", DeadQueue(c.cfg.Queue), "err", dd.err)...)
+	return dd.d.Nack(false, false)
+}
+
+// handle decodes d and hands it to the handler until it is settled:
+// acknowledged after the handler committed, or rejected to the dead-letter
+// queue as malformed. It returns false when ctx ended first, and an error
+// when the acknowledgement could not be sent (the channel is gone).
+func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) (bool, error) {
+	dd := c.decode(d)
+	err := dd.err
 	retry := backoff.Backoff{Base: c.cfg.RetryBase, Max: c.cfg.RetryMax, Exact: true}
 	for err == nil {
-		err = c.handler.Handle(ctx, ev)
+		err = c.handler.Handle(ctx, dd.ev)
 		switch {
 		case err == nil:
 			return true, d.Ack(false)
@@ -390,18 +524,17 @@ func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) (bool, error) {
 		case ctx.Err() != nil:
 			return false, nil
 		default:
-			c.observe(string(ev.Type), "error")
+			c.observe(string(dd.ev.Type), "error")
 			pause := retry.Next()
-			c.log.Warn("event handling failed; trying again", append(where, "err", err, "pause", pause)...)
+			c.log.Warn("event handling failed; trying again", append(dd.where, "err", err, "pause", pause)...)
 			if !backoff.Sleep(ctx, pause) {
 				return false, nil
 			}
 			err = nil
 		}
 	}
-	c.observe(headers[event.HeaderEventType], "malformed")
-	c.log.Error("malformed message dead-lettered", append(where, "dead_letter_queue", DeadQueue(c.cfg.Queue), "err", err)...)
-	return true, d.Nack(false, false)
+	dd.err = err
+	return true, c.deadLetter(dd)
 }
 
 func (c *Consumer) observe(eventType, outcome string) {

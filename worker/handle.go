@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -29,15 +30,44 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 	ctx, span := w.tracer().Start(telemetry.WithTraceparent(ctx, ev.Traceparent), "process "+string(ev.Type),
 		trace.WithSpanKind(trace.SpanKindConsumer))
 	err := w.handle(ctx, ev)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("messaging.message.id", ev.EventID), attribute.Int64("posting.post_id", ev.PostID),
-			attribute.String("messaging.destination.name", ev.Topic), attribute.Int64("messaging.kafka.offset", ev.Offset))
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-		}
-	}
-	span.End()
+	endSpan(span, ev, err)
 	return err
+}
+
+// plan is what an event asks of the worker: a publication to schedule (a
+// reservation), or a pending one to cancel (a CANCELLED posting event), or
+// nothing (other posting events are only recorded).
+type plan struct {
+	pub    *Publication
+	cancel bool
+}
+
+// planFor reads what ev asks for; an error wraps inbox.ErrMalformed. The
+// publication is written at now and continues ctx's trace.
+func planFor(ctx context.Context, ev inbox.Event, now time.Time) (plan, error) {
+	switch ev.Type {
+	case event.ReservationEvent:
+		var f event.ReservationEventFields
+		if err := ev.Fields(&f); err != nil {
+			return plan{}, err
+		}
+		if f.ScheduledAt.IsZero() {
+			return plan{}, fmt.Errorf("%w: reservation event %s has no scheduledAt", inbox.ErrMalformed, ev.EventID)
+		}
+		pub := &Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
+			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
+		if tp := telemetry.Traceparent(ctx); tp != "" {
+			pub.Traceparent = &tp // the publication continues this trace, even after a restart
+		}
+		return plan{pub: pub}, nil
+	case event.PostingEvent:
+		var f event.PostingEventFields
+		if err := ev.Fields(&f); err != nil {
+			return plan{}, err
+		}
+		return plan{cancel: f.Action == event.ActionCancelled}, nil
+	}
+	return plan{}, nil
 }
 
 func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
@@ -47,55 +77,30 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 	if err != nil {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
-	var (
-		effect    func(tx *gorm.DB) error
-		after     func()
-		cancelled bool // the effect settled a pending publication CANCELLED
-	)
-	switch ev.Type {
-	case event.ReservationEvent:
-		var f event.ReservationEventFields
-		if err := ev.Fields(&f); err != nil {
-			return err
-		}
-		if f.ScheduledAt.IsZero() {
-			return fmt.Errorf("%w: reservation event %s has no scheduledAt", inbox.ErrMalformed, ev.EventID)
-		}
-		pub := Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
-			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
-		if tp := telemetry.Traceparent(ctx); tp != "" {
-			pub.Traceparent = &tp // the publication continues this trace, even after a restart
-		}
-		effect = func(tx *gorm.DB) error {
-			// A post has one reservation event (its dedup key), so a row for
-			// the post is this event's, written before.
-			return tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&pub).Error
-		}
-		after = func() { w.arm(pub, false) }
-	case event.PostingEvent:
-		var f event.PostingEventFields
-		if err := ev.Fields(&f); err != nil {
-			return err
-		}
-		if f.Action != event.ActionCancelled {
-			break
-		}
-		effect = func(tx *gorm.DB) error {
-			var err error
-			cancelled, err = settle(tx, ev.PostID, PublicationCancelled, now, nil)
-			return err
-		}
-		after = func() { w.disarm(ev.PostID) }
+	p, err := planFor(ctx, ev, now)
+	if err != nil {
+		return err
 	}
+	var cancelled bool // the effect settled a pending publication CANCELLED
 	outcomeIn, err := inbox.Process(ctx, w.db, w.cfg.Consumer, ev, now, func(tx *gorm.DB) error {
-		if effect == nil {
-			return nil
+		var err error
+		switch {
+		case p.pub != nil:
+			err = createPublications(tx, []Publication{*p.pub})
+		case p.cancel:
+			cancelled, err = settle(tx, ev.PostID, PublicationCancelled, now, nil)
 		}
-		return effect(tx)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
+	w.handled(ev, p, outcomeIn, cancelled)
+	return nil
+}
+
+// handled does what follows an event's commit: timers, and the observers.
+func (w *Worker) handled(ev inbox.Event, p plan, outcomeIn inbox.Outcome, cancelled bool) {
 	outcome := OutcomeProcessed
 	switch outcomeIn {
 	case inbox.Duplicate:
@@ -106,13 +111,16 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 		if w.cfg.ObserveConsumed != nil {
 			w.cfg.ObserveConsumed(string(ev.Type), OutcomeOutOfOrder)
 		}
-		return nil
+		return
 	}
 	// Also after a duplicate: the first delivery's commit may have
 	// succeeded with its answer lost, leaving no timer. Arming is a no-op
 	// for an armed post, and PublishDue reads the publication's state.
-	if after != nil {
-		after()
+	switch {
+	case p.pub != nil:
+		w.arm(*p.pub, false)
+	case p.cancel:
+		w.disarm(ev.PostID)
 	}
 	if cancelled {
 		w.observeSettled(PublicationCancelled)
@@ -120,5 +128,98 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 	if w.cfg.ObserveConsumed != nil {
 		w.cfg.ObserveConsumed(string(ev.Type), outcome)
 	}
+}
+
+// createPublications writes pubs PENDING. A post has one reservation event
+// (its dedup key), so a row for the post is this event's, written before.
+func createPublications(tx *gorm.DB, pubs []Publication) error {
+	if len(pubs) == 0 {
+		return nil
+	}
+	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&pubs).Error; err != nil {
+		return fmt.Errorf("schedule %d publications: %w", len(pubs), err)
+	}
 	return nil
 }
+
+// HandleBatch processes evs (events of one partition, in order) in one
+// transaction (inbox.ProcessBatch): the inbox rows, the publications of the
+// reservations (one insert for a run of them) and the cancellations, in the
+// events' order. Malformed events are skipped and reported in malformed;
+// timers are armed, and observers told, after the commit. Each event has its
+// span "process <event type>", as with Handle.
+func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed []error, err error) {
+	now, err := w.dbNow(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("process %d events: %w", len(evs), err)
+	}
+	malformed = make([]error, len(evs))
+	plans := make([]plan, 0, len(evs))
+	good := make([]inbox.Event, 0, len(evs))
+	spans := make([]trace.Span, 0, len(evs))
+	for i, ev := range evs {
+		sctx, span := w.tracer().Start(telemetry.WithTraceparent(ctx, ev.Traceparent), "process "+string(ev.Type),
+			trace.WithSpanKind(trace.SpanKindConsumer))
+		p, err := planFor(sctx, ev, now)
+		if err != nil {
+			malformed[i] = err
+			endSpan(span, ev, err)
+			continue
+		}
+		plans, good, spans = append(plans, p), append(good, ev), append(spans, span)
+	}
+	var cancelled map[int64]bool // posts whose pending publication this batch cancelled
+	var outcomes []inbox.Outcome
+	if len(good) > 0 {
+		outcomes, err = inbox.ProcessBatch(ctx, w.db, w.cfg.Consumer, good, now, func(tx *gorm.DB, apply []int) error {
+			cancelled = map[int64]bool{}
+			var run []Publication // reservations since the last cancellation
+			for _, i := range apply {
+				p := plans[i]
+				switch {
+				case p.pub != nil:
+					run = append(run, *p.pub)
+				case p.cancel:
+					if err := createPublications(tx, run); err != nil {
+						return err
+					}
+					run = run[:0]
+					ok, err := settle(tx, good[i].PostID, PublicationCancelled, now, nil)
+					if err != nil {
+						return err
+					}
+					cancelled[good[i].PostID] = cancelled[good[i].PostID] || ok
+				}
+			}
+			return createPublications(tx, run)
+		})
+	}
+	for i, span := range spans {
+		endSpan(span, good[i], err)
+	}
+	if err != nil {
+		return malformed, fmt.Errorf("process %d events: %w", len(good), err)
+	}
+	for i, ev := range good {
+		w.handled(ev, plans[i], outcomes[i], plans[i].cancel && cancelled[ev.PostID])
+		if plans[i].cancel {
+			delete(cancelled, ev.PostID) // observed once
+		}
+	}
+	return malformed, nil
+}
+
+// endSpan ends the span of handling ev, with err.
+func endSpan(span trace.Span, ev inbox.Event, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.message.id", ev.EventID), attribute.Int64("posting.post_id", ev.PostID),
+			attribute.String("messaging.destination.name", ev.Topic), attribute.Int64("messaging.kafka.offset", ev.Offset))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// The consumers hand a fetched batch to HandleBatch.
+var _ inbox.BatchHandler = (*Worker)(nil)

@@ -11,15 +11,18 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
@@ -63,6 +66,10 @@ type Config struct {
 	Publisher worker.Publisher
 	// Timeout bounds the wait for every post to be published. Default 5m.
 	Timeout time.Duration
+	// RabbitMQURL, if set, carries the events through that RabbitMQ broker
+	// (a fresh exchange and worker queue, deleted after the run) instead of
+	// an in-process Kafka-protocol broker.
+	RabbitMQURL string
 	// Logger receives the components' logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -146,18 +153,6 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 	start := time.Now()
 
 	log := cfg.Logger
-	broker, err := kafka.StartEmbedded(kafka.EmbeddedConfig{Addr: "127.0.0.1:0", Partitions: cfg.Partitions}, log)
-	if err != nil {
-		return Result{}, err
-	}
-	defer broker.Close()
-	brokers := []string{broker.Addr()}
-	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: broker.Topic()}, log)
-	if err != nil {
-		return Result{}, err
-	}
-	defer func() { _ = producer.Close() }()
-
 	var stops []func()
 	defer func() {
 		for _, stop := range slices.Backward(stops) {
@@ -169,15 +164,11 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	stops = append(stops, w.Stop)
-	consumer, err := kafka.NewConsumer(kafka.ConsumerConfig{Brokers: brokers, Topic: broker.Topic(), GroupID: "spike"}, w, log)
+	sender, err := startBroker(ctx, cfg, w, &stops)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := consumer.Start(ctx); err != nil {
-		return Result{}, err
-	}
-	stops = append(stops, consumer.Stop)
-	rel, err := relay.New(outbox.NewStore(&database.DB{DB: db, Dialect: database.DialectOf(db)}), producer,
+	rel, err := relay.New(outbox.NewStore(&database.DB{DB: db, Dialect: database.DialectOf(db)}), sender,
 		relay.Config{InstanceID: "spike", BatchSize: cfg.RelayBatchSize, Interval: cfg.RelayInterval, Logger: log})
 	if err != nil {
 		return Result{}, err
@@ -229,6 +220,72 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 		}
 	}
 	return lags(ctx, db, res)
+}
+
+// startBroker starts the broker side of a spike: an in-process Kafka broker,
+// a producer and a consumer group feeding w; or, with cfg.RabbitMQURL, a
+// fresh exchange and worker queue on that broker, a sender and a consumer.
+// It appends what stops them to stops and returns the relay's sender.
+func startBroker(ctx context.Context, cfg Config, w *worker.Worker, stops *[]func()) (relay.Sender, error) {
+	log := cfg.Logger
+	if cfg.RabbitMQURL != "" {
+		suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+		exchange, queue := "spike-events-"+suffix, "spike-worker-"+suffix
+		if err := rabbitmq.DeclareQueue(ctx, cfg.RabbitMQURL, exchange, queue, 3*time.Second); err != nil {
+			return nil, err
+		}
+		*stops = append(*stops, func() { deleteRabbitMQ(cfg.RabbitMQURL, exchange, queue) })
+		sender, err := rabbitmq.NewSender(rabbitmq.Config{URL: cfg.RabbitMQURL, Exchange: exchange}, log)
+		if err != nil {
+			return nil, err
+		}
+		*stops = append(*stops, func() { _ = sender.Close() })
+		consumer, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: cfg.RabbitMQURL, Exchange: exchange, Queue: queue}, w, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := consumer.Start(ctx); err != nil {
+			return nil, err
+		}
+		*stops = append(*stops, consumer.Stop)
+		return sender, nil
+	}
+	broker, err := kafka.StartEmbedded(kafka.EmbeddedConfig{Addr: "127.0.0.1:0", Partitions: cfg.Partitions}, log)
+	if err != nil {
+		return nil, err
+	}
+	*stops = append(*stops, broker.Close)
+	brokers := []string{broker.Addr()}
+	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: brokers, Topic: broker.Topic()}, log)
+	if err != nil {
+		return nil, err
+	}
+	*stops = append(*stops, func() { _ = producer.Close() })
+	consumer, err := kafka.NewConsumer(kafka.ConsumerConfig{Brokers: brokers, Topic: broker.Topic(), GroupID: "spike"}, w, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := consumer.Start(ctx); err != nil {
+		return nil, err
+	}
+	*stops = append(*stops, consumer.Stop)
+	return producer, nil
+}
+
+// deleteRabbitMQ deletes a spike's exchange, queue and dead-letter queue.
+func deleteRabbitMQ(url, exchange, queue string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	_, _ = ch.QueueDelete(queue, false, false, false)
+	_, _ = ch.QueueDelete(rabbitmq.DeadQueue(queue), false, false, false)
+	_ = ch.ExchangeDelete(exchange, false, false)
 }
 
 // seed inserts posts RESERVED posts due at one instant dueIn after the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/reservation/spike"
 )
 
@@ -17,10 +18,20 @@ import (
 // scheduler, relay and worker on each database: every post is published,
 // and none before its time by the database's clock.
 func TestRunPublishesEveryPostNoneEarly(t *testing.T) {
+	runPublishesEveryPostNoneEarly(t, "")
+}
+
+// The same through RabbitMQ: the worker's queue, its batches and multiple
+// acks.
+func TestRunThroughRabbitMQPublishesEveryPostNoneEarly(t *testing.T) {
+	runPublishesEveryPostNoneEarly(t, rabbitmqtest.URL(t))
+}
+
+func runPublishesEveryPostNoneEarly(t *testing.T, rabbitMQURL string) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		res, err := spike.Run(context.Background(), db.DB, spike.Config{Posts: 300, DueIn: 3 * time.Second,
-			SchedulerSpec: "@every 1s", RelayInterval: 100 * time.Millisecond, Timeout: 2 * time.Minute})
+			SchedulerSpec: "@every 1s", RelayInterval: 100 * time.Millisecond, Timeout: 2 * time.Minute, RabbitMQURL: rabbitMQURL})
 		require.NoError(t, err)
 		require.Equal(t, 300, res.Posts)
 		require.GreaterOrEqual(t, res.Min, time.Duration(0), "a post was published before its time: %s", res)
@@ -41,7 +52,11 @@ func TestRunRefusesADatabaseWithPosts(t *testing.T) {
 	require.ErrorIs(t, err, spike.ErrNotEmpty)
 }
 
-var spikePosts = flag.Int("spike.posts", 20000, "posts due in the same second in BenchmarkSpike")
+var (
+	spikePosts    = flag.Int("spike.posts", 20000, "posts due in the same second in BenchmarkSpike")
+	spikeDueIn    = flag.Duration("spike.due-in", 30*time.Second, "how long after they are seeded the posts are due in BenchmarkSpike")
+	spikeRabbitMQ = flag.Bool("spike.rabbitmq", false, "BenchmarkSpike through RabbitMQ (POSTING_TEST_RABBITMQ_URL or the local broker) instead of the in-process Kafka broker")
+)
 
 // BenchmarkSpike measures the publication lag of spike.Posts posts due in the
 // same second, on each database, with the service's settings (scheduler
@@ -54,7 +69,11 @@ func BenchmarkSpike(b *testing.B) {
 				b.StopTimer()
 				db := databasetest.New(b, d)
 				b.StartTimer()
-				res, err := spike.Run(context.Background(), db.DB, spike.Config{Posts: *spikePosts})
+				cfg := spike.Config{Posts: *spikePosts, DueIn: *spikeDueIn, Timeout: *spikeDueIn + 5*time.Minute}
+				if *spikeRabbitMQ {
+					cfg.RabbitMQURL = rabbitmqtest.URL(b)
+				}
+				res, err := spike.Run(context.Background(), db.DB, cfg)
 				if err != nil {
 					b.Fatal(err)
 				}
