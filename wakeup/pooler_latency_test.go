@@ -11,8 +11,6 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
-	"github.com/postingsvc/posting/kafka"
-	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -56,18 +54,7 @@ func benchPooled(b *testing.B, pooled, listen, own bool) {
 	if pooled {
 		url = pgbouncertest.Start(b, direct, pgbouncertest.Transaction)
 	}
-	open := func() *database.DB {
-		db, err := database.Open(url, "")
-		require.NoError(b, err)
-		b.Cleanup(func() { _ = db.Close() })
-		return db
-	}
-	relayDB := open()
-	databasetest.Migrate(b, relayDB)
-	broker := kafkatest.Start(b)
-	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic}, slog.New(slog.DiscardHandler))
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = producer.Close() })
+	writer, relayDB, producer, broker := twoInstancesAt(b, url)
 	r, err := relay.New(outbox.NewStore(relayDB), producer, relay.Config{InstanceID: "relay", Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(b, err)
 	require.NoError(b, r.Start(context.Background()))
@@ -84,5 +71,5 @@ func benchPooled(b *testing.B, pooled, listen, own bool) {
 		commitToBroker(b, database.WithCommitWaker(relayDB.DB, r.Wake), broker)
 		return
 	}
-	commitToBroker(b, open().DB, broker)
+	commitToBroker(b, writer.DB, broker)
 }
