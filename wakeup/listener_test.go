@@ -145,7 +145,12 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 // broker.
 func twoInstances(t testing.TB) (writer, relayDB *database.DB, producer *kafka.Producer, broker *kafkatest.Broker) {
 	t.Helper()
-	url := databasetest.URL(t, database.PostgreSQL, "wakeup")
+	return twoInstancesAt(t, databasetest.URL(t, database.PostgreSQL, "wakeup"))
+}
+
+// twoInstancesAt is twoInstances on the database of url.
+func twoInstancesAt(t testing.TB, url string) (writer, relayDB *database.DB, producer *kafka.Producer, broker *kafkatest.Broker) {
+	t.Helper()
 	open := func() *database.DB {
 		db, err := database.Open(url, "")
 		require.NoError(t, err)

@@ -68,3 +68,39 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 		require.False(t, strings.Contains(out, "level=ERROR"), out)
 	}
 }
+
+// serve and a worker through PgBouncer in transaction pooling with no
+// direct URL: serve logs the one pooled-LISTEN warning and carries on, its
+// relay woken by its own commits and polling, and every post created
+// through it is published once.
+func TestServeThroughPgBouncerWithoutDirectURLWarnsOnceAndPublishesEveryPost(t *testing.T) {
+	t.Parallel()
+	const posts = 20
+	direct := databasetest.PostgresURL(t, "e2epgbnodirect")
+	pooled := pgbouncertest.Start(t, direct, pgbouncertest.Transaction)
+	b := kafkatest.Start(t)
+	hook, hookCalls := countingWebhook(t)
+	common := []string{"POSTING_DATABASE_URL=" + pooled, "POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir()}
+	addr := freeAddr(t)
+	serve := startServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=pgb-solo",
+		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_API_WRITE_RATE=off"}, common...)...)
+	workerAddr := freeAddr(t)
+	wk := startBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-solo-worker",
+		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
+
+	start := time.Now().Truncate(time.Second)
+	for i := range posts {
+		createPost(t, serve.http, start.Add(5*time.Second+time.Duration(i)*5*time.Second/posts))
+	}
+	db := waitPublished(t, direct, posts, 2*time.Minute)
+	var pubs []worker.Publication
+	require.NoError(t, db.DB.Find(&pubs).Error)
+	require.Len(t, pubs, posts)
+	requireOneCallPerPost(t, hookCalls(), posts)
+
+	out := serve.out.String()
+	require.Equal(t, 1, strings.Count(out, "pooler in transaction mode"), out)
+	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL", out)
+	require.NotContains(t, out, "level=ERROR", out)
+	require.NotContains(t, wk.out.String(), "level=ERROR", wk.out.String())
+}
