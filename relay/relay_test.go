@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
@@ -498,4 +500,284 @@ func TestOutageEndsAtTheFirstSuccessfulPing(t *testing.T) {
 		return b.row(t, rows[0].ID).Status == outbox.StatusSent && b.row(t, rows[1].ID).Status == outbox.StatusSent
 	}, time.Second, 5*time.Millisecond, "the relay waited for its backoff instead of pinging")
 	t.Logf("sent %s after the broker came back", time.Since(back).Round(time.Millisecond))
+}
+
+// Commits wake the local relay (its interval here is an hour, so only a
+// wake can make it poll); a storm of commits while it is busy sending is
+// folded into a few polls, and neither the storm nor commits after Stop
+// ever wait for the relay.
+func TestCommitWakesAreCoalescedAndNeverBlockTheWriter(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		send := relaytest.NewSender()
+		r, err := New(outbox.NewStore(db), send, Config{InstanceID: "a", Interval: time.Hour,
+			OutageBackoffMax: time.Hour, StaleAfter: 3 * time.Hour})
+		require.NoError(t, err)
+		writers := database.WithCommitWaker(db.DB, r.Wake)
+		appendPost := func(post int64) error {
+			return database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+				_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, post, time.Now(), nil))
+				return err
+			})
+		}
+		sent := func() int64 { return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] }
+
+		r.Wake() // before Start: kept, harmless
+		require.NoError(t, r.Start(ctx))
+		t.Cleanup(r.Stop)
+
+		require.NoError(t, appendPost(1))
+		require.Eventually(t, func() bool { return sent() == 1 }, 30*time.Second, 5*time.Millisecond, "a commit wakes the relay")
+
+		// The relay is stuck in a send; 1,000 commits from 4 writers go on.
+		release := send.Hold()
+		require.NoError(t, appendPost(2))
+		<-send.Entered()
+		calls := send.Calls()
+		var wg sync.WaitGroup
+		errs := make(chan error, 1000)
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 250 {
+					errs <- appendPost(int64(100 + w*250 + i))
+				}
+			}()
+		}
+		stormed := make(chan struct{})
+		go func() { wg.Wait(); close(stormed) }()
+		select {
+		case <-stormed:
+		case <-time.After(time.Minute):
+			release()
+			t.Fatal("writers waited for the relay stuck in its send")
+		}
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		release()
+		require.Eventually(t, func() bool { return sent() == 1002 }, time.Minute, 10*time.Millisecond)
+		// 1,000 rows are 10 full batches; wakes add a few polls, not one each.
+		require.Less(t, send.Calls()-calls, 30, "wakes not coalesced")
+
+		r.Stop()
+		done := make(chan error, 1)
+		go func() {
+			r.Wake()
+			done <- appendPost(3)
+		}()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a commit after Stop waited for the relay")
+		}
+	})
+}
+
+// A pipelined poll writes the results of the batch it sent only once the
+// claim of the next batch, run beside the send, has returned. When that
+// claim hangs on the database (here: a row lock on a deferred
+// acknowledgement it writes; in production a lock wait, a dropped
+// connection that has not timed out yet), the batch already sent stays
+// PROCESSING for as long, past the stale limit, and another instance would
+// recover it and send it a second time with a retry spent. The claim of a
+// batch that would be released unsent anyway once older than a tenth of
+// StaleAfter must not be waited for longer than that.
+func TestSlowNextClaimDoesNotHoldTheSentBatch(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		if db.Dialect == database.SQLite {
+			t.Skip("SQLite's one write lock holds the batch's own write as well; the row lock is MySQL's and PostgreSQL's")
+		}
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 6, 1)
+		r := b.relay(t, "pump", func(c *Config) { c.BatchSize = 2; c.StaleAfter = 2 * time.Second })
+
+		// Rows 1,2 sent (their SENT deferred to the next claim), rows 3,4
+		// claimed for the next poll.
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4, res.Claimed)
+		require.Equal(t, 2, res.Deferred)
+
+		// The next claim writes rows 1,2's SENT first: it waits for this lock.
+		release := holdWrites(t, db, rows[0].ID)
+		done := make(chan error, 1)
+		go func() { _, err := r.Pump(ctx); done <- err }()
+		var pumpErr error
+		select {
+		case pumpErr = <-done:
+		case <-time.After(10 * r.Config().StaleAfter):
+			release()
+			<-done
+			t.Fatalf("the poll that sent rows 3,4 waited %s for the next claim: past the stale limit %s",
+				10*r.Config().StaleAfter, r.Config().StaleAfter)
+		}
+		require.ErrorContains(t, pumpErr, "claim the next batch")
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID}, b.send.SentIDs())
+		release()
+
+		// What the timed-out claim left is written by the next polls; each
+		// event goes out once, no retry spent.
+		pumpUntilIdle(t, ctx, r, 10)
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 6}, relaytest.CountByStatus(t, db.DB))
+		for _, m := range rows {
+			require.Zero(t, b.row(t, m.ID).RetryCount, "row %d", m.ID)
+		}
+	})
+}
+
+// holdWrites makes the next write of row wait until release: on MySQL a
+// row lock on it (PostgreSQL too), on SQLite the file's write lock.
+func holdWrites(t *testing.T, db *database.DB, row int64) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	conn, err := sqlDB.Conn(ctx)
+	require.NoError(t, err)
+	if db.Dialect == database.SQLite {
+		_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		require.NoError(t, err)
+	} else {
+		_, err = conn.ExecContext(ctx, "BEGIN")
+		require.NoError(t, err)
+		_, err = conn.ExecContext(ctx, fmt.Sprintf("SELECT id FROM outbox WHERE id = %d FOR UPDATE", row))
+		require.NoError(t, err)
+	}
+	done := false
+	release = func() {
+		if done {
+			return
+		}
+		done = true
+		_, err := conn.ExecContext(ctx, "COMMIT")
+		require.NoError(t, err)
+		require.NoError(t, conn.Close())
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// A claim is stamped with the time it was taken, not the time its poll
+// began: when the poll waits on the database before claiming (here: stale
+// recovery waits for a lock another transaction holds), another instance
+// must not take the fresh claim for stale and send its rows a second time
+// with a retry spent while the first relay is still sending them.
+func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		var ids []int64
+		for p := int64(1); p <= 3; p++ {
+			m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, p, time.Now(), nil))
+			require.NoError(t, err)
+			ids = append(ids, m.ID)
+		}
+		// A claim left by a dead instance, out of retries: recovery makes it FAIL.
+		dead, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 99, time.Now(), nil))
+		require.NoError(t, err)
+		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", dead.ID).Updates(map[string]any{
+			"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": time.Now().Add(-time.Hour),
+			"retry_count": 3, "version": gorm.Expr("version + 1")}).Error)
+
+		send := relaytest.NewSender()
+		proceed := send.Hold() // a's send waits, so that b polls while it is in flight
+		newRelay := func(id string) *Relay {
+			r, err := New(outbox.NewStore(db), send, Config{InstanceID: id, Interval: 10 * time.Millisecond,
+				StaleAfter: 2 * time.Second, RetryBase: 10 * time.Millisecond})
+			require.NoError(t, err)
+			return r
+		}
+		a, b := newRelay("a"), newRelay("b")
+
+		release := holdWrites(t, db, dead.ID)
+		aDone := make(chan error, 1)
+		go func() { _, err := a.RunOnce(ctx); aDone <- err }()
+		time.Sleep(2500 * time.Millisecond) // longer than StaleAfter: what the lock makes a's poll wait
+		release()
+
+		// b polls while a sends the rows it has just claimed.
+		select {
+		case <-send.Entered():
+		case <-time.After(30 * time.Second):
+			t.Fatal("a never sent")
+		}
+		resB, err := b.RunOnce(ctx)
+		require.NoError(t, err)
+		proceed()
+		require.NoError(t, <-aDone)
+		for range 50 { // let b finish whatever it took
+			if _, err := b.RunOnce(ctx); err != nil {
+				require.NoError(t, err)
+			}
+		}
+
+		require.Zero(t, resB.Recovered, "b recovered a's live claims as stale")
+		for _, id := range ids {
+			var m outbox.Message
+			require.NoError(t, db.DB.First(&m, id).Error)
+			require.Equal(t, outbox.StatusSent, m.Status, "row %d", id)
+			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", id, m.LastError)
+			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", id)
+		}
+	})
+}
+
+// Four relays running their pipelined loops on one backlog, with the broker
+// rejecting the first attempt of every third event (RETRY, due again after
+// a short backoff) and wakes arriving all the while, send every event once
+// and keep per-post order: no later event of a post overtakes one waiting
+// to be retried, whichever relay claimed it and whichever batch (the one
+// in the air or the one claimed beside it) held it.
+func TestPipelinedRelaysKeepPerPostOrderAcrossRejections(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		rows := b.appendRounds(t, 40, 5)
+		b.send.SetPause(time.Millisecond)
+		attempts := map[int64]int{} // read and written under the sender's lock
+		b.send.Reject(func(m outbox.Message) error {
+			attempts[m.ID]++
+			if m.ID%3 == 0 && attempts[m.ID] == 1 {
+				return errRejected
+			}
+			return nil
+		})
+		var relays []*Relay
+		for i := range 4 {
+			r, err := New(outbox.NewStore(db), b.send, Config{InstanceID: "r" + string(rune('a'+i)),
+				Interval: 20 * time.Millisecond, BatchSize: 7, StaleAfter: time.Minute,
+				RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+			require.NoError(t, err)
+			relays = append(relays, r)
+		}
+		for _, r := range relays {
+			require.NoError(t, r.Start(context.Background()))
+			t.Cleanup(r.Stop)
+		}
+		require.Eventually(t, func() bool {
+			for _, r := range relays {
+				r.Wake()
+			}
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+		}, 2*time.Minute, 10*time.Millisecond)
+		for _, r := range relays {
+			r.Stop()
+		}
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+		for _, m := range rows {
+			want := 0
+			if m.ID%3 == 0 {
+				want = 1
+			}
+			require.Equal(t, want, b.row(t, m.ID).RetryCount, "row %d", m.ID)
+		}
+	})
 }
