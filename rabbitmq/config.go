@@ -110,22 +110,13 @@ func (cfg Config) Validate() error {
 func ValidateURL(field, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return config.Invalid(field, redact(raw), "%w", err)
+		return config.Invalid(field, config.RedactURL(raw), "%w", err)
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return config.Invalid(field, redact(raw), "want amqp://user:pass@host:5672/vhost or amqps://")
+		return config.Invalid(field, config.RedactURL(raw), "want amqp://user:pass@host:5672/vhost or amqps://")
 	}
 	if u.Host == "" {
-		return config.Invalid(field, redact(raw), "no host")
+		return config.Invalid(field, config.RedactURL(raw), "no host")
 	}
 	return nil
-}
-
-// redact hides a URL's password, for logs and error messages.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	return u.Redacted()
 }

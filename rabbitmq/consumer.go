@@ -195,13 +195,13 @@ func (c *Consumer) Ping(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil || c.conn.IsClosed() {
-		return fmt.Errorf("rabbitmq consumer not connected to %s", redact(c.cfg.URL))
+		return fmt.Errorf("rabbitmq consumer not connected to %s", config.RedactURL(c.cfg.URL))
 	}
 	return nil
 }
 
 func (c *Consumer) run(ctx context.Context) {
-	c.log.Info("consumer started", "url", redact(c.cfg.URL))
+	c.log.Info("consumer started", "url", config.RedactURL(c.cfg.URL))
 	defer c.log.Info("consumer stopped")
 	b := &backoff.Backoff{Base: c.cfg.ReconnectBase, Max: c.cfg.ReconnectMax}
 	for ctx.Err() == nil {

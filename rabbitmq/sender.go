@@ -20,6 +20,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/outbox"
@@ -325,13 +326,13 @@ func (s *Sender) channel(ctx context.Context) (*amqp.Connection, []lane, net.Con
 	conn, sock, lanes, err := s.open(ctx)
 	if err != nil {
 		s.nextDial = time.Now().Add(s.redial.Next())
-		return nil, nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, redact(s.cfg.URL), err)
+		return nil, nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, config.RedactURL(s.cfg.URL), err)
 	}
 	s.redial.Reset()
 	s.conn, s.sock, s.lanes = conn, sock, lanes
 	if !s.connected {
 		s.connected = true
-		s.logger.Info("rabbitmq sender connected", "url", redact(s.cfg.URL), "exchange", s.cfg.Exchange, "channels", len(lanes))
+		s.logger.Info("rabbitmq sender connected", "url", config.RedactURL(s.cfg.URL), "exchange", s.cfg.Exchange, "channels", len(lanes))
 	}
 	return conn, lanes, sock, nil
 }
