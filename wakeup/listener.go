@@ -97,7 +97,7 @@ type Listener struct {
 	// listening, if set, is called each time LISTEN has been run on a new
 	// connection (tests wait for it).
 	listening func()
-	probed    bool // the first connection's delivery check is done
+	probed    bool // a probe notification was delivered
 }
 
 // errNotDelivered is listen's error when the probe notification did not
@@ -172,10 +172,13 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 		l.listening()
 	}
 	if l.cfg.Notify != nil && !l.probed {
-		l.probed = true
+		// Only a delivered probe settles the check: one that could not be
+		// sent (the pool down) or whose connection broke proves nothing,
+		// and the next connection probes again.
 		if err := l.probe(ctx, conn); err != nil {
 			return err
 		}
+		l.probed = true
 	}
 	// Rows appended while nobody listened (start, reconnection) are due now.
 	l.cfg.Wake()
