@@ -97,6 +97,30 @@ func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.
 	require.Contains(t, logs.String(), "pooler in transaction mode")
 }
 
+// A probe whose send used up the wait (a busy pool handing over a
+// connection only as the wait ends) is no sign of a pooler: on a direct
+// server the listener gets its own wait for the delivery, stays up without
+// a warning, and wakes.
+func TestListenerOnDirectServerDoesNotWarnWhenTheProbeSendIsSlow(t *testing.T) {
+	t.Parallel()
+	db, err := database.Open(databasetest.PostgresURL(t, ""), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	notify := func(ctx context.Context, payload string) error {
+		<-ctx.Done()
+		return outbox.Notify(db.DB)(context.WithoutCancel(ctx), payload)
+	}
+	l, logs, woken := startProbingListenerWith(t, db, notify)
+	select {
+	case <-woken:
+	case <-l.Done():
+		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the wake after connecting")
+	}
+	require.NotContains(t, logs.String(), "level=WARN")
+}
+
 // With the direct URL set, the pool still goes through PgBouncer but the
 // listener's session does not: its probe arrives, nothing is logged, and a
 // commit through the pooler wakes it.
