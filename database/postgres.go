@@ -154,12 +154,33 @@ func (db *DB) SetDirectURL(rawURL string) error {
 // OpenDirect opens a pool of its own on the direct URL (SetDirectURL) for
 // work that needs real sessions, such as migrations and their advisory
 // lock; without a direct URL it returns db itself. The caller closes what
-// it got unless it is db.
+// it got unless it is db. A direct URL that reaches another database than
+// db (current_database(), which a pooler's alias does not change) is
+// ErrInvalidURL naming both: migrations applied there would leave db's
+// database behind.
 func (db *DB) OpenDirect() (*DB, error) {
 	if db.direct == nil {
 		return db, nil
 	}
-	return Open(db.directURL, "")
+	direct, err := Open(db.directURL, "")
+	if err != nil {
+		return nil, err
+	}
+	var pooled, reached string
+	if err := db.DB.Raw("SELECT current_database()").Scan(&pooled).Error; err != nil {
+		_ = direct.Close()
+		return nil, err
+	}
+	if err := direct.DB.Raw("SELECT current_database()").Scan(&reached).Error; err != nil {
+		_ = direct.Close()
+		return nil, err
+	}
+	if pooled != reached {
+		_ = direct.Close()
+		return nil, fmt.Errorf("%w: POSTING_DATABASE_DIRECT_URL reaches database %q, POSTING_DATABASE_URL database %q: the direct URL must name the same database without the pooler",
+			ErrInvalidURL, reached, pooled)
+	}
+	return direct, nil
 }
 
 // ConnectPostgres opens one connection of its own to db's PostgreSQL server,

@@ -51,7 +51,8 @@ type Config struct {
 	// The listener then logs one warning naming the likely cause and stops:
 	// the relays keep polling and the instance's own commits keep waking it.
 	Notify func(ctx context.Context, payload string) error
-	// ProbeWait bounds the wait for that notification. Default 2s.
+	// ProbeWait bounds the probe's send, and then, from the moment it was
+	// sent, the wait for its delivery. Default 2s.
 	ProbeWait time.Duration
 }
 
@@ -97,7 +98,7 @@ type Listener struct {
 	// listening, if set, is called each time LISTEN has been run on a new
 	// connection (tests wait for it).
 	listening func()
-	probed    bool // the first connection's delivery check is done
+	probed    bool // a probe notification was delivered
 }
 
 // errNotDelivered is listen's error when the probe notification did not
@@ -172,10 +173,13 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 		l.listening()
 	}
 	if l.cfg.Notify != nil && !l.probed {
-		l.probed = true
+		// Only a delivered probe settles the check: one that could not be
+		// sent (the pool down) or whose connection broke proves nothing,
+		// and the next connection probes again.
 		if err := l.probe(ctx, conn); err != nil {
 			return err
 		}
+		l.probed = true
 	}
 	// Rows appended while nobody listened (start, reconnection) are due now.
 	l.cfg.Wake()
@@ -202,18 +206,23 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 	}
 }
 
-// probe sends a notification through Notify and waits up to ProbeWait for
-// conn to receive it; errNotDelivered if it does not. Other notifications
+// probe sends a notification through Notify (up to ProbeWait) and then
+// waits up to ProbeWait for conn to receive it; errNotDelivered if it does not. Other notifications
 // received meanwhile wake as usual.
 func (l *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	payload := "probe-" + hex.EncodeToString(b)
-	pctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeWait)
-	defer cancel()
-	if err := l.cfg.Notify(pctx, payload); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeWait)
+	err := l.cfg.Notify(sctx, payload)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("probe notification: %w", err)
 	}
+	// The delivery gets a wait of its own: a send slowed by a busy pool
+	// says nothing about the listening session.
+	pctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeWait)
+	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(pctx)
 		switch {

@@ -2,8 +2,10 @@ package wakeup
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +35,18 @@ func openThroughPgBouncer(t *testing.T) (*database.DB, string) {
 // returned buffer; woken receives every wake.
 func startProbingListener(t *testing.T, db *database.DB) (*Listener, *logtest.Buffer, <-chan struct{}) {
 	t.Helper()
+	return startProbingListenerWith(t, db, outbox.Notify(db.DB))
+}
+
+// startProbingListenerWith is startProbingListener whose probe is sent by
+// notify.
+func startProbingListenerWith(t *testing.T, db *database.DB, notify func(context.Context, string) error) (*Listener, *logtest.Buffer, <-chan struct{}) {
+	t.Helper()
 	logs := &logtest.Buffer{}
 	woken := make(chan struct{}, 100)
 	l, err := New(Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
 		Wake:       func() { woken <- struct{}{} },
-		Notify:     outbox.Notify(db.DB),
+		Notify:     notify,
 		ProbeWait:  time.Second,
 		CheckEvery: 200 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -63,6 +72,53 @@ func TestListenerThroughTransactionPoolerWarnsOnceAndStops(t *testing.T) {
 	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
 	require.Contains(t, out, "pooler in transaction mode")
 	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
+}
+
+// A probe that could not be sent (the pooler restarting as serve starts)
+// proves nothing: the next connection probes again, and through the pooler
+// the listener still warns and stops instead of listening on a session that
+// never hears anything.
+func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.T) {
+	t.Parallel()
+	db, _ := openThroughPgBouncer(t)
+	var sends atomic.Int32
+	notify := func(ctx context.Context, payload string) error {
+		if sends.Add(1) == 1 {
+			return errors.New("pooler restarting")
+		}
+		return outbox.Notify(db.DB)(ctx, payload)
+	}
+	l, logs, _ := startProbingListenerWith(t, db, notify)
+	select {
+	case <-l.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the listener kept listening through the pooler after %d probe sends\n%s", sends.Load(), logs.String())
+	}
+	require.Contains(t, logs.String(), "pooler in transaction mode")
+}
+
+// A probe whose send used up the wait (a busy pool handing over a
+// connection only as the wait ends) is no sign of a pooler: on a direct
+// server the listener gets its own wait for the delivery, stays up without
+// a warning, and wakes.
+func TestListenerOnDirectServerDoesNotWarnWhenTheProbeSendIsSlow(t *testing.T) {
+	t.Parallel()
+	db, err := database.Open(databasetest.PostgresURL(t, ""), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	notify := func(ctx context.Context, payload string) error {
+		<-ctx.Done()
+		return outbox.Notify(db.DB)(context.WithoutCancel(ctx), payload)
+	}
+	l, logs, woken := startProbingListenerWith(t, db, notify)
+	select {
+	case <-woken:
+	case <-l.Done():
+		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the wake after connecting")
+	}
+	require.NotContains(t, logs.String(), "level=WARN")
 }
 
 // With the direct URL set, the pool still goes through PgBouncer but the
