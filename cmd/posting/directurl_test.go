@@ -28,4 +28,11 @@ func TestDatabaseDirectURLBadValueExits2(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	require.False(t, db.Migrator().HasTable("posts"), "the refused run migrated")
+
+	// A direct URL that reaches another database is a bad setting too.
+	other := databasetest.PostgresURL(t, "direct_other")
+	out, code = runBinary(t, []string{"POSTING_DATABASE_URL=" + pg, "POSTING_DATABASE_DIRECT_URL=" + other}, "migrate")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL reaches database")
+	require.False(t, db.Migrator().HasTable("posts"), "the refused run migrated")
 }

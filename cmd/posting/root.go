@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -90,6 +91,10 @@ func openWith(open func(rawURL, dataDir string) (*database.DB, error), s *settin
 // DDL and its lock), else on db.
 func applyMigrations(ctx context.Context, db *database.DB) (int, error) {
 	direct, err := db.OpenDirect()
+	if errors.Is(err, database.ErrInvalidURL) {
+		// A direct URL that reaches another database is a bad setting: exit 2.
+		return 0, usageError{fmt.Errorf("POSTING_DATABASE_DIRECT_URL: %w", err)}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("open POSTING_DATABASE_DIRECT_URL: %w", err)
 	}
