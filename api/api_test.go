@@ -113,11 +113,8 @@ func TestInternalErrorsAreHidden(t *testing.T) {
 		id := idOf(t, e.createPost(t, "post"))
 		var fail atomic.Bool
 		fail.Store(true)
-		require.NoError(t, db.Callback().Query().Before("gorm:query").Register("api_test:fail", func(tx *gorm.DB) {
-			if fail.Load() {
-				_ = tx.AddError(errors.New("secret_table: connection lost"))
-			}
-		}))
+		databasetest.Fail(t, db.DB, databasetest.StmtQuery, errors.New("secret_table: connection lost"),
+			func(*gorm.DB) bool { return fail.Load() })
 		for _, path := range []string{"/api/v1/posts/" + id, "/api/v1/posts", "/panic"} {
 			resp, body := e.do(t, http.MethodGet, path, "", "")
 			p := requireProblem(t, resp, body, http.StatusInternalServerError)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -281,7 +282,7 @@ func TestPostsConcurrentPatch(t *testing.T) {
 		reads.Add(2)
 		bothRead := make(chan struct{})
 		go func() { reads.Wait(); close(bothRead) }()
-		require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("api_test:barrier", func(tx *gorm.DB) {
+		databasetest.After(t, e.db.DB, databasetest.StmtQuery, func(tx *gorm.DB) {
 			if armed.Load() && tx.Statement.Table == "posts" {
 				reads.Done()
 				select {
@@ -289,7 +290,7 @@ func TestPostsConcurrentPatch(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			}
-		}))
+		})
 		armed.Store(true)
 		codes := make([]int, 2)
 		var wg sync.WaitGroup

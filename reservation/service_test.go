@@ -145,13 +145,13 @@ func requireInvalid(t *testing.T, err error, field string) {
 
 // onPostRead runs fn after each read of the posts table while armed is
 // set: the moment between the service's read and its write.
-func (e *serviceBundle) onPostRead(t *testing.T, name string, armed *atomic.Bool, fn func()) {
+func (e *serviceBundle) onPostRead(t *testing.T, armed *atomic.Bool, fn func()) {
 	t.Helper()
-	require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("svc_test:"+name, func(tx *gorm.DB) {
+	databasetest.After(t, e.db.DB, databasetest.StmtQuery, func(tx *gorm.DB) {
 		if armed.Load() && tx.Statement.Table == "posts" && tx.Error == nil {
 			fn()
 		}
-	}))
+	})
 }
 
 // failOutboxInserts makes every insert into the outbox fail while fail is
@@ -159,11 +159,9 @@ func (e *serviceBundle) onPostRead(t *testing.T, name string, armed *atomic.Bool
 func (e *serviceBundle) failOutboxInserts(t *testing.T, fail *atomic.Bool) error {
 	t.Helper()
 	forced := errors.New("forced outbox failure")
-	require.NoError(t, e.db.Callback().Create().Before("gorm:create").Register("svc_test:fail_outbox", func(tx *gorm.DB) {
-		if fail.Load() && tx.Statement.Table == "outbox" {
-			_ = tx.AddError(forced)
-		}
-	}))
+	databasetest.Fail(t, e.db.DB, databasetest.StmtCreate, forced, func(tx *gorm.DB) bool {
+		return fail.Load() && tx.Statement.Table == "outbox"
+	})
 	return forced
 }
 
@@ -591,7 +589,7 @@ func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
 		reads.Add(2)
 		bothRead := make(chan struct{})
 		go func() { reads.Wait(); close(bothRead) }()
-		e.onPostRead(t, "barrier", &armed, func() {
+		e.onPostRead(t, &armed, func() {
 			reads.Done()
 			select {
 			case <-bothRead:
@@ -645,7 +643,7 @@ func TestServiceUpdateSeesStatusChangeWithoutVersion(t *testing.T) {
 	eachService(t, func(t *testing.T, e *serviceBundle) {
 		p := e.create(t, "original")
 		var armed atomic.Bool
-		e.onPostRead(t, "to_working", &armed, func() {
+		e.onPostRead(t, &armed, func() {
 			armed.Store(false)
 			e.setStatus(t, p.ID, reservation.StatusWorking)
 		})
