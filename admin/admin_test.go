@@ -38,13 +38,8 @@ type fixture struct {
 func setup(t *testing.T, db *database.DB) *fixture {
 	t.Helper()
 	f := &fixture{db: db, now: t0.Add(time.Hour)}
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, Now: func() time.Time { return f.now }, PurgePause: -1,
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, Now: func() time.Time { return f.now }, PurgePause: -1,
 		AuthFailures: -1}) // TestUnauthorized fails on purpose far more often than the bound allows
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
 	f.h = mux
 	return f
 }
@@ -84,6 +79,31 @@ func (f *fixture) set(t *testing.T, id int64, status outbox.Status) {
 func (f *fixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
 	return databasetest.Load[outbox.Message](t, f.db.DB, id).Status
+}
+
+// badParam is a request the admin API refuses with 400 naming field.
+type badParam struct{ method, path, field string }
+
+// requireBadParams sends each request and requires its 400 naming the field.
+func (f *fixture) requireBadParams(t *testing.T, auth string, bad ...badParam) {
+	t.Helper()
+	for _, b := range bad {
+		rec, body := f.do(t, b.method, b.path, auth)
+		require.Equal(t, http.StatusBadRequest, rec.Code, b.path)
+		require.Equal(t, b.field, body["field"], b.path)
+	}
+}
+
+// routesMux serves the admin routes of cfg on one ServeMux.
+func routesMux(t *testing.T, cfg admin.Config) *http.ServeMux {
+	t.Helper()
+	routes, err := admin.Routes(cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	return mux
 }
 
 func id(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
@@ -224,17 +244,13 @@ func TestOperatorFlow(t *testing.T) {
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", sent.ID).Count(&n).Error)
 		require.Zero(t, n)
 
-		for _, bad := range []struct{ method, path, field string }{
-			{"GET", "/admin/outbox?status=DONE", "status"},
-			{"GET", "/admin/outbox?limit=0", "limit"},
-			{"GET", "/admin/outbox?limit=1001", "limit"},
-			{"POST", "/admin/outbox/purge?olderThan=soon", "olderThan"},
-			{"POST", "/admin/outbox/purge?olderThan=-1h", "olderThan"},
-		} {
-			rec, body = f.do(t, bad.method, bad.path, auth)
-			require.Equal(t, http.StatusBadRequest, rec.Code, bad.path)
-			require.Equal(t, bad.field, body["field"], bad.path)
-		}
+		f.requireBadParams(t, auth,
+			badParam{"GET", "/admin/outbox?status=DONE", "status"},
+			badParam{"GET", "/admin/outbox?limit=0", "limit"},
+			badParam{"GET", "/admin/outbox?limit=1001", "limit"},
+			badParam{"POST", "/admin/outbox/purge?olderThan=soon", "olderThan"},
+			badParam{"POST", "/admin/outbox/purge?olderThan=-1h", "olderThan"},
+		)
 	})
 }
 
@@ -315,18 +331,14 @@ func TestPublications(t *testing.T) {
 		}
 		require.Equal(t, worker.PublicationFailed, f.publicationStatus(t, cancelled))
 
-		for _, bad := range []struct{ method, path, field string }{
-			{"GET", "/admin/publications?status=FAIL", "status"},
-			{"GET", "/admin/publications?limit=0", "limit"},
-			{"GET", "/admin/publications?limit=1001", "limit"},
-			{"GET", "/admin/publications?after=x", "after"},
-			{"POST", "/admin/publications/abc/retry", "id"},
-			{"POST", "/admin/publications/0/retry", "id"},
-		} {
-			rec, body = f.do(t, bad.method, bad.path, auth)
-			require.Equal(t, http.StatusBadRequest, rec.Code, bad.path)
-			require.Equal(t, bad.field, body["field"], bad.path)
-		}
+		f.requireBadParams(t, auth,
+			badParam{"GET", "/admin/publications?status=FAIL", "status"},
+			badParam{"GET", "/admin/publications?limit=0", "limit"},
+			badParam{"GET", "/admin/publications?limit=1001", "limit"},
+			badParam{"GET", "/admin/publications?after=x", "after"},
+			badParam{"POST", "/admin/publications/abc/retry", "id"},
+			badParam{"POST", "/admin/publications/0/retry", "id"},
+		)
 	})
 }
 
@@ -335,9 +347,7 @@ func TestPublications(t *testing.T) {
 // clock is moved an hour ahead for the one connection of the pool.
 func TestDatabaseClock(t *testing.T) {
 	t.Parallel()
-	db, err := database.Open(databasetest.MySQLURL(t, "posting_admin"), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, databasetest.MySQLURL(t, "posting_admin"))
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
 	_, err = migrations.Apply(context.Background(), db, nil) // the migration lock wants a second connection
@@ -349,12 +359,7 @@ func TestDatabaseClock(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(time.Hour), dbNow, 5*time.Minute, "the session clock is an hour ahead")
 
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, PurgePause: -1})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, PurgePause: -1})
 	f := &fixture{db: db, h: mux}
 	auth := "Bearer " + token
 
@@ -382,13 +387,8 @@ func TestAuditLines(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
 	logs := &logtest.Buffer{}
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, PurgePause: -1,
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, PurgePause: -1,
 		Now: func() time.Time { return t0.Add(time.Hour) }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
 	f := &fixture{db: db, h: mux}
 	m := f.append(t, 1)
 	f.set(t, m.ID, outbox.StatusFail)

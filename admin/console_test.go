@@ -156,12 +156,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	blockedID := rowsOf(bad)[1].ID
 	require.Equal(t, outbox.StatusPending, rowsOf(bad)[1].Status, "held behind the FAIL row")
 
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, Logger: quiet, History: history})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, Logger: quiet, History: history})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -244,12 +239,7 @@ func TestConsoleShowsMarkupAsText(t *testing.T) {
 	var failID int64
 	require.NoError(t, db.Raw("SELECT id FROM outbox WHERE aggregate_id = ?", p.ID).Scan(&failID).Error)
 
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -310,12 +300,7 @@ func TestEveryDataRouteNeedsToken(t *testing.T) {
 
 func TestConsolePage(t *testing.T) {
 	t.Parallel()
-	routes, err := admin.Routes(admin.Config{DB: databasetest.NewSQLite(t).DB, Token: token})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
+	mux := routesMux(t, admin.Config{DB: databasetest.NewSQLite(t).DB, Token: token})
 	for path, ctype := range map[string]string{"/admin/": "text/html", "/admin/console.js": "text/javascript", "/admin/console.css": "text/css"} {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))

@@ -49,9 +49,7 @@ func TestPostgresOptionsParameterReachesTheSession(t *testing.T) {
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	db, err := database.Open(base+sep+"options=-c%20statement_timeout%3D4321&application_name=posting%20session", "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, base+sep+"options=-c%20statement_timeout%3D4321&application_name=posting%20session")
 	var timeout, name string
 	require.NoError(t, db.Raw("SHOW statement_timeout").Scan(&timeout).Error)
 	require.NoError(t, db.Raw("SHOW application_name").Scan(&name).Error)
@@ -105,16 +103,14 @@ func TestPostgresReadsSurviveAnAddedColumn(t *testing.T) {
 func TestPostgresMissingDatabaseHintWorksWithAnSQLASCIITemplate1(t *testing.T) {
 	t.Parallel()
 	base := databasetest.URL(t, database.PostgreSQL, "hint")
-	admin, err := database.Open(base, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := databasetest.Open(t, base)
 	ascii := "r3_ascii_" + strings.ReplaceAll(strings.TrimPrefix(mustParse(t, base).Path, "/"), "hint_", "")
 	require.NoError(t, admin.Exec(`CREATE DATABASE "`+ascii+`" TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'`).Error)
 	t.Cleanup(func() { _ = admin.Exec(`DROP DATABASE IF EXISTS "` + ascii + `"`).Error })
 
 	missing := mustParse(t, base)
 	missing.Path += "_missing"
-	_, err = database.Open(missing.String(), "")
+	_, err := database.Open(missing.String(), "")
 	require.ErrorIs(t, err, database.ErrNoDatabase)
 	_, stmt, ok := strings.Cut(err.Error(), "create it first: ")
 	require.True(t, ok, err.Error())
@@ -199,9 +195,7 @@ func TestOpenPostgresLocation(t *testing.T) {
 	}
 	u.Host = u.Hostname()
 	u.User = url.UserPassword(u.User.Username(), "secret")
-	db, err := database.Open(u.String(), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, u.String())
 	require.Equal(t, database.PostgreSQL, db.Dialect)
 	require.Equal(t, "postgres://"+u.Hostname()+":5432"+u.Path, db.Location)
 }
@@ -209,9 +203,7 @@ func TestOpenPostgresLocation(t *testing.T) {
 // openPostgres opens rawURL and closes it when the test ends.
 func openPostgres(t *testing.T, rawURL string) *database.DB {
 	t.Helper()
-	db, err := database.Open(rawURL, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, rawURL)
 	return db
 }
 

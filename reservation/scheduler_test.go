@@ -22,7 +22,6 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -277,15 +276,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 }
 
 func schedulersOnSeparatePools(t *testing.T, url string) {
-	var pools []*database.DB
-	for range 2 {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		pools = append(pools, db)
-	}
-	_, err := migrations.Apply(context.Background(), pools[0], nil)
-	require.NoError(t, err)
+	pools := databasetest.Pools(t, url, 2)
 
 	offsets := make([]time.Duration, 1000)
 	for i := range offsets {
@@ -600,15 +591,7 @@ func TestSetBasedSchedulersAndCancellerYieldOneEventPerPost(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			url := databasetest.URL(t, d, "schedrace")
-			var pools []*database.DB
-			for range 2 {
-				db, err := database.Open(url, "")
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = db.Close() })
-				pools = append(pools, db)
-			}
-			_, err := migrations.Apply(context.Background(), pools[0], nil)
-			require.NoError(t, err)
+			pools := databasetest.Pools(t, url, 2)
 			const n = 600
 			offsets := make([]time.Duration, n)
 			for i := range offsets {

@@ -155,14 +155,8 @@ func twoInstances(t testing.TB) (writer, relayDB *database.DB, producer *kafka.P
 // twoInstancesAt is twoInstances on the database of url.
 func twoInstancesAt(t testing.TB, url string) (writer, relayDB *database.DB, producer *kafka.Producer, broker *kafkatest.Broker) {
 	t.Helper()
-	open := func() *database.DB {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		return db
-	}
-	writer, relayDB = open(), open()
-	databasetest.Migrate(t, writer)
+	pools := databasetest.Pools(t, url, 2)
+	writer, relayDB = pools[0], pools[1]
 	broker = kafkatest.Start(t)
 	producer, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{broker.Addr}, Topic: broker.Topic}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
@@ -233,9 +227,7 @@ func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
 func openThroughPgBouncer(t *testing.T) (*database.DB, string) {
 	t.Helper()
 	direct := databasetest.PostgresURL(t, "")
-	db, err := database.Open(pgbouncertest.Start(t, direct, pgbouncertest.Transaction), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, pgbouncertest.Start(t, direct, pgbouncertest.Transaction))
 	return db, direct
 }
 
@@ -312,9 +304,7 @@ func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.
 // a warning, and wakes.
 func TestListenerOnDirectServerDoesNotWarnWhenTheProbeSendIsSlow(t *testing.T) {
 	t.Parallel()
-	db, err := database.Open(databasetest.PostgresURL(t, ""), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, databasetest.PostgresURL(t, ""))
 	notify := func(ctx context.Context, payload string) error {
 		<-ctx.Done()
 		return outbox.Notify(db.DB)(context.WithoutCancel(ctx), payload)

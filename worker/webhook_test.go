@@ -56,13 +56,7 @@ func TestWebhookRedirectIsNotFollowed(t *testing.T) {
 				http.Redirect(w, r, target.URL+"/moved", code)
 			}))
 			t.Cleanup(redirect.Close)
-			hook, err := worker.NewWebhook(worker.WebhookConfig{URL: redirect.URL, RedirectAttempts: 3})
-			require.NoError(t, err)
-			var logs logtest.Buffer
-			w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-				RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
-			require.NoError(t, err)
-			t.Cleanup(w.Stop)
+			w, logs := webhookWorker(t, db.DB, worker.WebhookConfig{URL: redirect.URL, RedirectAttempts: 3})
 
 			post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
 			require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
@@ -302,13 +296,7 @@ func TestWebhookURLPasswordIsNeverShown(t *testing.T) {
 			http.Error(w, "down", http.StatusInternalServerError)
 		}))
 		t.Cleanup(srv.Close)
-		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: strings.Replace(srv.URL, "://", "://hook:"+password+"@", 1)})
-		require.NoError(t, err)
-		var logs logtest.Buffer
-		w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(w.Stop)
+		w, logs := webhookWorker(t, db.DB, worker.WebhookConfig{URL: strings.Replace(srv.URL, "://", "://hook:"+password+"@", 1)})
 
 		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
 		require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
@@ -383,4 +371,18 @@ func TestWebhookRetryKeepsIDAndSignsWithAFreshTimestamp(t *testing.T) {
 		require.GreaterOrEqual(t, second-first, int64(120), "the retry's timestamp is its own")
 		require.NotEqual(t, calls[0].header.Get(webhook.HeaderSignature), calls[1].header.Get(webhook.HeaderSignature))
 	})
+}
+
+// webhookWorker is a worker that publishes through a webhook of cfg and
+// retries within milliseconds, logging to the returned buffer.
+func webhookWorker(t *testing.T, db *gorm.DB, cfg worker.WebhookConfig) (*worker.Worker, *logtest.Buffer) {
+	t.Helper()
+	hook, err := worker.NewWebhook(cfg)
+	require.NoError(t, err)
+	logs := &logtest.Buffer{}
+	w, err := worker.New(db, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	return w, logs
 }

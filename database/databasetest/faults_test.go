@@ -87,17 +87,18 @@ func TestBeforeAndAfterSurroundTheirStatements(t *testing.T) {
 	require.Len(t, seen, 3, "no hook on Exec")
 }
 
-// serverDialects are the dialects with a server a Proxy can stand before.
-var serverDialects = []database.Dialect{database.MySQL, database.PostgreSQL}
-
-// proxied opens a fresh database of d through a proxy.
-func proxied(t *testing.T, d database.Dialect) (*database.DB, *databasetest.Proxy) {
-	t.Helper()
-	u, p := databasetest.Proxied(t, databasetest.URL(t, d, "proxy"))
-	db, err := database.Open(u, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	return db, p
+// eachProxied runs fn on MySQL and PostgreSQL, each a fresh database
+// reached through a proxy, and answering.
+func eachProxied(t *testing.T, fn func(t *testing.T, db *database.DB, p *databasetest.Proxy)) {
+	for _, d := range []database.Dialect{database.MySQL, database.PostgreSQL} {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			u, p := databasetest.Proxied(t, databasetest.URL(t, d, "proxy"))
+			db := databasetest.Open(t, u)
+			require.NoError(t, selectOne(context.Background(), db))
+			fn(t, db, p)
+		})
+	}
 }
 
 func selectOne(ctx context.Context, db *database.DB) error {
@@ -109,55 +110,43 @@ func selectOne(ctx context.Context, db *database.DB) error {
 // Resume; then the pool reaches the server again.
 func TestProxyCutRefusesConnectionsUntilResume(t *testing.T) {
 	t.Parallel()
-	for _, d := range serverDialects {
-		t.Run(string(d), func(t *testing.T) {
-			t.Parallel()
-			db, p := proxied(t, d)
-			require.NoError(t, selectOne(context.Background(), db))
-
-			p.Cut()
-			for range 3 { // each connection the pool may still hold, then a new one
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				err := selectOne(ctx, db)
-				cancel()
-				require.Error(t, err)
-			}
-			p.Resume()
-			require.Eventually(t, func() bool { return selectOne(context.Background(), db) == nil },
-				10*time.Second, 20*time.Millisecond, "the server never answered after Resume")
-		})
-	}
+	eachProxied(t, func(t *testing.T, db *database.DB, p *databasetest.Proxy) {
+		p.Cut()
+		for range 3 { // each connection the pool may still hold, then a new one
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := selectOne(ctx, db)
+			cancel()
+			require.Error(t, err)
+		}
+		p.Resume()
+		require.Eventually(t, func() bool { return selectOne(context.Background(), db) == nil },
+			10*time.Second, 20*time.Millisecond, "the server never answered after Resume")
+	})
 }
 
 // A stalled proxy holds a statement without failing it: it ends at its
 // deadline, or goes through once the proxy resumes.
 func TestProxyStallHoldsStatementsUntilResume(t *testing.T) {
 	t.Parallel()
-	for _, d := range serverDialects {
-		t.Run(string(d), func(t *testing.T) {
-			t.Parallel()
-			db, p := proxied(t, d)
-			require.NoError(t, selectOne(context.Background(), db))
+	eachProxied(t, func(t *testing.T, db *database.DB, p *databasetest.Proxy) {
+		p.Stall()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		require.ErrorIs(t, selectOne(ctx, db), context.DeadlineExceeded)
 
-			p.Stall()
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			defer cancel()
-			require.ErrorIs(t, selectOne(ctx, db), context.DeadlineExceeded)
-
-			held := make(chan error, 1)
-			go func() { held <- selectOne(context.Background(), db) }()
-			select {
-			case err := <-held:
-				t.Fatalf("a statement went through a stalled proxy: %v", err)
-			case <-time.After(300 * time.Millisecond):
-			}
-			p.Resume()
-			select {
-			case err := <-held:
-				require.NoError(t, err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the held statement never finished after Resume")
-			}
-		})
-	}
+		held := make(chan error, 1)
+		go func() { held <- selectOne(context.Background(), db) }()
+		select {
+		case err := <-held:
+			t.Fatalf("a statement went through a stalled proxy: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		p.Resume()
+		select {
+		case err := <-held:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the held statement never finished after Resume")
+		}
+	})
 }
