@@ -3,6 +3,7 @@ package databasetest
 import (
 	"database/sql/driver"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,9 +32,6 @@ const (
 	// StmtAll is every kind.
 	StmtAll = StmtQuery | StmtRow | StmtExec | StmtCreate | StmtUpdate | StmtDelete
 )
-
-// hooks counts the hooks registered, to give each a name gorm has not seen.
-var hooks atomic.Int64
 
 // Before runs fn before each statement of kinds through db from now on: the
 // moment to fail it (tx.AddError), stall it, or slip another write in
@@ -104,8 +102,8 @@ type chain[C interface {
 func register(t testing.TB, db *gorm.DB, kinds Statements, before bool, fn func(tx *gorm.DB)) {
 	t.Helper()
 	require.NotZero(t, kinds, "no kind of statement to hook")
-	name := fmt.Sprintf("databasetest:hook_%d", hooks.Add(1))
 	cb := db.Callback()
+	name := freeName(cb.Query(), cb.Row(), cb.Raw(), cb.Create(), cb.Update(), cb.Delete())
 	for _, err := range []error{
 		hook(cb.Query(), kinds&StmtQuery, "gorm:query", before, name, fn),
 		hook(cb.Row(), kinds&StmtRow, "gorm:row", before, name, fn),
@@ -115,6 +113,16 @@ func register(t testing.TB, db *gorm.DB, kinds Statements, before bool, fn func(
 		hook(cb.Delete(), kinds&StmtDelete, "gorm:delete", before, name, fn),
 	} {
 		require.NoError(t, err, "register %s", name)
+	}
+}
+
+// freeName is the first databasetest:hook_N that no chain holds yet.
+func freeName(chains ...interface{ Get(string) func(*gorm.DB) }) string {
+	for i := 1; ; i++ {
+		name := fmt.Sprintf("databasetest:hook_%d", i)
+		if !slices.ContainsFunc(chains, func(c interface{ Get(string) func(*gorm.DB) }) bool { return c.Get(name) != nil }) {
+			return name
+		}
 	}
 }
 

@@ -126,7 +126,7 @@ func (p *Proxy) carry(client net.Conn) {
 	}
 	server, err := net.Dial("tcp", p.target)
 	if err != nil || !p.track(server) {
-		_ = client.Close()
+		p.drop(client)
 		return
 	}
 	go p.pipe(server, client)
