@@ -223,6 +223,16 @@ func eachAPI(t *testing.T, fn func(t *testing.T, e *apiEnv)) {
 	})
 }
 
+// eachAPIWithAuth is eachAPI with callers authenticated by tokens of
+// testSecret (tokenFor).
+func eachAPIWithAuth(t *testing.T, fn func(t *testing.T, e *apiEnv)) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		fn(t, apiSetup(t, db, func(c *api.Config) { c.Auth = verifier(t, testSecret, "") }))
+	})
+}
+
 // do sends a request; contentType "" sends none.
 func (e *apiEnv) do(t *testing.T, method, path, contentType, body string) (*http.Response, []byte) {
 	t.Helper()

@@ -174,14 +174,7 @@ func TestAuthRefusalsWriteNothing(t *testing.T) {
 // other's post answers 404 and stays as it was; an admin-scope token sees
 // both, filters by ownerId and changes either.
 func TestAuthOwnersSeeOnlyTheirPosts(t *testing.T) {
-	eachAPI := func(fn func(t *testing.T, e *apiEnv)) {
-		t.Parallel()
-		databasetest.Each(t, func(t *testing.T, db *database.DB) {
-			t.Parallel()
-			fn(t, apiSetup(t, db, func(c *api.Config) { c.Auth = verifier(t, testSecret, "") }))
-		})
-	}
-	eachAPI(func(t *testing.T, e *apiEnv) {
+	eachAPIWithAuth(t, func(t *testing.T, e *apiEnv) {
 		alice, bob, admin := tokenFor(t, "alice"), tokenFor(t, "bob"), tokenFor(t, "root", "posts:read", auth.AdminScope)
 		a1, a2 := e.createAs(t, alice), e.createAs(t, alice)
 		b1 := e.createAs(t, bob)
@@ -397,12 +390,9 @@ func relaytestSent(t *testing.T, db *database.DB) int64 {
 // any dialect. The verifier refuses it, so no post can be owned by it
 // either.
 func TestSubWithTrailingSpaceIsNotAlice(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, func(c *api.Config) { c.Auth = verifier(t, testSecret, "") })
+	eachAPIWithAuth(t, func(t *testing.T, e *apiEnv) {
 		id := idOf(t, e.createAs(t, tokenFor(t, "alice")))
-		posts0, rows0 := counts(t, db.DB)
+		posts0, rows0 := counts(t, e.db.DB)
 		spaced := tokenFor(t, "alice ")
 		for _, r := range []struct{ method, path, body string }{
 			{http.MethodGet, "/api/v1/posts/" + id, ""},
@@ -415,10 +405,10 @@ func TestSubWithTrailingSpaceIsNotAlice(t *testing.T) {
 			requireProblem(t, resp, body, http.StatusUnauthorized)
 			require.Equal(t, `Bearer error="invalid_token"`, resp.Header.Get("WWW-Authenticate"))
 		}
-		posts, rows := counts(t, db.DB)
+		posts, rows := counts(t, e.db.DB)
 		require.Equal(t, posts0, posts)
 		require.Equal(t, rows0, rows)
-		post := loadPost(t, db.DB, id)
+		post := loadPost(t, e.db.DB, id)
 		require.Equal(t, "t", post.Title)
 		require.EqualValues(t, 1, post.Version.Int64)
 	})

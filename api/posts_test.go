@@ -567,10 +567,7 @@ func requireCreated(t *testing.T, resp *http.Response, body []byte, replayed boo
 // event, also when the body spells the same request differently. Another
 // key, or the same key of another owner, is another post.
 func TestCreateWithIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		e := apiSetup(t, db, func(c *api.Config) { c.Auth = verifier(t, testSecret, "") })
+	eachAPIWithAuth(t, func(t *testing.T, e *apiEnv) {
 		alice, bob := tokenFor(t, "alice"), tokenFor(t, "bob")
 
 		resp, first := e.createWithKey(t, alice, "order-1", newPostBody)
@@ -583,9 +580,9 @@ func TestCreateWithIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
 		resp, again := e.createWithKey(t, alice, "order-1", same)
 		require.Equal(t, id, requireCreated(t, resp, again, true))
 		require.JSONEq(t, string(first), string(again))
-		posts, rows := counts(t, db.DB)
+		posts, rows := counts(t, e.db.DB)
 		require.Equal(t, [2]int64{1, 2}, [2]int64{posts, rows}, "one post; its CREATED and UPDATED events only")
-		require.Equal(t, []string{"CREATED RESERVED", "UPDATED RESERVED"}, actions(t, db.DB, id))
+		require.Equal(t, []string{"CREATED RESERVED", "UPDATED RESERVED"}, actions(t, e.db.DB, id))
 
 		// Keys are case-sensitive, and each owner has keys of its own.
 		resp, body = e.createWithKey(t, alice, "ORDER-1", newPostBody)
@@ -594,8 +591,8 @@ func TestCreateWithIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
 		bobs := requireCreated(t, resp, body, false)
 		require.NotEqual(t, id, other)
 		require.NotEqual(t, id, bobs)
-		require.Equal(t, "bob", loadPost(t, db.DB, bobs).OwnerID)
-		posts, _ = counts(t, db.DB)
+		require.Equal(t, "bob", loadPost(t, e.db.DB, bobs).OwnerID)
+		posts, _ = counts(t, e.db.DB)
 		require.EqualValues(t, 3, posts)
 	})
 }
