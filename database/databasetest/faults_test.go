@@ -1,4 +1,4 @@
-package databasetest_test
+package databasetest
 
 import (
 	"context"
@@ -11,13 +11,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 )
 
 // counters is a table of one row the fault tests write to.
 func counters(t *testing.T) *gorm.DB {
 	t.Helper()
-	db := databasetest.NewSQLite(t).DB
+	db := NewSQLite(t).DB
 	require.NoError(t, db.Exec("CREATE TABLE counters (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)").Error)
 	require.NoError(t, db.Exec("INSERT INTO counters (id, n) VALUES (1, 0)").Error)
 	return db
@@ -35,7 +34,7 @@ func count(t *testing.T, db *gorm.DB) int {
 func TestOutageFailsItsStatementsWhileOn(t *testing.T) {
 	t.Parallel()
 	db := counters(t)
-	down := databasetest.Outage(t, db, databasetest.StmtUpdate)
+	down := Outage(t, db, StmtUpdate)
 	update := func(n int) error { return db.Table("counters").Where("id = 1").Update("n", n).Error }
 
 	require.NoError(t, update(1))
@@ -55,7 +54,7 @@ func TestFailOnceFailsTheFirstMatchOnly(t *testing.T) {
 	t.Parallel()
 	db := counters(t)
 	forced := errors.New("forced")
-	databasetest.Fail(t, db, databasetest.StmtExec, forced, databasetest.Once(databasetest.SQLStarts("UPDATE counters")))
+	Fail(t, db, StmtExec, forced, Once(SQLStarts("UPDATE counters")))
 
 	require.NoError(t, db.Exec("INSERT INTO counters (id, n) VALUES (2, 0)").Error)
 	require.ErrorIs(t, db.Exec("UPDATE counters SET n = n + 1").Error, forced)
@@ -70,12 +69,12 @@ func TestBeforeAndAfterSurroundTheirStatements(t *testing.T) {
 	t.Parallel()
 	db := counters(t)
 	var seen []string
-	databasetest.Before(t, db, databasetest.StmtQuery|databasetest.StmtUpdate, func(tx *gorm.DB) {
-		if databasetest.Table("counters")(tx) {
+	Before(t, db, StmtQuery|StmtUpdate, func(tx *gorm.DB) {
+		if Table("counters")(tx) {
 			seen = append(seen, "before")
 		}
 	})
-	databasetest.After(t, db, databasetest.StmtQuery, func(tx *gorm.DB) {
+	After(t, db, StmtQuery, func(tx *gorm.DB) {
 		seen = append(seen, "after rows="+map[bool]string{true: "1", false: "?"}[tx.RowsAffected == 1])
 	})
 	var n int64
@@ -89,12 +88,12 @@ func TestBeforeAndAfterSurroundTheirStatements(t *testing.T) {
 
 // eachProxied runs fn on MySQL and PostgreSQL, each a fresh database
 // reached through a proxy, and answering.
-func eachProxied(t *testing.T, fn func(t *testing.T, db *database.DB, p *databasetest.Proxy)) {
+func eachProxied(t *testing.T, fn func(t *testing.T, db *database.DB, p *Proxy)) {
 	for _, d := range []database.Dialect{database.MySQL, database.PostgreSQL} {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
-			u, p := databasetest.Proxied(t, databasetest.URL(t, d, "proxy"))
-			db := databasetest.Open(t, u)
+			u, p := Proxied(t, URL(t, d, "proxy"))
+			db := Open(t, u)
 			require.NoError(t, selectOne(context.Background(), db))
 			fn(t, db, p)
 		})
@@ -110,7 +109,7 @@ func selectOne(ctx context.Context, db *database.DB) error {
 // Resume; then the pool reaches the server again.
 func TestProxyCutRefusesConnectionsUntilResume(t *testing.T) {
 	t.Parallel()
-	eachProxied(t, func(t *testing.T, db *database.DB, p *databasetest.Proxy) {
+	eachProxied(t, func(t *testing.T, db *database.DB, p *Proxy) {
 		p.Cut()
 		for range 3 { // each connection the pool may still hold, then a new one
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -128,7 +127,7 @@ func TestProxyCutRefusesConnectionsUntilResume(t *testing.T) {
 // deadline, or goes through once the proxy resumes.
 func TestProxyStallHoldsStatementsUntilResume(t *testing.T) {
 	t.Parallel()
-	eachProxied(t, func(t *testing.T, db *database.DB, p *databasetest.Proxy) {
+	eachProxied(t, func(t *testing.T, db *database.DB, p *Proxy) {
 		p.Stall()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
