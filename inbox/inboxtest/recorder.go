@@ -7,6 +7,7 @@ package inboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/postingsvc/posting/inbox"
@@ -29,6 +30,10 @@ type Recorder struct {
 	FailBatches int
 	// FailFirst makes the first n Handle calls of an event id fail.
 	FailFirst map[string]int
+	// Malformed names the event ids the handler finds malformed (their
+	// fields, say): it reports them wrapping inbox.ErrMalformed and does
+	// not record them.
+	Malformed map[string]bool
 
 	mu       sync.Mutex
 	events   []inbox.Event
@@ -52,6 +57,9 @@ func (r *Recorder) Handle(ctx context.Context, ev inbox.Event) error {
 	if r.calls[ev.EventID] <= r.FailFirst[ev.EventID] {
 		return ErrDown
 	}
+	if r.Malformed[ev.EventID] {
+		return fmt.Errorf("%w: inboxtest: event %s", inbox.ErrMalformed, ev.EventID)
+	}
 	r.events = append(r.events, ev)
 	return nil
 }
@@ -71,8 +79,15 @@ func (r *Recorder) HandleBatch(ctx context.Context, evs []inbox.Event) ([]error,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, evs...)
-	return make([]error, len(evs)), nil
+	malformed := make([]error, len(evs))
+	for i, ev := range evs {
+		if r.Malformed[ev.EventID] {
+			malformed[i] = fmt.Errorf("%w: inboxtest: event %s", inbox.ErrMalformed, ev.EventID)
+			continue
+		}
+		r.events = append(r.events, ev)
+	}
+	return malformed, nil
 }
 
 func (r *Recorder) enter(ctx context.Context) error {

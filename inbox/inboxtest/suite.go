@@ -75,6 +75,8 @@ func RunConsumerSuite(t *testing.T, newBroker func(t *testing.T) *ConsumerBroker
 	}{
 		{"MalformedIsSkippedAndAFailureRetried", malformedIsSkippedAndAFailureRetried},
 		{"FailedBatchIsHandledOneAtATime", failedBatchIsHandledOneAtATime},
+		{"MalformedInABatchIsSkippedAfterItsCommit", func(t *testing.T, b *ConsumerBroker) { malformedAreSkippedAfterTheCommit(t, b, 0) }},
+		{"MalformedInAFailedBatchIsSkippedOnItsOwn", func(t *testing.T, b *ConsumerBroker) { malformedAreSkippedAfterTheCommit(t, b, 1<<30) }},
 		{"NothingIsAcknowledgedBeforeTheCommit", nothingIsAcknowledgedBeforeTheCommit},
 		{"RedeliveryIsAppliedOnce", redeliveryIsAppliedOnce},
 		{"SecondConsumerTakesOver", secondConsumerTakesOver},
@@ -143,7 +145,7 @@ func malformedIsSkippedAndAFailureRetried(t *testing.T, b *ConsumerBroker) {
 
 	h := &Recorder{FailFirst: map[string]int{second.EventID(): 2}}
 	var o outcomes
-	b.Start(t, eventHandler{h}, o.observe)
+	stop := b.Start(t, eventHandler{h}, o.observe)
 	waitFor(t, "both good messages handled", func() bool { return len(h.EventIDs()) >= 2 })
 	evs := h.Events()
 	require.Equal(t, []string{first.EventID(), second.EventID()}, h.EventIDs())
@@ -160,6 +162,7 @@ func malformedIsSkippedAndAFailureRetried(t *testing.T, b *ConsumerBroker) {
 	if b.Dead != nil {
 		require.Equal(t, [][]byte{badJSON.Value, noHeaders.Value}, b.Dead(t, 2))
 	}
+	requireAcknowledged(t, b, stop, 100)
 }
 
 // Batches the handler fails are handled again one event at a time, in order,
@@ -173,10 +176,59 @@ func failedBatchIsHandledOneAtATime(t *testing.T, b *ConsumerBroker) {
 	last := want[len(want)-1]
 	h := &Recorder{FailBatches: 1 << 30, FailFirst: map[string]int{last: 1}} // the last one fails once more on its own
 	b.Publish(t, msgs...)
-	b.Start(t, h, nil)
+	stop := b.Start(t, h, nil)
 	waitFor(t, "every event handled", func() bool { return len(h.EventIDs()) >= len(want) })
 	require.Equal(t, want, h.EventIDs())
 	require.Equal(t, 2, h.Calls(last), "the last event was retried on its own")
+	requireAcknowledged(t, b, stop, 100)
+}
+
+// Events the handler reports malformed, and messages that do not decode,
+// are skipped and counted once the batch committed (or, when the handler
+// fails failBatches batches, once each is handled on its own); the rest is
+// handled once, in order, and everything is acknowledged.
+func malformedAreSkippedAfterTheCommit(t *testing.T, b *ConsumerBroker, failBatches int) {
+	var msgs []Message
+	var want []string
+	h := &Recorder{Malformed: map[string]bool{}, FailBatches: failBatches}
+	for i := range 30 {
+		m := WellFormed(i, int64(i%4+1))
+		msgs = append(msgs, m)
+		switch i {
+		case 10, 29: // the handler's verdict, the last one too
+			h.Malformed[m.EventID()] = true
+		default:
+			want = append(want, m.EventID())
+		}
+		if i == 20 {
+			msgs = append(msgs, Message{Key: "1", Value: []byte("{not json"), Headers: m.Headers})
+		}
+	}
+	b.Publish(t, msgs...)
+	var o outcomes
+	stop := b.Start(t, h, o.observe)
+	waitFor(t, "the malformed messages counted", func() bool { return o.counts()["malformed"] >= 3 })
+	require.Equal(t, want, h.EventIDs())
+	require.Equal(t, map[string]int{"malformed": 3}, o.counts())
+	if b.Dead != nil {
+		require.ElementsMatch(t, [][]byte{msgs[10].Value, []byte("{not json"), msgs[30].Value}, b.Dead(t, 3))
+	}
+	requireAcknowledged(t, b, stop, 101)
+}
+
+// requireAcknowledged stops the consumer (stop) and checks that the next
+// one starts after everything published: it gets a new message, n, alone.
+// The messages are read in order, so anything not acknowledged would come
+// before it.
+func requireAcknowledged(t *testing.T, b *ConsumerBroker, stop func(), n int) {
+	t.Helper()
+	stop()
+	sentinel := WellFormed(n, 3)
+	b.Publish(t, sentinel)
+	next := &Recorder{}
+	b.Start(t, next, nil)
+	waitFor(t, "the sentinel handled", func() bool { return len(next.EventIDs()) >= 1 })
+	require.Equal(t, []string{sentinel.EventID()}, next.EventIDs(), "what came before was acknowledged")
 }
 
 // The messages waiting go to the handler as batches, in order; a consumer
@@ -218,19 +270,13 @@ func nothingIsAcknowledgedBeforeTheCommit(t *testing.T, b *ConsumerBroker) {
 	for _, s := range sizes {
 		require.LessOrEqual(t, s, inbox.MaxBatch)
 	}
+	// Counted once the batch committed: maybe just after the recorder saw it.
+	waitFor(t, "the malformed message counted", func() bool { return o.counts()["malformed"] >= 1 })
 	require.Equal(t, map[string]int{"malformed": 1}, o.counts())
 	if b.Dead != nil {
 		require.Equal(t, [][]byte{[]byte("{not json")}, b.Dead(t, 1))
 	}
-	stop()
-
-	// Read in order: anything not acknowledged would come before it.
-	sentinel := WellFormed(n+1, 3)
-	b.Publish(t, sentinel)
-	next := &Recorder{}
-	b.Start(t, next, nil)
-	waitFor(t, "the sentinel handled", func() bool { return len(next.EventIDs()) >= 1 })
-	require.Equal(t, []string{sentinel.EventID()}, next.EventIDs(), "the handled batches were acknowledged")
+	requireAcknowledged(t, b, stop, n+1)
 }
 
 // A consumer that dies after its commit and before its acknowledgement gets
