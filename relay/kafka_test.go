@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
@@ -23,7 +24,6 @@ import (
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
-	"github.com/postingsvc/posting/relay/relaybench"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 

@@ -1,16 +1,18 @@
-package relay_test
+package relaybench_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/relay/relaybench"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 
@@ -26,7 +28,7 @@ import (
 // counts, which a shared machine's noise disturbs least.
 //
 //	POSTING_TEST_REQUIRE_MYSQL=1 POSTING_TEST_REQUIRE_POSTGRES=1 \
-//	  go test -run '^$' -bench BenchmarkRelayVsRaw -benchtime 1x -count 2 ./relay/
+//	  go test -run '^$' -bench BenchmarkRelayVsRaw -benchtime 1x -count 2 ./bench/relaybench/
 func BenchmarkRelayVsRaw(b *testing.B) {
 	const (
 		backlog     = 50000
@@ -81,4 +83,13 @@ func once(b *testing.B, dialect database.Dialect, n int, drain func(db *gorm.DB)
 	require.NoError(b, err)
 	require.Equal(b, n, res.Events)
 	return res
+}
+
+// newProducer is a producer to the in-process broker b, closed after t.
+func newProducer(t testing.TB, b *kafkatest.Broker) *kafka.Producer {
+	t.Helper()
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{b.Addr}, Topic: b.Topic}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }
