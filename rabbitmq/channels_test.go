@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/config"
@@ -40,6 +41,27 @@ func interleaved(t testing.TB, posts, perPost int) []outbox.Message {
 		}
 	}
 	return msgs
+}
+
+// requirePostOrder checks that each post's deliveries come in outbox id
+// order (a resend of the same event may follow itself) and returns how
+// often each event id came.
+func requirePostOrder(t *testing.T, ds []amqp.Delivery, rows []outbox.Message) map[string]int {
+	t.Helper()
+	idOf := map[string]int64{}
+	for _, m := range rows {
+		idOf[m.EventID] = m.ID
+	}
+	seen := map[string]int{}
+	last := map[string]int64{}
+	for _, d := range ds {
+		id, ok := idOf[d.MessageId]
+		require.True(t, ok, "unknown event id %s", d.MessageId)
+		require.GreaterOrEqual(t, id, last[d.RoutingKey], "post %s: event %d after %d", d.RoutingKey, id, last[d.RoutingKey])
+		last[d.RoutingKey] = id
+		seen[d.MessageId]++
+	}
+	return seen
 }
 
 // TestSendOverSeveralChannelsKeepsPostOrder sends one batch holding twenty
