@@ -18,6 +18,7 @@ package sendertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -369,13 +370,18 @@ func stalledBrokerCannotHoldASend(t *testing.T, newBroker func(*testing.T) Broke
 	}, 30*time.Second, 100*time.Millisecond, "publishing works again once the broker answers")
 }
 
-// pingFollowsTheBroker pings before any send, while down and after.
+// pingFollowsTheBroker pings before any send, while down and after. A
+// sender that holds a connection may take a moment to notice it was cut
+// (RabbitMQ's reader sees the end of the socket on its own time); one that
+// never connected knows at once.
 func pingFollowsTheBroker(t *testing.T, newBroker func(*testing.T) Broker) {
 	b := newBroker(t)
 	s := b.NewSender(t, Options{})
 	require.NoError(t, s.Ping(context.Background()), "the broker answers before any send")
 	b.Down(t)
-	require.ErrorIs(t, s.Ping(context.Background()), relay.ErrUnavailable)
+	require.ErrorIs(t, b.NewSender(t, Options{}).Ping(context.Background()), relay.ErrUnavailable)
+	require.Eventually(t, func() bool { return errors.Is(s.Ping(context.Background()), relay.ErrUnavailable) },
+		10*time.Second, 20*time.Millisecond, "Ping tells the broker is down")
 	b.Up(t)
 	require.Eventually(t, func() bool { return s.Ping(context.Background()) == nil }, 30*time.Second, 50*time.Millisecond,
 		"Ping answers again once the broker is back")
