@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/config"
@@ -16,6 +15,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/relay/relaytest/sendertest"
 )
 
 // senderWith returns a sender that spreads batches over channels.
@@ -43,27 +43,6 @@ func interleaved(t testing.TB, posts, perPost int) []outbox.Message {
 	return msgs
 }
 
-// requirePostOrder checks that each post's deliveries come in outbox id
-// order (a resend of the same event may follow itself) and returns how
-// often each event id came.
-func requirePostOrder(t *testing.T, ds []amqp.Delivery, rows []outbox.Message) map[string]int {
-	t.Helper()
-	idOf := map[string]int64{}
-	for _, m := range rows {
-		idOf[m.EventID] = m.ID
-	}
-	seen := map[string]int{}
-	last := map[string]int64{}
-	for _, d := range ds {
-		id, ok := idOf[d.MessageId]
-		require.True(t, ok, "unknown event id %s", d.MessageId)
-		require.GreaterOrEqual(t, id, last[d.RoutingKey], "post %s: event %d after %d", d.RoutingKey, id, last[d.RoutingKey])
-		last[d.RoutingKey] = id
-		seen[d.MessageId]++
-	}
-	return seen
-}
-
 // TestSendOverSeveralChannelsKeepsPostOrder sends one batch holding twenty
 // events of each of fifty posts over four channels: every message is
 // confirmed, and on the queue each post's events keep the batch's order.
@@ -79,7 +58,7 @@ func TestSendOverSeveralChannelsKeepsPostOrder(t *testing.T) {
 	}
 	ds := rabbitmqtest.Read(t, url, queue, len(msgs), 30*time.Second)
 	require.Len(t, ds, len(msgs))
-	seen := requirePostOrder(t, ds, msgs)
+	seen := sendertest.RequirePostOrder(t, arrivedAll(ds), msgs, false)
 	require.Len(t, seen, len(msgs), "every event once")
 }
 

@@ -183,9 +183,17 @@ func (b *suiteBroker) Read(t testing.TB, atLeast int, timeout time.Duration) []s
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.read = append(b.read, rabbitmqtest.Read(t, b.url, b.queue, max(atLeast-len(b.read), 0), timeout)...)
-	out := make([]sendertest.Arrived, len(b.read))
-	for i, d := range b.read {
+	for _, d := range b.read {
 		require.Equal(t, b.exchange, d.Exchange)
+	}
+	return arrivedAll(b.read)
+}
+
+// arrivedAll is what the sender suite reads of deliveries: one queue, one
+// stream.
+func arrivedAll(ds []amqp.Delivery) []sendertest.Arrived {
+	out := make([]sendertest.Arrived, len(ds))
+	for i, d := range ds {
 		out[i] = sendertest.Arrived{Key: d.RoutingKey, EventID: d.MessageId, EventType: d.Type, Value: d.Body}
 	}
 	return out
