@@ -138,7 +138,19 @@ func fourRelaysDeliverEveryEventOnce(t *testing.T, newBroker func(*testing.T) Br
 			o.mu.Lock()
 			defer o.mu.Unlock()
 			require.Empty(t, o.errs, "relay polls failed")
-			require.Equal(t, relay.Result{}, o.bad, "retried, failed, released, recovered or fenced rows")
+			require.Zero(t, o.unavailable, "polls that found the broker unreachable")
+			bad := o.bad
+			if dialect == database.SQLite {
+				// A batch claimed during a send goes back unsent (no attempt
+				// spent) when the next poll starts more than a tenth of the
+				// stale limit later: four relays queueing on one SQLite
+				// file's lock under load can wait that long to record a
+				// send. The relay guarding itself, not the broker: no poll
+				// was unavailable.
+				t.Logf("released %d rows claimed too long before their send", bad.Released)
+				bad.Released = 0
+			}
+			require.Equal(t, relay.Result{}, bad, "retried, failed, released, recovered or fenced rows")
 			// The relays shared the work, though not necessarily all four:
 			// a pipelined relay holds two batches in flight, so two relays
 			// can hold every post's head, and a relay that starts a moment
