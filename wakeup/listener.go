@@ -116,15 +116,7 @@ func New(cfg Config) (*Listener, error) {
 
 // Start runs the listener in one goroutine until Stop is called or ctx ends.
 func (l *Listener) Start(ctx context.Context) error {
-	ctx, done, err := l.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("wakeup listener: %w", err)
-	}
-	go func() {
-		defer done()
-		l.loop(ctx)
-	}()
-	return nil
+	return l.StartLoop(ctx, "wakeup listener", l.loop)
 }
 
 func (l *Listener) loop(ctx context.Context) {

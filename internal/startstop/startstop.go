@@ -12,6 +12,7 @@ package startstop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -73,6 +74,21 @@ func (s *BaseStartStop) StartInit(ctx context.Context) (context.Context, func(),
 		cancel(nil) // the goroutine is gone: release the context
 		close(closed)
 	}), nil
+}
+
+// StartLoop is the whole Start of a service that is one loop: StartInit,
+// then loop in one goroutine on the context StartInit returned, done called
+// when loop returns. A StartInit error comes back wrapped with name.
+func (s *BaseStartStop) StartLoop(ctx context.Context, name string, loop func(ctx context.Context)) error {
+	ctx, done, err := s.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	go func() {
+		defer done()
+		loop(ctx)
+	}()
+	return nil
 }
 
 // Stop ends the context of a started service and waits until its goroutine
