@@ -10,6 +10,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"time"
 )
 
 // Error is a setting out of its limits.
@@ -52,4 +53,23 @@ func FillZero[T any](cfg *T, defaults T) {
 			f.Set(d.Field(i))
 		}
 	}
+}
+
+// Duration is a duration setting and the range it must lie in, for
+// CheckDurations.
+type Duration struct {
+	Name     string
+	Value    time.Duration
+	Min, Max time.Duration
+}
+
+// CheckDurations returns an *Error for the first d whose Value lies outside
+// Min..Max, its field prefix+Name: "want MIN to MAX".
+func CheckDurations(prefix string, ds []Duration) error {
+	for _, d := range ds {
+		if d.Value < d.Min || d.Value > d.Max {
+			return Invalid(prefix+d.Name, d.Value, "want %s to %s", d.Min, d.Max)
+		}
+	}
+	return nil
 }

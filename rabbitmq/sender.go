@@ -80,7 +80,7 @@ type lane struct {
 // NewSender checks cfg and returns a sender that connects on its first
 // Send or Ping.
 func NewSender(cfg Config, logger *slog.Logger) (*Sender, error) {
-	cfg = cfg.withDefaults()
+	config.FillZero(&cfg, DefaultConfig())
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid rabbitmq config: %w", err)
 	}
