@@ -127,6 +127,12 @@ func openMySQLAdmin(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pingAdmin(db)
+}
+
+// pingAdmin returns db, an administrative pool of two connections, once
+// the server answers; a server that does not answer within 3s is missing.
+func pingAdmin(db *sql.DB) (*sql.DB, error) {
 	db.SetMaxOpenConns(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
