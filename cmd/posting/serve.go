@@ -40,15 +40,7 @@ func newServeCommand() *cobra.Command {
 			"With no database URL and no brokers it runs fully embedded: SQLite under the data dir,\n" +
 			"an in-process Kafka-protocol broker, and the downstream worker.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd); err != nil {
-				return err
-			}
-			if err := s.validateServe(); err != nil {
-				return err
-			}
-			return serve(cmd.Context(), &s, newLogger(cmd.ErrOrStderr(), &s))
-		},
+		RunE: runLongRunning(&s, s.validateServe, serve),
 	}
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)

@@ -45,15 +45,7 @@ func newWorkerCommand() *cobra.Command {
 			"WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n" +
 			"on the embedded Kafka address; with no database URL it uses the same SQLite file.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd); err != nil {
-				return err
-			}
-			if err := s.validateWorker(); err != nil {
-				return err
-			}
-			return runWorker(cmd.Context(), &s, newLogger(cmd.ErrOrStderr(), &s))
-		},
+		RunE: runLongRunning(&s, s.validateWorker, runWorker),
 	}
 	fs := cmd.Flags()
 	addCommonFlags(fs, &s)
