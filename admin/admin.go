@@ -1,8 +1,5 @@
-// Package admin serves the operator tools over HTTP under /admin/outbox and
-// /admin/publications, for mounting into the API (api.Config.Routes). Every route
-// requires "Authorization: Bearer <Config.Token>"; with no token
-// configured the routes do not exist at all. Answers are JSON (camelCase);
-// errors are RFC 9457 problem+json like the rest of the API.
+// Package admin serves the operator tools of the outbox and the worker over
+// HTTP, behind a bearer token, with the console that shows them.
 package admin
 
 import (

@@ -1,10 +1,6 @@
-// Package config holds what the Config structs of every component share: the
-// error their Validate returns. It names the refused field by its Go path
-// (as sarama's ConfigurationError names "Producer.Retry.Max") and carries the
-// refused value (as litestream's ConfigValidationError does), so a caller
-// that took the value from somewhere else, such as the command's settings,
-// can say which of its own settings was wrong without checking the limits a
-// second time.
+// Package config holds what the Config structs of every component share:
+// the *Error their Validate returns, naming the refused field and value, and
+// the filling and checking of their settings.
 package config
 
 import (

@@ -1,11 +1,6 @@
 // Package wakeup wakes relays when outbox rows are committed, instead of
-// leaving them to the next poll: on PostgreSQL every transaction that
-// appends rows notifies a channel (outbox.NotifyChannel), and a Listener in
-// each instance LISTENs on it on a connection of its own and calls Wake.
-//
-// A notification is only a hint. One lost while the connection was down
-// costs at most one poll interval, and every (re)connection wakes once, for
-// whatever was appended while nobody listened.
+// leaving them to the next poll: a Notifier sends PostgreSQL's NOTIFY, a
+// Listener LISTENs and calls Wake.
 package wakeup
 
 import (

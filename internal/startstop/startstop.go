@@ -1,12 +1,5 @@
-// Package startstop is the one way a long-running part of the service
-// (relay, scheduler, cleaner, consumer, the worker's sweep) starts and
-// stops: Start begins one goroutine, Stop waits for it, Stop is safe twice
-// and without Start, and a stopped part does not start again.
-//
-// It is modelled on river's rivershared/startstop: a service embeds
-// BaseStartStop, its Start begins with StartInit and runs its loop in one
-// goroutine that calls the returned done func when it exits; Stop comes
-// with the embedding.
+// Package startstop is the one way a long-running part of the service starts
+// and stops: Start begins one goroutine, Stop waits for it.
 package startstop
 
 import (
