@@ -205,8 +205,8 @@ func parseListFlags[S any](l *listFlags, parse func(string) (S, error)) (S, erro
 
 // printList prints what a list subcommand found: {"items": [...]} with
 // --json, the line none when there is nothing, else a table of header and
-// a row per item.
-func printList[T any](o *operator, l *listFlags, items []T, none, header string, row func(w io.Writer, item T)) error {
+// a row per item (tab-separated cells).
+func printList[T any](o *operator, l *listFlags, items []T, none, header string, row func(item T) string) error {
 	if l.asJSON {
 		return o.printJSON(map[string]any{"items": items})
 	}
@@ -217,7 +217,7 @@ func printList[T any](o *operator, l *listFlags, items []T, none, header string,
 	tw := newTable(o.out)
 	fmt.Fprintln(tw, header)
 	for _, item := range items {
-		row(tw, item)
+		fmt.Fprintln(tw, row(item))
 	}
 	return tw.Flush()
 }

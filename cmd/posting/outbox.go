@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -126,8 +125,8 @@ func (c *outboxList) Run(ctx context.Context, _ []string) error {
 		return err
 	}
 	return printList(&c.operator, &c.listFlags, items, fmt.Sprintf("no %s rows", c.st),
-		"ID\tEVENT ID\tTYPE\tPOST ID\tRETRIES\tCREATED\tLAST ERROR", func(w io.Writer, e outbox.Entry) {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.EventID, e.EventType, e.PostID, e.RetryCount,
+		"ID\tEVENT ID\tTYPE\tPOST ID\tRETRIES\tCREATED\tLAST ERROR", func(e outbox.Entry) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.ID, e.EventID, e.EventType, e.PostID, e.RetryCount,
 				e.Created.Format(time.RFC3339), lastErrorCell(e.LastError))
 		})
 }

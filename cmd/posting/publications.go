@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
@@ -68,12 +67,12 @@ func (c *publicationsList) Run(ctx context.Context, _ []string) error {
 		return err
 	}
 	return printList(&c.operator, &c.listFlags, items, fmt.Sprintf("no %s publications", c.st),
-		"POST ID\tPOST STATUS\tATTEMPTS\tSCHEDULED AT\tUPDATED AT\tLAST ERROR", func(w io.Writer, e worker.PublicationEntry) {
+		"POST ID\tPOST STATUS\tATTEMPTS\tSCHEDULED AT\tUPDATED AT\tLAST ERROR", func(e worker.PublicationEntry) string {
 			postStatus := string(e.PostStatus)
 			if postStatus == "" {
 				postStatus = "(gone)"
 			}
-			fmt.Fprintf(w, "%d\t%s\t%d\t%s\t%s\t%s\n", e.PostID, postStatus, e.Attempts,
+			return fmt.Sprintf("%d\t%s\t%d\t%s\t%s\t%s", e.PostID, postStatus, e.Attempts,
 				e.ScheduledAt.Format(time.RFC3339), e.UpdatedAt.Format(time.RFC3339), lastErrorCell(e.LastError))
 		})
 }
