@@ -174,19 +174,20 @@ func reportEach[R any](o *operator, idHeader, verb string, results []R, outcome 
 }
 
 // listFlags are the flags of a list subcommand: --status, one of names (as
-// "A, B or C"), --limit up to max, and --json.
+// "A, B or C"), --limit up to maxLimit, and --json.
 type listFlags struct {
-	asJSON bool
-	status string
-	limit  int
-	names  string
-	max    int
+	asJSON   bool
+	status   string
+	limit    int
+	names    string
+	maxLimit int
 }
 
-func (l *listFlags) add(fs *pflag.FlagSet, status, names string, limit, max int) {
-	l.names, l.max = names, max
+// add declares the flags on fs with their defaults.
+func (l *listFlags) add(fs *pflag.FlagSet, status, names string, limit, maxLimit int) {
+	l.names, l.maxLimit = names, maxLimit
 	fs.StringVar(&l.status, "status", status, names)
-	fs.IntVar(&l.limit, "limit", limit, fmt.Sprintf("rows to show (1..%d)", max))
+	fs.IntVar(&l.limit, "limit", limit, fmt.Sprintf("rows to show (1..%d)", maxLimit))
 	fs.BoolVar(&l.asJSON, "json", false, "print JSON for scripts")
 }
 
@@ -197,8 +198,8 @@ func parseListFlags[S any](l *listFlags, parse func(string) (S, error)) (S, erro
 	if err != nil {
 		return st, badFlag("--status", l.status, "want "+l.names)
 	}
-	if l.limit < 1 || l.limit > l.max {
-		return st, badFlag("--limit", strconv.Itoa(l.limit), fmt.Sprintf("want 1..%d", l.max))
+	if l.limit < 1 || l.limit > l.maxLimit {
+		return st, badFlag("--limit", strconv.Itoa(l.limit), fmt.Sprintf("want 1..%d", l.maxLimit))
 	}
 	return st, nil
 }
