@@ -275,6 +275,45 @@ func TestListenerThroughTransactionPoolerWarnsOnceAndStops(t *testing.T) {
 	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
 }
 
+// Once the listener has given up on PgBouncer in transaction mode, no
+// pooled server session is left listening on the channel, and statements
+// through the pool read their own results while the channel is notified.
+// A session left listening receives every later notification unasked, and
+// PgBouncer 1.18 can take one that arrives during its server check for the
+// check's answer: it hands the session to a client with the answer of
+// "select 1" still to come, so that client's statement reads it, and each
+// of its next ones the result of the one before. With one server session
+// behind the pooler, that session is the one the listener's statements ran
+// on.
+func TestListenerThroughTransactionPoolerLeavesNoSessionListening(t *testing.T) {
+	t.Parallel()
+	direct := databasetest.PostgresURL(t, "")
+	db := databasetest.Open(t, pgbouncertest.StartWithPoolSize(t, direct, pgbouncertest.Transaction, 1))
+	l, logs, _ := startProbingListener(t, db)
+	select {
+	case <-l.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the listener kept going through the pooler")
+	}
+	require.Contains(t, logs.String(), "pooler in transaction mode")
+
+	var channels int64
+	require.NoError(t, db.DB.Raw("SELECT count(*) FROM pg_listening_channels()").Scan(&channels).Error)
+	require.Zero(t, channels, "the pooled server session listens on the channel")
+
+	ctx := context.Background()
+	notifier, err := pgx.Connect(ctx, direct)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = notifier.Close(context.Background()) })
+	for i := range 300 {
+		_, err := notifier.Exec(ctx, "SELECT pg_notify($1, 'commit')", outbox.NotifyChannel)
+		require.NoError(t, err)
+		var got int64
+		require.NoError(t, db.DB.WithContext(ctx).Raw("SELECT ?::bigint + 1000", i).Scan(&got).Error, "statement %d", i)
+		require.Equal(t, int64(i+1000), got, "statement %d read another statement's result", i)
+	}
+}
+
 // A probe that could not be sent (the pooler restarting as serve starts)
 // proves nothing: the next connection probes again, and through the pooler
 // the listener still warns and stops instead of listening on a session that
