@@ -314,11 +314,11 @@ func TestListenerThroughTransactionPoolerLeavesNoSessionListening(t *testing.T) 
 	}
 }
 
-// A probe that could not be sent (the pooler restarting as serve starts)
-// proves nothing: the next connection probes again, and through the pooler
-// the listener still warns and stops instead of listening on a session that
+// Through the pooler the listener finds the pooler before it probes: with
+// a probe send that would fail (the pooler restarting as serve starts) it
+// sends none, and warns and stops instead of listening on a session that
 // never hears anything.
-func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.T) {
+func TestListenerThroughTransactionPoolerStopsBeforeAnyProbeSend(t *testing.T) {
 	t.Parallel()
 	db, _ := openThroughPgBouncer(t)
 	var sends atomic.Int32
@@ -335,6 +335,32 @@ func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.
 		t.Fatalf("the listener kept listening through the pooler after %d probe sends\n%s", sends.Load(), logs.String())
 	}
 	require.Contains(t, logs.String(), "pooler in transaction mode")
+	require.Zero(t, sends.Load(), "a probe was sent through the pooler")
+}
+
+// A probe that could not be sent proves nothing: on a direct server the
+// next connection probes again, hears it, and the listener stays up and
+// wakes, without the pooler's warning.
+func TestListenerProbesAgainAfterAFailedSend(t *testing.T) {
+	t.Parallel()
+	db := databasetest.Open(t, databasetest.PostgresURL(t, ""))
+	var sends atomic.Int32
+	notify := func(ctx context.Context, payload string) error {
+		if sends.Add(1) == 1 {
+			return errors.New("pool restarting")
+		}
+		return outbox.Notify(db.DB)(ctx, payload)
+	}
+	l, logs, woken := startProbingListenerWith(t, db, notify)
+	select {
+	case <-woken:
+	case <-l.Done():
+		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("timed out waiting for the wake after the second probe\n%s", logs.String())
+	}
+	require.Equal(t, int32(2), sends.Load())
+	require.NotContains(t, logs.String(), "pooler", logs.String())
 }
 
 // A probe whose send used up the wait (a busy pool handing over a
