@@ -314,6 +314,17 @@ func TestListenerThroughTransactionPoolerLeavesNoSessionListening(t *testing.T) 
 	}
 }
 
+// failingFirstSend is a probe sender through db's pool whose first send
+// fails (a pool restarting), counting every send in sends.
+func failingFirstSend(db *database.DB, sends *atomic.Int32) func(context.Context, string) error {
+	return func(ctx context.Context, payload string) error {
+		if sends.Add(1) == 1 {
+			return errors.New("pool restarting")
+		}
+		return outbox.Notify(db.DB)(ctx, payload)
+	}
+}
+
 // Through the pooler the listener finds the pooler before it probes: with
 // a probe send that would fail (the pooler restarting as serve starts) it
 // sends none, and warns and stops instead of listening on a session that
@@ -322,12 +333,7 @@ func TestListenerThroughTransactionPoolerStopsBeforeAnyProbeSend(t *testing.T) {
 	t.Parallel()
 	db, _ := openThroughPgBouncer(t)
 	var sends atomic.Int32
-	notify := func(ctx context.Context, payload string) error {
-		if sends.Add(1) == 1 {
-			return errors.New("pooler restarting")
-		}
-		return outbox.Notify(db.DB)(ctx, payload)
-	}
+	notify := failingFirstSend(db, &sends)
 	l, logs, _ := startProbingListenerWith(t, db, notify)
 	select {
 	case <-l.Done():
@@ -345,22 +351,24 @@ func TestListenerProbesAgainAfterAFailedSend(t *testing.T) {
 	t.Parallel()
 	db := databasetest.Open(t, databasetest.PostgresURL(t, ""))
 	var sends atomic.Int32
-	notify := func(ctx context.Context, payload string) error {
-		if sends.Add(1) == 1 {
-			return errors.New("pool restarting")
-		}
-		return outbox.Notify(db.DB)(ctx, payload)
-	}
+	notify := failingFirstSend(db, &sends)
 	l, logs, woken := startProbingListenerWith(t, db, notify)
+	waitWokenOnDirectServer(t, l, logs, woken, "the wake after the second probe")
+	require.Equal(t, int32(2), sends.Load())
+	require.NotContains(t, logs.String(), "pooler", logs.String())
+}
+
+// waitWokenOnDirectServer waits for l's first wake (what), failing if l
+// stops first, as it must not on a direct server.
+func waitWokenOnDirectServer(t *testing.T, l *Listener, logs *logtest.Buffer, woken <-chan struct{}, what string) {
+	t.Helper()
 	select {
 	case <-woken:
 	case <-l.Done():
 		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
 	case <-time.After(15 * time.Second):
-		t.Fatalf("timed out waiting for the wake after the second probe\n%s", logs.String())
+		t.Fatalf("timed out waiting for %s\n%s", what, logs.String())
 	}
-	require.Equal(t, int32(2), sends.Load())
-	require.NotContains(t, logs.String(), "pooler", logs.String())
 }
 
 // A probe whose send used up the wait (a busy pool handing over a
@@ -375,13 +383,7 @@ func TestListenerOnDirectServerDoesNotWarnWhenTheProbeSendIsSlow(t *testing.T) {
 		return outbox.Notify(db.DB)(context.WithoutCancel(ctx), payload)
 	}
 	l, logs, woken := startProbingListenerWith(t, db, notify)
-	select {
-	case <-woken:
-	case <-l.Done():
-		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
-	case <-time.After(15 * time.Second):
-		t.Fatal("timed out waiting for the wake after connecting")
-	}
+	waitWokenOnDirectServer(t, l, logs, woken, "the wake after connecting")
 	require.NotContains(t, logs.String(), "level=WARN")
 }
 
