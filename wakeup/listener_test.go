@@ -258,21 +258,40 @@ func startProbingListenerWith(t *testing.T, db *database.DB, notify func(context
 }
 
 // Through PgBouncer in transaction mode a LISTEN session does not last: the
-// listener finds out with its probe, logs one warning naming the pooler and
-// POSTING_DATABASE_DIRECT_URL, and stops instead of reconnecting.
+// listener finds out from the pooler's process id before it listens, logs
+// one warning naming the pooler and POSTING_DATABASE_DIRECT_URL, and stops
+// instead of reconnecting.
 func TestListenerThroughTransactionPoolerWarnsOnceAndStops(t *testing.T) {
 	t.Parallel()
 	db, _ := openThroughPgBouncer(t)
+	out := warningsUntilStopped(t, db)
+	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
+	require.Contains(t, out, "pooler in transaction mode")
+	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
+}
+
+// Through PgBouncer in session mode, where a LISTEN would hear its probe,
+// the listener cannot tell the mode from the pooler's process id: it warns
+// once and stops the same way, and the direct URL is the fix there too.
+func TestListenerThroughSessionPoolerWarnsOnceAndStops(t *testing.T) {
+	t.Parallel()
+	db := databasetest.Open(t, pgbouncertest.Start(t, databasetest.PostgresURL(t, ""), pgbouncertest.Session))
+	out := warningsUntilStopped(t, db)
+	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
+	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
+}
+
+// warningsUntilStopped runs a probing listener on db until it stops, and
+// returns its logs; it fails if the listener keeps going.
+func warningsUntilStopped(t *testing.T, db *database.DB) string {
+	t.Helper()
 	l, logs, _ := startProbingListener(t, db)
 	select {
 	case <-l.Done():
 	case <-time.After(15 * time.Second):
-		t.Fatal("the listener kept going through the pooler")
+		t.Fatalf("the listener kept going through the pooler\n%s", logs.String())
 	}
-	out := logs.String()
-	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
-	require.Contains(t, out, "pooler in transaction mode")
-	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
+	return logs.String()
 }
 
 // Once the listener has given up on PgBouncer in transaction mode, no
@@ -289,13 +308,7 @@ func TestListenerThroughTransactionPoolerLeavesNoSessionListening(t *testing.T) 
 	t.Parallel()
 	direct := databasetest.PostgresURL(t, "")
 	db := databasetest.Open(t, pgbouncertest.StartWithPoolSize(t, direct, pgbouncertest.Transaction, 1))
-	l, logs, _ := startProbingListener(t, db)
-	select {
-	case <-l.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("the listener kept going through the pooler")
-	}
-	require.Contains(t, logs.String(), "pooler in transaction mode")
+	require.Contains(t, warningsUntilStopped(t, db), "pooler in transaction mode")
 
 	var channels int64
 	require.NoError(t, db.DB.Raw("SELECT count(*) FROM pg_listening_channels()").Scan(&channels).Error)
