@@ -52,7 +52,7 @@ func addBenchFlags(fs *pflag.FlagSet, b *benchSettings, s *settings) {
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
 	fs.IntVar(&b.APIClients, "api-clients", 32, "concurrent clients of the create measurements")
 	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each side of the create comparison runs (raw SQL and the API alone, in 3 alternating rounds), and the creates on the whole serve")
-	fs.IntVar(&b.LatencyRate, "latency-rate", 200, "posts/s offered over HTTP while commit → broker times are measured")
+	fs.IntVar(&b.LatencyRate, "latency-rate", 1000, "posts/s offered over HTTP while commit → broker times are measured")
 	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long the commit → broker load runs")
 	fs.IntVar(&b.SpikePosts, "spike-posts", 20000, "posts due in the same second for the spike lag; 0 skips it")
 	fs.DurationVar(&b.SpikeDueIn, "spike-due-in", 30*time.Second, "how long after they are written the spike's posts are due (at least 1s)")
@@ -267,16 +267,22 @@ func benchRelay(ctx context.Context, s *settings, b *benchSettings, db *database
 	if err != nil {
 		return err
 	}
-	if err := clean(ctx); err != nil {
-		return err
-	}
 	fmt.Fprintf(out, "relay: backlog of %d events (%d per post), batch %d, %s\n", b.RelayEvents, relaybench.EventsPerPost, b.RelayBatch, where)
 	fmt.Fprintf(out, "  raw set-based claim+ack events/s: %.0f (no broker)\n", raw.PerSecond())
 	fmt.Fprintf(out, "  relay events/s: %.0f (%.2f x raw)\n", rel.PerSecond(), ratio(rel.PerSecond(), raw.PerSecond()))
 	printDefaultVsFixed(out, def, fixed, raw)
 	fmt.Fprintf(out, "  seed-style relay events/s: %.0f (%.3f x raw; backlog of %d, one row at a time)\n",
 		seed.PerSecond(), ratio(seed.PerSecond(), raw.PerSecond()), b.SeedStyleEvents)
-	return nil
+	err = benchRelayInstances(ctx, s, b, db, brokers, func(n int) error {
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		return relaybench.Seed(ctx, db.DB, n)
+	}, log, out)
+	if err != nil {
+		return err
+	}
+	return clean(ctx)
 }
 
 // benchAPI measures the API's creates beside raw SQL, then, on a `serve`

@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
+)
+
+// ErrNotDrained is returned by RelayInstances when the relays stopped with
+// rows of the backlog not SENT.
+var ErrNotDrained = errors.New("relays left the backlog unsent")
+
+// idlePause is how long a relay whose poll found nothing to claim waits
+// before it looks again while the others still hold rows in flight: the
+// next events of their posts become claimable once those are acknowledged.
+const idlePause = 5 * time.Millisecond
+
+// RelayInstances drains the outbox's backlog with one relay per sender at
+// their default settings (relay.DefaultConfig: batch 100 growing to 1000),
+// each under its own instance id and polling back to back as the relay's
+// loop does while batches come back full, all at the same time on the one
+// database, as that many `serve` processes would. It returns the
+// events the relays recorded SENT and the time until the last one stopped:
+// a relay stops once no row is PENDING, RETRY or PROCESSING. It fails with
+// ErrNotDrained if rows are left in another state than SENT.
+func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender) (Throughput, error) {
+	instances := len(senders)
+	if instances < 1 {
+		return Throughput{}, errors.New("relay instances: no sender")
+	}
+	store := outbox.NewStore(db)
+	relays := make([]*relay.Relay, instances)
+	for i := range relays {
+		r, err := relay.New(store, senders[i], relay.Config{InstanceID: "bench-relay-" + strconv.Itoa(i+1),
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return Throughput{}, fmt.Errorf("relay instances: %w", err)
+		}
+		relays[i] = r
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		sent int
+		errs []error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	for _, r := range relays {
+		wg.Go(func() {
+			n, err := drainShared(ctx, db, r)
+			mu.Lock()
+			defer mu.Unlock()
+			sent += n
+			if err != nil {
+				errs = append(errs, err)
+				cancel() // the others would wait for its rows
+			}
+		})
+	}
+	wg.Wait()
+	res := Throughput{Count: sent, Elapsed: time.Since(start)}
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("relay instances: %w", err)
+	}
+	var left int64
+	if err := db.WithContext(ctx).Model(&outbox.Message{}).Where("status <> ?", outbox.StatusSent).Count(&left).Error; err != nil {
+		return res, fmt.Errorf("relay instances: count unsent rows: %w", err)
+	}
+	if left > 0 {
+		return res, fmt.Errorf("%w: %d rows after %d relays stopped", ErrNotDrained, left, instances)
+	}
+	return res, nil
+}
+
+// drainShared polls r back to back until the outbox holds no row to send or
+// in flight, then flushes, and returns the rows r recorded SENT. A poll that
+// claims nothing while other relays hold rows waits idlePause.
+func drainShared(ctx context.Context, db *database.DB, r *relay.Relay) (int, error) {
+	sent := 0
+	for {
+		p, err := r.Pump(ctx)
+		sent += p.Sent
+		if err != nil {
+			return sent, err
+		}
+		if p.Claimed > 0 || p.Sent+p.Deferred > 0 {
+			continue
+		}
+		var busy []int64
+		if err := db.WithContext(ctx).Model(&outbox.Message{}).
+			Where("status IN ?", []outbox.Status{outbox.StatusPending, outbox.StatusRetry, outbox.StatusProcessing}).
+			Limit(1).Pluck("id", &busy).Error; err != nil {
+			return sent, fmt.Errorf("look for rows to send: %w", err)
+		}
+		if len(busy) == 0 {
+			break
+		}
+		if !backoff.Sleep(ctx, idlePause) {
+			return sent, ctx.Err()
+		}
+	}
+	f, err := r.Flush(ctx)
+	return sent + f.Sent, err
+}
