@@ -24,6 +24,9 @@ var ErrNotDrained = errors.New("relays left the backlog unsent")
 // next events of their posts become claimable once those are acknowledged.
 const idlePause = 5 * time.Millisecond
 
+// unsent are the statuses of rows still to send or in flight.
+var unsent = []outbox.Status{outbox.StatusPending, outbox.StatusRetry, outbox.StatusProcessing}
+
 // RelayInstances drains the outbox's backlog with one relay per sender at
 // their default settings (relay.DefaultConfig: batch 100 growing to 1000),
 // each under its own instance id and polling back to back as the relay's
@@ -31,7 +34,7 @@ const idlePause = 5 * time.Millisecond
 // database, as that many `serve` processes would. It returns the
 // events the relays recorded SENT and the time until the last one stopped:
 // a relay stops once no row is PENDING, RETRY or PROCESSING. It fails with
-// ErrNotDrained if rows are left in another state than SENT.
+// ErrNotDrained if such rows are left when they stopped.
 func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender) (Throughput, error) {
 	instances := len(senders)
 	if instances < 1 {
@@ -74,7 +77,7 @@ func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender
 		return res, fmt.Errorf("relay instances: %w", err)
 	}
 	var left int64
-	if err := db.WithContext(ctx).Model(&outbox.Message{}).Where("status <> ?", outbox.StatusSent).Count(&left).Error; err != nil {
+	if err := db.WithContext(ctx).Model(&outbox.Message{}).Where("status IN ?", unsent).Count(&left).Error; err != nil {
 		return res, fmt.Errorf("relay instances: count unsent rows: %w", err)
 	}
 	if left > 0 {
@@ -99,7 +102,7 @@ func drainShared(ctx context.Context, db *database.DB, r *relay.Relay) (int, err
 		}
 		var busy []int64
 		if err := db.WithContext(ctx).Model(&outbox.Message{}).
-			Where("status IN ?", []outbox.Status{outbox.StatusPending, outbox.StatusRetry, outbox.StatusProcessing}).
+			Where("status IN ?", unsent).
 			Limit(1).Pluck("id", &busy).Error; err != nil {
 			return sent, fmt.Errorf("look for rows to send: %w", err)
 		}
