@@ -19,22 +19,19 @@ import (
 // rows of the backlog not SENT.
 var ErrNotDrained = errors.New("relays left the backlog unsent")
 
-// idlePause is how long a relay whose poll found nothing to claim waits
-// before it looks again while the others still hold rows in flight: the
-// next events of their posts become claimable once those are acknowledged.
-const idlePause = 5 * time.Millisecond
-
 // unsent are the statuses of rows still to send or in flight.
 var unsent = []outbox.Status{outbox.StatusPending, outbox.StatusRetry, outbox.StatusProcessing}
 
 // RelayInstances drains the outbox's backlog with one relay per sender at
-// their default settings (relay.DefaultConfig: batch 100 growing to 1000),
-// each under its own instance id and polling back to back as the relay's
-// loop does while batches come back full, all at the same time on the one
-// database, as that many `serve` processes would. It returns the
-// events the relays recorded SENT and the time until the last one stopped:
-// a relay stops once no row is PENDING, RETRY or PROCESSING. It fails with
-// ErrNotDrained if such rows are left when they stopped.
+// their default settings (relay.DefaultConfig: batch 100 growing to 1000,
+// interval 5 s), each under its own instance id, all at the same time on the
+// one database, as that many `serve` processes would. Each polls the way the
+// relay's loop does: again at once after a poll that claimed at least the
+// batch size, otherwise after the interval (no commit wakes a relay here).
+// It returns the events the relays recorded SENT and the time until a relay
+// found no row PENDING, RETRY or PROCESSING left (the relays waiting out
+// their interval then stop at once). It fails with ErrNotDrained if such
+// rows are left when they stopped.
 func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender) (Throughput, error) {
 	instances := len(senders)
 	if instances < 1 {
@@ -51,17 +48,27 @@ func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender
 		relays[i] = r
 	}
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		sent int
-		errs []error
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		sent      int
+		errs      []error
+		drainedAt time.Time
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	drained, markDrained := context.WithCancel(ctx)
+	defer markDrained()
 	start := time.Now()
 	for _, r := range relays {
 		wg.Go(func() {
-			n, err := drainShared(ctx, db, r)
+			n, err := drainShared(ctx, drained, db, r, func() {
+				mu.Lock()
+				if drainedAt.IsZero() {
+					drainedAt = time.Now()
+				}
+				mu.Unlock()
+				markDrained()
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			sent += n
@@ -72,7 +79,10 @@ func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender
 		})
 	}
 	wg.Wait()
-	res := Throughput{Count: sent, Elapsed: time.Since(start)}
+	if drainedAt.IsZero() {
+		drainedAt = time.Now()
+	}
+	res := Throughput{Count: sent, Elapsed: drainedAt.Sub(start)}
 	if err := errors.Join(errs...); err != nil {
 		return res, fmt.Errorf("relay instances: %w", err)
 	}
@@ -86,30 +96,32 @@ func RelayInstances(ctx context.Context, db *database.DB, senders []relay.Sender
 	return res, nil
 }
 
-// drainShared polls r back to back until the outbox holds no row to send or
-// in flight, then flushes, and returns the rows r recorded SENT. A poll that
-// claims nothing while other relays hold rows waits idlePause.
-func drainShared(ctx context.Context, db *database.DB, r *relay.Relay) (int, error) {
+// drainShared polls r as the relay's loop does until the outbox holds no
+// row to send or in flight (then it calls markDrained) or another relay
+// found so (drained ends), then flushes, and returns the rows r recorded
+// SENT.
+func drainShared(ctx, drained context.Context, db *database.DB, r *relay.Relay, markDrained func()) (int, error) {
+	d := relay.DefaultConfig()
 	sent := 0
-	for {
+	for drained.Err() == nil {
 		p, err := r.Pump(ctx)
 		sent += p.Sent
 		if err != nil {
 			return sent, err
 		}
-		if p.Claimed > 0 || p.Sent+p.Deferred > 0 {
+		if p.Claimed >= d.BatchSize {
 			continue
 		}
 		var busy []int64
-		if err := db.WithContext(ctx).Model(&outbox.Message{}).
-			Where("status IN ?", unsent).
+		if err := db.WithContext(ctx).Model(&outbox.Message{}).Where("status IN ?", unsent).
 			Limit(1).Pluck("id", &busy).Error; err != nil {
 			return sent, fmt.Errorf("look for rows to send: %w", err)
 		}
 		if len(busy) == 0 {
+			markDrained()
 			break
 		}
-		if !backoff.Sleep(ctx, idlePause) {
+		if !backoff.Sleep(drained, d.Interval) && ctx.Err() != nil {
 			return sent, ctx.Err()
 		}
 	}
