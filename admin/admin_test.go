@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
+	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -36,13 +38,8 @@ type fixture struct {
 func setup(t *testing.T, db *database.DB) *fixture {
 	t.Helper()
 	f := &fixture{db: db, now: t0.Add(time.Hour)}
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, Now: func() time.Time { return f.now }, PurgePause: -1,
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, Now: func() time.Time { return f.now }, PurgePause: -1,
 		AuthFailures: -1}) // TestUnauthorized fails on purpose far more often than the bound allows
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
 	f.h = mux
 	return f
 }
@@ -82,6 +79,31 @@ func (f *fixture) set(t *testing.T, id int64, status outbox.Status) {
 func (f *fixture) status(t *testing.T, id int64) outbox.Status {
 	t.Helper()
 	return databasetest.Load[outbox.Message](t, f.db.DB, id).Status
+}
+
+// badParam is a request the admin API refuses with 400 naming field.
+type badParam struct{ method, path, field string }
+
+// requireBadParams sends each request and requires its 400 naming the field.
+func (f *fixture) requireBadParams(t *testing.T, auth string, bad ...badParam) {
+	t.Helper()
+	for _, b := range bad {
+		rec, body := f.do(t, b.method, b.path, auth)
+		require.Equal(t, http.StatusBadRequest, rec.Code, b.path)
+		require.Equal(t, b.field, body["field"], b.path)
+	}
+}
+
+// routesMux serves the admin routes of cfg on one ServeMux.
+func routesMux(t *testing.T, cfg admin.Config) *http.ServeMux {
+	t.Helper()
+	routes, err := admin.Routes(cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	return mux
 }
 
 func id(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
@@ -222,17 +244,13 @@ func TestOperatorFlow(t *testing.T) {
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", sent.ID).Count(&n).Error)
 		require.Zero(t, n)
 
-		for _, bad := range []struct{ method, path, field string }{
-			{"GET", "/admin/outbox?status=DONE", "status"},
-			{"GET", "/admin/outbox?limit=0", "limit"},
-			{"GET", "/admin/outbox?limit=1001", "limit"},
-			{"POST", "/admin/outbox/purge?olderThan=soon", "olderThan"},
-			{"POST", "/admin/outbox/purge?olderThan=-1h", "olderThan"},
-		} {
-			rec, body = f.do(t, bad.method, bad.path, auth)
-			require.Equal(t, http.StatusBadRequest, rec.Code, bad.path)
-			require.Equal(t, bad.field, body["field"], bad.path)
-		}
+		f.requireBadParams(t, auth,
+			badParam{"GET", "/admin/outbox?status=DONE", "status"},
+			badParam{"GET", "/admin/outbox?limit=0", "limit"},
+			badParam{"GET", "/admin/outbox?limit=1001", "limit"},
+			badParam{"POST", "/admin/outbox/purge?olderThan=soon", "olderThan"},
+			badParam{"POST", "/admin/outbox/purge?olderThan=-1h", "olderThan"},
+		)
 	})
 }
 
@@ -313,18 +331,14 @@ func TestPublications(t *testing.T) {
 		}
 		require.Equal(t, worker.PublicationFailed, f.publicationStatus(t, cancelled))
 
-		for _, bad := range []struct{ method, path, field string }{
-			{"GET", "/admin/publications?status=FAIL", "status"},
-			{"GET", "/admin/publications?limit=0", "limit"},
-			{"GET", "/admin/publications?limit=1001", "limit"},
-			{"GET", "/admin/publications?after=x", "after"},
-			{"POST", "/admin/publications/abc/retry", "id"},
-			{"POST", "/admin/publications/0/retry", "id"},
-		} {
-			rec, body = f.do(t, bad.method, bad.path, auth)
-			require.Equal(t, http.StatusBadRequest, rec.Code, bad.path)
-			require.Equal(t, bad.field, body["field"], bad.path)
-		}
+		f.requireBadParams(t, auth,
+			badParam{"GET", "/admin/publications?status=FAIL", "status"},
+			badParam{"GET", "/admin/publications?limit=0", "limit"},
+			badParam{"GET", "/admin/publications?limit=1001", "limit"},
+			badParam{"GET", "/admin/publications?after=x", "after"},
+			badParam{"POST", "/admin/publications/abc/retry", "id"},
+			badParam{"POST", "/admin/publications/0/retry", "id"},
+		)
 	})
 }
 
@@ -333,9 +347,7 @@ func TestPublications(t *testing.T) {
 // clock is moved an hour ahead for the one connection of the pool.
 func TestDatabaseClock(t *testing.T) {
 	t.Parallel()
-	db, err := database.Open(databasetest.MySQLURL(t, "posting_admin"), "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, databasetest.MySQLURL(t, "posting_admin"))
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
 	_, err = migrations.Apply(context.Background(), db, nil) // the migration lock wants a second connection
@@ -347,12 +359,7 @@ func TestDatabaseClock(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(time.Hour), dbNow, 5*time.Minute, "the session clock is an hour ahead")
 
-	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: token, PurgePause: -1})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, PurgePause: -1})
 	f := &fixture{db: db, h: mux}
 	auth := "Bearer " + token
 
@@ -372,4 +379,39 @@ func TestDatabaseClock(t *testing.T) {
 	rec, body = f.do(t, "POST", "/admin/outbox/purge?olderThan=1h", auth)
 	require.Equal(t, http.StatusOK, rec.Code, body)
 	require.EqualValues(t, 1, body["deleted"])
+}
+
+// Every change over HTTP is one audit line with the action, the ids and the
+// client's address; a refused request logs only its refusal.
+func TestAuditLines(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	logs := &logtest.Buffer{}
+	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, PurgePause: -1,
+		Now: func() time.Time { return t0.Add(time.Hour) }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	f := &fixture{db: db, h: mux}
+	m := f.append(t, 1)
+	f.set(t, m.ID, outbox.StatusFail)
+
+	send := func(method, target, auth string) int {
+		req := httptest.NewRequest(method, target, nil)
+		req.RemoteAddr = "192.0.2.7:41234"
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	require.Equal(t, http.StatusUnauthorized, send(http.MethodPost, "/admin/outbox/"+id(m)+"/requeue", "Bearer wrong"))
+	require.NotContains(t, logs.String(), "action=outbox.requeue", "a refused request changes nothing")
+	require.Contains(t, logs.String(), `msg=audit component=admin action=auth.refused source=192.0.2.7 route="POST /admin/outbox/{id}/requeue" outcome=invalid`)
+
+	require.Equal(t, http.StatusOK, send(http.MethodPost, "/admin/outbox/"+id(m)+"/requeue", "Bearer "+token))
+	require.Contains(t, logs.String(), "msg=audit component=admin action=outbox.requeue ids=["+id(m)+"] source=192.0.2.7:41234 event_id="+m.EventID)
+	require.Equal(t, http.StatusOK, send(http.MethodPost, "/admin/outbox/purge?olderThan=1h", "Bearer "+token))
+	require.Contains(t, logs.String(), "msg=audit component=admin action=outbox.purge ids=[] source=192.0.2.7:41234 deleted=0")
+	require.Equal(t, http.StatusOK, send(http.MethodPost, "/admin/outbox/requeue-failed", "Bearer "+token))
+	require.Contains(t, logs.String(), "msg=audit component=admin action=outbox.requeue_failed ids=[] source=192.0.2.7:41234 requeued=0")
+	require.NotContains(t, logs.String(), token)
 }

@@ -174,14 +174,7 @@ func TestAuthRefusalsWriteNothing(t *testing.T) {
 // other's post answers 404 and stays as it was; an admin-scope token sees
 // both, filters by ownerId and changes either.
 func TestAuthOwnersSeeOnlyTheirPosts(t *testing.T) {
-	eachAPI := func(fn func(t *testing.T, e *apiEnv)) {
-		t.Parallel()
-		databasetest.Each(t, func(t *testing.T, db *database.DB) {
-			t.Parallel()
-			fn(t, apiSetup(t, db, func(c *api.Config) { c.Auth = verifier(t, testSecret, "") }))
-		})
-	}
-	eachAPI(func(t *testing.T, e *apiEnv) {
+	eachAPIWithAuth(t, func(t *testing.T, e *apiEnv) {
 		alice, bob, admin := tokenFor(t, "alice"), tokenFor(t, "bob"), tokenFor(t, "root", "posts:read", auth.AdminScope)
 		a1, a2 := e.createAs(t, alice), e.createAs(t, alice)
 		b1 := e.createAs(t, bob)
@@ -389,4 +382,34 @@ func relaytestSent(t *testing.T, db *database.DB) int64 {
 	var n int64
 	require.NoError(t, db.DB.Model(&outbox.Message{}).Where("status = ?", outbox.StatusSent).Count(&n).Error)
 	return n
+}
+
+// A sub that differs from alice's only by trailing spaces is another
+// caller, but MySQL's PAD SPACE collations (utf8mb4_bin included) compare
+// "alice " equal to "alice": such a token must not reach alice's posts on
+// any dialect. The verifier refuses it, so no post can be owned by it
+// either.
+func TestSubWithTrailingSpaceIsNotAlice(t *testing.T) {
+	eachAPIWithAuth(t, func(t *testing.T, e *apiEnv) {
+		id := idOf(t, e.createAs(t, tokenFor(t, "alice")))
+		posts0, rows0 := counts(t, e.db.DB)
+		spaced := tokenFor(t, "alice ")
+		for _, r := range []struct{ method, path, body string }{
+			{http.MethodGet, "/api/v1/posts/" + id, ""},
+			{http.MethodGet, "/api/v1/posts", ""},
+			{http.MethodPatch, "/api/v1/posts/" + id, `{"title":"taken"}`},
+			{http.MethodPost, "/api/v1/posts/" + id + "/cancel", ""},
+			{http.MethodPost, "/api/v1/posts", newPostBody},
+		} {
+			resp, body := e.doAs(t, spaced, r.method, r.path, r.body)
+			requireProblem(t, resp, body, http.StatusUnauthorized)
+			require.Equal(t, `Bearer error="invalid_token"`, resp.Header.Get("WWW-Authenticate"))
+		}
+		posts, rows := counts(t, e.db.DB)
+		require.Equal(t, posts0, posts)
+		require.Equal(t, rows0, rows)
+		post := loadPost(t, e.db.DB, id)
+		require.Equal(t, "t", post.Title)
+		require.EqualValues(t, 1, post.Version.Int64)
+	})
 }

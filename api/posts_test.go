@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
@@ -281,7 +285,7 @@ func TestPostsConcurrentPatch(t *testing.T) {
 		reads.Add(2)
 		bothRead := make(chan struct{})
 		go func() { reads.Wait(); close(bothRead) }()
-		require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("api_test:barrier", func(tx *gorm.DB) {
+		databasetest.After(t, e.db.DB, databasetest.StmtQuery, func(tx *gorm.DB) {
 			if armed.Load() && tx.Statement.Table == "posts" {
 				reads.Done()
 				select {
@@ -289,7 +293,7 @@ func TestPostsConcurrentPatch(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			}
-		}))
+		})
 		armed.Store(true)
 		codes := make([]int, 2)
 		var wg sync.WaitGroup
@@ -336,5 +340,410 @@ func TestPostsConcurrentPatch(t *testing.T) {
 		}
 		require.EqualValues(t, 1+ok.Load(), updates)
 		t.Logf("%d × 200, %d × 409", ok.Load(), conflict.Load())
+	})
+}
+
+// TestPostsRefuseInvalidText: a title or content that is not valid UTF-8
+// (raw bytes or an unpaired surrogate escape, which encoding/json would
+// quietly turn into U+FFFD), or that holds a control character the field
+// does not allow, is a 400 naming the field, on create and on PATCH, and
+// writes nothing.
+func TestPostsRefuseInvalidText(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		id := idOf(t, e.createPost(t, "kept"))
+		one := "/api/v1/posts/" + id
+		const at = `"2030-01-03T00:00:00Z"`
+		create := func(title, content string) string {
+			return `{"title":"` + title + `","content":"` + content + `","scheduledAt":` + at + `}`
+		}
+		cases := []struct {
+			name, title, content, field, detail string
+		}{
+			{"title with an invalid byte", "a\xffb", "c", "title", "UTF-8"},
+			{"title with a truncated sequence", "caf\xc3", "c", "title", "UTF-8"},
+			{"title with an overlong encoding", "\xc0\xaf", "c", "title", "UTF-8"},
+			{"title with an encoded surrogate", "\xed\xa0\x80", "c", "title", "UTF-8"},
+			{"title with a lone high surrogate escape", `a\ud800b`, "c", "title", "surrogate"},
+			{"title with a lone low surrogate escape", `\udc00`, "c", "title", "surrogate"},
+			{"title with reversed surrogate escapes", `\ude00\ud83d`, "c", "title", "surrogate"},
+			{"title with a newline", `two\nlines`, "c", "title", "U+000A"},
+			{"title with a tab", `a\tb`, "c", "title", "U+0009"},
+			{"title with a carriage return", `a\rb`, "c", "title", "U+000D"},
+			{"title with NUL", `a\u0000b`, "c", "title", "U+0000"},
+			{"title with an escape sequence", `\u001b[31mred`, "c", "title", "U+001B"},
+			{"title with DEL", "a\x7fb", "c", "title", "U+007F"},
+			{"title with a C1 control", `a\u0085b`, "c", "title", "U+0085"},
+			{"title with a raw C1 control", "a\xc2\x9bb", "c", "title", "U+009B"},
+			{"content with an invalid byte", "t", "ok\xfe", "content", "UTF-8"},
+			{"content with a lone surrogate escape", "t", `\ud83d`, "content", "surrogate"},
+			{"content with NUL", "t", `a\u0000b`, "content", "U+0000"},
+			{"content with an escape sequence", "t", `\u001b[2J`, "content", "U+001B"},
+			{"content with a vertical tab", "t", `a\u000bb`, "content", "U+000B"},
+			{"content with DEL", "t", `a\u007fb`, "content", "U+007F"},
+			{"content with a C1 control", "t", `a\u009fb`, "content", "U+009F"},
+		}
+		before := loadPost(t, e.db.DB, id)
+		postsBefore, rowsBefore := counts(t, e.db.DB)
+		for _, tc := range cases {
+			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", create(tc.title, tc.content))
+			p := requireProblem(t, resp, body, http.StatusBadRequest)
+			require.Equal(t, tc.field, p.Field, "create: %s", tc.name)
+			require.Contains(t, p.Detail, tc.detail, "create: %s", tc.name)
+
+			patch := `{"title":"` + tc.title + `"}`
+			if tc.field == "content" {
+				patch = `{"content":"` + tc.content + `"}`
+			}
+			resp, body = e.do(t, http.MethodPatch, one, "application/json", patch)
+			p = requireProblem(t, resp, body, http.StatusBadRequest)
+			require.Equal(t, tc.field, p.Field, "patch: %s", tc.name)
+			require.Contains(t, p.Detail, tc.detail, "patch: %s", tc.name)
+		}
+		postsAfter, rowsAfter := counts(t, e.db.DB)
+		require.Equal(t, postsBefore, postsAfter, "posts written by refused requests")
+		require.Equal(t, rowsBefore, rowsAfter, "outbox rows written by refused requests")
+		after := loadPost(t, e.db.DB, id)
+		require.Equal(t, before.Title, after.Title)
+		require.Equal(t, before.Content, after.Content)
+		require.Equal(t, before.Version, after.Version)
+
+		// What is text stays allowed: content keeps tabs and line ends, a
+		// surrogate pair is one character, U+FFFD sent as such is a
+		// character like any other.
+		resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json",
+			create(`smile \ud83d\ude00 \ufffd`+"\xef\xbf\xbd", `line 1\r\nline 2\n\tindented`))
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		stored := loadPost(t, e.db.DB, idOf(t, decodeObject(t, body)))
+		require.Equal(t, "smile 😀 \uFFFD\uFFFD", stored.Title)
+		require.Equal(t, "line 1\r\nline 2\n\tindented", stored.Content)
+
+		resp, body = e.do(t, http.MethodPatch, one, "application/json", `{"content":"a\tb\nc"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, "a\tb\nc", loadPost(t, e.db.DB, id).Content)
+	})
+}
+
+// TestPostsReadFieldNamesExactly: a member name matches a field only as
+// spelt (case-sensitive), and a name given twice is a 400 naming it, on
+// create and on PATCH; nothing is written.
+func TestPostsReadFieldNamesExactly(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		id := idOf(t, e.createPost(t, "kept"))
+		const at = `"scheduledAt":"2030-01-03T00:00:00Z"`
+		cases := []struct {
+			name, method, path, body, field, detail string
+		}{
+			{"names in other case", "POST", "/api/v1/posts", `{"TITLE":"x","Content":"c","ScheduledAt":"2030-01-03T00:00:00Z"}`, "TITLE", "unknown field"},
+			{"one name in other case", "POST", "/api/v1/posts", `{"title":"x","content":"c","scheduledat":"2030-01-03T00:00:00Z"}`, "scheduledat", "unknown field"},
+			{"a second spelling", "POST", "/api/v1/posts", `{"title":"a","Title":"b","content":"c",` + at + `}`, "Title", "unknown field"},
+			{"a repeated name", "POST", "/api/v1/posts", `{"title":"a","title":"b","content":"c",` + at + `}`, "title", "more than once"},
+			{"a repeated name, escaped", "POST", "/api/v1/posts", `{"title":"a","content":"c","t\u0069tle":"b",` + at + `}`, "title", "more than once"},
+			{"patch in other case", "PATCH", "/api/v1/posts/" + id, `{"Title":"b"}`, "Title", "unknown field"},
+			{"patch repeated", "PATCH", "/api/v1/posts/" + id, `{"content":"a","content":"b"}`, "content", "more than once"},
+		}
+		postsBefore, rowsBefore := counts(t, e.db.DB)
+		for _, tc := range cases {
+			resp, body := e.do(t, tc.method, tc.path, "application/json", tc.body)
+			p := requireProblem(t, resp, body, http.StatusBadRequest)
+			require.Equal(t, tc.field, p.Field, tc.name)
+			require.Contains(t, p.Detail, tc.detail, tc.name)
+			require.Contains(t, p.Detail, tc.field, tc.name)
+		}
+		postsAfter, rowsAfter := counts(t, e.db.DB)
+		require.Equal(t, postsBefore, postsAfter, "posts written by refused requests")
+		require.Equal(t, rowsBefore, rowsAfter, "outbox rows written by refused requests")
+		require.Equal(t, "kept", loadPost(t, e.db.DB, id).Title)
+	})
+}
+
+// refusedDateTimes are date-times the API refuses, each with what the
+// refusal says.
+var refusedDateTimes = map[string]string{
+	"2030-01-03T00:00:00+24:00": "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00+23:60": "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00,5Z":    "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00.Z":     "must be an RFC 3339 date-time",
+	"2030-01-03T00:00:00+0100":  "must be an RFC 3339 date-time",
+	"2030-01-03 00:00:00Z":      "must be an RFC 3339 date-time",
+	"2030-02-30T00:00:00Z":      "must be an RFC 3339 date-time",
+	"2030-06-30T23:59:60Z":      "leap seconds are not accepted",
+}
+
+// TestPostsReadScheduledAtStrictly: scheduledAt is RFC 3339 and nothing
+// more (offset hour 00..23, minute 00..59, '.' before a fraction); a leap
+// second, valid syntax, is refused with its own reason. Valid offsets and
+// fractions are still read, as the same instant.
+func TestPostsReadScheduledAtStrictly(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		create := func(at string) string { return `{"title":"t","content":"c","scheduledAt":"` + at + `"}` }
+		for at, detail := range refusedDateTimes {
+			postsBefore, _ := counts(t, e.db.DB)
+			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", create(at))
+			p := requireProblem(t, resp, body, http.StatusBadRequest)
+			require.Equal(t, "scheduledAt", p.Field, at)
+			require.Contains(t, p.Detail, detail, at)
+			postsAfter, _ := counts(t, e.db.DB)
+			require.Equal(t, postsBefore, postsAfter, at)
+		}
+		for at, want := range map[string]string{
+			"2030-01-03T05:30:00.25+05:30": "2030-01-03T00:00:00.25Z",
+			"2030-01-02T23:59:00-23:59":    "2030-01-03T23:58:00Z",
+		} {
+			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", create(at))
+			require.Equal(t, http.StatusCreated, resp.StatusCode, "%s: %s", at, body)
+			require.Equal(t, want, decodeObject(t, body)["scheduledAt"], at)
+		}
+	})
+}
+
+// TestPostsReadScheduledAtWithLowerCaseTAndZ: RFC 3339 (section 5.6, its
+// note) lets "T" and "Z" be lower case, and JSON Schema validators of
+// format date-time accept them, so a client that checked its body against
+// /openapi.json must not get a 400 saying it is not RFC 3339.
+func TestPostsReadScheduledAtWithLowerCaseTAndZ(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		for at, want := range map[string]string{
+			"2030-01-03t00:00:00z":        "2030-01-03T00:00:00Z",
+			"2030-01-03t05:30:00.5+05:30": "2030-01-03T00:00:00.5Z",
+			"2030-01-03T00:00:00.25z":     "2030-01-03T00:00:00.25Z",
+		} {
+			resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json",
+				`{"title":"t","content":"c","scheduledAt":"`+at+`"}`)
+			require.Equal(t, http.StatusCreated, resp.StatusCode, "%s: %s", at, body)
+			require.Equal(t, want, decodeObject(t, body)["scheduledAt"], at)
+		}
+	})
+}
+
+// TestPostsNameTheTopFieldOfARepeatedNameInsideAValue: a name repeated
+// inside a field's value is refused naming the request's field (the one a
+// client can fix), not the inner name, which is no field of a post.
+func TestPostsNameTheTopFieldOfARepeatedNameInsideAValue(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		const at = `"scheduledAt":"2030-01-03T00:00:00Z"`
+		for body, field := range map[string]string{
+			`{"title":{"x":1,"x":2},"content":"c",` + at + `}`:        "title",
+			`{"title":"t","content":[{"a":1,"\u0061":2}],` + at + `}`: "content",
+		} {
+			postsBefore, _ := counts(t, e.db.DB)
+			resp, respBody := e.do(t, http.MethodPost, "/api/v1/posts", "application/json", body)
+			p := requireProblem(t, resp, respBody, http.StatusBadRequest)
+			require.Equal(t, field, p.Field, body)
+			require.Contains(t, p.Detail, "appears more than once", body)
+			postsAfter, _ := counts(t, e.db.DB)
+			require.Equal(t, postsBefore, postsAfter, body)
+		}
+	})
+}
+
+// createWithKey sends newPostBody-like body to POST /api/v1/posts with
+// Idempotency-Key key, as token's subject (none when token is "").
+func (e *apiEnv) createWithKey(t *testing.T, token, key, body string) (*http.Response, []byte) {
+	t.Helper()
+	h := http.Header{"Content-Type": {"application/json"}, api.IdempotencyKeyHeader: {key}}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return e.doHeaders(t, http.MethodPost, "/api/v1/posts", body, h)
+}
+
+// requireCreated checks a 201 of a create and whether it was a replay, and
+// returns the post's id.
+func requireCreated(t *testing.T, resp *http.Response, body []byte, replayed bool) string {
+	t.Helper()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+	want := ""
+	if replayed {
+		want = "true"
+	}
+	require.Equal(t, want, resp.Header.Get(api.IdempotentReplayedHeader))
+	id := idOf(t, decodeObject(t, body))
+	require.Equal(t, "/api/v1/posts/"+id, resp.Header.Get("Location"))
+	return id
+}
+
+// The same key and the same request answer the first answer again: 201,
+// the same post byte for byte, Idempotent-Replayed: true, and no new post or
+// event, also when the body spells the same request differently. Another
+// key, or the same key of another owner, is another post.
+func TestCreateWithIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
+	eachAPIWithAuth(t, func(t *testing.T, e *apiEnv) {
+		alice, bob := tokenFor(t, "alice"), tokenFor(t, "bob")
+
+		resp, first := e.createWithKey(t, alice, "order-1", newPostBody)
+		id := requireCreated(t, resp, first, false)
+		// Edit the post: the replay is the first answer, not the post now.
+		resp, body := e.doAs(t, alice, http.MethodPatch, "/api/v1/posts/"+id, `{"title":"edited"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+
+		same := `{"scheduledAt":"2030-01-03T01:00:00+01:00", "content":"c","title":"t"}`
+		resp, again := e.createWithKey(t, alice, "order-1", same)
+		require.Equal(t, id, requireCreated(t, resp, again, true))
+		require.JSONEq(t, string(first), string(again))
+		posts, rows := counts(t, e.db.DB)
+		require.Equal(t, [2]int64{1, 2}, [2]int64{posts, rows}, "one post; its CREATED and UPDATED events only")
+		require.Equal(t, []string{"CREATED RESERVED", "UPDATED RESERVED"}, actions(t, e.db.DB, id))
+
+		// Keys are case-sensitive, and each owner has keys of its own.
+		resp, body = e.createWithKey(t, alice, "ORDER-1", newPostBody)
+		other := requireCreated(t, resp, body, false)
+		resp, body = e.createWithKey(t, bob, "order-1", newPostBody)
+		bobs := requireCreated(t, resp, body, false)
+		require.NotEqual(t, id, other)
+		require.NotEqual(t, id, bobs)
+		require.Equal(t, "bob", loadPost(t, e.db.DB, bobs).OwnerID)
+		posts, _ = counts(t, e.db.DB)
+		require.EqualValues(t, 3, posts)
+	})
+}
+
+// The same key with another request is 422 problem+json, and writes
+// nothing; the key still replays its own request afterwards.
+func TestCreateWithIdempotencyKeyAndAnotherBodyIsRefused(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		resp, first := e.createWithKey(t, "", "k", newPostBody)
+		requireCreated(t, resp, first, false)
+		for _, body := range []string{
+			`{"title":"other","content":"c","scheduledAt":"2030-01-03T00:00:00Z"}`,
+			`{"title":"t","content":"other","scheduledAt":"2030-01-03T00:00:00Z"}`,
+			`{"title":"t","content":"c","scheduledAt":"2030-01-03T00:00:01Z"}`,
+		} {
+			resp, got := e.createWithKey(t, "", "k", body)
+			p := requireProblem(t, resp, got, http.StatusUnprocessableEntity)
+			require.Equal(t, "Idempotency-Key", p.Field)
+			require.Contains(t, p.Detail, "another request body")
+			require.Empty(t, resp.Header.Get(api.IdempotentReplayedHeader))
+		}
+		posts, rows := counts(t, e.db.DB)
+		require.Equal(t, [2]int64{1, 1}, [2]int64{posts, rows})
+		resp, again := e.createWithKey(t, "", "k", newPostBody)
+		requireCreated(t, resp, again, true)
+		require.JSONEq(t, string(first), string(again))
+	})
+}
+
+// Eight requests with one key at once create one post and one event: one
+// answer is the creation, the others wait for its transaction and replay it.
+// They go to two API instances on the one database, as to two serve
+// processes behind a load balancer: nothing but the database coordinates them.
+func TestCreateWithIdempotencyKeyConcurrentlyCreatesOnePost(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		apis := []*apiEnv{e, apiSetup(t, e.db, nil)}
+		const n = 8
+		var wg sync.WaitGroup
+		var created, replayed atomic.Int32
+		ids := make([]string, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				resp, body := apis[i%len(apis)].createWithKey(t, "", "same-key", newPostBody)
+				require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+				if resp.Header.Get(api.IdempotentReplayedHeader) == "true" {
+					replayed.Add(1)
+				} else {
+					created.Add(1)
+				}
+				ids[i] = idOf(t, decodeObject(t, body))
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.EqualValues(t, 1, created.Load())
+		require.EqualValues(t, n-1, replayed.Load())
+		for _, id := range ids {
+			require.Equal(t, ids[0], id)
+		}
+		posts, rows := counts(t, e.db.DB)
+		require.Equal(t, [2]int64{1, 1}, [2]int64{posts, rows})
+		require.Equal(t, []string{"CREATED RESERVED"}, actions(t, e.db.DB, ids[0]))
+	})
+}
+
+// A key is honoured for the retention: the cleaner's step deletes keys
+// older than it (and only those), and a key past it creates a new post,
+// purged or not yet.
+func TestIdempotencyKeysExpireAfterTheRetention(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		// The service's clock, moved by the test; the cleaner reads the
+		// database's clock, so keys are written relative to it.
+		dbNow := databasetest.Now(t, db.DB)
+		var now atomic.Pointer[time.Time]
+		setNow := func(t time.Time) { now.Store(&t) }
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{
+			Now: func() time.Time { return *now.Load() }, IdempotencyRetention: 24 * time.Hour})
+		require.NoError(t, err)
+		e := apiSetup(t, db, func(c *api.Config) { c.Posts = svc })
+		body := func(at time.Time) string {
+			return `{"title":"t","content":"c","scheduledAt":"` + at.Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
+		}
+		create := func(key string, at time.Time, replayed bool) string {
+			setNow(at)
+			resp, got := e.createWithKey(t, "", key, body(at))
+			return requireCreated(t, resp, got, replayed)
+		}
+		old := dbNow.Add(-25 * time.Hour)
+		young := dbNow.Add(-23 * time.Hour)
+		oldID := create("old", old, false)
+		youngID := create("young", young, false)
+
+		cleaner, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{},
+			outbox.PurgeStep{Name: "idempotency_keys", Purge: reservation.PurgeIdempotencyKeys, Retention: 24 * time.Hour})
+		require.NoError(t, err)
+		res, err := cleaner.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Deleted["idempotency_keys"])
+
+		// Replayed with its own body, whose scheduledAt has passed meanwhile.
+		setNow(dbNow)
+		resp, got := e.createWithKey(t, "", "young", body(young))
+		require.Equal(t, youngID, requireCreated(t, resp, got, true))
+		// Another body (the old one's time has passed): a kept key would
+		// answer 422.
+		resp, got = e.createWithKey(t, "", "old", body(dbNow))
+		require.NotEqual(t, oldID, requireCreated(t, resp, got, false), "a purged key creates a new post")
+
+		// Not purged yet, but older than the retention by the service's clock.
+		lateID := create("young", dbNow.Add(2*time.Hour), false)
+		require.NotEqual(t, youngID, lateID)
+		posts, rows := counts(t, db.DB)
+		require.Equal(t, [2]int64{4, 4}, [2]int64{posts, rows})
+		var keys int64
+		require.NoError(t, db.Table("idempotency_keys").Count(&keys).Error)
+		require.EqualValues(t, 2, keys, "old (new post) and young (new post); the expired rows are gone")
+	})
+}
+
+// A key that is empty, longer than 255 characters or not printable ASCII,
+// or a second Idempotency-Key header, is a 400 naming the header, and
+// writes nothing; 255 printable characters are a key.
+func TestCreateRefusesABadIdempotencyKey(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		for name, values := range map[string][]string{
+			"empty":          {""},
+			"blank":          {"   "},
+			"256 characters": {strings.Repeat("k", 256)},
+			"tab":            {"a\tb"},
+			"non-ASCII":      {"clé"},
+			"two headers":    {"a", "b"},
+		} {
+			h := http.Header{"Content-Type": {"application/json"}, api.IdempotencyKeyHeader: values}
+			resp, body := e.doHeaders(t, http.MethodPost, "/api/v1/posts", newPostBody, h)
+			p := requireProblem(t, resp, body, http.StatusBadRequest)
+			require.Equal(t, "Idempotency-Key", p.Field, name)
+		}
+		posts, rows := counts(t, e.db.DB)
+		require.Equal(t, [2]int64{0, 0}, [2]int64{posts, rows})
+		var keys int64
+		require.NoError(t, e.db.Table("idempotency_keys").Count(&keys).Error)
+		require.Zero(t, keys)
+
+		longest := strings.Repeat("~", 255)
+		resp, first := e.createWithKey(t, "", longest, newPostBody)
+		requireCreated(t, resp, first, false)
+		resp, again := e.createWithKey(t, "", longest, newPostBody)
+		requireCreated(t, resp, again, true)
 	})
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/migrations"
@@ -35,11 +34,9 @@ func TestPostgresPoolThroughPgBouncer(t *testing.T) {
 func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
 	direct := databasetest.PostgresURL(t, "")
 	pooled := pgbouncertest.Start(t, direct, mode)
-	db, err := database.Open(pooled, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, pooled)
 	ctx := context.Background()
-	_, err = migrations.Apply(ctx, db, nil)
+	_, err := migrations.Apply(ctx, db, nil)
 	require.NoError(t, err)
 
 	const workers, rounds = 8, 40
@@ -73,9 +70,7 @@ func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
 	require.NoError(t, db.Raw("SELECT count(*) FROM inbox").Scan(&rows).Error)
 	require.EqualValues(t, workers*rounds, rows)
 
-	check, err := database.Open(direct, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = check.Close() })
+	check := databasetest.Open(t, direct)
 	var locks int64
 	require.NoError(t, check.Raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&locks).Error)
 	require.Zero(t, locks, "an advisory lock left on a server connection")

@@ -165,16 +165,12 @@ func TestOpenSQLiteCreatesRelativeAndAbsolute(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir) // no t.Parallel: the working directory is the process's
 
-	rel, err := database.Open("sqlite://nested/dir/rel.db", "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rel.Close() })
+	rel := databasetest.Open(t, "sqlite://nested/dir/rel.db")
 	require.Equal(t, "sqlite://nested/dir/rel.db", rel.Location)
 	require.FileExists(t, filepath.Join(dir, "nested", "dir", "rel.db"))
 
 	absPath := filepath.Join(t.TempDir(), "a", "abs.db")
-	abs, err := database.Open("sqlite://"+absPath, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = abs.Close() })
+	abs := databasetest.Open(t, "sqlite://"+absPath)
 	require.Equal(t, "sqlite://"+absPath, abs.Location)
 	require.FileExists(t, absPath)
 

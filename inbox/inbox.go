@@ -4,8 +4,9 @@
 // effectively once (Process records the event id in the same transaction as
 // the handler's own work, so a redelivery is recognised and skipped).
 //
-// Nothing here knows Kafka; kafka.Consumer feeds a Handler from a consumer
-// group and commits a message's offset only after Handle returned.
+// Nothing here knows a broker; the consume loop (package inbox/consume) feeds
+// a Handler, and kafka.Consumer and rabbitmq.Consumer only fetch its messages
+// and commit (acknowledge) them once it returned.
 package inbox
 
 import (

@@ -3,11 +3,13 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
@@ -122,5 +124,222 @@ func TestProcessEffectivelyOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, inbox.Applied, outcome)
 		require.EqualValues(t, 2, count())
+	})
+}
+
+// sequencedEvent decodes a reservation event of post 42 whose value carries
+// seq (none when 0), with its own event id.
+func sequencedEvent(t *testing.T, seq int64) inbox.Event {
+	t.Helper()
+	return postEvent(t, 42, seq)
+}
+
+// postEvent decodes a reservation event of post whose value carries seq
+// (none when 0), with its own event id.
+func postEvent(t *testing.T, post, seq int64) inbox.Event {
+	t.Helper()
+	id := uuid.Must(uuid.NewV7()).String()
+	value := strings.ReplaceAll(testValue, testID, id)
+	value = strings.Replace(value, `"postId":42`, `"postId":`+strconv.FormatInt(post, 10), 1)
+	if seq > 0 {
+		value = string(event.WithSequence([]byte(value), seq))
+	}
+	h := testHeaders()
+	h[event.HeaderEventID] = id
+	ev, err := inbox.Decode([]byte(strconv.FormatInt(post, 10)), h, []byte(value))
+	require.NoError(t, err)
+	require.Equal(t, seq, ev.Sequence)
+	return ev
+}
+
+// An event older than one the consumer applied for its post (by sequence)
+// is dropped: recorded, its work not done. Events without a sequence are
+// applied as before, and another consumer keeps an order of its own.
+func TestProcessDropsEventsOlderThanTheLastApplied(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		var applied []int64
+		process := func(consumer string, ev inbox.Event) inbox.Outcome {
+			t.Helper()
+			out, err := inbox.Process(ctx, db.DB, consumer, ev, time.Now(), func(*gorm.DB) error {
+				applied = append(applied, ev.Sequence)
+				return nil
+			})
+			require.NoError(t, err)
+			return out
+		}
+		e1, e2, e3 := sequencedEvent(t, 1), sequencedEvent(t, 2), sequencedEvent(t, 3)
+		require.Equal(t, inbox.Applied, process("c1", e2))
+		require.Equal(t, inbox.OutOfOrder, process("c1", e1), "an older event after a newer one")
+		require.Equal(t, inbox.Duplicate, process("c1", e1), "the dropped event is recorded")
+		require.Equal(t, inbox.Applied, process("c1", sequencedEvent(t, 0)), "no sequence: no order check")
+		require.Equal(t, inbox.Applied, process("c1", e3))
+		require.Equal(t, inbox.OutOfOrder, process("c1", sequencedEvent(t, 3)), "the same sequence twice under another id")
+		require.Equal(t, inbox.Applied, process("c2", e1), "another consumer's order is its own")
+		require.Equal(t, []int64{2, 0, 3, 1}, applied)
+	})
+}
+
+// The sequence comes from the value or from either binding's header; a
+// header that is not a sequence, or disagrees with the value, makes the
+// event malformed.
+func TestDecodeSequence(t *testing.T) {
+	t.Parallel()
+	withSeq := string(event.WithSequence([]byte(testValue), 7))
+	require.Contains(t, withSeq, `"sequence":7`)
+	header := func(name, v string) map[string]string {
+		h := testHeaders()
+		h[name] = v
+		return h
+	}
+	kafkaName := event.CloudEventsKafkaPrefix + event.CloudEventsSequence
+	amqpName := event.CloudEventsAMQPPrefix + event.CloudEventsSequence
+	for name, c := range map[string]struct {
+		headers map[string]string
+		value   string
+		want    int64
+	}{
+		"value only":                {testHeaders(), withSeq, 7},
+		"kafka header and value":    {header(kafkaName, event.FormatSequence(7)), withSeq, 7},
+		"amqp header only":          {header(amqpName, event.FormatSequence(9)), testValue, 9},
+		"none":                      {testHeaders(), testValue, 0},
+		"header without zero pad":   {header(kafkaName, "7"), withSeq, 7},
+		"header of max int64 width": {header(kafkaName, strconv.FormatInt(1<<62, 10)), testValue, 1 << 62},
+	} {
+		ev, err := inbox.Decode([]byte("42"), c.headers, []byte(c.value))
+		require.NoError(t, err, name)
+		require.Equal(t, c.want, ev.Sequence, name)
+	}
+	for name, c := range map[string]struct {
+		headers map[string]string
+		value   string
+	}{
+		"header differs from value": {header(kafkaName, event.FormatSequence(8)), withSeq},
+		"header not digits":         {header(amqpName, "-1"), testValue},
+		"header zero":               {header(kafkaName, event.FormatSequence(0)), testValue},
+		"negative in value":         {testHeaders(), strings.Replace(withSeq, `"sequence":7`, `"sequence":-7`, 1)},
+	} {
+		_, err := inbox.Decode([]byte("42"), c.headers, []byte(c.value))
+		require.ErrorIs(t, err, inbox.ErrMalformed, name)
+	}
+}
+
+// processBatch runs inbox.ProcessBatch for consumer and returns its outcomes
+// and the events it handed to fn, in the order fn saw them.
+func processBatch(t *testing.T, db *database.DB, consumer string, evs []inbox.Event, fail error) ([]inbox.Outcome, []string, error) {
+	t.Helper()
+	var applied []string
+	out, err := inbox.ProcessBatch(context.Background(), db.DB, consumer, evs, time.Now(), func(tx *gorm.DB, apply []int) error {
+		applied = applied[:0]
+		for _, i := range apply {
+			applied = append(applied, evs[i].EventID)
+		}
+		return fail
+	})
+	return out, applied, err
+}
+
+func inboxRows(t *testing.T, db *database.DB, consumer string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Model(&inbox.Record{}).Where("consumer = ?", consumer).Count(&n).Error)
+	return n
+}
+
+// A batch is recorded once, in one transaction: every event is applied and
+// in the inbox; the same batch delivered again applies nothing and writes
+// nothing, and neither does a batch that repeats an event inside itself.
+func TestProcessBatchRecordsABatchOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		evs := []inbox.Event{postEvent(t, 1, 1), postEvent(t, 2, 0), postEvent(t, 3, 5)}
+		out, applied, err := processBatch(t, db, "c", evs, nil)
+		require.NoError(t, err)
+		require.Equal(t, []inbox.Outcome{inbox.Applied, inbox.Applied, inbox.Applied}, out)
+		require.Equal(t, []string{evs[0].EventID, evs[1].EventID, evs[2].EventID}, applied)
+		require.EqualValues(t, 3, inboxRows(t, db, "c"))
+
+		out, applied, err = processBatch(t, db, "c", evs, nil)
+		require.NoError(t, err)
+		require.Equal(t, []inbox.Outcome{inbox.Duplicate, inbox.Duplicate, inbox.Duplicate}, out)
+		require.Empty(t, applied, "a redelivered batch applies nothing")
+		require.EqualValues(t, 3, inboxRows(t, db, "c"))
+
+		fresh := postEvent(t, 4, 1)
+		out, applied, err = processBatch(t, db, "c", []inbox.Event{evs[0], fresh, fresh}, nil)
+		require.NoError(t, err)
+		require.Equal(t, []inbox.Outcome{inbox.Duplicate, inbox.Applied, inbox.Duplicate}, out)
+		require.Equal(t, []string{fresh.EventID}, applied)
+		require.EqualValues(t, 4, inboxRows(t, db, "c"))
+
+		// Single events see the batch's records, and the batch's sequences.
+		single, err := inbox.Process(context.Background(), db.DB, "c", evs[2], time.Now(), func(*gorm.DB) error { return nil })
+		require.NoError(t, err)
+		require.Equal(t, inbox.Duplicate, single)
+		single, err = inbox.Process(context.Background(), db.DB, "c", postEvent(t, 3, 4), time.Now(), func(*gorm.DB) error { return nil })
+		require.NoError(t, err)
+		require.Equal(t, inbox.OutOfOrder, single)
+	})
+}
+
+// When fn fails, nothing of the batch is recorded: the events are applied
+// again, all of them, when the batch is delivered again.
+func TestProcessBatchRecordsNothingWhenTheHandlerFails(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		evs := []inbox.Event{postEvent(t, 1, 1), postEvent(t, 2, 1)}
+		boom := errors.New("boom")
+		_, _, err := processBatch(t, db, "c", evs, boom)
+		require.ErrorIs(t, err, boom)
+		require.Zero(t, inboxRows(t, db, "c"))
+		var seqs int64
+		require.NoError(t, db.Table("inbox_sequences").Count(&seqs).Error)
+		require.Zero(t, seqs)
+
+		out, applied, err := processBatch(t, db, "c", evs, nil)
+		require.NoError(t, err)
+		require.Equal(t, []inbox.Outcome{inbox.Applied, inbox.Applied}, out)
+		require.Len(t, applied, 2)
+	})
+}
+
+// Two events of one post in one batch are judged in their order against
+// the post's last applied sequence, whether the post was seen before or not:
+// a newer one after an older one is applied, an older one after a newer one
+// (or the same sequence again) is dropped, and the last sequence kept is the
+// highest.
+func TestProcessBatchKeepsThePostOrderWithinABatch(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		old := postEvent(t, 7, 2) // post 7 seen before the batch
+		out, _, err := processBatch(t, db, "c", []inbox.Event{old}, nil)
+		require.NoError(t, err)
+		require.Equal(t, []inbox.Outcome{inbox.Applied}, out)
+
+		evs := []inbox.Event{
+			postEvent(t, 7, 3), postEvent(t, 7, 5), postEvent(t, 7, 4), // seen post: 3, 5 applied, 4 dropped
+			postEvent(t, 8, 1), postEvent(t, 8, 2), postEvent(t, 8, 2), // new post: 1, 2 applied, 2 again dropped
+			postEvent(t, 7, 1), // older than the stored sequence
+		}
+		out, applied, err := processBatch(t, db, "c", evs, nil)
+		require.NoError(t, err)
+		require.Equal(t, []inbox.Outcome{inbox.Applied, inbox.Applied, inbox.OutOfOrder,
+			inbox.Applied, inbox.Applied, inbox.OutOfOrder, inbox.OutOfOrder}, out)
+		require.Equal(t, []string{evs[0].EventID, evs[1].EventID, evs[3].EventID, evs[4].EventID}, applied)
+		require.EqualValues(t, 8, inboxRows(t, db, "c"), "dropped events are recorded too")
+
+		var last []struct {
+			PostID   int64
+			Sequence int64
+		}
+		require.NoError(t, db.Table("inbox_sequences").Select("post_id", "sequence").Where("consumer = ?", "c").Order("post_id").Scan(&last).Error)
+		require.Equal(t, []struct {
+			PostID   int64
+			Sequence int64
+		}{{7, 5}, {8, 2}}, last)
 	})
 }

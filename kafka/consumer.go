@@ -14,6 +14,7 @@ import (
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/inbox/consume"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/internal/startstop"
 )
@@ -164,6 +165,7 @@ type Consumer struct {
 	cfg     ConsumerConfig
 	sconf   *sarama.Config
 	handler inbox.Handler
+	loop    *consume.Loop
 	log     *slog.Logger
 }
 
@@ -180,8 +182,10 @@ func NewConsumer(cfg ConsumerConfig, h inbox.Handler, logger *slog.Logger) (*Con
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{cfg: cfg, sconf: cfg.saramaConfig(), handler: h,
-		log: logger.With("component", "consumer", "group", cfg.GroupID, "topic", cfg.Topic)}, nil
+	log := logger.With("component", "consumer", "group", cfg.GroupID, "topic", cfg.Topic)
+	loop := consume.New(consume.Config{Handler: h, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
+		Observe: cfg.Observe, Logger: log})
+	return &Consumer{cfg: cfg, sconf: cfg.saramaConfig(), handler: h, loop: loop, log: log}, nil
 }
 
 // Config returns the consumer's configuration with defaults filled in.
@@ -321,8 +325,8 @@ func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 
 // ConsumeClaim handles one partition's messages in order: the messages
 // fetched and waiting when one arrives, up to inbox.MaxBatch, go to the
-// handler together (one transaction with an inbox.BatchHandler), and the
-// last of them is marked only once they are all handled.
+// loop together (one transaction with an inbox.BatchHandler), and each is
+// marked only once it and those before it are handled or skipped.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	ctx := sess.Context()
 	for {
@@ -333,142 +337,38 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 			if !ok {
 				return nil
 			}
-			batch := append(make([]*sarama.ConsumerMessage, 0, 16), msg)
-		more:
-			for len(batch) < inbox.MaxBatch {
-				select {
-				case m, ok := <-claim.Messages():
-					if !ok {
-						break more // the next receive ends the loop
-					}
-					batch = append(batch, m)
-				default:
-					break more
-				}
+			batch := consume.Collect(msg, claim.Messages())
+			msgs := make([]consume.Message, len(batch))
+			for i, m := range batch {
+				msgs[i] = message(m)
 			}
-			if !h.handleBatch(ctx, batch) {
-				return nil // the session ends; the batch was not marked
+			// Marking cannot fail: sarama keeps the offsets until a commit.
+			if settled, _ := h.c.loop.Handle(ctx, msgs, marker{sess, batch}); !settled {
+				return nil // the session ends; the rest was not marked
 			}
-			sess.MarkMessage(batch[len(batch)-1], "")
 		}
 	}
 }
 
-// handleBatch settles msgs (handled, or skipped as malformed), in one call
-// of an inbox.BatchHandler when the handler is one; when that call fails,
-// the messages are handled one at a time, which retries each until it is
-// settled. It returns false when ctx ended first.
-func (h *groupHandler) handleBatch(ctx context.Context, msgs []*sarama.ConsumerMessage) bool {
-	bh, ok := h.c.handler.(inbox.BatchHandler)
-	if !ok || len(msgs) == 1 {
-		return h.handleEach(ctx, msgs)
-	}
-	evs := make([]inbox.Event, 0, len(msgs))
-	decoded := make([]decodedMessage, 0, len(msgs))
-	for _, msg := range msgs {
-		d := decode(msg)
-		if d.err != nil {
-			h.c.skip(d.headers, d.where, d.err)
-			continue
-		}
-		evs, decoded = append(evs, d.ev), append(decoded, d)
-	}
-	if len(evs) == 0 {
-		return true
-	}
-	malformed, err := bh.HandleBatch(ctx, evs)
-	if err != nil {
-		if ctx.Err() != nil {
-			return false
-		}
-		h.c.log.Warn("batch handling failed; handling its events one at a time", "partition", msgs[0].Partition,
-			"first_offset", msgs[0].Offset, "last_offset", msgs[len(msgs)-1].Offset, "err", err)
-		return h.handleEach(ctx, msgs)
-	}
-	for i, merr := range malformed {
-		if merr != nil {
-			h.c.skip(decoded[i].headers, decoded[i].where, merr)
-		}
-	}
-	return true
-}
-
-// handleEach settles msgs one at a time, in order.
-func (h *groupHandler) handleEach(ctx context.Context, msgs []*sarama.ConsumerMessage) bool {
-	for _, msg := range msgs {
-		if !h.handle(ctx, msg) {
-			return false
-		}
-	}
-	return true
-}
-
-// decodedMessage is a message decoded for the handler: its event (when err
-// is nil), its headers and its coordinates for logs.
-type decodedMessage struct {
-	ev      inbox.Event
-	headers map[string]string
-	where   []any
-	err     error
-}
-
-func decode(msg *sarama.ConsumerMessage) decodedMessage {
+// message is msg as the consume loop reads it.
+func message(msg *sarama.ConsumerMessage) consume.Message {
 	headers := make(map[string]string, len(msg.Headers))
 	for _, rh := range msg.Headers {
 		if rh != nil {
 			headers[string(rh.Key)] = string(rh.Value)
 		}
 	}
-	where := []any{"partition", msg.Partition, "offset", msg.Offset}
-	ev, err := inbox.Decode(msg.Key, headers, msg.Value)
-	if err == nil {
-		ev.Topic, ev.Partition, ev.Offset = msg.Topic, msg.Partition, msg.Offset
-		where = append(where, "event_id", ev.EventID, "event_type", ev.Type, "post_id", ev.PostID)
-	}
-	return decodedMessage{ev: ev, headers: headers, where: where, err: err}
+	return consume.Message{Key: msg.Key, Headers: headers, Value: msg.Value,
+		Topic: msg.Topic, Partition: msg.Partition, Offset: msg.Offset,
+		Where: []any{"partition", msg.Partition, "offset", msg.Offset}}
 }
 
-// handle decodes msg and hands it to the handler until it is settled:
-// handled, or skipped as malformed. It returns false when ctx ended first.
-func (h *groupHandler) handle(ctx context.Context, msg *sarama.ConsumerMessage) bool {
-	c := h.c
-	d := decode(msg)
-	headers, where, ev := d.headers, d.where, d.ev
-	if d.err != nil {
-		c.skip(headers, where, d.err)
-		return true
-	}
-	// One event's own retries, not jittered: the partition waits on them.
-	retry := backoff.Backoff{Base: c.cfg.RetryBase, Max: c.cfg.RetryMax, Exact: true}
-	for {
-		err := c.handler.Handle(ctx, ev)
-		switch {
-		case err == nil:
-			return true
-		case errors.Is(err, inbox.ErrMalformed):
-			c.skip(headers, where, err)
-			return true
-		case ctx.Err() != nil:
-			return false
-		}
-		c.observe(string(ev.Type), "error")
-		pause := retry.Next()
-		c.log.Warn("event handling failed; trying again", append(where, "err", err, "pause", pause)...)
-		if !backoff.Sleep(ctx, pause) {
-			return false
-		}
-	}
+// marker settles a batch by marking offsets for the next commit: a skipped
+// message is marked like a handled one, so the partition moves past it.
+type marker struct {
+	sess  sarama.ConsumerGroupSession
+	batch []*sarama.ConsumerMessage
 }
 
-// skip logs a malformed message with its coordinates and counts it; the
-// caller marks it, so the partition moves on.
-func (c *Consumer) skip(headers map[string]string, where []any, err error) {
-	c.observe(headers[event.HeaderEventType], "malformed")
-	c.log.Error("malformed message skipped", append(where, "err", err)...)
-}
-
-func (c *Consumer) observe(eventType, outcome string) {
-	if c.cfg.Observe != nil {
-		c.cfg.Observe(eventType, outcome)
-	}
-}
+func (m marker) Ack(i int) error  { m.sess.MarkMessage(m.batch[i], ""); return nil }
+func (m marker) Skip(i int) error { m.sess.MarkMessage(m.batch[i], ""); return nil }

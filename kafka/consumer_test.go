@@ -2,8 +2,6 @@ package kafka
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,30 +11,22 @@ import (
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/inbox/inboxtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
-// consumerTestHandler records the events it is given; failFirst makes the
-// first n calls for an event id fail.
+// consumerTestHandler records the events it is given and the partitions it
+// is told of.
 type consumerTestHandler struct {
-	mu        sync.Mutex
-	events    []inbox.Event
-	calls     map[string]int
-	failFirst map[string]int
-	assigned  [][]int32
-	revoked   [][]int32
+	mu       sync.Mutex
+	events   []inbox.Event
+	assigned [][]int32
+	revoked  [][]int32
 }
 
 func (h *consumerTestHandler) Handle(_ context.Context, ev inbox.Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.calls == nil {
-		h.calls = map[string]int{}
-	}
-	h.calls[ev.EventID]++
-	if h.calls[ev.EventID] <= h.failFirst[ev.EventID] {
-		return errors.New("consumer test: database down")
-	}
 	h.events = append(h.events, ev)
 	return nil
 }
@@ -60,12 +50,10 @@ func (h *consumerTestHandler) snapshot() []inbox.Event {
 	return append([]inbox.Event(nil), h.events...)
 }
 
-// consumerTestRecord is a well-formed message of the contract.
+// consumerTestRecord is the suite's well-formed message n of post postID.
 func consumerTestRecord(n int, postID int64) kafkatest.Record {
-	id := fmt.Sprintf("00000000-0000-7000-8000-%012d", n)
-	value := fmt.Sprintf(`{"eventId":%q,"eventType":"POSTING_EVENT","postId":%d,"occurredAt":"2026-12-03T10:00:00Z","ownerId":"","action":"CREATED","status":"RESERVED","scheduledAt":"2026-12-03T11:00:00Z"}`, id, postID)
-	return kafkatest.Record{Key: strconv.FormatInt(postID, 10), Value: []byte(value),
-		Headers: map[string]string{event.HeaderEventID: id, event.HeaderEventType: string(event.PostingEvent)}}
+	m := inboxtest.WellFormed(n, postID)
+	return kafkatest.Record{Key: m.Key, Value: m.Value, Headers: m.Headers}
 }
 
 func consumerTestStart(t *testing.T, addr, group string, h inbox.Handler, observe func(string, string)) *Consumer {
@@ -78,46 +66,33 @@ func consumerTestStart(t *testing.T, addr, group string, h inbox.Handler, observ
 	return c
 }
 
-// A malformed message between two good ones of the same post is skipped and
-// counted; both good ones are handled, in order, with their coordinates; a
-// handler failure gets the same event again instead of skipping it.
-func TestConsumerSkipsMalformedAndRetriesFailures(t *testing.T) {
+// The consumer passes the suite every broker's consumer passes, on a topic
+// of one partition: the messages published are read in their order.
+func TestConsumerPassesTheConsumerSuite(t *testing.T) {
 	t.Parallel()
-	b := kafkatest.Start(t)
-	first, second := consumerTestRecord(1, 7), consumerTestRecord(2, 7)
-	b.Produce(t, first,
-		kafkatest.Record{Key: "7", Value: []byte("{not json"), Headers: map[string]string{
-			event.HeaderEventID: "bad", event.HeaderEventType: string(event.PostingEvent)}},
-		kafkatest.Record{Key: "7", Value: first.Value}, // no headers
-		second)
-
-	h := &consumerTestHandler{failFirst: map[string]int{second.Headers[event.HeaderEventID]: 2}}
-	var mu sync.Mutex
-	outcomes := map[string]int{}
-	consumerTestStart(t, b.Addr, "consumer-test-skip", h, func(_, outcome string) {
-		mu.Lock()
-		defer mu.Unlock()
-		outcomes[outcome]++
+	inboxtest.RunConsumerSuite(t, func(t *testing.T) *inboxtest.ConsumerBroker {
+		b := kafkatest.Start(t, kafkatest.WithTopic("posting-events", 1))
+		return &inboxtest.ConsumerBroker{
+			Topic: b.Topic,
+			Publish: func(t *testing.T, msgs ...inboxtest.Message) {
+				recs := make([]kafkatest.Record, len(msgs))
+				for i, m := range msgs {
+					recs[i] = kafkatest.Record{Key: m.Key, Value: m.Value, Headers: m.Headers}
+				}
+				b.Produce(t, recs...)
+			},
+			Start: func(t *testing.T, h inbox.Handler, observe func(string, string)) func() {
+				return consumerTestStart(t, b.Addr, "consumer-suite", h, observe).Stop
+			},
+			Offset: func(n int) int64 { return int64(n) },
+		}
 	})
-	require.Eventually(t, func() bool { return len(h.snapshot()) == 2 }, 20*time.Second, 20*time.Millisecond)
-	evs := h.snapshot()
-	require.Equal(t, first.Headers[event.HeaderEventID], evs[0].EventID)
-	require.Equal(t, second.Headers[event.HeaderEventID], evs[1].EventID)
-	require.Equal(t, int64(0), evs[0].Offset)
-	require.Equal(t, int64(3), evs[1].Offset)
-	require.Equal(t, kafkatest.PartitionFor("7", b.Partitions), evs[1].Partition)
-	require.EqualValues(t, 7, evs[1].PostID)
-	h.mu.Lock()
-	require.Equal(t, 3, h.calls[evs[1].EventID], "two failures, then handled")
-	h.mu.Unlock()
-	mu.Lock()
-	require.Equal(t, map[string]int{"malformed": 2, "error": 2}, outcomes)
-	mu.Unlock()
 }
 
-// Offsets are committed once handled: a second consumer of the group, after
-// the first stopped, starts after what the first handled, and the handler
-// hears of its partitions being assigned and revoked.
+// Offsets are committed once handled, on a topic of several partitions: a
+// second consumer of the group, after the first stopped, starts after what
+// the first handled, each event carries the partition its key put it in, and
+// the handler hears of its partitions being assigned and revoked.
 func TestConsumerResumesFromCommittedOffsets(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t, kafkatest.WithTopic("posting-events", 2))
@@ -143,6 +118,9 @@ func TestConsumerResumesFromCommittedOffsets(t *testing.T) {
 	seen := map[string]bool{}
 	for _, ev := range h2.snapshot() {
 		seen[ev.EventID] = true
+		require.Equal(t, kafkatest.PartitionFor(strconv.FormatInt(ev.PostID, 10), b.Partitions), ev.Partition,
+			"event %s read where its key put it", ev.EventID)
+		require.Equal(t, b.Topic, ev.Topic)
 	}
 	for _, r := range recs[10:] {
 		require.True(t, seen[r.Headers[event.HeaderEventID]], "event %s", r.Headers[event.HeaderEventID])

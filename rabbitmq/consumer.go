@@ -12,8 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postingsvc/posting/config"
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/inbox/consume"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/internal/startstop"
 )
@@ -145,6 +145,7 @@ type Consumer struct {
 
 	cfg     ConsumerConfig
 	handler inbox.Handler
+	loop    *consume.Loop
 	log     *slog.Logger
 
 	mu   sync.Mutex
@@ -164,8 +165,11 @@ func NewConsumer(cfg ConsumerConfig, h inbox.Handler, logger *slog.Logger) (*Con
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{cfg: cfg, handler: h,
-		log: logger.With("component", "consumer", "queue", cfg.Queue, "exchange", cfg.Exchange)}, nil
+	log := logger.With("component", "consumer", "queue", cfg.Queue, "exchange", cfg.Exchange)
+	loop := consume.New(consume.Config{Handler: h, RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax,
+		Observe: cfg.Observe, Logger: log,
+		Skipped: "malformed message dead-lettered", SkippedAttrs: []any{"dead_letter_queue", DeadQueue(cfg.Queue)}})
+	return &Consumer{cfg: cfg, handler: h, loop: loop, log: log}, nil
 }
 
 // DeadQueue is the queue that receives q's malformed messages.
@@ -356,32 +360,18 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 					}
 				}
 			}
-			if d.Type == probeType {
-				if err := d.Ack(false); err != nil {
-					return err
-				}
+			batch, err := dropProbes(consume.Collect(d, buffered))
+			if err != nil {
+				return err
+			}
+			if len(batch) == 0 {
 				continue
 			}
-			batch := append(make([]amqp.Delivery, 0, 16), d)
-		more:
-			for len(batch) < inbox.MaxBatch {
-				select {
-				case m, ok := <-buffered:
-					if !ok {
-						break more // the next receive ends the session
-					}
-					if m.Type == probeType {
-						if err := m.Ack(false); err != nil {
-							return err
-						}
-						continue
-					}
-					batch = append(batch, m)
-				default:
-					break more
-				}
+			msgs := make([]consume.Message, len(batch))
+			for i, d := range batch {
+				msgs[i] = c.message(d)
 			}
-			settled, err := c.handleBatch(ctx, batch)
+			settled, err := c.loop.Handle(ctx, msgs, acker(batch))
 			if err != nil {
 				return err
 			}
@@ -390,6 +380,22 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 			}
 		}
 	}
+}
+
+// dropProbes acknowledges the probes among ds (see probeType) and returns
+// the other deliveries, in order.
+func dropProbes(ds []amqp.Delivery) ([]amqp.Delivery, error) {
+	kept := ds[:0]
+	for _, d := range ds {
+		if d.Type != probeType {
+			kept = append(kept, d)
+			continue
+		}
+		if err := d.Ack(false); err != nil {
+			return nil, err
+		}
+	}
+	return kept, nil
 }
 
 // sendProbe puts a probe on the queue (see probeType). A failure shows up
@@ -401,144 +407,23 @@ func (c *Consumer) sendProbe(ctx context.Context, ch *amqp.Channel) {
 	}
 }
 
-// handleBatch settles ds, the deliveries waiting together (in queue
-// order), in one call of an inbox.BatchHandler when the handler is one:
-// after it committed, the malformed ones are dead-lettered and the rest
-// acknowledged with one multiple ack. When that call fails, the deliveries
-// are handled one at a time, which retries each until it is settled. It
-// returns false when ctx ended first, and an error when an acknowledgement
-// could not be sent.
-func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) (bool, error) {
-	bh, ok := c.handler.(inbox.BatchHandler)
-	if !ok || len(ds) == 1 {
-		return c.handleEach(ctx, ds)
-	}
-	evs := make([]inbox.Event, 0, len(ds))
-	decoded := make([]decodedDelivery, 0, len(ds))
-	var dead []decodedDelivery
-	for _, d := range ds {
-		dd := c.decode(d)
-		if dd.err != nil {
-			dead = append(dead, dd)
-			continue
-		}
-		evs, decoded = append(evs, dd.ev), append(decoded, dd)
-	}
-	if len(evs) > 0 {
-		malformed, err := bh.HandleBatch(ctx, evs)
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, nil
-			}
-			c.log.Warn("batch handling failed; handling its events one at a time", "deliveries", len(ds),
-				"first_delivery_tag", ds[0].DeliveryTag, "last_delivery_tag", ds[len(ds)-1].DeliveryTag, "err", err)
-			return c.handleEach(ctx, ds)
-		}
-		var last *amqp.Delivery // the last delivery to acknowledge
-		for i, merr := range malformed {
-			if merr != nil {
-				decoded[i].err = merr
-				dead = append(dead, decoded[i])
-			} else {
-				last = &decoded[i].d
-			}
-		}
-		// Dead-letter first: the multiple ack would acknowledge them.
-		for _, dd := range dead {
-			if err := c.deadLetter(dd); err != nil {
-				return false, err
-			}
-		}
-		if last != nil {
-			return true, last.Ack(true)
-		}
-		return true, nil
-	}
-	for _, dd := range dead {
-		if err := c.deadLetter(dd); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-// handleEach settles ds one at a time, in order.
-func (c *Consumer) handleEach(ctx context.Context, ds []amqp.Delivery) (bool, error) {
-	for _, d := range ds {
-		settled, err := c.handle(ctx, d)
-		if err != nil || !settled {
-			return settled, err
-		}
-	}
-	return true, nil
-}
-
-// decodedDelivery is a delivery decoded for the handler: its event (when
-// err is nil), its headers and its coordinates for logs.
-type decodedDelivery struct {
-	d       amqp.Delivery
-	ev      inbox.Event
-	headers map[string]string
-	where   []any
-	err     error
-}
-
-func (c *Consumer) decode(d amqp.Delivery) decodedDelivery {
+// message is d as the consume loop reads it: the queue is the topic, the
+// delivery tag the offset.
+func (c *Consumer) message(d amqp.Delivery) consume.Message {
 	headers := make(map[string]string, len(d.Headers))
 	for k, v := range d.Headers {
 		if s, ok := v.(string); ok {
 			headers[k] = s
 		}
 	}
-	where := []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered, "routing_key", d.RoutingKey}
-	ev, err := inbox.Decode([]byte(d.RoutingKey), headers, d.Body)
-	if err == nil {
-		ev.Topic, ev.Partition, ev.Offset = c.cfg.Queue, Partition, int64(d.DeliveryTag)
-		where = append(where, "event_id", ev.EventID, "event_type", ev.Type, "post_id", ev.PostID)
-	}
-	return decodedDelivery{d: d, ev: ev, headers: headers, where: where, err: err}
+	return consume.Message{Key: []byte(d.RoutingKey), Headers: headers, Value: d.Body,
+		Topic: c.cfg.Queue, Partition: Partition, Offset: int64(d.DeliveryTag),
+		Where: []any{"delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered, "routing_key", d.RoutingKey}}
 }
 
-// deadLetter logs and counts a malformed delivery and rejects it to the
-// dead-letter queue.
-func (c *Consumer) deadLetter(dd decodedDelivery) error {
-	c.observe(dd.headers[event.HeaderEventType], "malformed")
-	c.log.Error("malformed message dead-lettered", append(dd.where, "dead_letter_queue", DeadQueue(c.cfg.Queue), "err", dd.err)...)
-	return dd.d.Nack(false, false)
-}
+// acker settles a batch of deliveries: a multiple ack after the handler
+// committed, a reject without requeue (dead-lettering) for a malformed one.
+type acker []amqp.Delivery
 
-// handle decodes d and hands it to the handler until it is settled:
-// acknowledged after the handler committed, or rejected to the dead-letter
-// queue as malformed. It returns false when ctx ended first, and an error
-// when the acknowledgement could not be sent (the channel is gone).
-func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) (bool, error) {
-	dd := c.decode(d)
-	err := dd.err
-	retry := backoff.Backoff{Base: c.cfg.RetryBase, Max: c.cfg.RetryMax, Exact: true}
-	for err == nil {
-		err = c.handler.Handle(ctx, dd.ev)
-		switch {
-		case err == nil:
-			return true, d.Ack(false)
-		case errors.Is(err, inbox.ErrMalformed):
-		case ctx.Err() != nil:
-			return false, nil
-		default:
-			c.observe(string(dd.ev.Type), "error")
-			pause := retry.Next()
-			c.log.Warn("event handling failed; trying again", append(dd.where, "err", err, "pause", pause)...)
-			if !backoff.Sleep(ctx, pause) {
-				return false, nil
-			}
-			err = nil
-		}
-	}
-	dd.err = err
-	return true, c.deadLetter(dd)
-}
-
-func (c *Consumer) observe(eventType, outcome string) {
-	if c.cfg.Observe != nil {
-		c.cfg.Observe(eventType, outcome)
-	}
-}
+func (a acker) Ack(i int) error  { return a[i].Ack(true) }
+func (a acker) Skip(i int) error { return a[i].Nack(false, false) }

@@ -15,6 +15,8 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/inbox"
+	"github.com/postingsvc/posting/inbox/inboxtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
@@ -187,38 +189,65 @@ func publishedCount(t *testing.T, db *gorm.DB) int64 {
 	return n
 }
 
-// A malformed message is dead-lettered to <queue>.dead, not requeued, and
-// the next message is handled.
-func TestMalformedMessageIsDeadLettered(t *testing.T) {
+// The consumer passes the suite every broker's consumer passes, on a queue
+// of its own fed through one confirmed channel, so that it holds the
+// messages in their order; malformed messages are dead-lettered to
+// <queue>.dead, not requeued.
+func TestConsumerPassesTheConsumerSuite(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
-	db := databasetest.NewSQLite(t)
-	exchange, queue := workerNames(t, url)
-	var mu sync.Mutex
-	outcomes := map[string]int{}
-	w, err := worker.New(db.DB, worker.Config{Consumer: queue, Publisher: &recorder{}, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue,
-		Observe: func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }}, w, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	require.NoError(t, c.Start(context.Background()))
-	t.Cleanup(func() { c.Stop(); w.Stop() })
-	require.Eventually(t, func() bool { return c.Ping(context.Background()) == nil }, 30*time.Second, 10*time.Millisecond)
-
-	ch := rabbitmqtest.Channel(t, url)
-	require.NoError(t, ch.PublishWithContext(context.Background(), exchange, "7", false, false,
-		amqp.Publishing{Body: []byte("not json"), Headers: amqp.Table{event.HeaderEventID: "x", event.HeaderEventType: "POSTING_EVENT"}}))
-	p := insertWorking(t, db.DB, time.Now().Add(time.Hour))
-	for _, err := range newSender(t, url, exchange).Send(context.Background(), []outbox.Message{reservationMessage(t, p)}) {
-		require.NoError(t, err)
-	}
-	require.Eventually(t, func() bool { return w.Pending() == 1 }, 30*time.Second, 10*time.Millisecond, "the next message was handled")
-	dead := rabbitmqtest.ReadRaw(t, url, rabbitmq.DeadQueue(queue), 1, 10*time.Second)
-	require.Len(t, dead, 1)
-	require.Equal(t, "not json", string(dead[0].Body))
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, 1, outcomes["malformed"])
+	ctx := context.Background()
+	inboxtest.RunConsumerSuite(t, func(t *testing.T) *inboxtest.ConsumerBroker {
+		exchange, queue := workerNames(t, url)
+		require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
+		ch := rabbitmqtest.Channel(t, url)
+		require.NoError(t, ch.Confirm(false))
+		return &inboxtest.ConsumerBroker{
+			Topic: queue,
+			Publish: func(t *testing.T, msgs ...inboxtest.Message) {
+				var confirms []*amqp.DeferredConfirmation
+				for _, m := range msgs {
+					headers := amqp.Table{}
+					for k, v := range m.Headers {
+						headers[k] = v
+					}
+					c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, m.Key, true, false,
+						amqp.Publishing{Headers: headers, Body: m.Value, DeliveryMode: amqp.Persistent})
+					require.NoError(t, err)
+					confirms = append(confirms, c)
+				}
+				for _, c := range confirms {
+					ok, err := c.WaitContext(ctx)
+					require.NoError(t, err)
+					require.True(t, ok, "the broker took the message")
+				}
+			},
+			Start: func(t *testing.T, h inbox.Handler, observe func(string, string)) func() {
+				c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue,
+					ProbeInterval: 100 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+					Observe: observe}, h, slog.New(slog.DiscardHandler))
+				require.NoError(t, err)
+				require.NoError(t, c.Start(ctx))
+				t.Cleanup(c.Stop)
+				return c.Stop
+			},
+			Dead: func(t *testing.T, n int) [][]byte {
+				dead, ch := rabbitmq.DeadQueue(queue), rabbitmqtest.Channel(t, url)
+				count := func() int {
+					q, err := ch.QueueDeclarePassive(dead, true, false, false, false, nil)
+					require.NoError(t, err)
+					return q.Messages
+				}
+				require.Eventually(t, func() bool { return count() >= n }, 10*time.Second, 20*time.Millisecond)
+				require.Equal(t, n, count(), "dead-lettered messages")
+				var values [][]byte
+				for _, d := range rabbitmqtest.ReadRaw(t, url, dead, n, 10*time.Second) {
+					values = append(values, d.Body)
+				}
+				return values
+			},
+		}
+	})
 }
 
 // A deployment moved from Kafka to RabbitMQ: a publication the Kafka worker

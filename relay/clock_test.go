@@ -101,12 +101,7 @@ func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, db)
 		rows := b.append(t, 1, 1)
-		var failed atomic.Bool
-		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("test:fail_sent_once", func(tx *gorm.DB) {
-			if m, ok := tx.Statement.Dest.(map[string]any); ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true) {
-				_ = tx.AddError(driver.ErrBadConn)
-			}
-		}))
+		failed := failSentWriteOnce(t, db)
 		r := b.relay(t, "a")
 
 		res, err := r.RunOnce(ctx)
@@ -130,6 +125,18 @@ func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
 	})
 }
 
+// failSentWriteOnce fails the first write of SENT through db as a lost
+// connection would; the returned flag tells whether it has.
+func failSentWriteOnce(t *testing.T, db *database.DB) *atomic.Bool {
+	t.Helper()
+	var failed atomic.Bool
+	databasetest.Fail(t, db.DB, databasetest.StmtUpdate, driver.ErrBadConn, func(tx *gorm.DB) bool {
+		m, ok := tx.Statement.Dest.(map[string]any)
+		return ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true)
+	})
+	return &failed
+}
+
 // The loop writes kept acknowledgements before it pauses after the error,
 // so nothing waits for stale recovery even when no new row comes.
 func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
@@ -137,12 +144,7 @@ func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		row := b.append(t, 1)[0]
-		var failed atomic.Bool
-		require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("test:fail_sent_once", func(tx *gorm.DB) {
-			if m, ok := tx.Statement.Dest.(map[string]any); ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true) {
-				_ = tx.AddError(driver.ErrBadConn)
-			}
-		}))
+		failed := failSentWriteOnce(t, db)
 		r := b.relay(t, "a", func(c *Config) { c.Interval = time.Hour; c.OutageBackoffMax = time.Hour; c.StaleAfter = 3 * time.Hour })
 		require.NoError(t, r.Start(context.Background()))
 		t.Cleanup(r.Stop)

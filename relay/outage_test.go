@@ -2,15 +2,12 @@ package relay
 
 import (
 	"context"
-	"database/sql/driver"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
@@ -70,7 +67,7 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 		ctx := context.Background()
 		s := setup(t, db)
 		row := s.append(t, 1)[0]
-		down := cutWrites(t, db)
+		down := databasetest.Outage(t, db.DB, databasetest.StmtUpdate) // the relay's host lost its network
 		broker := s.send
 		broker.BeforeNextSend(func() { down.Store(true) }) // a's send: the database is cut off after a's claim
 		cfg := Config{Interval: 20 * time.Millisecond, StaleAfter: time.Minute, RetryBase: time.Second, Now: s.clock.Now}
@@ -124,7 +121,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 
 		broker := b.send
 		broker.SetDown(unreachable)
-		dbDown := cutWrites(t, db)
+		dbDown := databasetest.Outage(t, db.DB, databasetest.StmtUpdate)
 		// The database is cut off once the rows are claimed, before the send,
 		// like a host losing its network mid-poll.
 		broker.BeforeNextSend(func() { dbDown.Store(true) })
@@ -154,38 +151,6 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 	})
 }
 
-// cutWrites makes every UPDATE through db fail as on a lost connection while
-// the returned flag is set: the database cut off from a relay whose host
-// lost its network.
-func cutWrites(t *testing.T, db *database.DB) *atomic.Bool {
-	t.Helper()
-	var down atomic.Bool
-	require.NoError(t, db.DB.Callback().Update().Before("gorm:update").Register("test:db_down", func(tx *gorm.DB) {
-		if down.Load() {
-			_ = tx.AddError(driver.ErrBadConn)
-		}
-	}))
-	return &down
-}
-
-// cutDatabase makes every statement through db fail as on a lost connection
-// while the returned flag is set: the database restarting.
-func cutDatabase(t *testing.T, db *database.DB) *atomic.Bool {
-	t.Helper()
-	var down atomic.Bool
-	fail := func(tx *gorm.DB) {
-		if down.Load() {
-			_ = tx.AddError(driver.ErrBadConn)
-		}
-	}
-	cb := db.DB.Callback()
-	require.NoError(t, cb.Query().Before("gorm:query").Register("test:restart_query", fail))
-	require.NoError(t, cb.Row().Before("gorm:row").Register("test:restart_row", fail))
-	require.NoError(t, cb.Raw().Before("gorm:raw").Register("test:restart_raw", fail))
-	require.NoError(t, cb.Update().Before("gorm:update").Register("test:restart_update", fail))
-	return &down
-}
-
 // The database restarts while a batch claimed for the next poll waits:
 // the polls during the restart fail, and so does the flush that would hand
 // the batch back. Once the database answers again the relay hands it back
@@ -197,7 +162,7 @@ func TestDatabaseRestartWhileTheNextBatchWaits(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, db)
 		rows := b.appendRounds(t, 8, 2)
-		down := cutDatabase(t, db)
+		down := databasetest.Outage(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow|databasetest.StmtExec|databasetest.StmtUpdate) // restarting
 		// The database's own clock: a poll begins by reading it.
 		r, err := New(outbox.NewStore(db), b.send, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
 			BatchSize: 4, StaleAfter: time.Minute})

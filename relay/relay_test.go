@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -779,5 +780,152 @@ func TestPipelinedRelaysKeepPerPostOrderAcrossRejections(t *testing.T) {
 			}
 			require.Equal(t, want, b.row(t, m.ID).RetryCount, "row %d", m.ID)
 		}
+	})
+}
+
+// returnsWithin runs f in a goroutine and reports whether it returned
+// within d. It leaves f running when it did not.
+func returnsWithin(f func(), d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// Stop waits for the loop: with a poll's send in flight, neither of two
+// concurrent Stop calls returns until that send finished and its results
+// were recorded (rows SENT, the poll observed); by then the loop has
+// exited. Stop without Start, and Stop again, return at
+// once; a stopped relay does not start again.
+func TestStopWaitsForThePollInFlight(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+
+		idle := b.relay(t, "idle", func(c *Config) { c.Now = time.Now })
+		require.True(t, returnsWithin(idle.Stop, 10*time.Second), "Stop without Start")
+		require.True(t, returnsWithin(idle.Stop, 10*time.Second), "Stop twice without Start")
+		require.Error(t, idle.Start(context.Background()), "a stopped relay does not start")
+
+		// Rows written a second ago, so they are due on the relay's real clock.
+		b.clock = clocktest.New(time.Now().Add(-time.Second))
+		rows := b.append(t, 1, 2, 3)
+		release := b.send.Hold()
+		var mu sync.Mutex
+		var polls []Result
+		var errs []error
+		r := b.relay(t, "a", func(c *Config) {
+			c.Now = time.Now
+			c.Logger = slog.New(slog.DiscardHandler)
+			c.BatchSize = 10 // not full: recorded at once, nothing deferred
+			c.Observe = func(res Result, _ time.Duration, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				polls = append(polls, res)
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+		})
+		require.NoError(t, r.Start(context.Background()))
+		t.Cleanup(func() {
+			release()
+			r.Stop()
+		})
+		require.Eventually(t, func() bool { return b.send.Calls() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+		stops := make(chan struct{}, 2)
+		for range 2 {
+			go func() { r.Stop(); stops <- struct{}{} }()
+		}
+		// Both calls are in Stop, and the send is still in flight.
+		require.Eventually(t, r.Stopping, 10*time.Second, time.Millisecond)
+		select {
+		case <-stops:
+			t.Fatal("Stop returned while a poll's send was in flight")
+		case <-time.After(200 * time.Millisecond):
+		}
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "the send has not finished")
+		}
+
+		release()
+		for i := range 2 {
+			select {
+			case <-stops:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("Stop call %d did not return after the send finished", i+1)
+			}
+		}
+		// Stop returned: the poll was recorded and observed, the loop is gone.
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "recorded before Stop returned")
+		}
+		mu.Lock()
+		require.Equal(t, []Result{{Claimed: 3, Sent: 3}}, polls, "the poll in flight, observed before Stop returned")
+		require.Empty(t, errs)
+		mu.Unlock()
+		select {
+		case <-r.Done():
+		default:
+			t.Fatal("Stop returned before the loop exited")
+		}
+		require.True(t, returnsWithin(r.Stop, 10*time.Second), "Stop after Stop")
+		require.Error(t, r.Start(context.Background()), "a stopped relay does not start again")
+		require.Equal(t, 1, b.send.Calls(), "no poll after Stop")
+	})
+}
+
+// A send that ended without an answer keeps its row PROCESSING, holding the
+// post's next event, until the sender says the request can no longer land;
+// then the row goes back (no attempt spent) and is sent, before the post's
+// next event. A plain unavailable answer (nothing written) releases at once.
+func TestUnansweredSendHoldsItsRowUntilSettled(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.append(t, 1, 1, 2)
+		settled := make(chan struct{})
+		b.send.Answer(strconv.FormatInt(1, 10), &UnansweredError{Err: unreachable, Settled: settled})
+		b.send.Answer(strconv.FormatInt(2, 10), unreachable)
+		r := b.relay(t, "a")
+		other := b.relay(t, "b")
+
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Held)
+		require.Equal(t, 1, res.Released)
+		require.Equal(t, outbox.StatusProcessing, b.row(t, rows[0].ID).Status, "released while its request may land")
+		require.Equal(t, outbox.StatusPending, b.row(t, rows[2].ID).Status, "nothing written: released at once")
+
+		// Meanwhile no relay sends the post's events; the other post's go.
+		res, err = other.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Sent)
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Claimed+res.Released)
+		require.Equal(t, outbox.StatusProcessing, b.row(t, rows[0].ID).Status)
+
+		close(settled)
+		for range 3 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			b.clock.Add(time.Millisecond)
+		}
+		_, err = r.Flush(ctx)
+		require.NoError(t, err)
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Zero(t, got.RetryCount, "no answer spent an attempt")
+		}
+		require.Equal(t, []int64{rows[2].ID, rows[0].ID, rows[1].ID},
+			b.send.SentIDs(), "acknowledged: the held row, sent again, before the post's next event")
 	})
 }

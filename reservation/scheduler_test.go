@@ -22,7 +22,6 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -198,14 +197,14 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 		b := setupScheduler(t, db.DB)
 		posts := b.insert(t, time.Minute, 2*time.Minute)
 		var bumped atomic.Bool
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bump", func(tx *gorm.DB) {
-			if !strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") || !bumped.CompareAndSwap(false, true) {
+		databasetest.Before(t, db.DB, databasetest.StmtExec, func(tx *gorm.DB) {
+			if !markWorking(tx) || !bumped.CompareAndSwap(false, true) {
 				return
 			}
 			// A reschedule lands between the scheduler's read and its update.
 			tx.AddError(tx.Session(&gorm.Session{NewDB: true}).Exec(
 				"UPDATE posts SET version = version + 1, scheduled_at = ? WHERE id = ?", clocktest.T0.Add(4*time.Minute), posts[0].ID).Error)
-		}))
+		})
 		s := b.scheduler(t)
 		res, err := s.RunOnce(context.Background())
 		require.NoError(t, err)
@@ -225,6 +224,10 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 		require.Len(t, b.events(t)[posts[0].ID], 1)
 	})
 }
+
+// markWorking is the scheduler's UPDATE of a post's status (one post or a
+// batch).
+var markWorking = databasetest.SQLStarts("UPDATE posts SET status")
 
 // An event already recorded for a post (the database-level guard) makes the
 // scheduler skip that post, roll back its state change, and still mark the
@@ -273,15 +276,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 }
 
 func schedulersOnSeparatePools(t *testing.T, url string) {
-	var pools []*database.DB
-	for range 2 {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		pools = append(pools, db)
-	}
-	_, err := migrations.Apply(context.Background(), pools[0], nil)
-	require.NoError(t, err)
+	pools := databasetest.Pools(t, url, 2)
 
 	offsets := make([]time.Duration, 1000)
 	for i := range offsets {
@@ -483,18 +478,13 @@ func TestSchedulerBadRowDoesNotBlockTheRest(t *testing.T) {
 		b := setupScheduler(t, db.DB)
 		posts := b.insert(t, time.Minute, 2*time.Minute, 3*time.Minute)
 		bad := posts[1].ID
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("sched_test_bad_row", func(tx *gorm.DB) {
+		databasetest.Fail(t, db.DB, databasetest.StmtExec, errors.New("sched test: bad row"), func(tx *gorm.DB) bool {
 			// The batch's UPDATE holds the bad post among its (id,
 			// version) pairs; the per-post UPDATE has its id third.
-			sql := tx.Statement.SQL.String()
-			if !strings.HasPrefix(sql, "UPDATE posts SET status") {
-				return
-			}
-			if strings.Contains(sql, "(id, version) IN") && slices.Contains(tx.Statement.Vars[3:], any(bad)) ||
-				len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad {
-				tx.AddError(errors.New("sched test: bad row"))
-			}
-		}))
+			return markWorking(tx) &&
+				(strings.Contains(tx.Statement.SQL.String(), "(id, version) IN") && slices.Contains(tx.Statement.Vars[3:], any(bad)) ||
+					len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad)
+		})
 		s := b.scheduler(t)
 		res, err := s.RunOnce(context.Background())
 		require.ErrorContains(t, err, "sched test: bad row")
@@ -516,12 +506,12 @@ func TestSchedulerMarkChecksTheStatusAsWellAsTheVersion(t *testing.T) {
 		posts := b.insert(t, time.Minute)
 		id := posts[0].ID
 		var done atomic.Bool
-		require.NoError(t, db.DB.Callback().Query().After("gorm:query").Register("sched_test_outside_cancel", func(tx *gorm.DB) {
+		databasetest.After(t, db.DB, databasetest.StmtQuery, func(tx *gorm.DB) {
 			if tx.Statement.Table == "posts" && done.CompareAndSwap(false, true) {
 				require.NoError(t, tx.Session(&gorm.Session{NewDB: true}).
 					Exec("UPDATE posts SET status = ? WHERE id = ?", reservation.StatusCancelled, id).Error)
 			}
-		}))
+		})
 		res, err := b.scheduler(t).RunOnce(context.Background())
 		require.NoError(t, err)
 		require.True(t, done.Load())
@@ -563,13 +553,13 @@ func TestSchedulerStopWaitsForTheRunningJob(t *testing.T) {
 		b.insert(t, time.Minute)
 		entered := make(chan struct{})
 		var slowed atomic.Bool
-		require.NoError(t, db.DB.Callback().Query().Before("gorm:query").Register("sched_test_slow_read", func(tx *gorm.DB) {
+		databasetest.Before(t, db.DB, databasetest.StmtQuery, func(tx *gorm.DB) {
 			if tx.Statement.Table != "posts" || !slowed.CompareAndSwap(false, true) {
 				return
 			}
 			close(entered)
 			<-tx.Statement.Context.Done() // the job's first read lasts until the run is interrupted
-		}))
+		})
 		var ended atomic.Int64
 		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{Spec: "@every 1s", Logger: quietLogger(),
 			Now:     func() time.Time { return clocktest.T0 },
@@ -601,15 +591,7 @@ func TestSetBasedSchedulersAndCancellerYieldOneEventPerPost(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			url := databasetest.URL(t, d, "schedrace")
-			var pools []*database.DB
-			for range 2 {
-				db, err := database.Open(url, "")
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = db.Close() })
-				pools = append(pools, db)
-			}
-			_, err := migrations.Apply(context.Background(), pools[0], nil)
-			require.NoError(t, err)
+			pools := databasetest.Pools(t, url, 2)
 			const n = 600
 			offsets := make([]time.Duration, n)
 			for i := range offsets {

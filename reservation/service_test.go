@@ -145,13 +145,13 @@ func requireInvalid(t *testing.T, err error, field string) {
 
 // onPostRead runs fn after each read of the posts table while armed is
 // set: the moment between the service's read and its write.
-func (e *serviceBundle) onPostRead(t *testing.T, name string, armed *atomic.Bool, fn func()) {
+func (e *serviceBundle) onPostRead(t *testing.T, armed *atomic.Bool, fn func()) {
 	t.Helper()
-	require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("svc_test:"+name, func(tx *gorm.DB) {
+	databasetest.After(t, e.db.DB, databasetest.StmtQuery, func(tx *gorm.DB) {
 		if armed.Load() && tx.Statement.Table == "posts" && tx.Error == nil {
 			fn()
 		}
-	}))
+	})
 }
 
 // failOutboxInserts makes every insert into the outbox fail while fail is
@@ -159,11 +159,9 @@ func (e *serviceBundle) onPostRead(t *testing.T, name string, armed *atomic.Bool
 func (e *serviceBundle) failOutboxInserts(t *testing.T, fail *atomic.Bool) error {
 	t.Helper()
 	forced := errors.New("forced outbox failure")
-	require.NoError(t, e.db.Callback().Create().Before("gorm:create").Register("svc_test:fail_outbox", func(tx *gorm.DB) {
-		if fail.Load() && tx.Statement.Table == "outbox" {
-			_ = tx.AddError(forced)
-		}
-	}))
+	databasetest.Fail(t, e.db.DB, databasetest.StmtCreate, forced, func(tx *gorm.DB) bool {
+		return fail.Load() && tx.Statement.Table == "outbox"
+	})
 	return forced
 }
 
@@ -591,7 +589,7 @@ func TestServiceConcurrentUpdatesFromSameVersion(t *testing.T) {
 		reads.Add(2)
 		bothRead := make(chan struct{})
 		go func() { reads.Wait(); close(bothRead) }()
-		e.onPostRead(t, "barrier", &armed, func() {
+		e.onPostRead(t, &armed, func() {
 			reads.Done()
 			select {
 			case <-bothRead:
@@ -645,7 +643,7 @@ func TestServiceUpdateSeesStatusChangeWithoutVersion(t *testing.T) {
 	eachService(t, func(t *testing.T, e *serviceBundle) {
 		p := e.create(t, "original")
 		var armed atomic.Bool
-		e.onPostRead(t, "to_working", &armed, func() {
+		e.onPostRead(t, &armed, func() {
 			armed.Store(false)
 			e.setStatus(t, p.ID, reservation.StatusWorking)
 		})
@@ -745,5 +743,115 @@ func TestCreateWritesTheRowGORMWrites(t *testing.T) {
 		require.Equal(t, title, mine["title"])
 		require.Nil(t, mine["published_at"], "no publication time is NULL")
 		require.NotNil(t, mine["owner_id"], `no owner is "", not NULL`)
+	})
+}
+
+// A message's sequence is its outbox row id (event.CloudEventsSequence), so
+// a post's row ids must follow the order its changes committed in, however
+// many writers race: the change that committed last (the post's final
+// state) has the highest id of the post's events. Writers serialize on the
+// post's row, which they update before they append the event.
+func TestOutboxIDFollowsThePostsCommitOrder(t *testing.T) {
+	eachService(t, func(t *testing.T, e *serviceBundle) {
+		ctx := context.Background()
+		post := e.create(t, "raced")
+		const writers, each = 4, 5
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					at := svcStart.Add(48*time.Hour + time.Duration(w*each+i+1)*time.Minute)
+					for {
+						_, err := e.svc.Update(ctx, post.ID, reservation.UpdateInput{ScheduledAt: &at})
+						if err != nil && errors.Is(err, reservation.ErrConflict) {
+							continue // another writer came first: try again
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						break
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+
+		var rows []outbox.Message
+		require.NoError(t, e.db.DB.Where("aggregate_id = ?", post.ID).Order("id").Find(&rows).Error)
+		require.Len(t, rows, 1+writers*each, "CREATED and every update")
+		var f event.PostingEventFields
+		require.NoError(t, json.Unmarshal([]byte(rows[0].Payload), &f))
+		require.Equal(t, event.ActionCreated, f.Action, "the first event has the lowest id")
+		require.NoError(t, json.Unmarshal([]byte(rows[len(rows)-1].Payload), &f))
+		final := e.load(t, post.ID)
+		require.True(t, final.ScheduledAt.Equal(f.ScheduledAt), "the last committed change (%s) is not the highest id (%s)",
+			final.ScheduledAt, f.ScheduledAt)
+	})
+}
+
+// A Scope in the context makes the caller the owner of what it creates and
+// hides every other owner's post (ErrNotFound, nothing written); All sees
+// every post; no Scope is the service itself. Each event carries the
+// post's owner.
+func TestScopeOwnsAndHides(t *testing.T) {
+	eachService(t, func(t *testing.T, e *serviceBundle) {
+		bg := context.Background()
+		alice := reservation.WithScope(bg, reservation.Scope{OwnerID: "alice"})
+		bob := reservation.WithScope(bg, reservation.Scope{OwnerID: "bob"})
+		admin := reservation.WithScope(bg, reservation.Scope{OwnerID: "root", All: true})
+		in := reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: svcStart.Add(time.Hour)}
+		a, err := e.svc.Create(alice, in)
+		require.NoError(t, err)
+		require.Equal(t, "alice", a.OwnerID)
+		b, err := e.svc.Create(bob, in)
+		require.NoError(t, err)
+		anon, err := e.svc.Create(bg, in)
+		require.NoError(t, err)
+		require.Equal(t, "", anon.OwnerID)
+		require.Equal(t, "bob", e.load(t, b.ID).OwnerID)
+
+		_, err = e.svc.Get(alice, b.ID)
+		require.ErrorIs(t, err, reservation.ErrNotFound)
+		title := "x"
+		_, err = e.svc.Update(alice, b.ID, reservation.UpdateInput{Title: &title})
+		require.ErrorIs(t, err, reservation.ErrNotFound)
+		_, err = e.svc.Cancel(alice, b.ID)
+		require.ErrorIs(t, err, reservation.ErrNotFound)
+		require.Equal(t, reservation.StatusReserved, e.load(t, b.ID).Status)
+		require.EqualValues(t, 1, e.load(t, b.ID).Version.Int64)
+
+		ids := func(ctx context.Context, q reservation.ListQuery) []int64 {
+			page, err := e.svc.List(ctx, q)
+			require.NoError(t, err)
+			out := []int64{}
+			for _, p := range page.Items {
+				out = append(out, p.ID)
+			}
+			return out
+		}
+		require.Equal(t, []int64{a.ID}, ids(alice, reservation.ListQuery{}))
+		require.Equal(t, []int64{a.ID, b.ID, anon.ID}, ids(admin, reservation.ListQuery{}))
+		require.Equal(t, []int64{a.ID, b.ID, anon.ID}, ids(bg, reservation.ListQuery{}))
+		bobID, none := "bob", ""
+		require.Equal(t, []int64{b.ID}, ids(admin, reservation.ListQuery{OwnerID: &bobID}))
+		require.Equal(t, []int64{anon.ID}, ids(admin, reservation.ListQuery{OwnerID: &none}))
+		require.Empty(t, ids(alice, reservation.ListQuery{OwnerID: &bobID}), "a filter never widens the scope")
+
+		_, err = e.svc.Cancel(admin, b.ID)
+		require.NoError(t, err)
+		var rows []outbox.Message
+		require.NoError(t, e.db.Where("aggregate_id = ?", b.ID).Order("id").Find(&rows).Error)
+		require.Len(t, rows, 2)
+		for _, m := range rows {
+			var v map[string]any
+			require.NoError(t, json.Unmarshal([]byte(m.Payload), &v))
+			require.Equal(t, "bob", v["ownerId"], "the owner, also for an admin's change")
+		}
 	})
 }

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"database/sql/driver"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,11 +25,11 @@ func TestBatchedPublishingPublishesEachPostOnceNotEarly(t *testing.T) {
 		t.Parallel()
 		const n = 400
 		var writes atomic.Int64
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("batch_test_count", func(tx *gorm.DB) {
-			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") {
+		databasetest.Before(t, db.DB, databasetest.StmtExec, func(tx *gorm.DB) {
+			if markPublished(tx) {
 				writes.Add(1)
 			}
-		}))
+		})
 		far := databasetest.Now(t, db.DB).Add(time.Hour)
 		posts := make([]*reservation.Post, n)
 		for i := range posts {
@@ -99,11 +98,9 @@ func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		var failed atomic.Int32
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("test:fail_mark_published", func(tx *gorm.DB) {
-			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && failed.Add(1) == 1 {
-				_ = tx.AddError(driver.ErrBadConn)
-			}
-		}))
+		databasetest.Fail(t, db.DB, databasetest.StmtExec, driver.ErrBadConn, func(tx *gorm.DB) bool {
+			return markPublished(tx) && failed.Add(1) == 1
+		})
 		pub := &recorder{}
 		w := newWorker(t, db.DB, pub)
 		ctx := context.Background()
@@ -119,6 +116,9 @@ func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
 		require.Equal(t, 1, p.Attempts)
 	})
 }
+
+// markPublished is the worker's write of PUBLISHED to posts.
+var markPublished = databasetest.SQLStarts("UPDATE posts SET status")
 
 // signalling is a Publisher that says yes and tells of each call.
 type signalling struct{ called chan struct{} }
@@ -137,11 +137,7 @@ func (s signalling) Publish(context.Context, worker.Publishing) error {
 func TestWorkerStopDoesNotWaitOutAFailingRecord(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		require.NoError(t, db.DB.Callback().Raw().Before("gorm:raw").Register("test:fail_mark_published_always", func(tx *gorm.DB) {
-			if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") {
-				_ = tx.AddError(driver.ErrBadConn)
-			}
-		}))
+		databasetest.Fail(t, db.DB, databasetest.StmtExec, driver.ErrBadConn, markPublished)
 		pub := signalling{called: make(chan struct{}, 1)}
 		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet()})
 		require.NoError(t, err)

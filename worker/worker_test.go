@@ -496,3 +496,309 @@ func TestWorkerPublicationsFollowPartitionsAcrossRebalances(t *testing.T) {
 		}
 	})
 }
+
+// A batch is recorded in one go, in its order: a reservation followed by
+// the post's cancellation leaves the publication CANCELLED and no timer, a
+// reservation alone a PENDING publication with its timer, and a malformed
+// reservation (no scheduledAt) is reported and not recorded. The same batch
+// delivered again changes nothing.
+func TestWorkerHandleBatchRecordsInOrderOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		w := newWorker(t, db.DB, &recorder{})
+		ctx := context.Background()
+		kept := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		cancelled := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		bad := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		evs := []inbox.Event{
+			decode(t, reservationRecord(t, kept), 0),
+			decode(t, reservationRecord(t, cancelled), 0),
+			decode(t, cancelRecord(t, cancelled), 0),
+			decode(t, message(t, event.ReservationEvent, bad, event.ReservationEventFields{}), 0),
+		}
+		check := func() {
+			t.Helper()
+			require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, kept.ID).Status)
+			require.Equal(t, worker.PublicationCancelled, loadPublication(t, db.DB, cancelled.ID).Status)
+			var pubs, rows int64
+			require.NoError(t, db.Model(&worker.Publication{}).Count(&pubs).Error)
+			require.EqualValues(t, 2, pubs, "the malformed reservation scheduled nothing")
+			require.NoError(t, db.Model(&inbox.Record{}).Count(&rows).Error)
+			require.EqualValues(t, 3, rows)
+			require.Equal(t, 1, w.Pending(), "only the kept post has a timer")
+		}
+		malformed, err := w.HandleBatch(ctx, evs)
+		require.NoError(t, err)
+		require.Len(t, malformed, len(evs))
+		require.NoError(t, malformed[0])
+		require.NoError(t, malformed[2])
+		require.ErrorIs(t, malformed[3], inbox.ErrMalformed)
+		check()
+
+		malformed, err = w.HandleBatch(ctx, evs) // redelivered
+		require.NoError(t, err)
+		require.ErrorIs(t, malformed[3], inbox.ErrMalformed)
+		check()
+	})
+}
+
+// withSequence is r as the relay sends the outbox row with id seq: the
+// sequence in its value and its ce_sequence header.
+func withSequence(r kafkatest.Record, seq int64) kafkatest.Record {
+	r.Value = event.WithSequence(r.Value, seq)
+	r.Headers[event.CloudEventsKafkaPrefix+event.CloudEventsSequence] = event.FormatSequence(seq)
+	return r
+}
+
+// An event that arrives after a later one of its post (a send that got no
+// answer landing late, a broker that stalled) is older news: the worker
+// drops it, counts it, and its effect never happens. Here a reservation
+// overtaken by the post's cancellation would otherwise arm a publication.
+func TestWorkerDropsAnEventOlderThanOneApplied(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &recorder{}
+		var mu sync.Mutex
+		outcomes := map[string]int{}
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
+			ObserveConsumed: func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		ctx := context.Background()
+
+		post := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		reservationEv := withSequence(reservationRecord(t, post), 10)
+		cancelEv := withSequence(cancelRecord(t, post), 11)
+		require.NoError(t, w.Handle(ctx, decode(t, cancelEv, 0)))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationEv, 0)))
+
+		var n int64
+		require.NoError(t, db.DB.Model(&worker.Publication{}).Where("post_id = ?", post.ID).Count(&n).Error)
+		require.Zero(t, n, "the overtaken reservation scheduled a publication")
+		require.Zero(t, w.Pending())
+		mu.Lock()
+		require.Equal(t, map[string]int{worker.OutcomeProcessed: 1, worker.OutcomeOutOfOrder: 1}, outcomes)
+		mu.Unlock()
+
+		// Without a sequence (a producer that predates it) an event is
+		// applied as before.
+		old := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, old), 0)))
+		require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, old.ID).Status)
+		requireNoSequenceRow(t, db.DB, old.ID)
+	})
+}
+
+func requireNoSequenceRow(t *testing.T, db *gorm.DB, postID int64) {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Table("inbox_sequences").Where("post_id = ?", postID).Count(&n).Error)
+	require.Zero(t, n)
+}
+
+// dbClockRecorder is a Publisher that notes the database's time of each call.
+type dbClockRecorder struct {
+	db *gorm.DB
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (r *dbClockRecorder) Publish(ctx context.Context, _ worker.Publishing) error {
+	now, err := database.Now(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at = append(r.at, now)
+	return nil
+}
+
+func (r *dbClockRecorder) calls() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.at...)
+}
+
+// A worker whose own clock runs minutes ahead of the database's does not
+// publish before scheduledAt by the database's clock: its timer fires at
+// once, the publication is found not due, and the timer is re-armed for the
+// time left, so the post goes out at its time.
+func TestWorkerClockAheadDoesNotPublishEarly(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &dbClockRecorder{db: db.DB}
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
+			Now: func() time.Time { return time.Now().Add(5 * time.Minute) }})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		ctx := context.Background()
+
+		dbNow, err := database.Now(ctx, db.DB)
+		require.NoError(t, err)
+		post := insertWorking(t, db.DB, dbNow.Add(2*time.Second))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
+		status, err := w.PublishDue(ctx, post.ID)
+		require.ErrorIs(t, err, worker.ErrNotDue)
+		require.Equal(t, worker.PublicationPending, status)
+
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			20*time.Second, 10*time.Millisecond, "never published")
+		calls := pub.calls()
+		require.Len(t, calls, 1)
+		require.False(t, calls[0].Before(post.ScheduledAt),
+			"publisher called at %s by the database's clock, before scheduledAt %s", calls[0], post.ScheduledAt)
+		after, err := database.Now(ctx, db.DB)
+		require.NoError(t, err)
+		got := loadPost(t, db.DB, post.ID)
+		require.NotNil(t, got.PublishedAt)
+		require.False(t, got.PublishedAt.Before(post.ScheduledAt), "publishedAt %s before %s", got.PublishedAt, post.ScheduledAt)
+		require.False(t, got.PublishedAt.After(after), "publishedAt %s is in the database's future (%s): the worker's clock", got.PublishedAt, after)
+		p := loadPublication(t, db.DB, post.ID)
+		require.Equal(t, worker.PublicationPublished, p.Status)
+		require.Equal(t, 1, p.Attempts, "waiting for the time is no attempt")
+		require.False(t, p.UpdatedAt.After(after))
+		require.False(t, p.CreatedAt.After(after), "created_at from the worker's clock")
+		require.Less(t, got.PublishedAt.Sub(post.ScheduledAt), 5*time.Second, "re-armed for the time left, not a retry pause")
+	})
+}
+
+// A worker whose own clock runs minutes behind the database's still
+// publishes at scheduledAt by the database's clock, not minutes late: the
+// scheduler and the relay go by the database's clock, so the reservation
+// arrives on time, and the worker's timer must not add its own clock's lag
+// (its timers are set from the database's clock, not its own).
+func TestWorkerClockBehindPublishesOnTime(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &dbClockRecorder{db: db.DB}
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
+			Now: func() time.Time { return time.Now().Add(-3 * time.Minute) }})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		ctx := context.Background()
+
+		dbNow, err := database.Now(ctx, db.DB)
+		require.NoError(t, err)
+		post := insertWorking(t, db.DB, dbNow.Add(time.Second))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
+
+		// Generous: the post is due in 1 s; a worker 3 minutes behind waits 3 minutes more.
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			30*time.Second, 20*time.Millisecond, "not published within 30 s of a time 1 s away: the timer follows the worker's clock, 3 minutes behind")
+		calls := pub.calls()
+		require.Len(t, calls, 1)
+		require.False(t, calls[0].Before(post.ScheduledAt), "published early: %s before %s", calls[0], post.ScheduledAt)
+		require.Equal(t, worker.PublicationPublished, loadPublication(t, db.DB, post.ID).Status)
+	})
+}
+
+// starvation runs 12 posts whose receiver answers 503 (and, with hang,
+// every other one hangs until the request times out) and one healthy post
+// due 100 ms after them, through a webhook and a worker of cfg, and
+// returns how long after its scheduledAt the receiver got the healthy
+// post.
+func starvation(t *testing.T, db *database.DB, cfg worker.Config, hang bool) time.Duration {
+	t.Helper()
+	now := time.Now()
+	var failing []*reservation.Post
+	for range 12 {
+		failing = append(failing, insertWorking(t, db.DB, now))
+	}
+	good := insertWorking(t, db.DB, now.Add(100*time.Millisecond))
+
+	var (
+		mu       sync.Mutex
+		received time.Time // when the healthy post's request came
+		failures int
+	)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var body struct {
+			ID int64 `json:"id"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			rw.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if body.ID == good.ID {
+			mu.Lock()
+			received = time.Now()
+			mu.Unlock()
+			return
+		}
+		mu.Lock()
+		failures++
+		mu.Unlock()
+		if hang && body.ID%2 == 0 {
+			select { // until the worker's request times out or the test ends
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		rw.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL})
+	require.NoError(t, err)
+	cfg.Publisher, cfg.Logger = hook, quiet()
+	w, err := worker.New(db.DB, cfg)
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	ctx := context.Background()
+	for _, p := range failing {
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 0)))
+	}
+	require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, good), 0)))
+
+	require.Eventually(t, func() bool { return loadPost(t, db.DB, good.ID).Status == reservation.StatusPublished },
+		30*time.Second, 10*time.Millisecond, "the healthy post was not published within 30 s")
+	mu.Lock()
+	got := received
+	mu.Unlock()
+	require.False(t, got.IsZero(), "published without its request")
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return failures >= 12 },
+		30*time.Second, 10*time.Millisecond, "the failing posts were never tried")
+	for _, p := range failing {
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, p.ID).Status)
+		require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, p.ID).Status)
+	}
+	lag := got.Sub(good.ScheduledAt)
+	t.Logf("healthy post received %s after its time", lag)
+	return lag
+}
+
+// With the default concurrency, 12 posts whose receiver fails (503) or
+// hangs do not hold back a healthy post due 100 ms later: it is published
+// within 1 s of its time.
+func TestWorkerFailingWebhookPostsDoNotStarveHealthyOnes(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		lag := starvation(t, db, worker.Config{}, true)
+		require.Less(t, lag, time.Second, "the healthy post waited behind failing ones")
+	})
+}
+
+// The slots are what is saved, not only their number: with 2 slots, 12
+// posts that keep failing still leave room, since a publication holds a
+// slot during one request and none while it waits to try again.
+func TestWorkerBackoffHoldsNoSlot(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		lag := starvation(t, db, worker.Config{Concurrency: 2}, false)
+		require.Less(t, lag, time.Second, "the healthy post waited behind failing ones")
+	})
+}
+
+// The default concurrency is no longer the 4 slots that a spike queued
+// behind.
+func TestWorkerDefaultConcurrency(t *testing.T) {
+	t.Parallel()
+	w, err := worker.New(nil, worker.Config{})
+	require.NoError(t, err)
+	require.Equal(t, worker.DefaultConcurrency, w.Config().Concurrency)
+	require.GreaterOrEqual(t, w.Config().Concurrency, 32)
+}

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,67 +11,12 @@ import (
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
-// tcpProxy forwards connections to a target until Close, which also cuts the
-// connections it carries: a database outage as a client sees it.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &tcpProxy{ln: ln, target: target}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.Close)
-	return p
-}
-
-func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) Close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
 // readyEnv is a MariaDB database behind a proxy the test can cut, and a
 // broker it can stop.
-func readyEnv(t *testing.T) (*tcpProxy, *kafkatest.Broker, string) {
+func readyEnv(t *testing.T) (*databasetest.Proxy, *kafkatest.Broker, string) {
 	t.Helper()
-	u, err := url.Parse(databasetest.MySQLURL(t, "ready"))
-	require.NoError(t, err)
-	target := u.Host
-	if u.Port() == "" {
-		target += ":3306"
-	}
-	proxy := startProxy(t, target)
-	u.Host = proxy.Addr()
-	return proxy, kafkatest.Start(t), u.String()
+	dbURL, proxy := databasetest.Proxied(t, databasetest.MySQLURL(t, "ready"))
+	return proxy, kafkatest.Start(t), dbURL
 }
 
 // waitUnready polls GET /readyz until it answers 503 and returns the body.
@@ -106,7 +47,7 @@ func TestServeReadyzNamesTheFailingCheck(t *testing.T) {
 	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 100*time.Millisecond, "ready again once the broker is back")
 
-	proxy.Close()
+	proxy.Cut()
 	body = waitUnready(t, httpAddr)
 	require.Contains(t, body, `"detail":"not ready: check database failed"`)
 }
@@ -139,7 +80,7 @@ func TestWorkerHTTPEndpoints(t *testing.T) {
 	require.Eventually(t, func() bool { code, _ := httpGet(addr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 100*time.Millisecond, "ready again once the broker is back")
 
-	proxy.Close()
+	proxy.Cut()
 	require.Equal(t, "not ready: check database failed\n", waitUnready(t, addr))
 	code, _ = httpGet(addr, "/healthz")
 	require.Equal(t, http.StatusOK, code, "alive while not ready")

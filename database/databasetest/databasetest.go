@@ -84,13 +84,33 @@ func NewMySQL(t testing.TB) *database.DB {
 // openMigrated opens url, migrates it and closes it when the test ends.
 func openMigrated(t testing.TB, url string) *database.DB {
 	t.Helper()
+	db := Open(t, url)
+	migrate(t, db)
+	return db
+}
+
+// Open opens a pool on the database of url (from URL, or any other) and
+// closes it when the test ends; unlike New it does not migrate.
+func Open(t testing.TB, url string) *database.DB {
+	t.Helper()
 	db, err := database.Open(url, "")
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	migrate(t, db)
 	return db
+}
+
+// Pools opens n pools on the database of url, as n instances of the
+// service hold, migrates it, and closes them when the test ends.
+func Pools(t testing.TB, url string, n int) []*database.DB {
+	t.Helper()
+	pools := make([]*database.DB, n)
+	for i := range pools {
+		pools[i] = Open(t, url)
+	}
+	migrate(t, pools[0])
+	return pools
 }
 
 // MySQLURL creates a fresh empty database on the test server and returns its

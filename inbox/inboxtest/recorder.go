@@ -1,9 +1,13 @@
-// Package inboxtest has an inbox.BatchHandler for the consumers' tests.
+// Package inboxtest has what the consumers' tests share: handlers that
+// record what they are handed (Recorder; Applier, which goes through the
+// inbox), the contract's messages, and RunConsumerSuite, the behaviour every
+// broker's consumer must have.
 package inboxtest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/postingsvc/posting/inbox"
@@ -12,8 +16,9 @@ import (
 // ErrDown is what Recorder returns for a call it fails.
 var ErrDown = errors.New("inboxtest: database down")
 
-// Recorder is an inbox.BatchHandler that records the events it is handed,
-// in order, and the size of every batch. Set its fields before a consumer
+// Recorder is an inbox.BatchHandler (and inbox.PartitionHandler) that
+// records the events it is handed, in order, the size of every batch, and
+// the partitions assigned and revoked. Set its fields before a consumer
 // uses it.
 type Recorder struct {
 	// Block makes every call wait for its context to end and fail: a
@@ -25,11 +30,17 @@ type Recorder struct {
 	FailBatches int
 	// FailFirst makes the first n Handle calls of an event id fail.
 	FailFirst map[string]int
+	// Malformed names the event ids the handler finds malformed (their
+	// fields, say): it reports them wrapping inbox.ErrMalformed and does
+	// not record them.
+	Malformed map[string]bool
 
-	mu     sync.Mutex
-	events []inbox.Event
-	sizes  []int
-	calls  map[string]int
+	mu       sync.Mutex
+	events   []inbox.Event
+	sizes    []int
+	calls    map[string]int
+	assigned [][]int32
+	revoked  [][]int32
 }
 
 // Handle records ev, unless it fails first or blocks.
@@ -45,6 +56,9 @@ func (r *Recorder) Handle(ctx context.Context, ev inbox.Event) error {
 	r.calls[ev.EventID]++
 	if r.calls[ev.EventID] <= r.FailFirst[ev.EventID] {
 		return ErrDown
+	}
+	if r.Malformed[ev.EventID] {
+		return fmt.Errorf("%w: inboxtest: event %s", inbox.ErrMalformed, ev.EventID)
 	}
 	r.events = append(r.events, ev)
 	return nil
@@ -65,8 +79,15 @@ func (r *Recorder) HandleBatch(ctx context.Context, evs []inbox.Event) ([]error,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, evs...)
-	return make([]error, len(evs)), nil
+	malformed := make([]error, len(evs))
+	for i, ev := range evs {
+		if r.Malformed[ev.EventID] {
+			malformed[i] = fmt.Errorf("%w: inboxtest: event %s", inbox.ErrMalformed, ev.EventID)
+			continue
+		}
+		r.events = append(r.events, ev)
+	}
+	return malformed, nil
 }
 
 func (r *Recorder) enter(ctx context.Context) error {
@@ -106,4 +127,34 @@ func (r *Recorder) Calls(eventID string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.calls[eventID]
+}
+
+// Assigned records the partitions.
+func (r *Recorder) Assigned(_ context.Context, _ string, partitions []int32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.assigned = append(r.assigned, append([]int32(nil), partitions...))
+	return nil
+}
+
+// Revoked records the partitions.
+func (r *Recorder) Revoked(_ string, partitions []int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.revoked = append(r.revoked, append([]int32(nil), partitions...))
+}
+
+// Events returns the events recorded, in order.
+func (r *Recorder) Events() []inbox.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]inbox.Event(nil), r.events...)
+}
+
+// Partitions returns the partitions of every Assigned and Revoked call, in
+// order.
+func (r *Recorder) Partitions() (assigned, revoked [][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]int32(nil), r.assigned...), append([][]int32(nil), r.revoked...)
 }

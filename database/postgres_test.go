@@ -49,9 +49,7 @@ func TestPostgresOptionsParameterReachesTheSession(t *testing.T) {
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	db, err := database.Open(base+sep+"options=-c%20statement_timeout%3D4321&application_name=posting%20session", "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, base+sep+"options=-c%20statement_timeout%3D4321&application_name=posting%20session")
 	var timeout, name string
 	require.NoError(t, db.Raw("SHOW statement_timeout").Scan(&timeout).Error)
 	require.NoError(t, db.Raw("SHOW application_name").Scan(&name).Error)
@@ -105,16 +103,14 @@ func TestPostgresReadsSurviveAnAddedColumn(t *testing.T) {
 func TestPostgresMissingDatabaseHintWorksWithAnSQLASCIITemplate1(t *testing.T) {
 	t.Parallel()
 	base := databasetest.URL(t, database.PostgreSQL, "hint")
-	admin, err := database.Open(base, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
+	admin := databasetest.Open(t, base)
 	ascii := "r3_ascii_" + strings.ReplaceAll(strings.TrimPrefix(mustParse(t, base).Path, "/"), "hint_", "")
 	require.NoError(t, admin.Exec(`CREATE DATABASE "`+ascii+`" TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'`).Error)
 	t.Cleanup(func() { _ = admin.Exec(`DROP DATABASE IF EXISTS "` + ascii + `"`).Error })
 
 	missing := mustParse(t, base)
 	missing.Path += "_missing"
-	_, err = database.Open(missing.String(), "")
+	_, err := database.Open(missing.String(), "")
 	require.ErrorIs(t, err, database.ErrNoDatabase)
 	_, stmt, ok := strings.Cut(err.Error(), "create it first: ")
 	require.True(t, ok, err.Error())
@@ -138,4 +134,108 @@ func mustParse(t *testing.T, raw string) *url.URL {
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
 	return u
+}
+
+// The URL's parts land where pgx wants them, sessions run in UTC, and the
+// parameters the service does not set are passed through.
+func TestPostgresConfig(t *testing.T) {
+	t.Parallel()
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		u, err := url.Parse(scheme + "://app:s%40cret@db.example:5433/posting?sslmode=disable&application_name=posting&statement_timeout=30000")
+		require.NoError(t, err)
+		cfg, err := database.PostgresConfig(u)
+		require.NoError(t, err)
+		require.Equal(t, "db.example", cfg.Host)
+		require.EqualValues(t, 5433, cfg.Port)
+		require.Equal(t, "app", cfg.User)
+		require.Equal(t, "s@cret", cfg.Password)
+		require.Equal(t, "posting", cfg.Database)
+		require.Nil(t, cfg.TLSConfig, "sslmode=disable is honoured")
+		require.Equal(t, "UTC", cfg.RuntimeParams["timezone"])
+		require.Equal(t, "posting", cfg.RuntimeParams["application_name"])
+		require.Equal(t, "30000", cfg.RuntimeParams["statement_timeout"])
+		require.Equal(t, 5*time.Second, cfg.ConnectTimeout)
+	}
+
+	u, _ := url.Parse("postgres://root@localhost/posting?connect_timeout=2&timezone=UTC")
+	cfg, err := database.PostgresConfig(u)
+	require.NoError(t, err)
+	require.EqualValues(t, 5432, cfg.Port, "the default port")
+	require.Equal(t, 2*time.Second, cfg.ConnectTimeout)
+	require.Equal(t, "UTC", cfg.RuntimeParams["timezone"])
+}
+
+func TestPostgresConfigRefuses(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"postgres:///posting":                            "without host",
+		"postgres://h:5432":                              "database name",
+		"postgres://h:5432/a/b":                          "database name",
+		"postgres://h/posting?timezone=Europe/Paris":     "timezone=Europe/Paris",
+		"postgres://h/posting?TimeZone=America/New_York": "TimeZone=America/New_York",
+		"postgres://h/posting?sslmode=sometimes":         "sslmode",
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		_, err = database.PostgresConfig(u)
+		require.ErrorIs(t, err, database.ErrInvalidURL, raw)
+		require.ErrorContains(t, err, want, raw)
+	}
+}
+
+// A URL without a port names the database with the default one, so the
+// same database always has the same name (logs, the embedded broker's
+// record of its database); credentials are left out.
+func TestOpenPostgresLocation(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(databasetest.PostgresURL(t, "where")) // skips without a server
+	require.NoError(t, err)
+	if u.Port() != "5432" {
+		t.Skipf("the test server is not on the default port: %s", u.Host)
+	}
+	u.Host = u.Hostname()
+	u.User = url.UserPassword(u.User.Username(), "secret")
+	db := databasetest.Open(t, u.String())
+	require.Equal(t, database.PostgreSQL, db.Dialect)
+	require.Equal(t, "postgres://"+u.Hostname()+":5432"+u.Path, db.Location)
+}
+
+// openPostgres opens rawURL and closes it when the test ends.
+func openPostgres(t *testing.T, rawURL string) *database.DB {
+	t.Helper()
+	db := databasetest.Open(t, rawURL)
+	return db
+}
+
+// A direct URL naming another database than the one the pool reaches (a
+// typo, a staging copy on the same server) is refused when it is opened for
+// migrations: applied there, they would leave the service's own database
+// behind its code. The error names the setting and the database it reached.
+func TestOpenDirectRefusesAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	db := openPostgres(t, databasetest.PostgresURL(t, ""))
+	other := databasetest.PostgresURL(t, "")
+	require.NoError(t, db.SetDirectURL(other))
+
+	direct, err := db.OpenDirect()
+	if err == nil {
+		_ = direct.Close()
+	}
+	require.ErrorIs(t, err, database.ErrInvalidURL)
+	require.ErrorContains(t, err, "POSTING_DATABASE_DIRECT_URL")
+	u, err2 := url.Parse(other)
+	require.NoError(t, err2)
+	require.ErrorContains(t, err, strings.TrimPrefix(u.Path, "/"))
+}
+
+// The direct URL of the pool's own database opens.
+func TestOpenDirectOpensTheSameDatabase(t *testing.T) {
+	t.Parallel()
+	same := databasetest.PostgresURL(t, "")
+	db := openPostgres(t, same)
+	require.NoError(t, db.SetDirectURL(same))
+	direct, err := db.OpenDirect()
+	require.NoError(t, err)
+	require.NotSame(t, db, direct)
+	require.NoError(t, direct.Close())
 }
