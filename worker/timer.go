@@ -185,9 +185,14 @@ func (w *Worker) ring(a *alarm) {
 	}
 	calls := w.loads.queue(false, ids...)
 	// The batches run in queue order: each publication starts as soon as
-	// its batch is back, not once all are.
+	// its batch is back, not once all are. One disarmed meanwhile (a
+	// revoked partition) does not wait for its read: fire ends at once.
 	for i, t := range ts {
-		l, _ := calls[i].wait(nil)
+		l, err := calls[i].wait(t.ctx)
+		if err != nil {
+			go w.fire(t.ctx, t, nil)
+			continue
+		}
 		go w.fire(t.ctx, t, &l)
 	}
 }
