@@ -26,9 +26,10 @@ bench: build
 	dir=$$(mktemp -d) && ./bin/posting bench --database-url "sqlite://$$dir/bench.db"; rc=$$?; rm -rf "$$dir"; exit $$rc
 	url=$$($(GO) run ./scripts/benchdb create) && { ./bin/posting bench --database-url "$$url"; rc=$$?; $(GO) run ./scripts/benchdb drop "$$url"; exit $$rc; }
 
-# The Go benchmarks of single parts (relay, producer, commit → broker on PostgreSQL).
+# The Go benchmarks of single parts (relay, producer, relay beside raw SQL,
+# commit → broker on PostgreSQL).
 bench-micro:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./relay/ ./kafka/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./relay/ ./kafka/ ./bench/relaybench/
 	$(GO) test -run '^$$' -bench 'CommitToBroker|WritersNotify' -benchtime 1x ./wakeup/
 
 build:

@@ -1,8 +1,5 @@
-// Package admin serves the operator tools over HTTP under /admin/outbox and
-// /admin/publications, for mounting into the API (api.Config.Routes). Every route
-// requires "Authorization: Bearer <Config.Token>"; with no token
-// configured the routes do not exist at all. Answers are JSON (camelCase);
-// errors are RFC 9457 problem+json like the rest of the API.
+// Package admin serves the operator tools of the outbox and the worker over
+// HTTP, behind a bearer token, with the console that shows them.
 package admin
 
 import (
@@ -182,24 +179,9 @@ type listResponse struct {
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	status := outbox.StatusFail
-	if v := q.Get("status"); v != "" {
-		st, err := outbox.ParseStatus(v)
-		if err != nil {
-			response.WriteProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
-			return
-		}
-		status = st
-	}
-	limit := outbox.DefaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > outbox.MaxListLimit {
-			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, outbox.MaxListLimit), "limit")
-			return
-		}
-		limit = n
+	status, limit, ok := listQuery(w, r, outbox.ParseStatus, outbox.StatusFail, outbox.DefaultListLimit, outbox.MaxListLimit)
+	if !ok {
+		return
 	}
 	items, err := outbox.List(r.Context(), s.cfg.DB, status, limit)
 	if err != nil {
@@ -207,6 +189,32 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, listResponse{Items: items})
+}
+
+// listQuery reads the query of a list request: status, parsed by parse
+// (def when absent), and limit in 1..maxLimit (defLimit when absent). On a
+// bad one it answers 400 and returns false.
+func listQuery[S any](w http.ResponseWriter, r *http.Request, parse func(string) (S, error), def S, defLimit, maxLimit int) (S, int, bool) {
+	q := r.URL.Query()
+	status := def
+	if v := q.Get("status"); v != "" {
+		st, err := parse(v)
+		if err != nil {
+			response.WriteProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
+			return status, 0, false
+		}
+		status = st
+	}
+	limit := defLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, maxLimit), "limit")
+			return status, 0, false
+		}
+		limit = n
+	}
+	return status, limit, true
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {
@@ -315,27 +323,13 @@ type publicationsResponse struct {
 }
 
 func (s *server) publications(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	status := worker.PublicationFailed
-	if v := q.Get("status"); v != "" {
-		st, err := worker.ParsePublicationStatus(v)
-		if err != nil {
-			response.WriteProblem(w, http.StatusBadRequest, "status: "+err.Error(), "status")
-			return
-		}
-		status = st
-	}
-	limit := worker.DefaultPublicationListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > worker.MaxPublicationListLimit {
-			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, worker.MaxPublicationListLimit), "limit")
-			return
-		}
-		limit = n
+	status, limit, ok := listQuery(w, r, worker.ParsePublicationStatus, worker.PublicationFailed,
+		worker.DefaultPublicationListLimit, worker.MaxPublicationListLimit)
+	if !ok {
+		return
 	}
 	var after int64
-	if v := q.Get("after"); v != "" {
+	if v := r.URL.Query().Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("after: %q is not a post id", v), "after")

@@ -146,15 +146,7 @@ func (h *History) Samples() []Sample {
 // Start samples at once and then every Interval, in one goroutine, until
 // Stop is called or ctx ends.
 func (h *History) Start(ctx context.Context) error {
-	ctx, done, err := h.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("admin history: %w", err)
-	}
-	go func() {
-		defer done()
-		h.loop(ctx)
-	}()
-	return nil
+	return h.StartLoop(ctx, "admin history", h.loop)
 }
 
 // Stop ends the loop and waits for it; safe twice and without Start.

@@ -1,8 +1,5 @@
-// Package api is the service's HTTP API: the posts resource under
-// /api/v1/posts, /healthz and /readyz, and any extra routes the caller mounts
-// (metrics, admin). Every error is an RFC 9457 problem+json document,
-// including unknown paths (404), wrong methods (405) and panics (500); a
-// request that is refused writes nothing.
+// Package api is the service's HTTP API: the posts resource and the health
+// probes, every error an RFC 9457 problem+json document.
 package api
 
 import (

@@ -1,9 +1,5 @@
-// Package auth authenticates the callers of the posts API: it verifies the
-// bearer JWT of a request (HS256 with a shared secret, or the keys of an
-// identity provider's JWKS endpoint), checks its registered claims, and
-// gives the handlers the Caller it names. It uses golang-jwt for parsing and
-// validation and keyfunc/jwkset for the JWKS cache, so no signature or claim
-// check is written here.
+// Package auth authenticates the callers of the posts API: it verifies a
+// request's bearer JWT and gives the handlers the Caller it names.
 package auth
 
 import (

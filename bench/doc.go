@@ -1,7 +1,11 @@
-// Package bench holds the measurements of `posting bench`: the machine it
-// runs on, the API's create rate beside the same two-row transaction in raw
-// SQL, and the time from a post's commit to its event on the topic, taken
-// from outside the service (its HTTP API and a consumer of the topic).
+// Package bench holds the measurements of `posting bench` (Run, which the
+// command calls with its flags): the machine it runs on, the relay's drains
+// beside raw SQL (bench/relaybench), the API's create rate beside the same
+// two-row transaction in raw SQL, the time from a post's commit to its event
+// on the topic, taken from outside the service (its HTTP API and a consumer
+// of the topic), and the lag of a spike of posts due in the same second
+// (bench/spike). All measuring code lives under this folder; no domain
+// package imports it.
 //
 // Every measurement takes its sizes from its arguments, so the command's
 // test runs them small; none of them asserts a speed.

@@ -1,15 +1,12 @@
-// Package config holds what the Config structs of every component share: the
-// error their Validate returns. It names the refused field by its Go path
-// (as sarama's ConfigurationError names "Producer.Retry.Max") and carries the
-// refused value (as litestream's ConfigValidationError does), so a caller
-// that took the value from somewhere else, such as the command's settings,
-// can say which of its own settings was wrong without checking the limits a
-// second time.
+// Package config holds what the Config structs of every component share:
+// the *Error their Validate returns, naming the refused field and value, and
+// the filling and checking of their settings.
 package config
 
 import (
 	"fmt"
 	"reflect"
+	"time"
 )
 
 // Error is a setting out of its limits.
@@ -52,4 +49,23 @@ func FillZero[T any](cfg *T, defaults T) {
 			f.Set(d.Field(i))
 		}
 	}
+}
+
+// Duration is a duration setting and the range it must lie in, for
+// CheckDurations.
+type Duration struct {
+	Name     string
+	Value    time.Duration
+	Min, Max time.Duration
+}
+
+// CheckDurations returns an *Error for the first d whose Value lies outside
+// Min..Max, its field prefix+Name: "want MIN to MAX".
+func CheckDurations(prefix string, ds []Duration) error {
+	for _, d := range ds {
+		if d.Value < d.Min || d.Value > d.Max {
+			return Invalid(prefix+d.Name, d.Value, "want %s to %s", d.Min, d.Max)
+		}
+	}
+	return nil
 }

@@ -61,3 +61,18 @@ func TestFillZeroTakesOnlyUnsetFields(t *testing.T) {
 	require.Equal(t, 8, c.F())
 	require.Equal(t, []string{"b"}, c.L)
 }
+
+func TestCheckDurationsNamesTheFirstOutOfRange(t *testing.T) {
+	t.Parallel()
+	ds := []config.Duration{
+		{Name: "DialTimeout", Value: time.Second, Min: time.Second, Max: time.Minute},
+		{Name: "RetryMax", Value: 2 * time.Minute, Min: time.Second, Max: time.Minute},
+		{Name: "ProbeTimeout", Value: 0, Min: time.Second, Max: time.Minute},
+	}
+	require.NoError(t, config.CheckDurations("x.Config.", ds[:1]), "the bounds are inclusive")
+	err := config.CheckDurations("x.Config.", ds)
+	require.EqualError(t, err, "x.Config.RetryMax 2m0s: want 1s to 1m0s")
+	var ce *config.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 2*time.Minute, ce.Value)
+}

@@ -41,3 +41,13 @@ func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 // Every time written to the database goes through it, so values read back
 // compare equal to the ones written, on MySQL and SQLite alike.
 func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// scanTime returns the time query reads, normalized: the now of a server
+// whose driver scans a time.
+func scanTime(db *gorm.DB, query string) (time.Time, error) {
+	var t time.Time
+	if err := db.Raw(query).Scan(&t).Error; err != nil {
+		return time.Time{}, err
+	}
+	return Normalize(t), nil
+}

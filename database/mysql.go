@@ -135,11 +135,7 @@ type mysqlDialect struct{}
 
 // now reads CURRENT_TIMESTAMP(6) of the server.
 func (mysqlDialect) now(db *gorm.DB) (time.Time, error) {
-	var t time.Time
-	if err := db.Raw("SELECT CURRENT_TIMESTAMP(6)").Scan(&t).Error; err != nil {
-		return time.Time{}, err
-	}
-	return Normalize(t), nil
+	return scanTime(db, "SELECT CURRENT_TIMESTAMP(6)")
 }
 
 // isRetryable: the transaction was chosen as a deadlock victim (1213) or a

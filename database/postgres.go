@@ -239,11 +239,7 @@ type postgresDialect struct{}
 // is what reading the clock inside the transaction is there to avoid. It is
 // also what MySQL's CURRENT_TIMESTAMP(6) gives: the statement's time.
 func (postgresDialect) now(db *gorm.DB) (time.Time, error) {
-	var t time.Time
-	if err := db.Raw("SELECT clock_timestamp()").Scan(&t).Error; err != nil {
-		return time.Time{}, err
-	}
-	return Normalize(t), nil
+	return scanTime(db, "SELECT clock_timestamp()")
 }
 
 // isRetryable: serialization_failure (40001), deadlock_detected (40P01),

@@ -1,21 +1,6 @@
 // Package event is the contract of the messages the service sends about
-// posts (CONTRACT.md, "Kafka messages"): the two event types, the envelope
-// every value carries, the fields each type adds, the message headers, the
-// key and the default topic. The service and the scheduler build events with
-// New; the relay's senders set the headers from the outbox row; the consumer
-// side (inbox.Decode, the worker) reads them with the same names.
-//
-// A message of the topic has
-//   - key: the postId in decimal (Key);
-//   - headers: HeaderEventID (the event's UUID, the same on every
-//     redelivery) and HeaderEventType;
-//   - value: one JSON object, the Envelope's eventId, eventType, postId and
-//     occurredAt plus the fields of its type: PostingEventFields (action,
-//     status, scheduledAt, ownerId) or ReservationEventFields (scheduledAt,
-//     ownerId).
-//
-// The package knows no transport and no storage: the outbox carries an event
-// as an opaque payload, Kafka (or any other broker) as a value with headers.
+// posts: the event types, their envelope and fields, the headers, the key and
+// the default topic. It knows no transport and no storage.
 package event
 
 import (

@@ -1,7 +1,6 @@
-// Package httpserver is the HTTP server of the long-running commands (serve
-// and worker): net/http's server with every timeout set and a bound on the
-// connections open at once, so slow, idle and too many clients cannot hold
-// the process's file descriptors and goroutines for ever.
+// Package httpserver is the HTTP server of the long-running commands:
+// net/http's server with every timeout set and a bound on the connections
+// open at once.
 package httpserver
 
 import (

@@ -125,22 +125,15 @@ func (cfg ProducerConfig) Validate() error {
 	if strings.TrimSpace(cfg.Topic) == "" {
 		return config.Invalid(f+"Topic", cfg.Topic, "empty topic")
 	}
-	durations := []struct {
-		name     string
-		v        time.Duration
-		min, max time.Duration
-	}{
-		{"SendTimeout", cfg.SendTimeout, time.Second, 10 * time.Minute},
-		{"DialTimeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
-		{"RequestTimeout", cfg.RequestTimeout, 100 * time.Millisecond, 5 * time.Minute},
-		{"AckTimeout", cfg.AckTimeout, 10 * time.Millisecond, 5 * time.Minute},
-		{"RetryBackoff", cfg.RetryBackoff, time.Millisecond, 10 * time.Second},
-		{"ProbeTimeout", cfg.ProbeTimeout, 100 * time.Millisecond, time.Minute},
-	}
-	for _, d := range durations {
-		if d.v < d.min || d.v > d.max {
-			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
-		}
+	if err := config.CheckDurations(f, []config.Duration{
+		{Name: "SendTimeout", Value: cfg.SendTimeout, Min: time.Second, Max: 10 * time.Minute},
+		{Name: "DialTimeout", Value: cfg.DialTimeout, Min: 100 * time.Millisecond, Max: time.Minute},
+		{Name: "RequestTimeout", Value: cfg.RequestTimeout, Min: 100 * time.Millisecond, Max: 5 * time.Minute},
+		{Name: "AckTimeout", Value: cfg.AckTimeout, Min: 10 * time.Millisecond, Max: 5 * time.Minute},
+		{Name: "RetryBackoff", Value: cfg.RetryBackoff, Min: time.Millisecond, Max: 10 * time.Second},
+		{Name: "ProbeTimeout", Value: cfg.ProbeTimeout, Min: 100 * time.Millisecond, Max: time.Minute},
+	}); err != nil {
+		return err
 	}
 	if cfg.RequestTimeout <= cfg.AckTimeout {
 		return config.Invalid(f+"RequestTimeout", cfg.RequestTimeout, "must exceed the ack timeout %s", cfg.AckTimeout)

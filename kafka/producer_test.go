@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/relay/relaytest/sendertest"
 )
 
 // producerTestConfig is a config with timeouts short enough for tests: an
@@ -95,103 +97,93 @@ func producerTestRequireAllNil(t testing.TB, errs []error) {
 	}
 }
 
-func producerTestRequireAllUnavailable(t testing.TB, errs []error) {
-	t.Helper()
-	for i, err := range errs {
-		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
-		var rej *ProducerRejectedError
-		require.False(t, errors.As(err, &rej), "message %d: an outage is never a rejection: %v", i, err)
-	}
+// TestProducerConformsToTheSenderSuite runs the relay's sender suite
+// (relay/relaytest/sendertest) on the in-process broker.
+func TestProducerConformsToTheSenderSuite(t *testing.T) {
+	t.Parallel()
+	sendertest.Run(t, func(t *testing.T) sendertest.Broker {
+		// A data dir: the broker keeps its records across Down and Up.
+		return producerTestBroker{kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))}
+	})
 }
 
-// producerTestEventIDs returns the event-id headers of records, in order.
-func producerTestEventIDs(recs []kafkatest.Record) []string {
-	out := make([]string, len(recs))
+// producerTestBroker is the sender suite's view of a kafkatest broker.
+type producerTestBroker struct{ b *kafkatest.Broker }
+
+func (k producerTestBroker) NewSender(t testing.TB, o sendertest.Options) sendertest.Sender {
+	cfg := producerTestConfig(k.b.Addr)
+	cfg.Topic = k.b.Topic
+	if o.SendTimeout > 0 {
+		// sarama's own timeouts well inside the bound: it retries within it.
+		cfg.SendTimeout = o.SendTimeout
+		cfg.DialTimeout = 100 * time.Millisecond
+		cfg.RequestTimeout = 800 * time.Millisecond
+		cfg.AckTimeout = 100 * time.Millisecond
+	}
+	return producerTestNew(t, cfg)
+}
+
+// Read also fails t unless every record sits on its topic, on the Java
+// client's murmur2 partition of its key.
+func (k producerTestBroker) Read(t testing.TB, atLeast int, timeout time.Duration) []sendertest.Arrived {
+	t.Helper()
+	recs := k.b.Records(t, atLeast, timeout)
+	out := make([]sendertest.Arrived, len(recs))
 	for i, r := range recs {
-		out[i] = r.Headers[event.HeaderEventID]
+		require.Equal(t, k.b.Topic, r.Topic)
+		require.Equal(t, kafkatest.PartitionFor(r.Key, k.b.Partitions), r.Partition, "the Java client's murmur2 partition")
+		out[i] = sendertest.Arrived{Key: r.Key, EventID: r.Headers[event.HeaderEventID], EventType: r.Headers[event.HeaderEventType],
+			Value: r.Value, Stream: strconv.Itoa(int(r.Partition))}
 	}
 	return out
 }
 
-func TestProducerSendsBatchInKeyOrder(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t)
-	p := producerTestNew(t, producerTestConfig(b.Addr))
-	var posts []int64
-	for i := range 40 {
-		posts = append(posts, int64(1000+i))
-	}
-	msgs := producerTestMessages(1, 1000, posts...)
-
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
-
-	recs := b.Records(t, len(msgs), 10*time.Second)
-	require.Len(t, recs, len(msgs))
-	byEventID := map[string]outbox.Message{}
-	for _, m := range msgs {
-		byEventID[m.EventID] = m
-	}
-	lastID := map[string]int64{}
-	partitionOf := map[string]int32{}
-	for _, r := range recs {
-		m, ok := byEventID[r.Headers[event.HeaderEventID]]
-		require.True(t, ok, "unknown event id %q", r.Headers[event.HeaderEventID])
-		require.Equal(t, b.Topic, r.Topic)
-		require.Equal(t, strconv.FormatInt(m.AggregateID, 10), r.Key, "key is the post id")
-		require.Equal(t, string(event.WithSequence([]byte(m.Payload), m.ID)), string(r.Value), "the row's value with its sequence")
-		require.Equal(t, string(m.EventType), r.Headers[event.HeaderEventType])
-		require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "the Java client's murmur2 partition")
-		if p, ok := partitionOf[r.Key]; ok {
-			require.Equal(t, p, r.Partition, "same key, same partition")
-		}
-		partitionOf[r.Key] = r.Partition
-		require.Greater(t, m.ID, lastID[r.Key], "key %s out of outbox order", r.Key)
-		lastID[r.Key] = m.ID
-		delete(byEventID, r.Headers[event.HeaderEventID])
-	}
-	require.Empty(t, byEventID, "every message exactly once")
-	require.Len(t, partitionOf, len(posts))
+func (k producerTestBroker) Reject(_ testing.TB, key string) func() {
+	return k.b.RejectKey(key, kerr.InvalidRecord.Code)
 }
 
-func TestProducerRejectionFailsOnlyItsPartitionAndLaterSendsWork(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t)
-	p := producerTestNew(t, producerTestConfig(b.Addr))
-	posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
-	bad := posts[0]
-	stop := b.RejectKey(strconv.FormatInt(bad, 10), kerr.InvalidRecord.Code)
-
-	var want []string // event ids that must reach the topic
-	nextID := int64(1)
-	for round := range 3 { // rejections again and again must not wedge the producer
-		msgs := producerTestMessages(nextID, 40, posts...)
-		nextID += int64(len(msgs))
-		errs := p.Send(context.Background(), msgs)
-		require.Len(t, errs, len(msgs))
-		for i, m := range msgs {
-			if m.AggregateID != bad {
-				require.NoError(t, errs[i], "round %d: post %d is on another partition", round, m.AggregateID)
-				want = append(want, m.EventID)
-				continue
-			}
-			require.Error(t, errs[i])
-			require.NotErrorIs(t, errs[i], relay.ErrUnavailable, "a rejection is not an outage")
-			var rej *ProducerRejectedError
-			require.ErrorAs(t, errs[i], &rej)
-			require.Equal(t, kerr.InvalidRecord.Code, rej.Code)
-			require.Contains(t, errs[i].Error(), "INVALID_RECORD (87)")
+// OtherKeys are on other partitions than key's: Kafka rejects a whole
+// partition batch.
+func (k producerTestBroker) OtherKeys(key int64, n int) []int64 {
+	bad := kafkatest.PartitionFor(strconv.FormatInt(key, 10), k.b.Partitions)
+	var out []int64
+	for id := key + 1; len(out) < n; id++ {
+		if kafkatest.PartitionFor(strconv.FormatInt(id, 10), k.b.Partitions) != bad {
+			out = append(out, id)
 		}
 	}
-	require.Positive(t, b.Rejections(strconv.FormatInt(bad, 10)))
+	return out
+}
 
-	stop()
-	msgs := producerTestMessages(nextID, 40, posts...)
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
-	for _, m := range msgs {
-		want = append(want, m.EventID)
-	}
-	recs := b.Records(t, len(want), 10*time.Second)
-	require.ElementsMatch(t, want, producerTestEventIDs(recs))
+func (producerTestBroker) IsRejection(err error) bool {
+	var rej *ProducerRejectedError
+	return errors.As(err, &rej)
+}
+
+func (producerTestBroker) RejectReason() string { return "INVALID_RECORD (87)" }
+
+func (k producerTestBroker) Rejections(key string) int { return k.b.Rejections(key) }
+
+func (k producerTestBroker) Down(testing.TB) { k.b.Stop() }
+
+func (k producerTestBroker) Up(t testing.TB) { k.b.Restart(t) }
+
+// Stall swallows produce requests: sarama waits for its read timeout,
+// retries, waits again, and Send must give up at SendTimeout.
+func (k producerTestBroker) Stall(testing.TB) func() {
+	silent := make(chan struct{})
+	c := k.b.Cluster
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		select {
+		case <-silent:
+			return nil, nil, false
+		default:
+			c.KeepControl()
+			return nil, nil, true // no answer at all
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(silent) }) }
 }
 
 func TestProducerClassifiesBrokerCodes(t *testing.T) {
@@ -257,93 +249,9 @@ func TestProducerRefusesOversizedMessageAlone(t *testing.T) {
 	require.Len(t, b.Records(t, 2, 10*time.Second), 2)
 }
 
-func TestProducerOutageIsUnavailableAndRecoversAfterRestart(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))
-	p := producerTestNew(t, producerTestConfig(b.Addr))
-	posts := []int64{1, 2, 3, 4, 5}
-	before := producerTestMessages(1, 20, posts...)
-	producerTestRequireAllNil(t, p.Send(context.Background(), before))
-
-	b.Stop()
-	for round := range 3 {
-		errs := p.Send(context.Background(), producerTestMessages(100+int64(round)*20, 20, posts...))
-		producerTestRequireAllUnavailable(t, errs)
-		for _, err := range errs {
-			require.NotContains(t, err.Error(), "send timeout", "sarama answered within its own bounds")
-		}
-	}
-	require.ErrorIs(t, p.Ping(context.Background()), relay.ErrUnavailable)
-
-	b.Restart(t)
-	after := producerTestMessages(200, 20, posts...)
-	producerTestRequireAllNil(t, p.Send(context.Background(), after))
-	require.NoError(t, p.Ping(context.Background()))
-
-	recs := b.Records(t, len(before)+len(after), 10*time.Second)
-	var want []string
-	for _, m := range append(before, after...) {
-		want = append(want, m.EventID)
-	}
-	require.ElementsMatch(t, want, producerTestEventIDs(recs))
-}
-
-func TestProducerStartsWhileBrokerDown(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t)
-	b.Stop()
-
-	p, err := NewProducer(producerTestConfig(b.Addr), nil)
-	require.NoError(t, err, "no connection at construction")
-	t.Cleanup(func() { _ = p.Close() })
-	producerTestRequireAllUnavailable(t, p.Send(context.Background(), producerTestMessages(1, 5, 1, 2)))
-
-	b.Restart(t)
-	msgs := producerTestMessages(10, 5, 1, 2)
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
-	require.Len(t, b.Records(t, len(msgs), 10*time.Second), len(msgs))
-}
-
-func TestProducerSendTimeoutBoundsSend(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t)
-	cfg := producerTestConfig(b.Addr)
-	cfg.SendTimeout = time.Second
-	cfg.DialTimeout = 100 * time.Millisecond
-	cfg.RequestTimeout = 800 * time.Millisecond
-	cfg.AckTimeout = 100 * time.Millisecond
-	p := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1)))
-
-	// The broker swallows produce requests: sarama waits for its read
-	// timeout, retries, waits again; Send must give up at SendTimeout.
-	silent := make(chan struct{})
-	b.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-silent:
-			return nil, nil, false
-		default:
-			b.Cluster.KeepControl()
-			return nil, nil, true // no answer at all
-		}
-	})
-	errs := p.Send(context.Background(), producerTestMessages(10, 2, 1))
-	producerTestRequireAllUnavailable(t, errs)
-	require.Contains(t, errs[0].Error(), "send timeout")
-
-	close(silent)
-	require.Eventually(t, func() bool {
-		for _, err := range p.Send(context.Background(), producerTestMessages(20, 2, 1)) {
-			if err != nil {
-				require.ErrorIs(t, err, relay.ErrUnavailable)
-				return false
-			}
-		}
-		return true
-	}, 30*time.Second, 50*time.Millisecond, "publishing works again once the broker answers")
-}
-
-func TestProducerPingAndCheckTopic(t *testing.T) {
+// TestProducerCheckTopic: the topic check tells a missing topic from a
+// cluster that does not answer (Ping itself is a case of the sender suite).
+func TestProducerCheckTopic(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
 	p := producerTestNew(t, producerTestConfig(b.Addr))
@@ -361,17 +269,6 @@ func TestProducerPingAndCheckTopic(t *testing.T) {
 	b.Stop()
 	require.ErrorIs(t, p.Ping(context.Background()), relay.ErrUnavailable)
 	require.ErrorIs(t, p.CheckTopic(context.Background()), relay.ErrUnavailable)
-}
-
-func TestProducerCloseThenSend(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t)
-	p := producerTestNew(t, producerTestConfig(b.Addr))
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1)))
-	require.NoError(t, p.Close())
-	require.NoError(t, p.Close())
-	producerTestRequireAllUnavailable(t, p.Send(context.Background(), producerTestMessages(3, 2, 1)))
-	require.Empty(t, p.Send(context.Background(), nil))
 }
 
 func TestNewProducerValidates(t *testing.T) {

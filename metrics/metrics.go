@@ -1,12 +1,5 @@
 // Package metrics is the service's Prometheus instrumentation: one registry
-// per process with the Go and process collectors, the outbox table read at
-// scrape time, and counters and histograms fed by the relay, the Kafka
-// sender, the scheduler, the worker and the HTTP server. Every metric is
-// named posting_*, carries the const label instance_id, and has snake_case
-// labels.
-//
-// Components do not import this package: the wiring passes its methods in
-// (relay.Config.Observe = m.ObserveRelay, m.WrapSender(s), m.HTTP(h)).
+// per process, fed through methods the wiring passes to the components.
 package metrics
 
 import (

@@ -1,8 +1,5 @@
 // Package openapi holds the OpenAPI 3.1 document of the service's HTTP API
-// (posts, health, admin, console) and serves it at GET /openapi.json. The
-// document is written by hand in openapi.json and embedded; its tests check
-// that every route of the router is in it and that the handlers' real
-// answers validate against it.
+// and serves it at GET /openapi.json.
 package openapi
 
 import (

@@ -5,11 +5,6 @@ package outbox
 // (purge). Each takes the caller's *gorm.DB, like the rest of the package;
 // the CLI (posting outbox ...), the admin HTTP routes and the metrics
 // collector all go through these functions.
-//
-// This file holds what they share (sentinels, limits, ParseStatus); the
-// tools live by concern: admin_stats.go (Stats), admin_list.go (Entry,
-// List, Get), admin_rows.go (Requeue, Discard, RequeueAllFailed) and
-// admin_purge.go (Purge).
 
 import (
 	"errors"

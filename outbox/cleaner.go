@@ -198,15 +198,7 @@ func (c *Cleaner) RunOnce(ctx context.Context) (CleanResult, error) {
 // Start runs the cleaning loop in one goroutine, a run at once and then one
 // per Interval, until Stop is called or ctx ends.
 func (c *Cleaner) Start(ctx context.Context) error {
-	ctx, done, err := c.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("cleaner: %w", err)
-	}
-	go func() {
-		defer done()
-		c.loop(ctx)
-	}()
-	return nil
+	return c.StartLoop(ctx, "cleaner", c.loop)
 }
 
 // Stop ends the loop, interrupting a run between two statements, and waits

@@ -8,11 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
-	"github.com/postingsvc/posting/relay/relaybench"
 )
 
 // benchQueues are the queues a benchmark publishes to: the worker's (a

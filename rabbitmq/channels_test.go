@@ -15,6 +15,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/relay/relaytest/sendertest"
 )
 
 // senderWith returns a sender that spreads batches over channels.
@@ -57,7 +58,7 @@ func TestSendOverSeveralChannelsKeepsPostOrder(t *testing.T) {
 	}
 	ds := rabbitmqtest.Read(t, url, queue, len(msgs), 30*time.Second)
 	require.Len(t, ds, len(msgs))
-	seen := requirePostOrder(t, ds, msgs)
+	seen := sendertest.RequirePostOrder(t, arrivedAll(ds), msgs, false)
 	require.Len(t, seen, len(msgs), "every event once")
 }
 

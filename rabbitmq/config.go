@@ -61,11 +61,6 @@ func DefaultConfig() Config {
 	}
 }
 
-func (cfg Config) withDefaults() Config {
-	config.FillZero(&cfg, DefaultConfig())
-	return cfg
-}
-
 // Validate reports the first setting out of its limits, as a *config.Error
 // naming the field.
 func (cfg Config) Validate() error {
@@ -79,22 +74,15 @@ func (cfg Config) Validate() error {
 	if strings.HasPrefix(cfg.Exchange, "amq.") {
 		return config.Invalid(f+"Exchange", cfg.Exchange, "the amq. prefix is reserved by the broker")
 	}
-	durations := []struct {
-		name     string
-		v        time.Duration
-		min, max time.Duration
-	}{
-		{"SendTimeout", cfg.SendTimeout, time.Second, 10 * time.Minute},
-		{"DialTimeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
-		{"Heartbeat", cfg.Heartbeat, time.Second, time.Minute},
-		{"ProbeTimeout", cfg.ProbeTimeout, 100 * time.Millisecond, time.Minute},
-		{"ReconnectBase", cfg.ReconnectBase, time.Millisecond, time.Minute},
-		{"ReconnectMax", cfg.ReconnectMax, cfg.ReconnectBase, 5 * time.Minute},
-	}
-	for _, d := range durations {
-		if d.v < d.min || d.v > d.max {
-			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
-		}
+	if err := config.CheckDurations(f, []config.Duration{
+		{Name: "SendTimeout", Value: cfg.SendTimeout, Min: time.Second, Max: 10 * time.Minute},
+		{Name: "DialTimeout", Value: cfg.DialTimeout, Min: 100 * time.Millisecond, Max: time.Minute},
+		{Name: "Heartbeat", Value: cfg.Heartbeat, Min: time.Second, Max: time.Minute},
+		{Name: "ProbeTimeout", Value: cfg.ProbeTimeout, Min: 100 * time.Millisecond, Max: time.Minute},
+		{Name: "ReconnectBase", Value: cfg.ReconnectBase, Min: time.Millisecond, Max: time.Minute},
+		{Name: "ReconnectMax", Value: cfg.ReconnectMax, Min: cfg.ReconnectBase, Max: 5 * time.Minute},
+	}); err != nil {
+		return err
 	}
 	if cfg.Channels < 1 || cfg.Channels > 16 {
 		return config.Invalid(f+"Channels", cfg.Channels, "want 1 to 16")

@@ -377,7 +377,7 @@ func TestCloseAndPingDuringMultiLaneSend(t *testing.T) {
 // (and on the queue) or unavailable. It raises an alarm on the shared
 // broker, which blocks every other publisher for a few seconds, so it runs
 // only with POSTING_TEST_BROKER_ALARM=1 (the stall proxy of
-// TestSendIsBoundedWhenTheBrokerStopsReading covers the same path).
+// the sender suite's stalled-broker case, StalledBrokerCannotHoldASendPastItsBound, covers the same path).
 func TestMemoryAlarmDuringMultiLaneSend(t *testing.T) {
 	if os.Getenv("POSTING_TEST_BROKER_ALARM") != "1" {
 		t.Skip("raises a memory alarm on the shared broker; set POSTING_TEST_BROKER_ALARM=1")

@@ -1,12 +1,5 @@
-// Package rabbitmq sends outbox rows to RabbitMQ (Sender, a relay.Sender)
-// and consumes them for the worker (Consumer). It is the only package that
-// knows amqp091; the rest of the tree sees relay.Sender and the worker's
-// Handle/Assigned/Revoked, as with kafka/.
-//
-// A message has routing key = the postId in decimal (event.Key), body = the
-// event's JSON value, properties content_type=application/json,
-// delivery_mode=2, message_id = event id, type = event type, timestamp, and
-// the headers event-id and event-type (CONTRACT.md, "Second stack").
+// Package rabbitmq is the only package that knows amqp091: it sends outbox
+// rows to RabbitMQ (Sender) and consumes them for the worker (Consumer).
 package rabbitmq
 
 import (
@@ -80,7 +73,7 @@ type lane struct {
 // NewSender checks cfg and returns a sender that connects on its first
 // Send or Ping.
 func NewSender(cfg Config, logger *slog.Logger) (*Sender, error) {
-	cfg = cfg.withDefaults()
+	config.FillZero(&cfg, DefaultConfig())
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid rabbitmq config: %w", err)
 	}

@@ -712,15 +712,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	// Stop ends stop, not ctx: polls run on ctx, so the poll in flight
 	// finishes (sends and records) when Stop is asked, and only the end of
 	// ctx cuts it off.
-	stop, done, err := r.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	go func() {
-		defer done()
-		r.loop(ctx, stop)
-	}()
-	return nil
+	return r.StartLoop(ctx, "relay", func(stop context.Context) { r.loop(ctx, stop) })
 }
 
 // Stop asks the loop to exit after the poll in progress, whose sends are

@@ -1,16 +1,5 @@
-// Package telemetry sets up OpenTelemetry tracing for the service and holds
-// the few helpers every traced part shares: the W3C traceparent that an
-// outbox row and a message carry, and a fresh trace context for work that
-// starts a trace while nothing is exported.
-//
-// Tracing is exported with OTLP over HTTP when the standard environment asks
-// for it (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
-// set, OTEL_SDK_DISABLED not true, OTEL_TRACES_EXPORTER not none). Otherwise
-// the tracer provider is OpenTelemetry's no-op one: spans cost next to
-// nothing, and only the trace context travels (see EnsureTrace).
-//
-// The propagator is always W3C Trace Context (propagation.TraceContext),
-// passed explicitly: nothing here sets OpenTelemetry's global providers.
+// Package telemetry sets up OpenTelemetry tracing from the standard OTEL_*
+// environment and holds the W3C traceparent helpers every traced part shares.
 package telemetry
 
 import (
@@ -77,7 +66,9 @@ type Provider struct {
 // Setup returns the tracer provider the environment asks for: an SDK
 // provider exporting with OTLP/HTTP, or the no-op provider. A setting it
 // cannot honour (an unknown OTEL_TRACES_EXPORTER, a protocol other than
-// http/protobuf) is a *config.Error naming the variable.
+// http/protobuf) is a *config.Error naming the variable. Setup sets none of
+// OpenTelemetry's global providers: the provider and the W3C Trace Context
+// propagator are passed explicitly.
 func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	if cfg.ServiceName == "" {
 		cfg.ServiceName = DefaultServiceName

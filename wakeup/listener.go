@@ -1,11 +1,6 @@
 // Package wakeup wakes relays when outbox rows are committed, instead of
-// leaving them to the next poll: on PostgreSQL every transaction that
-// appends rows notifies a channel (outbox.NotifyChannel), and a Listener in
-// each instance LISTENs on it on a connection of its own and calls Wake.
-//
-// A notification is only a hint. One lost while the connection was down
-// costs at most one poll interval, and every (re)connection wakes once, for
-// whatever was appended while nobody listened.
+// leaving them to the next poll: a Notifier sends PostgreSQL's NOTIFY, a
+// Listener LISTENs and calls Wake.
 package wakeup
 
 import (
@@ -116,15 +111,7 @@ func New(cfg Config) (*Listener, error) {
 
 // Start runs the listener in one goroutine until Stop is called or ctx ends.
 func (l *Listener) Start(ctx context.Context) error {
-	ctx, done, err := l.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("wakeup listener: %w", err)
-	}
-	go func() {
-		defer done()
-		l.loop(ctx)
-	}()
-	return nil
+	return l.StartLoop(ctx, "wakeup listener", l.loop)
 }
 
 func (l *Listener) loop(ctx context.Context) {

@@ -82,15 +82,7 @@ func (n *Notifier) Notify() {
 
 // Start runs the notifier in one goroutine until Stop is called or ctx ends.
 func (n *Notifier) Start(ctx context.Context) error {
-	ctx, done, err := n.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("wakeup notifier: %w", err)
-	}
-	go func() {
-		defer done()
-		n.loop(ctx)
-	}()
-	return nil
+	return n.StartLoop(ctx, "wakeup notifier", n.loop)
 }
 
 func (n *Notifier) loop(ctx context.Context) {

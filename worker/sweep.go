@@ -14,14 +14,8 @@ func (w *Worker) startSweep() {
 	if w.stopped {
 		return
 	}
-	ctx, done, err := w.sweep.StartInit(w.base)
-	if err != nil {
-		return // started at an earlier assignment
-	}
-	go func() {
-		defer done()
-		w.sweepLoop(ctx)
-	}()
+	// An error means it started at an earlier assignment.
+	_ = w.sweep.StartLoop(w.base, "sweep", w.sweepLoop)
 }
 
 // sweepLoop runs Sweep every SweepInterval until Stop.

@@ -1,33 +1,6 @@
 // Package worker is the downstream consumer of posting-events: it publishes
 // each reserved post at its scheduledAt, WORKING → PUBLISHED, and never
 // twice.
-//
-// A POSTING_RESERVATION_EVENT is processed effectively once: its inbox row
-// and a PENDING publication (post, event, Kafka partition, scheduledAt) commit
-// in one transaction, and only then does the consumer commit the offset. The
-// worker then arms a timer for the publication. Timers live in memory, but
-// the publications table does not: when a worker is assigned a partition
-// (at start, or after a rebalance) it re-arms every PENDING publication of
-// that partition, and when a partition is revoked it disarms them and waits
-// for a publication in progress, so no pending publication is lost and two
-// workers never hold the same one. A POSTING_EVENT CANCELLED settles a
-// pending publication as CANCELLED; a publication whose post turns out
-// CANCELLED when its time comes is not published either.
-//
-// Timers run on the worker's clock, shifted by its difference from the
-// database's clock as last read, so a worker whose clock runs behind does
-// not publish late; and a publication is taken only when it is due by the
-// database's clock (database.Now), so a worker whose clock runs ahead never
-// publishes early: it waits the time left. The worker owns
-// the retry schedule and asks its Publisher for one attempt at a time; an
-// attempt holds one of Concurrency slots, a wait holds none. Every
-// SweepInterval the worker also arms the PENDING publications of its
-// partitions that have no timer, such as a FAILED one an operator set back
-// to PENDING.
-//
-// Files by concern: config.go (Config), handle.go (events), timer.go
-// (arming, disarming and firing timers, partitions assigned and revoked),
-// publish.go (one attempt and its transaction), sweep.go, publisher.go.
 package worker
 
 import (

@@ -17,7 +17,7 @@ func TestServeServesAsyncAPI(t *testing.T) {
 	broker := freeAddr(t)
 	p := startServe(t, "POSTING_HTTP_ADDR="+freeAddr(t), "POSTING_DATA_DIR="+t.TempDir(),
 		"POSTING_EMBEDDED_KAFKA_ADDR="+broker, "POSTING_KAFKA_TOPIC=custom-events")
-	code, body := httpGet(p.http, "/asyncapi.json")
+	code, body := httpGet(p.HTTP, "/asyncapi.json")
 	require.Equal(t, http.StatusOK, code, body)
 	var doc struct {
 		AsyncAPI string `json:"asyncapi"`
@@ -34,9 +34,9 @@ func TestServeServesAsyncAPI(t *testing.T) {
 	require.NotContains(t, doc.Channels, event.AsyncAPIChannelRabbitMQ, "serve sends to Kafka only")
 	require.Equal(t, broker, doc.Servers[event.AsyncAPIServerKafka].Host)
 	require.NotContains(t, doc.Servers, event.AsyncAPIServerRabbitMQ)
-	resp, err := http.Get("http://" + p.http + "/asyncapi.json")
+	resp, err := http.Get("http://" + p.HTTP + "/asyncapi.json")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-	p.terminate(t)
+	p.Terminate(t)
 }

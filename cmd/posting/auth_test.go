@@ -106,7 +106,7 @@ func TestServeWithSecretRequiresTokens(t *testing.T) {
 	t.Parallel()
 	httpAddr, kafkaAddr := freeAddr(t), freeAddr(t)
 	logs := &logtest.Buffer{}
-	e2eRun(t, logs, "serve", "--http-addr", httpAddr, "--embedded-kafka-addr", kafkaAddr, "--data-dir", t.TempDir(),
+	runInProcess(t, logs, "serve", "--http-addr", httpAddr, "--embedded-kafka-addr", kafkaAddr, "--data-dir", t.TempDir(),
 		"--auth-jwt-secret", cliSecret, "--instance-id", "auth-serve")
 	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 50*time.Millisecond, "serve never became ready: %s", logs)

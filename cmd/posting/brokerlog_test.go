@@ -18,7 +18,7 @@ func TestServeRefusesBrokerLogOfAnotherDatabase(t *testing.T) {
 	dataDir := t.TempDir()
 	env := []string{"POSTING_DATA_DIR=" + dataDir, "POSTING_HTTP_ADDR=" + freeAddr(t),
 		"POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}
-	startServe(t, env...).terminate(t)
+	startServe(t, env...).Terminate(t)
 
 	other := filepath.Join(t.TempDir(), "other.db")
 	out, code := runBinary(t, append(env, "POSTING_DATABASE_URL=sqlite://"+other), "serve")
@@ -28,7 +28,7 @@ func TestServeRefusesBrokerLogOfAnotherDatabase(t *testing.T) {
 	require.Contains(t, out, "delete "+filepath.Join(dataDir, "kafka"))
 	require.NotContains(t, out, "http api listening")
 
-	startServe(t, env...).terminate(t)
+	startServe(t, env...).Terminate(t)
 }
 
 // The name recorded for the broker's log holds no credentials, does not

@@ -20,7 +20,7 @@ func serveInProcess(t *testing.T, args ...string) string {
 	t.Helper()
 	httpAddr := freeAddr(t)
 	logs := &logtest.Buffer{}
-	e2eRun(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--embedded-kafka-addr", freeAddr(t),
+	runInProcess(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--embedded-kafka-addr", freeAddr(t),
 		"--data-dir", t.TempDir()}, args...)...)
 	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 50*time.Millisecond, "serve never became ready: %s", logs)

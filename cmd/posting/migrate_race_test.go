@@ -72,22 +72,22 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 		"POSTING_SHUTDOWN_TIMEOUT=20s",
 	}
 	start := func(name string, env ...string) *proc {
-		p := &proc{out: &logtest.Buffer{}, done: make(chan error, 1)}
-		p.cmd = exec.Command(bin, name)
-		p.cmd.Env = append(append(os.Environ(), common...), env...)
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		require.NoError(t, p.cmd.Start())
+		p := &proc{Out: &logtest.Buffer{}, Done: make(chan error, 1)}
+		p.Cmd = exec.Command(bin, name)
+		p.Cmd.Env = append(append(os.Environ(), common...), env...)
+		p.Cmd.Stdout, p.Cmd.Stderr = p.Out, p.Out
+		require.NoError(t, p.Cmd.Start())
 		exited := make(chan struct{})
-		go func() { err := p.cmd.Wait(); close(exited); p.done <- err }()
+		go func() { err := p.Cmd.Wait(); close(exited); p.Done <- err }()
 		t.Cleanup(func() {
 			select {
 			case <-exited:
 			default:
-				_ = p.cmd.Process.Kill()
+				_ = p.Cmd.Process.Kill()
 				<-exited
 			}
 			if t.Failed() {
-				t.Logf("posting %s output:\n%s", name, p.out.String())
+				t.Logf("posting %s output:\n%s", name, p.Out.String())
 			}
 		})
 		return p
@@ -103,9 +103,9 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 	for _, name := range []string{"migrate 1", "migrate 2"} {
 		p := procs[name]
 		select {
-		case err := <-p.done:
-			require.NoError(t, err, "%s: %s", name, p.out.String())
-			require.Regexp(t, `applied [0-9]+ migrations`, p.out.String(), name)
+		case err := <-p.Done:
+			require.NoError(t, err, "%s: %s", name, p.Out.String())
+			require.Regexp(t, `applied [0-9]+ migrations`, p.Out.String(), name)
 		case <-time.After(60 * time.Second):
 			t.Fatalf("%s did not exit within 60s", name)
 		}
@@ -114,8 +114,8 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 		p := procs[name]
 		require.Eventually(t, func() bool {
 			select {
-			case err := <-p.done:
-				p.done <- err // keep it for the check below
+			case err := <-p.Done:
+				p.Done <- err // keep it for the check below
 				return true
 			default:
 			}
@@ -127,7 +127,7 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 			return resp.StatusCode == http.StatusOK
 		}, 60*time.Second, 50*time.Millisecond, "%s never became ready", name)
 		select {
-		case err := <-p.done:
+		case err := <-p.Done:
 			t.Fatalf("%s exited before it was ready (%v)", name, err)
 		default:
 		}
@@ -135,9 +135,9 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 	// The worker first: it reads serve's embedded broker.
 	for _, name := range []string{"worker", "serve"} {
 		p := procs[name]
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, p.Cmd.Process.Signal(syscall.SIGTERM))
 		select {
-		case err := <-p.done:
+		case err := <-p.Done:
 			require.NoError(t, err, "%s exit status after SIGTERM", name)
 		case <-time.After(60 * time.Second):
 			t.Fatalf("%s did not exit within 60s of SIGTERM", name)

@@ -31,6 +31,6 @@ func TestMigrateFalse(t *testing.T) {
 	out, code := runBinary(t, nil, "migrate", "--data-dir", dataDir)
 	require.Equal(t, 0, code, out)
 	p := startServe(t, env...)
-	p.terminate(t)
-	require.Contains(t, p.out.String(), "migrations skipped")
+	p.Terminate(t)
+	require.Contains(t, p.Out.String(), "migrations skipped")
 }

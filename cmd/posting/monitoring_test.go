@@ -269,11 +269,11 @@ func TestMonitoringAgainstServeAndWorker(t *testing.T) {
 	serveAddr, workerAddr := freeAddr(t), freeAddr(t)
 	common := []string{"--database-url", dbURL, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
 	// No retry after a rejection: the first refused attempt makes FAIL.
-	e2eRun(t, logs, append([]string{"serve", "--http-addr", serveAddr, "--instance-id", "monitoring-serve",
+	runInProcess(t, logs, append([]string{"serve", "--http-addr", serveAddr, "--instance-id", "monitoring-serve",
 		"--relay-interval", "100ms", "--relay-max-retries", "0"}, common...)...)
 	require.Eventually(t, func() bool { code, _ := httpGet(serveAddr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 50*time.Millisecond, "serve never became ready")
-	e2eRun(t, logs, append([]string{"worker", "--instance-id", "monitoring-worker", "--worker-http-addr", workerAddr}, common...)...)
+	runInProcess(t, logs, append([]string{"worker", "--instance-id", "monitoring-worker", "--worker-http-addr", workerAddr}, common...)...)
 	require.Eventually(t, func() bool { code, _ := httpGet(workerAddr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 50*time.Millisecond, "worker never became ready")
 

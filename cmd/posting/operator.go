@@ -173,6 +173,56 @@ func reportEach[R any](o *operator, idHeader, verb string, results []R, outcome 
 	return nil
 }
 
+// listFlags are the flags of a list subcommand: --status, one of names (as
+// "A, B or C"), --limit up to maxLimit, and --json.
+type listFlags struct {
+	asJSON   bool
+	status   string
+	limit    int
+	names    string
+	maxLimit int
+}
+
+// add declares the flags on fs with their defaults.
+func (l *listFlags) add(fs *pflag.FlagSet, status, names string, limit, maxLimit int) {
+	l.names, l.maxLimit = names, maxLimit
+	fs.StringVar(&l.status, "status", status, names)
+	fs.IntVar(&l.limit, "limit", limit, fmt.Sprintf("rows to show (1..%d)", maxLimit))
+	fs.BoolVar(&l.asJSON, "json", false, "print JSON for scripts")
+}
+
+// parseListFlags returns the status of --status, read by parse, after
+// checking it and --limit; a bad one is a usage error.
+func parseListFlags[S any](l *listFlags, parse func(string) (S, error)) (S, error) {
+	st, err := parse(l.status)
+	if err != nil {
+		return st, badFlag("--status", l.status, "want "+l.names)
+	}
+	if l.limit < 1 || l.limit > l.maxLimit {
+		return st, badFlag("--limit", strconv.Itoa(l.limit), fmt.Sprintf("want 1..%d", l.maxLimit))
+	}
+	return st, nil
+}
+
+// printList prints what a list subcommand found: {"items": [...]} with
+// --json, the line none when there is nothing, else a table of header and
+// a row per item (tab-separated cells).
+func printList[T any](o *operator, l *listFlags, items []T, none, header string, row func(item T) string) error {
+	if l.asJSON {
+		return o.printJSON(map[string]any{"items": items})
+	}
+	if len(items) == 0 {
+		_, err := fmt.Fprintln(o.out, none)
+		return err
+	}
+	tw := newTable(o.out)
+	fmt.Fprintln(tw, header)
+	for _, item := range items {
+		fmt.Fprintln(tw, row(item))
+	}
+	return tw.Flush()
+}
+
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 // oneLine keeps a table row on one line and readable.

@@ -99,10 +99,8 @@ func (c *outboxStats) print(st outbox.Summary) error {
 // outboxList is `posting outbox list`.
 type outboxList struct {
 	operator
-	asJSON bool
-	status string
-	limit  int
-	st     outbox.Status // status, parsed
+	listFlags
+	st outbox.Status // status, parsed
 }
 
 func (c *outboxList) command() *cobra.Command {
@@ -111,22 +109,13 @@ func (c *outboxList) command() *cobra.Command {
 		Short: "List rows of one status, oldest first",
 		Args:  noArgs,
 	}, c.check, c.Run)
-	cmd.Flags().StringVar(&c.status, "status", string(outbox.StatusFail), "PENDING, PROCESSING, SENT, RETRY or FAIL")
-	cmd.Flags().IntVar(&c.limit, "limit", outbox.DefaultListLimit, fmt.Sprintf("rows to show (1..%d)", outbox.MaxListLimit))
-	cmd.Flags().BoolVar(&c.asJSON, "json", false, "print JSON for scripts")
+	c.add(cmd.Flags(), string(outbox.StatusFail), "PENDING, PROCESSING, SENT, RETRY or FAIL", outbox.DefaultListLimit, outbox.MaxListLimit)
 	return cmd
 }
 
-func (c *outboxList) check([]string) error {
-	st, err := outbox.ParseStatus(c.status)
-	if err != nil {
-		return badFlag("--status", c.status, "want PENDING, PROCESSING, SENT, RETRY or FAIL")
-	}
-	if c.limit < 1 || c.limit > outbox.MaxListLimit {
-		return badFlag("--limit", strconv.Itoa(c.limit), fmt.Sprintf("want 1..%d", outbox.MaxListLimit))
-	}
-	c.st = st
-	return nil
+func (c *outboxList) check([]string) (err error) {
+	c.st, err = parseListFlags(&c.listFlags, outbox.ParseStatus)
+	return err
 }
 
 // Run prints the rows of one status, oldest first.
@@ -135,20 +124,11 @@ func (c *outboxList) Run(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	if c.asJSON {
-		return c.printJSON(map[string]any{"items": items})
-	}
-	if len(items) == 0 {
-		_, err := fmt.Fprintf(c.out, "no %s rows\n", c.st)
-		return err
-	}
-	tw := newTable(c.out)
-	fmt.Fprintln(tw, "ID\tEVENT ID\tTYPE\tPOST ID\tRETRIES\tCREATED\tLAST ERROR")
-	for _, e := range items {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.EventID, e.EventType, e.PostID, e.RetryCount,
-			e.Created.Format(time.RFC3339), lastErrorCell(e.LastError))
-	}
-	return tw.Flush()
+	return printList(&c.operator, &c.listFlags, items, fmt.Sprintf("no %s rows", c.st),
+		"ID\tEVENT ID\tTYPE\tPOST ID\tRETRIES\tCREATED\tLAST ERROR", func(e outbox.Entry) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.ID, e.EventID, e.EventType, e.PostID, e.RetryCount,
+				e.Created.Format(time.RFC3339), lastErrorCell(e.LastError))
+		})
 }
 
 // outboxRequeue is `posting outbox requeue`.

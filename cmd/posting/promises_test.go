@@ -32,8 +32,8 @@ func TestServeJSONLogsCustomTopicAndAdminLine(t *testing.T) {
 		"POSTING_KAFKA_TOPIC=custom-events",
 		"POSTING_ADMIN_TOKEN=s3cret-admin-token-of-32-bytes-ok",
 	)
-	post := createPost(t, p.http, time.Now().Add(2*time.Minute))
-	require.Eventually(t, func() bool { return getPost(t, p.http, post["id"])["status"] == "WORKING" },
+	post := createPost(t, p.HTTP, time.Now().Add(2*time.Minute))
+	require.Eventually(t, func() bool { return getPost(t, p.HTTP, post["id"])["status"] == "WORKING" },
 		30*time.Second, 100*time.Millisecond)
 	records := readExactly(t, kafkaAddr, "custom-events", 2)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, post["id"]))
@@ -42,9 +42,9 @@ func TestServeJSONLogsCustomTopicAndAdminLine(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, probe.CheckTopic(context.Background()), kafka.ErrProducerTopicMissing, "nothing went to the default topic")
 	require.NoError(t, probe.Close())
-	p.terminate(t)
+	p.Terminate(t)
 
-	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
+	lines := strings.Split(strings.TrimSpace(p.Out.String()), "\n")
 	require.Greater(t, len(lines), 5)
 	adminOn := 0
 	for _, line := range lines {

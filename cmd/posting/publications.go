@@ -30,11 +30,9 @@ func newPublicationsCommand() *cobra.Command {
 // publicationsList is `posting publications list`.
 type publicationsList struct {
 	operator
-	asJSON bool
-	status string
-	limit  int
-	after  int64
-	st     worker.PublicationStatus // status, parsed
+	listFlags
+	after int64
+	st    worker.PublicationStatus // status, parsed
 }
 
 func (c *publicationsList) command() *cobra.Command {
@@ -46,25 +44,19 @@ func (c *publicationsList) command() *cobra.Command {
 			"--after ID continues after the last post id of a previous page.",
 		Args: noArgs,
 	}, c.check, c.Run)
-	cmd.Flags().StringVar(&c.status, "status", string(worker.PublicationFailed), "PENDING, PUBLISHED, CANCELLED or FAILED")
-	cmd.Flags().IntVar(&c.limit, "limit", worker.DefaultPublicationListLimit, fmt.Sprintf("rows to show (1..%d)", worker.MaxPublicationListLimit))
+	c.add(cmd.Flags(), string(worker.PublicationFailed), "PENDING, PUBLISHED, CANCELLED or FAILED",
+		worker.DefaultPublicationListLimit, worker.MaxPublicationListLimit)
 	cmd.Flags().Int64Var(&c.after, "after", 0, "show posts with an id above this one (the next page)")
-	cmd.Flags().BoolVar(&c.asJSON, "json", false, "print JSON for scripts")
 	return cmd
 }
 
-func (c *publicationsList) check([]string) error {
-	st, err := worker.ParsePublicationStatus(c.status)
-	if err != nil {
-		return badFlag("--status", c.status, "want PENDING, PUBLISHED, CANCELLED or FAILED")
-	}
-	if c.limit < 1 || c.limit > worker.MaxPublicationListLimit {
-		return badFlag("--limit", strconv.Itoa(c.limit), fmt.Sprintf("want 1..%d", worker.MaxPublicationListLimit))
+func (c *publicationsList) check([]string) (err error) {
+	if c.st, err = parseListFlags(&c.listFlags, worker.ParsePublicationStatus); err != nil {
+		return err
 	}
 	if c.after < 0 {
 		return badFlag("--after", strconv.FormatInt(c.after, 10), "must not be negative")
 	}
-	c.st = st
 	return nil
 }
 
@@ -74,24 +66,15 @@ func (c *publicationsList) Run(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	if c.asJSON {
-		return c.printJSON(map[string]any{"items": items})
-	}
-	if len(items) == 0 {
-		_, err := fmt.Fprintf(c.out, "no %s publications\n", c.st)
-		return err
-	}
-	tw := newTable(c.out)
-	fmt.Fprintln(tw, "POST ID\tPOST STATUS\tATTEMPTS\tSCHEDULED AT\tUPDATED AT\tLAST ERROR")
-	for _, e := range items {
-		postStatus := string(e.PostStatus)
-		if postStatus == "" {
-			postStatus = "(gone)"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", e.PostID, postStatus, e.Attempts,
-			e.ScheduledAt.Format(time.RFC3339), e.UpdatedAt.Format(time.RFC3339), lastErrorCell(e.LastError))
-	}
-	return tw.Flush()
+	return printList(&c.operator, &c.listFlags, items, fmt.Sprintf("no %s publications", c.st),
+		"POST ID\tPOST STATUS\tATTEMPTS\tSCHEDULED AT\tUPDATED AT\tLAST ERROR", func(e worker.PublicationEntry) string {
+			postStatus := string(e.PostStatus)
+			if postStatus == "" {
+				postStatus = "(gone)"
+			}
+			return fmt.Sprintf("%d\t%s\t%d\t%s\t%s\t%s", e.PostID, postStatus, e.Attempts,
+				e.ScheduledAt.Format(time.RFC3339), e.UpdatedAt.Format(time.RFC3339), lastErrorCell(e.LastError))
+		})
 }
 
 // publicationsRetry is `posting publications retry`.

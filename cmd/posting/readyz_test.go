@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
@@ -20,16 +21,7 @@ func readyEnv(t *testing.T) (*databasetest.Proxy, *kafkatest.Broker, string) {
 }
 
 // waitUnready polls GET /readyz until it answers 503 and returns the body.
-func waitUnready(t *testing.T, addr string) string {
-	t.Helper()
-	var body string
-	require.Eventually(t, func() bool {
-		var code int
-		code, body = httpGet(addr, "/readyz")
-		return code == http.StatusServiceUnavailable
-	}, 60*time.Second, 100*time.Millisecond, "/readyz never answered 503")
-	return body
-}
+var waitUnready = postingtest.WaitUnready
 
 // serve's /readyz answers 503 naming the check that fails, from the real
 // checks: a stopped broker is "kafka", an unreachable database "database".
@@ -61,7 +53,7 @@ func TestWorkerHTTPEndpoints(t *testing.T) {
 	p := startBinary(t, addr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
 		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_INSTANCE_ID=worker-http",
 		"POSTING_WORKER_CONCURRENCY=3"}, "worker")
-	require.Contains(t, p.out.String(), "concurrency=3")
+	require.Contains(t, p.Out.String(), "concurrency=3")
 
 	code, body := httpGet(addr, "/healthz")
 	require.Equal(t, http.StatusOK, code)

@@ -46,6 +46,21 @@ func prepare(cmd *cobra.Command, s *settings) error {
 	return s.validateCommon()
 }
 
+// runLongRunning is the RunE of a command that runs until ctx ends (serve,
+// worker): the environment twins of the flags not given, validate, then run
+// with a logger on stderr.
+func runLongRunning(s *settings, validate func() error, run func(context.Context, *settings, *slog.Logger) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := applyEnv(cmd); err != nil {
+			return err
+		}
+		if err := validate(); err != nil {
+			return err
+		}
+		return run(cmd.Context(), s, newLogger(cmd.ErrOrStderr(), s))
+	}
+}
+
 func newLogger(w io.Writer, s *settings) *slog.Logger {
 	var h slog.Handler
 	opts := &slog.HandlerOptions{Level: slog.LevelInfo}

@@ -40,15 +40,7 @@ func newServeCommand() *cobra.Command {
 			"With no database URL and no brokers it runs fully embedded: SQLite under the data dir,\n" +
 			"an in-process Kafka-protocol broker, and the downstream worker.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd); err != nil {
-				return err
-			}
-			if err := s.validateServe(); err != nil {
-				return err
-			}
-			return serve(cmd.Context(), &s, newLogger(cmd.ErrOrStderr(), &s))
-		},
+		RunE: runLongRunning(&s, s.validateServe, serve),
 	}
 	addCommonFlags(cmd.Flags(), &s)
 	addServeFlags(cmd.Flags(), &s)
@@ -65,35 +57,21 @@ func newServeCommand() *cobra.Command {
 // serve runs until ctx ends, then shuts down: stop taking requests, let
 // in-flight sends finish and be recorded, stop the rest, return nil.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	// Everything serve starts, stopped last started first.
-	st := &startstop.Stack{}
-	shuttingDown := false
-	defer func() {
-		if !shuttingDown { // a start-up failure: undo what was started
-			st.Stop()
-		}
-	}()
+	st := &running{Stack: &startstop.Stack{}}
+	defer st.undo()
 
-	tracing, err := startTracing(ctx, s, log, st)
+	tracing, err := startTracing(ctx, s, log, st.Stack)
 	if err != nil {
 		return err
 	}
 	tp := tracing.TracerProvider()
-	db, err := openDB(s)
+	db, applied, err := openSchema(ctx, s, st.Stack, "posts", "outbox", "inbox", "publications")
 	if err != nil {
 		return err
 	}
-	st.OnStop(func() { _ = db.Close() })
 	if s.Migrate {
-		n, err := applyMigrations(ctx, db)
-		if err != nil {
-			return err
-		}
-		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", n)
+		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", applied)
 	} else {
-		if err := requireSchema(db, "posts", "outbox", "inbox", "publications"); err != nil {
-			return err
-		}
 		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
 	}
 
@@ -118,7 +96,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return declareWorkerQueue(ctx, s)
 		}
 	} else {
-		brokers, embedded, err = startKafka(s, db, log, st)
+		brokers, embedded, err = startKafka(s, db, log, st.Stack)
 		if err != nil {
 			return err
 		}
@@ -267,7 +245,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if embedded {
 		// One command shows the whole lifecycle: the downstream worker
 		// reads the embedded broker and publishes posts at their time.
-		if _, err := startWorker(bg, s, db, brokers, m, log, st, tp); err != nil {
+		if _, err := startWorker(bg, s, db, brokers, m, log, st.Stack, tp); err != nil {
 			return err
 		}
 	}
@@ -294,15 +272,51 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown incomplete", "err", err)
 	}
-	shuttingDown = true
-	if err := st.StopWithin(sctx); err != nil {
-		// Abandon what is still running: rows of a poll in flight are
-		// recovered by the stale limit, like after a crash.
+	return st.stopWithin(sctx, cancelBG, s, log)
+}
+
+// running is what a long-running command (serve, worker) started, stopped
+// last started first: by undo, deferred, when the start-up fails; by
+// stopWithin at the shutdown.
+type running struct {
+	*startstop.Stack
+	shuttingDown bool
+}
+
+// undo stops everything unless the shutdown began.
+func (r *running) undo() {
+	if !r.shuttingDown {
+		r.Stop()
+	}
+}
+
+// stopWithin stops everything within sctx; past it, cancelBG abandons what
+// is still running: rows of a poll in flight are recovered by the stale
+// limit, like after a crash.
+func (r *running) stopWithin(sctx context.Context, cancelBG func(), s *settings, log *slog.Logger) error {
+	r.shuttingDown = true
+	if err := r.StopWithin(sctx); err != nil {
 		cancelBG()
 		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// openSchema opens the database of a long-running command, closed at st's
+// Stop, and applies the migrations, or with --migrate=false checks that
+// tables exist; it returns the number of migrations applied.
+func openSchema(ctx context.Context, s *settings, st *startstop.Stack, tables ...string) (*database.DB, int, error) {
+	db, err := openDB(s)
+	if err != nil {
+		return nil, 0, err
+	}
+	st.OnStop(func() { _ = db.Close() })
+	if !s.Migrate {
+		return db, 0, requireSchema(db, tables...)
+	}
+	n, err := applyMigrations(ctx, db)
+	return db, n, err
 }
 
 // httpHandler is the API with every route serve mounts: the API's own,

@@ -6,88 +6,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
-// buildBinary builds cmd/posting once per test binary run.
-var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "posting-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "posting")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+// The binary's helpers, shared with the cross-component tests of e2e/.
+var (
+	freeAddr   = postingtest.FreeAddr
+	startServe = postingtest.StartServe
+	createPost = postingtest.CreatePost
+)
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-type proc struct {
-	cmd  *exec.Cmd
-	out  *logtest.Buffer
-	done chan error
-	http string
-}
-
-func startServe(t *testing.T, env ...string) *proc {
-	t.Helper()
-	addr := ""
-	for _, e := range env {
-		if v, ok := strings.CutPrefix(e, "POSTING_HTTP_ADDR="); ok {
-			addr = v
-		}
-	}
-	return startBinary(t, addr, env, "serve")
-}
-
-func (p *proc) terminate(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-p.done:
-		require.NoError(t, err, "exit status after SIGTERM")
-		require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not exit within 60s of SIGTERM")
-	}
-}
-
-func createPost(t *testing.T, addr string, scheduledAt time.Time) map[string]any {
-	t.Helper()
-	body := fmt.Sprintf(`{"title":"hello","content":"world","scheduledAt":%q}`, scheduledAt.UTC().Format(time.RFC3339))
-	resp, err := http.Post("http://"+addr+"/api/v1/posts", "application/json", strings.NewReader(body))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusCreated, resp.StatusCode, string(raw))
-	var post map[string]any
-	require.NoError(t, json.Unmarshal(raw, &post))
-	return post
-}
+// proc is a running posting binary.
+type proc = postingtest.Proc
 
 func getPost(t *testing.T, addr string, id any) map[string]any {
 	t.Helper()
@@ -147,11 +87,11 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 		"POSTING_ADMIN_TOKEN=s3cret-admin-token-of-32-bytes-ok",
 	}
 	p := startServe(t, env...)
-	post := createPost(t, p.http, time.Now().Add(2*time.Minute))
+	post := createPost(t, p.HTTP, time.Now().Add(2*time.Minute))
 	id := post["id"]
 	require.Equal(t, "RESERVED", post["status"])
 
-	require.Eventually(t, func() bool { return getPost(t, p.http, id)["status"] == "WORKING" },
+	require.Eventually(t, func() bool { return getPost(t, p.HTTP, id)["status"] == "WORKING" },
 		30*time.Second, 100*time.Millisecond)
 	records := readExactly(t, kafkaAddr, "posting-events", 2)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id))
@@ -159,39 +99,39 @@ func serveLifecycle(t *testing.T, databaseURL string) {
 	// The embedded worker publishes a post at its time: the whole lifecycle
 	// in one process.
 	soonAt := time.Now().Add(4 * time.Second).Truncate(time.Second)
-	soon := createPost(t, p.http, soonAt)
-	require.Eventually(t, func() bool { return getPost(t, p.http, soon["id"])["status"] == "PUBLISHED" },
+	soon := createPost(t, p.HTTP, soonAt)
+	require.Eventually(t, func() bool { return getPost(t, p.HTTP, soon["id"])["status"] == "PUBLISHED" },
 		30*time.Second, 100*time.Millisecond)
-	publishedAt, err := time.Parse(time.RFC3339Nano, getPost(t, p.http, soon["id"])["publishedAt"].(string))
+	publishedAt, err := time.Parse(time.RFC3339Nano, getPost(t, p.HTTP, soon["id"])["publishedAt"].(string))
 	require.NoError(t, err)
 	require.False(t, publishedAt.Before(soonAt), "published at %s, scheduled at %s", publishedAt, soonAt)
-	require.Equal(t, "WORKING", getPost(t, p.http, id)["status"], "the post of two minutes ahead waits")
+	require.Equal(t, "WORKING", getPost(t, p.HTTP, id)["status"], "the post of two minutes ahead waits")
 
 	// The operator surface is wired: admin behind the token, metrics counting the sends.
-	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, ""))
-	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.http, "wrong"))
-	require.Equal(t, http.StatusOK, adminGet(t, p.http, "s3cret-admin-token-of-32-bytes-ok"))
+	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.HTTP, ""))
+	require.Equal(t, http.StatusUnauthorized, adminGet(t, p.HTTP, "wrong"))
+	require.Equal(t, http.StatusOK, adminGet(t, p.HTTP, "s3cret-admin-token-of-32-bytes-ok"))
 	require.Eventually(t, func() bool {
-		return strings.Contains(scrape(t, p.http), `posting_relay_events_sent_total{instance_id="serve-test"} 4`)
+		return strings.Contains(scrape(t, p.HTTP), `posting_relay_events_sent_total{instance_id="serve-test"} 4`)
 	}, 10*time.Second, 100*time.Millisecond, "metrics count the two sends of each post")
 	require.Eventually(t, func() bool {
-		return strings.Contains(scrape(t, p.http), `posting_worker_publications_total{instance_id="serve-test",outcome="published"} 1`)
+		return strings.Contains(scrape(t, p.HTTP), `posting_worker_publications_total{instance_id="serve-test",outcome="published"} 1`)
 	}, 10*time.Second, 100*time.Millisecond, "metrics count the publication (counted after its commit)")
-	p.terminate(t)
+	p.Terminate(t)
 
 	// Restart on the same data dir: the post and the topic's log are still
 	// there, and new work flows.
 	p2 := startServe(t, env...)
-	require.Equal(t, "WORKING", getPost(t, p2.http, id)["status"])
-	second := createPost(t, p2.http, time.Now().Add(3*time.Minute))
-	require.Eventually(t, func() bool { return getPost(t, p2.http, second["id"])["status"] == "WORKING" },
+	require.Equal(t, "WORKING", getPost(t, p2.HTTP, id)["status"])
+	second := createPost(t, p2.HTTP, time.Now().Add(3*time.Minute))
+	require.Eventually(t, func() bool { return getPost(t, p2.HTTP, second["id"])["status"] == "WORKING" },
 		30*time.Second, 100*time.Millisecond)
 	// Two posts before the restart and one after, two events each: a
 	// missing event fails here, and so does one sent twice.
 	records = readExactly(t, kafkaAddr, "posting-events", 6)
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, id), "no event sent twice")
 	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, second["id"]))
-	p2.terminate(t)
+	p2.Terminate(t)
 }
 
 // A bad setting stops the program at start with a message naming it, exit 2.

@@ -83,7 +83,7 @@ func thirdPartyOrder(t *testing.T, stdout string) map[string][]string {
 func TestRedoclyLintsServedOpenAPI(t *testing.T) {
 	t.Parallel()
 	p, _ := thirdPartyServe(t)
-	code, body := httpGet(p.http, "/openapi.json")
+	code, body := httpGet(p.HTTP, "/openapi.json")
 	require.Equal(t, http.StatusOK, code, body)
 	file := filepath.Join(t.TempDir(), "openapi.json")
 	require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
@@ -103,7 +103,7 @@ func TestRedoclyLintsServedOpenAPI(t *testing.T) {
 func TestAsyncAPIParserValidatesServedDocument(t *testing.T) {
 	t.Parallel()
 	p, _ := thirdPartyServe(t)
-	res := nodetest.Run(t, 2*time.Minute, nil, "thirdparty/asyncapi-validate.js", "http://"+p.http+"/asyncapi.json")
+	res := nodetest.Run(t, 2*time.Minute, nil, "thirdparty/asyncapi-validate.js", "http://"+p.HTTP+"/asyncapi.json")
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
 	require.Contains(t, res.Stderr, "0 errors")
 }
@@ -115,9 +115,9 @@ func TestAsyncAPIParserValidatesServedDocument(t *testing.T) {
 func TestKafkaJSReadsServeDefaults(t *testing.T) {
 	t.Parallel()
 	p, broker := thirdPartyServe(t, "POSTING_SCHEDULER_SPEC=@every 1s")
-	want, count := thirdPartyPosts(t, p.http, 5)
+	want, count := thirdPartyPosts(t, p.HTTP, 5)
 	res := nodetest.Run(t, 3*time.Minute, []string{"BROKERS=" + broker, "TOPIC=" + event.DefaultTopic,
-		"ASYNCAPI_URL=http://" + p.http + "/asyncapi.json", fmt.Sprintf("COUNT=%d", count), "TIMEOUT_MS=120000"},
+		"ASYNCAPI_URL=http://" + p.HTTP + "/asyncapi.json", fmt.Sprintf("COUNT=%d", count), "TIMEOUT_MS=120000"},
 		"thirdparty/kafkajs.js")
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
 	require.Equal(t, want, thirdPartyOrder(t, res.Stdout))
@@ -135,8 +135,8 @@ func TestAmqplibReadsServeExchange(t *testing.T) {
 	queue := rabbitmqtest.BoundQueue(t, url, exchange)
 	p, _ := thirdPartyServe(t, "POSTING_RABBITMQ_URL="+url, "POSTING_RABBITMQ_EXCHANGE="+exchange,
 		"POSTING_SCHEDULER_SPEC=@every 1s")
-	docURL := "http://" + p.http + "/asyncapi.json"
-	code, body := httpGet(p.http, "/asyncapi.json")
+	docURL := "http://" + p.HTTP + "/asyncapi.json"
+	code, body := httpGet(p.HTTP, "/asyncapi.json")
 	require.Equal(t, http.StatusOK, code, body)
 	var doc struct {
 		Servers map[string]struct{ Host string } `json:"servers"`
@@ -147,7 +147,7 @@ func TestAmqplibReadsServeExchange(t *testing.T) {
 	res := nodetest.Run(t, 2*time.Minute, nil, "thirdparty/asyncapi-validate.js", docURL)
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
 
-	want, count := thirdPartyPosts(t, p.http, 3)
+	want, count := thirdPartyPosts(t, p.HTTP, 3)
 	res = nodetest.Run(t, 3*time.Minute, []string{"AMQP_URL=" + url, "QUEUE=" + queue, "ASYNCAPI_URL=" + docURL,
 		fmt.Sprintf("COUNT=%d", count), "TIMEOUT_MS=120000"}, "thirdparty/amqplib.js")
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)

@@ -28,14 +28,14 @@ func TestServeCommitWakesRelay(t *testing.T) {
 				"POSTING_INSTANCE_ID=wake-test",
 			)
 			for i := 1; i <= 3; i++ {
-				post := createPost(t, p.http, time.Now().Add(time.Hour))
+				post := createPost(t, p.HTTP, time.Now().Add(time.Hour))
 				// Each create follows the send of the one before, so the
 				// relay's next poll by the clock is up to 5 s off.
 				records := kafkatest.ReadTopic(t, kafkaAddr, "posting-events", i, 2*time.Second)
 				require.Len(t, records, i, "post %v not on the topic within 2 s", post["id"])
 				require.Equal(t, []string{"POSTING_EVENT"}, eventsOf(records, post["id"]))
 			}
-			p.terminate(t)
+			p.Terminate(t)
 		})
 	}
 }

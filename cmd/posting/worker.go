@@ -45,15 +45,7 @@ func newWorkerCommand() *cobra.Command {
 			"WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n" +
 			"on the embedded Kafka address; with no database URL it uses the same SQLite file.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd); err != nil {
-				return err
-			}
-			if err := s.validateWorker(); err != nil {
-				return err
-			}
-			return runWorker(cmd.Context(), &s, newLogger(cmd.ErrOrStderr(), &s))
-		},
+		RunE: runLongRunning(&s, s.validateWorker, runWorker),
 	}
 	fs := cmd.Flags()
 	addCommonFlags(fs, &s)
@@ -203,34 +195,21 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 // runWorker runs the worker until ctx ends, then stops it within the
 // shutdown timeout.
 func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
-	st := &startstop.Stack{}
-	shuttingDown := false
-	defer func() {
-		if !shuttingDown { // a start-up failure: undo what was started
-			st.Stop()
-		}
-	}()
-	tracing, err := startTracing(ctx, s, log, st)
+	st := &running{Stack: &startstop.Stack{}}
+	defer st.undo()
+	tracing, err := startTracing(ctx, s, log, st.Stack)
 	if err != nil {
 		return err
 	}
-	db, err := openDB(s)
+	db, _, err := openSchema(ctx, s, st.Stack, "posts", "inbox", "publications")
 	if err != nil {
-		return err
-	}
-	st.OnStop(func() { _ = db.Close() })
-	if s.Migrate {
-		if _, err := applyMigrations(ctx, db); err != nil {
-			return err
-		}
-	} else if err := requireSchema(db, "posts", "inbox", "publications"); err != nil {
 		return err
 	}
 	brokers := s.brokers()
 	m := metrics.New(db.DB, s.InstanceID)
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	ping, err := startWorker(bg, s, db, brokers, m, log, st, tracing.TracerProvider())
+	ping, err := startWorker(bg, s, db, brokers, m, log, st.Stack, tracing.TracerProvider())
 	if err != nil {
 		return err
 	}
@@ -248,15 +227,9 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	<-ctx.Done()
 	log.Info("shutting down", "timeout", s.ShutdownTimeout)
-	shuttingDown = true
 	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
 	defer cancel()
-	if err := st.StopWithin(sctx); err != nil {
-		cancelBG()
-		return fmt.Errorf("shutdown did not finish within POSTING_SHUTDOWN_TIMEOUT=%s", s.ShutdownTimeout)
-	}
-	log.Info("stopped")
-	return nil
+	return st.stopWithin(sctx, cancelBG, s, log)
 }
 
 // workerHTTP serves the worker's probes and metrics.

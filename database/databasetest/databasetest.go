@@ -1,13 +1,5 @@
-// Package databasetest gives tests an isolated, migrated database on MySQL
-// (MariaDB), PostgreSQL and SQLite, so the same store and service tests run
-// on all three.
-//
-// MySQL is reached at POSTING_TEST_MYSQL_URL (default
-// mysql://root@127.0.0.1:3306/test). When it is unreachable the MySQL variant
-// is skipped with a message, unless POSTING_TEST_REQUIRE_MYSQL=1, as in CI,
-// where it fails instead. PostgreSQL likewise, at POSTING_TEST_POSTGRES_URL
-// (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) with
-// POSTING_TEST_REQUIRE_POSTGRES=1.
+// Package databasetest gives each test an isolated, migrated database on
+// MySQL (MariaDB), PostgreSQL and SQLite, so the same tests run on all three.
 package databasetest
 
 import (
@@ -147,6 +139,12 @@ func openMySQLAdmin(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pingAdmin(db)
+}
+
+// pingAdmin returns db, an administrative pool of two connections, once
+// the server answers; a server that does not answer within 3s is missing.
+func pingAdmin(db *sql.DB) (*sql.DB, error) {
 	db.SetMaxOpenConns(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -1,7 +1,6 @@
 package databasetest
 
 import (
-	"context"
 	"database/sql"
 	"net/url"
 	"testing"
@@ -51,13 +50,5 @@ func openPostgresAdmin(u *url.URL) (*sql.DB, error) {
 		return nil, err
 	}
 	cfg.ConnectTimeout = 2 * time.Second
-	db := stdlib.OpenDB(*cfg)
-	db.SetMaxOpenConns(2)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return db, nil
+	return pingAdmin(stdlib.OpenDB(*cfg))
 }

@@ -1,12 +1,5 @@
-// Package pgbouncertest starts Debian's pgbouncer in front of the test
-// PostgreSQL server, so tests can run the service through a pooler as
-// production does.
-//
-// pgbouncer is looked up on PATH and in /usr/sbin. When it is missing the
-// test is skipped with a message, unless POSTING_TEST_REQUIRE_PGBOUNCER=1, as
-// in CI, where it fails instead. pgbouncer refuses to run as root: under
-// root it runs as the postgres user, with its files in a directory that user
-// owns.
+// Package pgbouncertest starts pgbouncer in front of the test PostgreSQL
+// server, so tests can run the service through a pooler as production does.
 package pgbouncertest
 
 import (

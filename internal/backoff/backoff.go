@@ -1,7 +1,5 @@
-// Package backoff is the one way the tree pauses between attempts: how
-// long (Backoff, exponential, jittered into [d/2, d]) and waiting it out
-// unless the caller is stopped (Sleep). Modelled on tailscale's
-// util/backoff and tstime.Sleep.
+// Package backoff is the one way the tree pauses between attempts: how long
+// (Backoff) and waiting it out unless the caller is stopped (Sleep).
 package backoff
 
 import (

@@ -1,17 +1,11 @@
-// Package startstop is the one way a long-running part of the service
-// (relay, scheduler, cleaner, consumer, the worker's sweep) starts and
-// stops: Start begins one goroutine, Stop waits for it, Stop is safe twice
-// and without Start, and a stopped part does not start again.
-//
-// It is modelled on river's rivershared/startstop: a service embeds
-// BaseStartStop, its Start begins with StartInit and runs its loop in one
-// goroutine that calls the returned done func when it exits; Stop comes
-// with the embedding.
+// Package startstop is the one way a long-running part of the service starts
+// and stops: Start begins one goroutine, Stop waits for it.
 package startstop
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -73,6 +67,21 @@ func (s *BaseStartStop) StartInit(ctx context.Context) (context.Context, func(),
 		cancel(nil) // the goroutine is gone: release the context
 		close(closed)
 	}), nil
+}
+
+// StartLoop is the whole Start of a service that is one loop: StartInit,
+// then loop in one goroutine on the context StartInit returned, done called
+// when loop returns. A StartInit error comes back wrapped with name.
+func (s *BaseStartStop) StartLoop(ctx context.Context, name string, loop func(ctx context.Context)) error {
+	ctx, done, err := s.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	go func() {
+		defer done()
+		loop(ctx)
+	}()
+	return nil
 }
 
 // Stop ends the context of a started service and waits until its goroutine

@@ -114,3 +114,24 @@ func TestStackStopWithinGivesUp(t *testing.T) {
 	close(release)
 	require.NoError(t, st.StopWithin(context.Background()), "the first Stop finished")
 }
+
+func TestStartLoopRunsTheLoopUntilStop(t *testing.T) {
+	t.Parallel()
+	var s BaseStartStop
+	cause := make(chan error, 1)
+	require.NoError(t, s.StartLoop(context.Background(), "cleaner", func(ctx context.Context) {
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+	}))
+	err := s.StartLoop(context.Background(), "cleaner", func(context.Context) { t.Error("a second loop ran") })
+	require.ErrorIs(t, err, ErrStarted)
+	require.EqualError(t, err, "cleaner: already started", "the error names the service")
+	s.Stop()
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, ErrStop)
+	default:
+		t.Fatal("Stop returned before the loop did")
+	}
+	<-s.Done()
+}

@@ -1,10 +1,5 @@
-// Package kafkatest runs an in-process Kafka-protocol broker (franz-go's
-// kfake) for tests: one node on a free port with the service's topic, outages
-// by Stop and Restart on the same port, produce rejections by key, and a reader
-// that returns every record of the topic.
-//
-// It is a test helper: every function takes the test and fails it on setup
-// errors, and the broker is closed when the test ends.
+// Package kafkatest runs an in-process Kafka-protocol broker for tests, with
+// outages, produce rejections and a reader of the topic.
 package kafkatest
 
 import (

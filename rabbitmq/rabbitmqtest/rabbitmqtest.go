@@ -1,9 +1,5 @@
-// Package rabbitmqtest gives tests a RabbitMQ server (the local one, or
-// POSTING_TEST_RABBITMQ_URL), unique exchanges and queues deleted after the
-// test, a reader of a queue, and a TCP proxy a test can cut.
-//
-// Without a reachable server a test is skipped with a message, unless
-// POSTING_TEST_REQUIRE_RABBITMQ=1 (as in CI), which fails it instead.
+// Package rabbitmqtest gives tests a RabbitMQ server with unique exchanges
+// and queues, a reader of a queue, and a TCP proxy a test can cut.
 package rabbitmqtest
 
 import (

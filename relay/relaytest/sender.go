@@ -1,8 +1,6 @@
-// Package relaytest holds the fake relay.Sender that the tests of the relay,
-// and of what wraps or drives it (metrics, the outbox's operator tools),
-// share. It does not import relay, so the relay's own (internal) tests can
-// use it: a test that wants a send to count as "broker unreachable" gives an
-// error wrapping relay.ErrUnavailable to SetDown.
+// Package relaytest holds the fake relay.Sender that tests of the relay and of
+// what drives it share. It does not import relay, so the relay's own tests
+// can use it.
 package relaytest
 
 import (

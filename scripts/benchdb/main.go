@@ -1,10 +1,5 @@
 // Command benchdb creates and drops the scratch MySQL/MariaDB database that
-// `make bench` runs posting bench on, on the server of
-// POSTING_TEST_MYSQL_URL (default mysql://root@127.0.0.1:3306/test), as the
-// tests do.
-//
-//	go run ./scripts/benchdb create     # prints the new database's mysql:// URL
-//	go run ./scripts/benchdb drop URL
+// `make bench` runs posting bench on.
 package main
 
 import (

@@ -1,18 +1,6 @@
 // Command mutants breaks critical lines of the service one at a time, in a
 // temporary copy of the tree, and runs the tests of the package that owns
-// each line: a mutation the tests do not notice (SURVIVED) is a promise no
-// test keeps. It exits 1 when a mutation that should be killed survived, and
-// 2 when the table no longer fits the code (a pattern not found, or found
-// more than once, or a mutant that does not compile): then update the table.
-//
-//	make mutants                     # every mutation
-//	go run ./scripts/mutants -list   # the table
-//	go run ./scripts/mutants -run fence,claim
-//
-// With a MySQL server reachable at POSTING_TEST_MYSQL_URL (default
-// 127.0.0.1:3306) the tests run with POSTING_TEST_REQUIRE_MYSQL=1, so the
-// MySQL variants count; without one they skip and only SQLite is exercised.
-// It is not part of make test: it runs a package's tests once per mutation.
+// each line: a mutation the tests do not notice is a promise no test keeps.
 package main
 
 import (

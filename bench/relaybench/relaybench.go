@@ -2,8 +2,8 @@
 // project's relay (Relay), the seed project's row-at-a-time relay
 // (SeedStyle), and the database's own limit for claiming and acknowledging
 // the same rows set-based in raw SQL with no broker (Raw). Each works on any
-// dialect of database.Dialect and drains what Seed wrote; the benchmarks of
-// relay/ and `posting bench` print them side by side, so that a figure is
+// dialect of database.Dialect and drains what Seed wrote; its benchmarks, the
+// relay's and RabbitMQ's, and `posting bench` print them side by side, so that a figure is
 // always read against the others of the same run on the same machine.
 package relaybench
 

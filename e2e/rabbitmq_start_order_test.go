@@ -1,4 +1,4 @@
-package main
+package e2e_test
 
 import (
 	"net/http"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
@@ -30,12 +31,12 @@ func TestServeBeforeTheFirstWorkerOnAFreshBrokerLosesNothing(t *testing.T) {
 	env := []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_RABBITMQ_URL=" + url,
 		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_RELAY_INTERVAL=100ms",
 		"POSTING_RELAY_MAX_RETRIES=1"}
-	addr := freeAddr(t)
-	startServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir()}, env...)...)
+	addr := postingtest.FreeAddr(t)
+	postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir()}, env...)...)
 
 	const posts = 5
 	for range posts {
-		createPost(t, addr, time.Now().Add(5*time.Second))
+		postingtest.CreatePost(t, addr, time.Now().Add(5*time.Second))
 	}
 	db, err := database.Open(dbURL, "")
 	require.NoError(t, err)
@@ -48,8 +49,8 @@ func TestServeBeforeTheFirstWorkerOnAFreshBrokerLosesNothing(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond)
 	require.Zero(t, relaytest.CountByStatus(t, db.DB)[outbox.StatusFail], "events sent before the first worker ended FAIL")
 
-	workerAddr := freeAddr(t)
-	startBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_DATA_DIR=" + t.TempDir(),
+	workerAddr := postingtest.FreeAddr(t)
+	postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_DATA_DIR=" + t.TempDir(),
 		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, env...), "worker")
 	require.Eventually(t, func() bool {
 		var n int64

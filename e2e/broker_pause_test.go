@@ -1,20 +1,14 @@
-package main
+package e2e_test
 
 import (
-	"context"
-	"encoding/json"
-	"io"
-	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/internal/logtest"
@@ -22,24 +16,6 @@ import (
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
-
-// e2eRun runs one command of the binary in this process until the test ends,
-// and fails the test if it returns an error.
-func e2eRun(t *testing.T, out io.Writer, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, args, out, out) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err, "posting %s", args[0])
-		case <-time.After(60 * time.Second):
-			t.Errorf("posting %s did not stop", args[0])
-		}
-	})
-}
 
 // The whole lifecycle on MariaDB and on PostgreSQL with the in-process
 // broker: 200 posts reserved over HTTP with times spread over the next
@@ -61,59 +37,6 @@ func TestEndToEndPublishesEveryPostOnceThroughABrokerPause(t *testing.T) {
 	}
 }
 
-// countingWebhook is a webhook receiver that counts its calls per post;
-// calls returns a copy of the counts.
-func countingWebhook(t *testing.T) (srv *httptest.Server, calls func() map[int64]int) {
-	t.Helper()
-	var (
-		mu   sync.Mutex
-		hook = map[int64]int{} // webhook calls per post
-	)
-	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p api.PostJSON
-		if err := json.NewDecoder(r.Body).Decode(&p); err != nil || r.Header.Get("Idempotency-Key") == "" {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		hook[p.ID]++
-		mu.Unlock()
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, func() map[int64]int {
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(hook)
-	}
-}
-
-// requireOneCallPerPost checks that the webhook heard of posts posts, each
-// once.
-func requireOneCallPerPost(t *testing.T, calls map[int64]int, posts int) {
-	t.Helper()
-	require.Len(t, calls, posts)
-	for id, n := range calls {
-		require.Equal(t, 1, n, "webhook calls for post %d", id)
-	}
-}
-
-// waitPublished opens the database of dbURL and waits up to within for
-// posts posts to be PUBLISHED; it returns the database, closed when the
-// test ends.
-func waitPublished(t *testing.T, dbURL string, posts int64, within time.Duration) *database.DB {
-	t.Helper()
-	db, err := database.Open(dbURL, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	require.Eventually(t, func() bool {
-		var n int64
-		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-		return n == posts
-	}, within, 200*time.Millisecond, "not every post was published")
-	return db
-}
-
 func endToEnd(t *testing.T, dbURL string) {
 	const (
 		posts = 200
@@ -130,9 +53,9 @@ func endToEnd(t *testing.T, dbURL string) {
 			t.Logf("serve and worker output:\n%s", logs.String())
 		}
 	})
-	httpAddr := freeAddr(t)
+	httpAddr := postingtest.FreeAddr(t)
 	common := []string{"--database-url", dbURL, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
-	e2eRun(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "e2e-serve",
+	run(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "e2e-serve",
 		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "100ms",
 		"--relay-batch-size", "500", "--api-write-rate", "off"}, common...)...) // 200 posts at once from one address
 	require.Eventually(t, func() bool {
@@ -143,14 +66,14 @@ func endToEnd(t *testing.T, dbURL string) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 60*time.Second, 50*time.Millisecond, "serve never became ready")
-	e2eRun(t, logs, append([]string{"worker", "--instance-id", "e2e-worker", "--worker-http-addr", "",
+	run(t, logs, append([]string{"worker", "--instance-id", "e2e-worker", "--worker-http-addr", "",
 		"--publish-webhook-url", srv.URL}, common...)...)
 
 	start := time.Now().Truncate(time.Second)
 	due := map[int64]time.Time{}
 	for i := range posts {
 		at := start.Add(8*time.Second + time.Duration(i)*50*time.Second/posts).Truncate(time.Second)
-		p := createPost(t, httpAddr, at)
+		p := postingtest.CreatePost(t, httpAddr, at)
 		due[int64(p["id"].(float64))] = at
 	}
 	t.Logf("%d posts reserved in %s, due from %s to %s", posts, time.Since(start).Round(time.Millisecond),

@@ -1,4 +1,4 @@
-package main
+package e2e_test
 
 import (
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/logtest"
@@ -23,7 +24,7 @@ import (
 )
 
 // failoverScript is the script that makes the primary and its standby.
-const failoverScript = "../../scripts/pgfailover/pgfailover.sh"
+const failoverScript = "../scripts/pgfailover/pgfailover.sh"
 
 // pgFailover runs the failover script with args, failing the test on error.
 func pgFailover(t *testing.T, args ...string) {
@@ -79,8 +80,8 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 		t.Skip("takes about a minute")
 	}
 	requireFailoverTools(t)
-	dir := filepath.Join(os.TempDir(), "pgfailover-"+strings.ReplaceAll(freeAddr(t), ":", "-"))
-	p1, p2 := freeAddr(t), freeAddr(t)
+	dir := filepath.Join(os.TempDir(), "pgfailover-"+strings.ReplaceAll(postingtest.FreeAddr(t), ":", "-"))
+	p1, p2 := postingtest.FreeAddr(t), postingtest.FreeAddr(t)
 	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 	t.Cleanup(func() { _ = exec.Command(failoverScript, "down", dir).Run() })
 	pgFailover(t, "up", dir, port(p1), port(p2))
@@ -96,14 +97,14 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 			_ = os.WriteFile(filepath.Join(os.TempDir(), "failover-test.log"), []byte(logs.String()), 0o644)
 		}
 	})
-	httpAddr := freeAddr(t)
+	httpAddr := postingtest.FreeAddr(t)
 	common := []string{"--database-url", multi, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
-	e2eRun(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "fo-serve",
+	run(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "fo-serve",
 		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "200ms",
 		"--api-write-rate", "off"}, common...)...)
-	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		60*time.Second, 50*time.Millisecond, "serve never became ready")
-	e2eRun(t, logs, append([]string{"worker", "--instance-id", "fo-worker", "--worker-http-addr", "",
+	run(t, logs, append([]string{"worker", "--instance-id", "fo-worker", "--worker-http-addr", "",
 		"--publish-webhook-url", hook.URL}, common...)...)
 
 	var (
@@ -137,11 +138,11 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	pgFailover(t, "kill-primary", dir)
 	killed := time.Now() // every write after this is the new primary's
 	// No primary answers: the standby refuses read-write sessions.
-	require.Contains(t, waitUnready(t, httpAddr), `"detail":"not ready: check database failed"`)
+	require.Contains(t, postingtest.WaitUnready(t, httpAddr), `"detail":"not ready: check database failed"`)
 	time.Sleep(time.Until(killed.Add(time.Second)))
 	pgFailover(t, "promote", dir)
 	promoted := time.Now()
-	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		30*time.Second, 50*time.Millisecond, "ready again on the new primary")
 	time.Sleep(2 * time.Second)
 	// The old primary comes back as a standby, first in the URL's host

@@ -6,10 +6,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/relay/relaybench"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 

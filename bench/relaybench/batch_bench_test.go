@@ -1,4 +1,4 @@
-package relay_test
+package relaybench_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/relay/relaybench"
 )
 
 // BenchmarkRelayDefaultVsBestBatch prints, on each dialect, the relay's
@@ -21,7 +21,7 @@ import (
 // database.
 //
 //	POSTING_TEST_REQUIRE_MYSQL=1 POSTING_TEST_REQUIRE_POSTGRES=1 \
-//	  go test -run '^$' -bench RelayDefaultVsBestBatch -benchtime 1x ./relay/
+//	  go test -run '^$' -bench RelayDefaultVsBestBatch -benchtime 1x ./bench/relaybench/
 func BenchmarkRelayDefaultVsBestBatch(b *testing.B) {
 	const backlog = 10000
 	ctx := context.Background()

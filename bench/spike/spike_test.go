@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/bench/spike"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
-	"github.com/postingsvc/posting/reservation/spike"
 )
 
 // TestRunPublishesEveryPostNoneEarly runs a small spike through the

@@ -1,4 +1,4 @@
-package main
+package e2e_test
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -32,13 +33,13 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 		"POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir()}
 	serveEnv := append([]string{"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s",
 		"POSTING_RELAY_INTERVAL=500ms", "POSTING_RELAY_STALE_AFTER=80s", "POSTING_API_WRITE_RATE=off"}, common...)
-	var serves []*proc
+	var serves []*postingtest.Proc
 	for _, id := range []string{"pgb-a", "pgb-b"} {
-		addr := freeAddr(t)
-		serves = append(serves, startServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=" + id}, serveEnv...)...))
+		addr := postingtest.FreeAddr(t)
+		serves = append(serves, postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=" + id}, serveEnv...)...))
 	}
-	workerAddr := freeAddr(t)
-	wk := startBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-worker",
+	workerAddr := postingtest.FreeAddr(t)
+	wk := postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-worker",
 		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
 
 	start := time.Now().Truncate(time.Second)
@@ -50,10 +51,10 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 		if i == posts/2 {
 			// Serve a dies without a word, events of its posts maybe
 			// claimed and unsent.
-			require.NoError(t, serves[0].cmd.Process.Kill())
-			<-serves[0].done
+			require.NoError(t, serves[0].Cmd.Process.Kill())
+			<-serves[0].Done
 		}
-		createPost(t, s.http, start.Add(5*time.Second+time.Duration(i)*10*time.Second/posts))
+		postingtest.CreatePost(t, s.HTTP, start.Add(5*time.Second+time.Duration(i)*10*time.Second/posts))
 	}
 
 	db := waitPublished(t, direct, posts, 3*time.Minute)
@@ -61,8 +62,8 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 	require.NoError(t, db.DB.Find(&pubs).Error)
 	require.Len(t, pubs, posts)
 	requireOneCallPerPost(t, hookCalls(), posts)
-	for _, p := range []*proc{serves[1], wk} {
-		out := p.out.String()
+	for _, p := range []*postingtest.Proc{serves[1], wk} {
+		out := p.Out.String()
 		require.NotContains(t, out, "prepared statement", out)
 		require.NotContains(t, out, "does not receive notifications", out)
 		require.False(t, strings.Contains(out, "level=ERROR"), out)
@@ -81,16 +82,16 @@ func TestServeThroughPgBouncerWithoutDirectURLWarnsOnceAndPublishesEveryPost(t *
 	b := kafkatest.Start(t)
 	hook, hookCalls := countingWebhook(t)
 	common := []string{"POSTING_DATABASE_URL=" + pooled, "POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir()}
-	addr := freeAddr(t)
-	serve := startServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=pgb-solo",
+	addr := postingtest.FreeAddr(t)
+	serve := postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=pgb-solo",
 		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_API_WRITE_RATE=off"}, common...)...)
-	workerAddr := freeAddr(t)
-	wk := startBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-solo-worker",
+	workerAddr := postingtest.FreeAddr(t)
+	wk := postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-solo-worker",
 		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
 
 	start := time.Now().Truncate(time.Second)
 	for i := range posts {
-		createPost(t, serve.http, start.Add(5*time.Second+time.Duration(i)*5*time.Second/posts))
+		postingtest.CreatePost(t, serve.HTTP, start.Add(5*time.Second+time.Duration(i)*5*time.Second/posts))
 	}
 	db := waitPublished(t, direct, posts, 2*time.Minute)
 	var pubs []worker.Publication
@@ -98,9 +99,9 @@ func TestServeThroughPgBouncerWithoutDirectURLWarnsOnceAndPublishesEveryPost(t *
 	require.Len(t, pubs, posts)
 	requireOneCallPerPost(t, hookCalls(), posts)
 
-	out := serve.out.String()
+	out := serve.Out.String()
 	require.Equal(t, 1, strings.Count(out, "pooler in transaction mode"), out)
 	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL", out)
 	require.NotContains(t, out, "level=ERROR", out)
-	require.NotContains(t, wk.out.String(), "level=ERROR", wk.out.String())
+	require.NotContains(t, wk.Out.String(), "level=ERROR", wk.Out.String())
 }
