@@ -92,11 +92,8 @@ func DefaultConsumerConfig() ConsumerConfig {
 // naming the field.
 func (cfg ConsumerConfig) Validate() error {
 	const f = "rabbitmq.ConsumerConfig."
-	if err := ValidateURL(f+"URL", cfg.URL); err != nil {
+	if err := validateEndpoint(f, cfg.URL, cfg.Exchange); err != nil {
 		return err
-	}
-	if strings.TrimSpace(cfg.Exchange) == "" || len(cfg.Exchange) > 255 {
-		return config.Invalid(f+"Exchange", cfg.Exchange, "want 1 to 255 characters")
 	}
 	if strings.TrimSpace(cfg.Queue) == "" || len(cfg.Queue) > 250 || strings.HasPrefix(cfg.Queue, "amq.") {
 		return config.Invalid(f+"Queue", cfg.Queue, "want 1 to 250 characters, not starting with amq.")
