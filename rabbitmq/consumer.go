@@ -73,15 +73,19 @@ type ConsumerConfig struct {
 }
 
 // DefaultConsumerConfig returns a ConsumerConfig with every field but URL
-// and Queue at its default.
+// and Queue at its default. The exchange and the connection (dial timeout,
+// heartbeat, first reconnect pause) default as the sender's do, in
+// DefaultConfig. ReconnectMax is longer: the sender's is short because the
+// relay backs off on its own, and nothing does for a consumer.
 func DefaultConsumerConfig() ConsumerConfig {
+	conn := DefaultConfig()
 	return ConsumerConfig{
-		Exchange:      DefaultExchange,
+		Exchange:      conn.Exchange,
+		DialTimeout:   conn.DialTimeout,
+		Heartbeat:     conn.Heartbeat,
+		ReconnectBase: conn.ReconnectBase,
 		Prefetch:      2 * inbox.MaxBatch,
-		DialTimeout:   3 * time.Second,
-		Heartbeat:     10 * time.Second,
 		ProbeInterval: time.Second,
-		ReconnectBase: 250 * time.Millisecond,
 		ReconnectMax:  30 * time.Second,
 		RetryBase:     consume.DefaultRetryBase,
 		RetryMax:      consume.DefaultRetryMax,
