@@ -297,7 +297,11 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	// instead of overlapping the next active consumer.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	deliveries, err := ch.ConsumeWithContext(ctx, c.cfg.Queue, "", false, false, false, false, nil)
+	// Never cancelled, only closed with the connection: RabbitMQ makes the
+	// next waiting consumer active at a cancel, with the messages after the
+	// ones this one holds unacknowledged, and returns those behind them at
+	// the close; a close returns them first.
+	deliveries, err := ch.Consume(c.cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}

@@ -296,6 +296,62 @@ func TestLostConnectionEndsTheRetriesOfTheEventInHand(t *testing.T) {
 	require.Empty(t, down.EventIDs(), "the first consumer never handled the event")
 }
 
+// A consumer stopped in the middle of a batch (a rolling restart under a
+// backlog larger than its prefetch) hands the queue over in its order: the
+// waiting consumer gets the abandoned batch first, then the messages the
+// first never received. Cancelling the consumer before closing its
+// connection made RabbitMQ activate the waiting one at the cancel, with the
+// messages after the batch, and return the batch behind them.
+func TestStoppedConsumerHandsItsBatchOverInQueueOrder(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	ctx := context.Background()
+	exchange, queue := workerNames(t, url)
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
+	ch := rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.Confirm(false))
+	var msgs []inboxtest.Message
+	for i := range 20 {
+		msgs = append(msgs, inboxtest.WellFormed(i, int64(i%3+1)))
+	}
+	publishConfirmed(t, ch, exchange, msgs...)
+
+	start := func(h *inboxtest.Recorder) *rabbitmq.Consumer {
+		c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue, Prefetch: 5,
+			ProbeInterval: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond},
+			h, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(c.Stop)
+		return c
+	}
+	stopping := &inboxtest.Recorder{Block: true, Entered: make(chan struct{}, 1)}
+	first := start(stopping)
+	select {
+	case <-stopping.Entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch reached the first consumer")
+	}
+	next := &inboxtest.Recorder{}
+	second := start(next)
+	// Connected once its consume is registered: it waits.
+	require.Eventually(t, func() bool { return second.Ping(ctx) == nil }, 30*time.Second, 10*time.Millisecond,
+		"the second consumer waits")
+	first.Stop()
+
+	require.Eventually(t, func() bool { return len(next.EventIDs()) >= len(msgs) }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, eventIDs(msgs), next.EventIDs(), "every message once, in queue order")
+}
+
+// eventIDs returns the event ids of msgs, in order.
+func eventIDs(msgs []inboxtest.Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.EventID()
+	}
+	return ids
+}
+
 // A deployment moved from Kafka to RabbitMQ: a publication the Kafka worker
 // recorded under partition 3 is still PENDING. The RabbitMQ worker adopts it
 // when it becomes the active consumer (partition 0 is the only one now) and
