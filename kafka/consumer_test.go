@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/inbox/inboxtest"
@@ -146,6 +147,58 @@ func TestConsumerResumesFromCommittedOffsets(t *testing.T) {
 		return got == len(sentinels)
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Len(t, h2.snapshot(), 12, "events handled by the first consumer came again")
+}
+
+// A second consumer joins while the first is in the middle of a batch it
+// committed and has not marked (a rebalance before the mark): the batch is
+// abandoned, delivered again to whichever member then owns its partition,
+// and found in the inbox; every event of the two partitions is applied
+// once, none lost.
+func TestConsumerRebalanceMidBatchAppliesEveryEventOnce(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t, kafkatest.WithTopic("posting-events", 2))
+	db := databasetest.NewSQLite(t)
+	var recs []kafkatest.Record
+	var ids []string
+	for i := range 60 {
+		r := consumerTestRecord(i, int64(i%6+1))
+		recs, ids = append(recs, r), append(ids, r.Headers[event.HeaderEventID])
+	}
+	b.Produce(t, recs...)
+
+	first := &inboxtest.Applier{DB: db.DB, Consumer: "rebalance", Crashed: make(chan struct{}, 1)}
+	first.CrashAfterCommit(true)
+	consumerTestStart(t, b.Addr, "consumer-test-rebalance", first, nil)
+	select {
+	case <-first.Crashed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first consumer committed nothing")
+	}
+	first.CrashAfterCommit(false) // the batch in hand stays stuck until the rebalance
+	crashed := first.CrashedEvents()
+	require.NotEmpty(t, crashed)
+	second := &inboxtest.Applier{DB: db.DB, Consumer: "rebalance"}
+	consumerTestStart(t, b.Addr, "consumer-test-rebalance", second, nil)
+
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if first.Applied(id)+second.Applied(id) == 0 {
+				return false
+			}
+		}
+		for _, id := range crashed {
+			if first.Delivered(id)+second.Delivered(id) < 2 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "every event applied, the abandoned batch delivered again")
+	for _, id := range ids {
+		require.Equal(t, 1, first.Applied(id)+second.Applied(id), "event %s applied", id)
+	}
+	var rows int64
+	require.NoError(t, db.DB.Model(&inbox.Record{}).Where("consumer = ?", "rebalance").Count(&rows).Error)
+	require.EqualValues(t, len(ids), rows)
 }
 
 func TestConsumerConfigValidation(t *testing.T) {

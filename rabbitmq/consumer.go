@@ -263,7 +263,18 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return err
 	}
-	deliveries, err := ch.ConsumeWithContext(ctx, c.cfg.Queue, "", false, false, false, false, nil)
+	// The work of a session lasts as long as its connection: once that is
+	// lost the broker hands the unacknowledged messages, and the queue, to
+	// another consumer, so the batch in hand (an event retried while the
+	// database is down) is abandoned at once, and the partition revoked,
+	// instead of overlapping the next active consumer.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Never cancelled, only closed with the connection: RabbitMQ makes the
+	// next waiting consumer active at a cancel, with the messages after the
+	// ones this one holds unacknowledged, and returns those behind them at
+	// the close; a close returns them first.
+	deliveries, err := ch.Consume(c.cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}
@@ -275,6 +286,7 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	defer close(sessionDone)
 	go func() {
 		defer close(buffered)
+		defer cancel(errChannelClosed)
 		for d := range deliveries {
 			select {
 			case buffered <- d:
@@ -306,14 +318,14 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		case <-probe.C:
 			if !active {
 				c.sendProbe(ctx, ch)
 			}
 		case d, ok := <-buffered:
 			if !ok {
-				return errors.New("rabbitmq channel closed")
+				return errChannelClosed
 			}
 			if !active {
 				active = true
@@ -349,11 +361,14 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 				return err
 			}
 			if !settled {
-				return ctx.Err() // unacknowledged: the broker requeues them
+				return context.Cause(ctx) // unacknowledged: the broker requeues them
 			}
 		}
 	}
 }
+
+// errChannelClosed ends a session whose channel (or connection) closed.
+var errChannelClosed = errors.New("rabbitmq channel closed")
 
 // dropProbes acknowledges the probes among ds (see probeType) and returns
 // the other deliveries, in order.

@@ -203,25 +203,8 @@ func TestConsumerPassesTheConsumerSuite(t *testing.T) {
 		ch := rabbitmqtest.Channel(t, url)
 		require.NoError(t, ch.Confirm(false))
 		return &inboxtest.ConsumerBroker{
-			Topic: queue,
-			Publish: func(t *testing.T, msgs ...inboxtest.Message) {
-				var confirms []*amqp.DeferredConfirmation
-				for _, m := range msgs {
-					headers := amqp.Table{}
-					for k, v := range m.Headers {
-						headers[k] = v
-					}
-					c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, m.Key, true, false,
-						amqp.Publishing{Headers: headers, Body: m.Value, DeliveryMode: amqp.Persistent})
-					require.NoError(t, err)
-					confirms = append(confirms, c)
-				}
-				for _, c := range confirms {
-					ok, err := c.WaitContext(ctx)
-					require.NoError(t, err)
-					require.True(t, ok, "the broker took the message")
-				}
-			},
+			Topic:   queue,
+			Publish: func(t *testing.T, msgs ...inboxtest.Message) { publishConfirmed(t, ch, exchange, msgs...) },
 			Start: func(t *testing.T, h inbox.Handler, observe func(string, string)) func() {
 				c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue,
 					ProbeInterval: 100 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
@@ -248,6 +231,125 @@ func TestConsumerPassesTheConsumerSuite(t *testing.T) {
 			},
 		}
 	})
+}
+
+// publishConfirmed publishes msgs to exchange on ch, a channel in confirm
+// mode, and waits until the broker took each.
+func publishConfirmed(t *testing.T, ch *amqp.Channel, exchange string, msgs ...inboxtest.Message) {
+	t.Helper()
+	ctx := context.Background()
+	var confirms []*amqp.DeferredConfirmation
+	for _, m := range msgs {
+		headers := amqp.Table{}
+		for k, v := range m.Headers {
+			headers[k] = v
+		}
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, m.Key, true, false,
+			amqp.Publishing{Headers: headers, Body: m.Value, DeliveryMode: amqp.Persistent})
+		require.NoError(t, err)
+		confirms = append(confirms, c)
+	}
+	for _, c := range confirms {
+		ok, err := c.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok, "the broker took the message")
+	}
+}
+
+// An active consumer whose connection is lost while it retries an event
+// (its database down) lets go at once: the broker has handed the event and
+// the queue to the waiting consumer, so the first stops handling it and
+// revokes its partition, instead of retrying, and holding the partition's
+// work, beside the new active consumer until its database is back.
+func TestLostConnectionEndsTheRetriesOfTheEventInHand(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	ctx := context.Background()
+	exchange, queue := workerNames(t, url)
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
+	ch := rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.Confirm(false))
+	m := inboxtest.WellFormed(1, 7)
+	publishConfirmed(t, ch, exchange, m)
+
+	start := func(url string, h *inboxtest.Recorder) {
+		c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue,
+			ProbeInterval: 50 * time.Millisecond, ReconnectBase: time.Second, ReconnectMax: time.Second,
+			RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond}, h, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(c.Stop)
+	}
+	proxy := rabbitmqtest.StartProxy(t, url)
+	down := &inboxtest.Recorder{FailFirst: map[string]int{m.EventID(): 1 << 30}}
+	start(proxy.URL, down)
+	require.Eventually(t, func() bool { return down.Calls(m.EventID()) >= 2 }, 30*time.Second, 10*time.Millisecond,
+		"the first consumer is active and retrying the event")
+	next := &inboxtest.Recorder{}
+	start(url, next)
+
+	proxy.Cut()
+	require.Eventually(t, func() bool { return len(next.EventIDs()) == 1 }, 30*time.Second, 10*time.Millisecond,
+		"the waiting consumer took over the event")
+	require.Eventually(t, func() bool { _, revoked := down.Partitions(); return len(revoked) == 1 }, 5*time.Second,
+		10*time.Millisecond, "the first consumer let go of its partition")
+	require.Empty(t, down.EventIDs(), "the first consumer never handled the event")
+}
+
+// A consumer stopped in the middle of a batch (a rolling restart under a
+// backlog larger than its prefetch) hands the queue over in its order: the
+// waiting consumer gets the abandoned batch first, then the messages the
+// first never received. Cancelling the consumer before closing its
+// connection made RabbitMQ activate the waiting one at the cancel, with the
+// messages after the batch, and return the batch behind them.
+func TestStoppedConsumerHandsItsBatchOverInQueueOrder(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	ctx := context.Background()
+	exchange, queue := workerNames(t, url)
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
+	ch := rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.Confirm(false))
+	var msgs []inboxtest.Message
+	for i := range 20 {
+		msgs = append(msgs, inboxtest.WellFormed(i, int64(i%3+1)))
+	}
+	publishConfirmed(t, ch, exchange, msgs...)
+
+	start := func(h *inboxtest.Recorder) *rabbitmq.Consumer {
+		c, err := rabbitmq.NewConsumer(rabbitmq.ConsumerConfig{URL: url, Exchange: exchange, Queue: queue, Prefetch: 5,
+			ProbeInterval: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond},
+			h, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(c.Stop)
+		return c
+	}
+	stopping := &inboxtest.Recorder{Block: true, Entered: make(chan struct{}, 1)}
+	first := start(stopping)
+	select {
+	case <-stopping.Entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch reached the first consumer")
+	}
+	next := &inboxtest.Recorder{}
+	second := start(next)
+	// Connected once its consume is registered: it waits.
+	require.Eventually(t, func() bool { return second.Ping(ctx) == nil }, 30*time.Second, 10*time.Millisecond,
+		"the second consumer waits")
+	first.Stop()
+
+	require.Eventually(t, func() bool { return len(next.EventIDs()) >= len(msgs) }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, eventIDs(msgs), next.EventIDs(), "every message once, in queue order")
+}
+
+// eventIDs returns the event ids of msgs, in order.
+func eventIDs(msgs []inboxtest.Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.EventID()
+	}
+	return ids
 }
 
 // A deployment moved from Kafka to RabbitMQ: a publication the Kafka worker

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"io"
@@ -449,6 +450,63 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 		var inboxRows int64
 		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&inboxRows).Error)
 		require.EqualValues(t, 2, inboxRows)
+	})
+}
+
+// Through the in-process broker: the database refuses the writes of the
+// first batch (and of the events handled one at a time after it) until it
+// comes back; then every event is recorded once, in its order (the post
+// reserved and cancelled in that batch stays cancelled), and every other
+// post is published once.
+func TestWorkerThroughKafkaDatabaseDownDuringABatchLosesNothing(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := kafkatest.Start(t)
+		pub := &recorder{}
+		var posts []*reservation.Post
+		var recs []kafkatest.Record
+		for range 20 {
+			p := insertWorking(t, db.DB, time.Now().Add(5*time.Second))
+			posts = append(posts, p)
+			recs = append(recs, reservationRecord(t, p))
+		}
+		cancelled := posts[7]
+		recs = append(recs, cancelRecord(t, cancelled))
+		var down atomic.Bool
+		var refused atomic.Int64
+		down.Store(true)
+		databasetest.Fail(t, db.DB, databasetest.StmtCreate, driver.ErrBadConn, func(*gorm.DB) bool {
+			if !down.Load() {
+				return false
+			}
+			refused.Add(1)
+			return true
+		})
+		b.Produce(t, recs...)
+		startWorker(t, b, db.DB, pub, nil)
+		require.Eventually(t, func() bool { return refused.Load() >= 5 }, 20*time.Second, 10*time.Millisecond,
+			"the batch and its first event retried")
+		var rows int64
+		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&rows).Error)
+		require.Zero(t, rows, "nothing recorded while the database refused")
+		down.Store(false)
+
+		require.Eventually(t, func() bool {
+			var n int64
+			require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
+			return n == int64(len(posts)-1)
+		}, 30*time.Second, 20*time.Millisecond)
+		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&rows).Error)
+		require.EqualValues(t, len(recs), rows, "every event recorded once")
+		require.Equal(t, worker.PublicationCancelled, loadPublication(t, db.DB, cancelled.ID).Status,
+			"the cancellation applied after its reservation")
+		for _, p := range posts {
+			want := 1
+			if p.ID == cancelled.ID {
+				want = 0
+			}
+			require.Equal(t, want, pub.count(p.ID), "post %d", p.ID)
+		}
 	})
 }
 
