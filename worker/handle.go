@@ -54,6 +54,13 @@ func planFor(ctx context.Context, ev inbox.Event, now time.Time) (plan, error) {
 		if f.ScheduledAt.IsZero() {
 			return plan{}, fmt.Errorf("%w: reservation event %s has no scheduledAt", inbox.ErrMalformed, ev.EventID)
 		}
+		// Years 1..9999 in UTC are what every database (and the MySQL
+		// driver) can store; anything else would fail the write on every
+		// try and stall the partition or queue behind it.
+		if y := f.ScheduledAt.UTC().Year(); y < 1 || y > 9999 {
+			return plan{}, fmt.Errorf("%w: reservation event %s has scheduledAt %s, outside years 1 to 9999 UTC",
+				inbox.ErrMalformed, ev.EventID, f.ScheduledAt.Format(time.RFC3339))
+		}
 		pub := &Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
 			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
 		if tp := telemetry.Traceparent(ctx); tp != "" {

@@ -601,6 +601,34 @@ func TestWorkerHandleBatchRecordsInOrderOnce(t *testing.T) {
 	})
 }
 
+// A reservation whose scheduledAt no database can store (a UTC year outside
+// 1..9999: year 0, or 9999-12-31 at an offset that carries it into 10000) is
+// malformed on every database: skipped, not retried for ever behind the
+// events of its partition or queue, and nothing is recorded for it.
+func TestWorkerRefusesAScheduledAtNoDatabaseCanStore(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		w := newWorker(t, db.DB, &recorder{})
+		ctx := context.Background()
+		for _, at := range []time.Time{
+			time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+			time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("", -23*3600)),
+		} {
+			post := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+			ev := decode(t, message(t, event.ReservationEvent, post, event.ReservationEventFields{ScheduledAt: at}), 0)
+			require.ErrorIs(t, w.Handle(ctx, ev), inbox.ErrMalformed, "%s", at)
+			malformed, err := w.HandleBatch(ctx, []inbox.Event{ev})
+			require.NoError(t, err, "%s", at)
+			require.ErrorIs(t, malformed[0], inbox.ErrMalformed, "%s", at)
+		}
+		var pubs int64
+		require.NoError(t, db.Model(&worker.Publication{}).Count(&pubs).Error)
+		require.Zero(t, pubs)
+		require.Zero(t, w.Pending())
+	})
+}
+
 // withSequence is r as the relay sends the outbox row with id seq: the
 // sequence in its value and its ce_sequence header.
 func withSequence(r kafkatest.Record, seq int64) kafkatest.Record {
