@@ -146,21 +146,74 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 				return err
 			}
 		}
-		// Read inside the transaction, after the write: it sees the rows just
-		// marked SENT, so their successors are heads now, and on SQLite no
-		// other claimer can take the candidates before the lock below.
-		ids, err := s.candidates(tx, limit, now)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		rows, err := s.claimRows(tx, ids, owner, now)
-		claimed = rows
+		var err error
+		claimed, err = s.claimHeads(tx, limit, owner, now)
 		return err
 	})
 	if err != nil {
 		return nil, 0, err
 	}
 	return claimed, fenced, nil
+}
+
+// claimRounds bounds the windows of candidates one claim reads: the first,
+// and one more each time other claimers held some of a window's heads, up to
+// a relay racing three others for the same oldest heads.
+const claimRounds = 4
+
+// claimHeads claims up to limit heads in tx, window by window. Claimers that
+// poll at once read the same oldest candidates; the one that locks them first
+// takes them, and the others skip them (SKIP LOCKED) or find them claimed.
+// Instead of returning the short batch that leaves, a claimer reads the next
+// window, the oldest heads it has not tried yet, and claims those, up to
+// claimRounds windows: four relays on one backlog each move full batches
+// instead of racing for one.
+//
+// Candidates are read inside the transaction, after any acknowledgement it
+// wrote: they include the successors of the rows just marked SENT, and on
+// SQLite no other claimer can take them before the lock (the first window
+// is then claimed whole and no other is read). A later window drops the ids
+// already tried and asks for that many more: a read sees the rows this
+// transaction claimed as PROCESSING, so it returns neither them nor their
+// successors, but it may return again the heads another claimer holds (its
+// claim is not committed, or, on MySQL, the read is of the transaction's
+// snapshot, taken before that claim). Every id is locked and re-checked by
+// claimRows, so a head seen in any window is claimed only while it is still
+// due and unclaimed.
+func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) ([]Message, error) {
+	var claimed []Message
+	tried := map[int64]bool{}
+	for round := 0; round < claimRounds && len(claimed) < limit; round++ {
+		need := limit - len(claimed)
+		want := need + len(tried) - len(claimed)
+		window, err := s.candidates(tx, want, now)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]int64, 0, need)
+		for _, id := range window {
+			if len(ids) == need {
+				break
+			}
+			if !tried[id] {
+				ids = append(ids, id)
+				tried[id] = true
+			}
+		}
+		if len(ids) == 0 {
+			break
+		}
+		rows, err := s.claimRows(tx, ids, owner, now)
+		if err != nil {
+			return nil, err
+		}
+		claimed = append(claimed, rows...)
+		if len(window) < want {
+			break // no head beyond this window
+		}
+	}
+	sortClaimed(claimed)
+	return claimed, nil
 }
 
 // claimRows takes the candidates ids that are still due and unclaimed:

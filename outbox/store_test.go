@@ -5,10 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
@@ -246,6 +249,69 @@ func TestMarkSentAndClaim(t *testing.T) {
 			require.Equal(t, outbox.StatusSent, o.row(t, m.ID).Status)
 		}
 	})
+}
+
+// Two claimers polling one backlog at once each claim a full batch: the
+// second finds the oldest heads held by the first (claimed, not committed)
+// and claims the next heads instead of a short or empty batch. Neither takes
+// an aggregate's second event while its first is held. SQLite is left out:
+// its one writer makes the second claimer wait for the first's commit.
+func TestConcurrentClaimersEachClaimAFullBatchOfDistinctHeads(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []database.Dialect{database.MySQL, database.PostgreSQL} {
+		t.Run(string(dialect), func(t *testing.T) {
+			t.Parallel()
+			o := setup(t, databasetest.New(t, dialect))
+			ctx := context.Background()
+			const batch = 5
+			// Aggregates 1..12, two events each, an aggregate's events side by
+			// side: the heads are every other row.
+			var aggregates []int64
+			for a := int64(1); a <= 12; a++ {
+				aggregates = append(aggregates, a, a)
+			}
+			rows := o.append(t, t0, aggregates...)
+			heads := func(from, to int) []int64 { // first events of aggregates from..to
+				var out []int64
+				for a := from; a <= to; a++ {
+					out = append(out, rows[2*(a-1)].ID)
+				}
+				return out
+			}
+			now := t0.Add(time.Second)
+
+			// b claims the moment a's claim has written, before a commits.
+			var (
+				second    []outbox.Message
+				secondErr error
+				once      atomic.Bool
+			)
+			databasetest.After(t, o.db.DB, databasetest.StmtUpdate|databasetest.StmtRow, func(tx *gorm.DB) {
+				if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") && once.CompareAndSwap(false, true) {
+					second, secondErr = o.store.Claim(ctx, "b", batch, now)
+				}
+			})
+			first, err := o.store.Claim(ctx, "a", batch, now)
+			require.NoError(t, err)
+			require.True(t, once.Load(), "b did not claim during a's claim")
+			require.NoError(t, secondErr)
+
+			require.Equal(t, heads(1, 5), ids(first))
+			require.Equal(t, heads(6, 10), ids(second))
+			for owner, claimed := range map[string][]outbox.Message{"a": first, "b": second} {
+				for _, m := range claimed {
+					got := o.row(t, m.ID)
+					require.Equal(t, outbox.StatusProcessing, got.Status)
+					require.Equal(t, owner, *got.ClaimedBy)
+					require.Equal(t, m.Version, got.Version)
+				}
+			}
+			// Only aggregates 11 and 12 have a head left.
+			rest, err := o.store.Claim(ctx, "c", 10, now)
+			require.NoError(t, err)
+			require.Equal(t, heads(11, 12), ids(rest))
+		})
+	}
 }
 
 // unsent_aggregate_id (migration 00004), which the per-key order check
