@@ -72,7 +72,9 @@ func (s *Store) DB() *gorm.DB { return s.db }
 // plain read picks the candidates, a locking read by primary key (FOR UPDATE
 // SKIP LOCKED on MySQL, where concurrent claimers skip each other's rows
 // instead of waiting; SQLite transactions are serialized by BEGIN IMMEDIATE)
-// re-checks their status, and one version-checked UPDATE takes them.
+// re-checks their status, and one version-checked UPDATE takes them. When
+// other claimers held some of the candidates, the next window of candidates
+// is claimed the same way, in the same transaction (see claimHeads).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Time) ([]Message, error) {
 	claimed, _, err := s.MarkSentAndClaim(ctx, nil, time.Time{}, owner, limit, now)
 	return claimed, err
