@@ -126,7 +126,7 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		// Nothing to write: a plain read first, so that an idle poll costs no
 		// write transaction (on SQLite every transaction takes the one write
 		// lock at BEGIN).
-		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now); err != nil || len(ids) == 0 {
+		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now, nil); err != nil || len(ids) == 0 {
 			return nil, 0, err
 		}
 	}
@@ -167,50 +167,55 @@ const claimRounds = 4
 // poll at once read the same oldest candidates; the one that locks them first
 // takes them, and the others skip them (SKIP LOCKED) or find them claimed.
 // Instead of returning the short batch that leaves, a claimer reads the next
-// window, the oldest heads it has not tried yet, and claims those, up to
-// claimRounds windows: four relays on one backlog each move full batches
+// window, the heads after the last candidate it tried, and claims those, up
+// to claimRounds windows: four relays on one backlog each move full batches
 // instead of racing for one.
 //
 // Candidates are read inside the transaction, after any acknowledgement it
 // wrote: they include the successors of the rows just marked SENT, and on
 // SQLite no other claimer can take them before the lock (the first window
-// is then claimed whole and no other is read). A later window drops the ids
-// already tried and asks for that many more: a read sees the rows this
-// transaction claimed as PROCESSING, so it returns neither them nor their
-// successors, but it may return again the heads another claimer holds (its
-// claim is not committed, or, on MySQL, the read is of the transaction's
-// snapshot, taken before that claim). Every id is locked and re-checked by
-// claimRows, so a head seen in any window is claimed only while it is still
-// due and unclaimed.
+// is then claimed whole and no other is read). A later window starts after
+// the last candidate of the one before, by (created, id), so it reads only
+// rows not tried yet, whatever the read sees of the rows tried: on MySQL
+// the transaction's snapshot, where another claimer's rows still look due;
+// on PostgreSQL the latest committed rows. Its heads are heads in that
+// view, and a row the view shows as the head of its aggregate stays the
+// head until it is itself claimed (see claimRows); every id is locked and
+// re-checked by claimRows, so it is claimed only while still due and
+// unclaimed.
 func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) ([]Message, error) {
-	var claimed []Message
+	var (
+		claimed []Message
+		after   *candidate
+	)
 	tried := map[int64]bool{}
 	for round := 0; round < claimRounds && len(claimed) < limit; round++ {
 		need := limit - len(claimed)
-		want := need + len(tried) - len(claimed)
-		window, err := s.candidates(tx, want, now)
+		window, err := s.candidates(tx, need, now, after)
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]int64, 0, need)
-		for _, id := range window {
-			if len(ids) == need {
-				break
-			}
-			if !tried[id] {
-				ids = append(ids, id)
-				tried[id] = true
-			}
-		}
-		if len(ids) == 0 {
+		if len(window) == 0 {
 			break
 		}
-		rows, err := s.claimRows(tx, ids, owner, now)
-		if err != nil {
-			return nil, err
+		after = &window[len(window)-1]
+		// The cursor reads past the ids tried; the set only guards against
+		// a created that did not round-trip exactly.
+		ids := make([]int64, 0, len(window))
+		for _, c := range window {
+			if !tried[c.ID] {
+				ids = append(ids, c.ID)
+				tried[c.ID] = true
+			}
 		}
-		claimed = append(claimed, rows...)
-		if len(window) < want {
+		if len(ids) > 0 {
+			rows, err := s.claimRows(tx, ids, owner, now)
+			if err != nil {
+				return nil, err
+			}
+			claimed = append(claimed, rows...)
+		}
+		if len(window) < need {
 			break // no head beyond this window
 		}
 	}
@@ -283,8 +288,9 @@ func sortClaimed(rows []Message) {
 	})
 }
 
-// candidates returns the ids of up to limit due rows that are the head of
-// their aggregate's unsent events. PENDING and RETRY are read by two index-ordered
+// candidates returns up to limit due rows that are the head of their
+// aggregate's unsent events, after the row after by (created, id) when it
+// is not nil. PENDING and RETRY are read by two index-ordered
 // scans of idx_outbox_status_created_id, merged, so neither needs a sort.
 // A PENDING row is always due: it is new, released after an outage (it was
 // due then) or requeued. Its next_attempt_at comes from the clock of the
@@ -295,30 +301,38 @@ func sortClaimed(rows []Message) {
 // column (migration 00004), is the aggregate id exactly for those rows, so
 // the check is one dive into idx_outbox_unsent_aggregate_id that skips the
 // aggregate's SENT history.
-func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, error) {
+func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
+	next, args := "", []any(nil)
+	if after != nil {
+		// Spelled out, not a row value: both databases read it as a range
+		// of the index after the status.
+		next = " AND (o.created > ? OR (o.created = ? AND o.id > ?))"
+		args = []any{after.Created, after.Created, after.ID}
+	}
 	part := func(due, alias string) string {
 		return `SELECT id, created FROM (
 	SELECT o.id, o.created FROM outbox o
-	WHERE ` + due + `
+	WHERE ` + due + next + `
 	  AND NOT EXISTS (SELECT 1 FROM outbox e
 	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
 	ORDER BY o.created, o.id LIMIT ?) ` + alias
 	}
 	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= ?", "r") +
 		"\nORDER BY created, id LIMIT ?"
-	var rows []struct {
-		ID      int64
-		Created time.Time
-	}
-	err := tx.Raw(q, StatusPending, limit, StatusRetry, now, limit, limit).Scan(&rows).Error
-	if err != nil {
+	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry, now)
+	vars = append(append(vars, args...), limit, limit)
+	var rows []candidate
+	if err := tx.Raw(q, vars...).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("find claim candidates: %w", err)
 	}
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	return ids, nil
+	return rows, nil
+}
+
+// candidate is a row candidates found: its id, and its created for the
+// next window to start after.
+type candidate struct {
+	ID      int64
+	Created time.Time
 }
 
 // MarkSent records the broker's acknowledgement of claimed rows: SENT with
