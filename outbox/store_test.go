@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -527,5 +528,81 @@ func BenchmarkMarkSentAndClaim(b *testing.B) {
 			b.ReportMetric(float64(total.Microseconds())/1000/float64(claims), "ms/claim")
 			b.ReportMetric(float64(events*b.N)/total.Seconds(), "events/s")
 		})
+	}
+}
+
+// BenchmarkMarkSentAndClaimConcurrently drains one backlog of 10,000 seeded
+// events (2,000 posts x 5, so at most 2,000 heads at a time) with 1, 2 and 4
+// claimers at once, each acknowledging its batch of 500 with the claim of
+// the next (MarkSentAndClaim, no broker), as pipelined relays on one
+// database do. events/s is of the whole drain; short/claim counts the claims
+// that came back short or empty, the races a claimer lost.
+//
+//	POSTING_TEST_REQUIRE_MYSQL=1 POSTING_TEST_REQUIRE_POSTGRES=1 \
+//	  go test -run '^$' -bench BenchmarkMarkSentAndClaimConcurrently -benchtime 1x ./outbox/
+func BenchmarkMarkSentAndClaimConcurrently(b *testing.B) {
+	const posts, perPost, batch = 2000, 5, 500
+	for _, dialect := range []database.Dialect{database.MySQL, database.PostgreSQL} {
+		b.Run(string(dialect), func(b *testing.B) {
+			db := databasetest.New(b, dialect)
+			store := outbox.NewStore(db)
+			for _, claimers := range []int{1, 2, 4} {
+				b.Run(fmt.Sprintf("claimers=%d", claimers), func(b *testing.B) {
+					var total time.Duration
+					var claims, short, sent atomic.Int64
+					for i := 0; i < b.N; i++ {
+						b.StopTimer()
+						require.NoError(b, db.Exec("DELETE FROM outbox").Error)
+						relaytest.Seed(b, db.DB, posts, perPost, time.Now().Add(-time.Second))
+						if dialect == database.PostgreSQL {
+							require.NoError(b, db.Exec("ANALYZE outbox").Error)
+						}
+						b.StartTimer()
+						start := time.Now()
+						var wg sync.WaitGroup
+						for c := range claimers {
+							wg.Go(func() { drainWithClaims(b, db, store, fmt.Sprint("claimer-", c), batch, &claims, &short, &sent) })
+						}
+						wg.Wait()
+						total += time.Since(start)
+					}
+					require.Equal(b, int64(posts*perPost*b.N), sent.Load())
+					b.ReportMetric(float64(sent.Load())/total.Seconds(), "events/s")
+					b.ReportMetric(float64(short.Load())/float64(claims.Load()), "short/claim")
+				})
+			}
+		})
+	}
+}
+
+// drainWithClaims claims and acknowledges batches as owner until no row is
+// left unsent, counting its claims, the short ones and the rows it sent.
+func drainWithClaims(b *testing.B, db *database.DB, store *outbox.Store, owner string, batch int, claims, short, sent *atomic.Int64) {
+	ctx := context.Background()
+	var held []outbox.Message
+	for {
+		next, fenced, err := store.MarkSentAndClaim(ctx, held, time.Now(), owner, batch, time.Time{})
+		if err != nil || fenced > 0 {
+			b.Errorf("claim: %v, %d fenced", err, fenced)
+			return
+		}
+		sent.Add(int64(len(held)))
+		claims.Add(1)
+		if len(next) < batch {
+			short.Add(1)
+		}
+		held = next
+		if len(next) > 0 {
+			continue
+		}
+		var left int64
+		if err := db.Model(&outbox.Message{}).Where("status <> ?", outbox.StatusSent).Count(&left).Error; err != nil {
+			b.Errorf("count unsent: %v", err)
+			return
+		}
+		if left == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // the others hold every head
 	}
 }
