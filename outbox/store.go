@@ -72,7 +72,9 @@ func (s *Store) DB() *gorm.DB { return s.db }
 // plain read picks the candidates, a locking read by primary key (FOR UPDATE
 // SKIP LOCKED on MySQL, where concurrent claimers skip each other's rows
 // instead of waiting; SQLite transactions are serialized by BEGIN IMMEDIATE)
-// re-checks their status, and one version-checked UPDATE takes them.
+// re-checks their status, and one version-checked UPDATE takes them. When
+// other claimers held some of the candidates, the next window of candidates
+// is claimed the same way, in the same transaction (see claimHeads).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Time) ([]Message, error) {
 	claimed, _, err := s.MarkSentAndClaim(ctx, nil, time.Time{}, owner, limit, now)
 	return claimed, err
@@ -124,7 +126,7 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		// Nothing to write: a plain read first, so that an idle poll costs no
 		// write transaction (on SQLite every transaction takes the one write
 		// lock at BEGIN).
-		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now); err != nil || len(ids) == 0 {
+		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now, nil); err != nil || len(ids) == 0 {
 			return nil, 0, err
 		}
 	}
@@ -146,21 +148,79 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 				return err
 			}
 		}
-		// Read inside the transaction, after the write: it sees the rows just
-		// marked SENT, so their successors are heads now, and on SQLite no
-		// other claimer can take the candidates before the lock below.
-		ids, err := s.candidates(tx, limit, now)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		rows, err := s.claimRows(tx, ids, owner, now)
-		claimed = rows
+		var err error
+		claimed, err = s.claimHeads(tx, limit, owner, now)
 		return err
 	})
 	if err != nil {
 		return nil, 0, err
 	}
 	return claimed, fenced, nil
+}
+
+// claimRounds bounds the windows of candidates one claim reads: the first,
+// and one more each time other claimers held some of a window's heads, up to
+// a relay racing three others for the same oldest heads.
+const claimRounds = 4
+
+// claimHeads claims up to limit heads in tx, window by window. Claimers that
+// poll at once read the same oldest candidates; the one that locks them first
+// takes them, and the others skip them (SKIP LOCKED) or find them claimed.
+// Instead of returning the short batch that leaves, a claimer reads the next
+// window, the heads after the last candidate it tried, and claims those, up
+// to claimRounds windows: four relays on one backlog each move full batches
+// instead of racing for one.
+//
+// Candidates are read inside the transaction, after any acknowledgement it
+// wrote: they include the successors of the rows just marked SENT, and on
+// SQLite no other claimer can take them before the lock (the first window
+// is then claimed whole and no other is read). A later window starts after
+// the last candidate of the one before, by (created, id), so it reads only
+// rows not tried yet, whatever the read sees of the rows tried: on MySQL
+// the transaction's snapshot, where another claimer's rows still look due;
+// on PostgreSQL the latest committed rows. Its heads are heads in that
+// view, and a row the view shows as the head of its aggregate stays the
+// head until it is itself claimed (see claimRows); every id is locked and
+// re-checked by claimRows, so it is claimed only while still due and
+// unclaimed.
+func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) ([]Message, error) {
+	var (
+		claimed []Message
+		after   *candidate
+	)
+	tried := map[int64]bool{}
+	for round := 0; round < claimRounds && len(claimed) < limit; round++ {
+		need := limit - len(claimed)
+		window, err := s.candidates(tx, need, now, after)
+		if err != nil {
+			return nil, err
+		}
+		if len(window) == 0 {
+			break
+		}
+		after = &window[len(window)-1]
+		// The cursor reads past the ids tried; the set only guards against
+		// a created that did not round-trip exactly.
+		ids := make([]int64, 0, len(window))
+		for _, c := range window {
+			if !tried[c.ID] {
+				ids = append(ids, c.ID)
+				tried[c.ID] = true
+			}
+		}
+		if len(ids) > 0 {
+			rows, err := s.claimRows(tx, ids, owner, now)
+			if err != nil {
+				return nil, err
+			}
+			claimed = append(claimed, rows...)
+		}
+		if len(window) < need {
+			break // no head beyond this window
+		}
+	}
+	sortClaimed(claimed)
+	return claimed, nil
 }
 
 // claimRows takes the candidates ids that are still due and unclaimed:
@@ -228,8 +288,9 @@ func sortClaimed(rows []Message) {
 	})
 }
 
-// candidates returns the ids of up to limit due rows that are the head of
-// their aggregate's unsent events. PENDING and RETRY are read by two index-ordered
+// candidates returns up to limit due rows that are the head of their
+// aggregate's unsent events, after the row after by (created, id) when it
+// is not nil. PENDING and RETRY are read by two index-ordered
 // scans of idx_outbox_status_created_id, merged, so neither needs a sort.
 // A PENDING row is always due: it is new, released after an outage (it was
 // due then) or requeued. Its next_attempt_at comes from the clock of the
@@ -240,30 +301,38 @@ func sortClaimed(rows []Message) {
 // column (migration 00004), is the aggregate id exactly for those rows, so
 // the check is one dive into idx_outbox_unsent_aggregate_id that skips the
 // aggregate's SENT history.
-func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time) ([]int64, error) {
+func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
+	next, args := "", []any(nil)
+	if after != nil {
+		// Spelled out, not a row value: both databases read it as a range
+		// of the index after the status.
+		next = " AND (o.created > ? OR (o.created = ? AND o.id > ?))"
+		args = []any{after.Created, after.Created, after.ID}
+	}
 	part := func(due, alias string) string {
 		return `SELECT id, created FROM (
 	SELECT o.id, o.created FROM outbox o
-	WHERE ` + due + `
+	WHERE ` + due + next + `
 	  AND NOT EXISTS (SELECT 1 FROM outbox e
 	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
 	ORDER BY o.created, o.id LIMIT ?) ` + alias
 	}
 	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= ?", "r") +
 		"\nORDER BY created, id LIMIT ?"
-	var rows []struct {
-		ID      int64
-		Created time.Time
-	}
-	err := tx.Raw(q, StatusPending, limit, StatusRetry, now, limit, limit).Scan(&rows).Error
-	if err != nil {
+	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry, now)
+	vars = append(append(vars, args...), limit, limit)
+	var rows []candidate
+	if err := tx.Raw(q, vars...).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("find claim candidates: %w", err)
 	}
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	return ids, nil
+	return rows, nil
+}
+
+// candidate is a row candidates found: its id, and its created for the
+// next window to start after.
+type candidate struct {
+	ID      int64
+	Created time.Time
 }
 
 // MarkSent records the broker's acknowledgement of claimed rows: SENT with
