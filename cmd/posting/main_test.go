@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"os"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 )
@@ -13,4 +19,41 @@ import (
 func TestMain(m *testing.M) {
 	postingtest.BoundPool()
 	os.Exit(m.Run())
+}
+
+// runCLI runs the command line in process, as main does, and returns
+// stdout, stderr and the exit status.
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCommand(&out, &errOut)
+	root.SetArgs(args)
+	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// The binary's helpers, shared with the cross-component tests of e2e/.
+var (
+	buildBinary = postingtest.Binary
+	runBinary   = postingtest.RunBinary
+	startBinary = postingtest.StartBinary
+	httpGet     = postingtest.HTTPGet
+)
+
+// runInProcess runs one command of the binary in this process until the
+// test ends, and fails the test if it returns an error.
+func runInProcess(t *testing.T, out io.Writer, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, args, out, out) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "posting %s", args[0])
+		case <-time.After(60 * time.Second):
+			t.Errorf("posting %s did not stop", args[0])
+		}
+	})
 }
