@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,4 +58,19 @@ func runInProcess(t *testing.T, out io.Writer, args ...string) {
 			t.Errorf("posting %s did not stop", args[0])
 		}
 	})
+}
+
+// sendRequest sends body as JSON, with token as its bearer token unless it
+// is empty, and returns the answer for the caller to close.
+func sendRequest(t *testing.T, method, url, token, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
 }

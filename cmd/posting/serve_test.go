@@ -195,13 +195,7 @@ func readExactly(t *testing.T, addr, topic string, n int) []kafkatest.Record {
 
 func adminGet(t *testing.T, addr, token string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/admin/outbox/stats", nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := sendRequest(t, http.MethodGet, "http://"+addr+"/admin/outbox/stats", token, "")
 	resp.Body.Close()
 	return resp.StatusCode
 }
@@ -302,14 +296,7 @@ func TestServeCountsRequestsByMatchedRoute(t *testing.T) {
 	out, stderr, exit := runCLI(t, "token", "--sub", "alice", "--auth-jwt-secret", cliSecret)
 	require.Equal(t, 0, exit, stderr)
 	do := func(method, path, token, body string) int {
-		req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
+		resp := sendRequest(t, method, "http://"+addr+path, token, body)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
