@@ -332,9 +332,7 @@ func TestServeCommitWakesRelay(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			kafkaAddr := freeAddr(t)
-			p := startServe(t,
-				"POSTING_HTTP_ADDR="+freeAddr(t),
-				"POSTING_DATA_DIR="+t.TempDir(),
+			p := postingtest.StartFreshServe(t,
 				"POSTING_EMBEDDED_KAFKA_ADDR="+kafkaAddr,
 				"POSTING_DATABASE_URL="+url,
 				"POSTING_INSTANCE_ID=wake-test",
@@ -359,9 +357,7 @@ func TestServeCommitWakesRelay(t *testing.T) {
 func TestServeJSONLogsCustomTopicAndAdminLine(t *testing.T) {
 	t.Parallel()
 	kafkaAddr := freeAddr(t)
-	p := startServe(t,
-		"POSTING_HTTP_ADDR="+freeAddr(t),
-		"POSTING_DATA_DIR="+t.TempDir(),
+	p := postingtest.StartFreshServe(t,
 		"POSTING_EMBEDDED_KAFKA_ADDR="+kafkaAddr,
 		"POSTING_SCHEDULER_SPEC=@every 1s",
 		"POSTING_RESERVATION_LEAD=10m",
@@ -415,8 +411,7 @@ func TestServeStopsOnMissingTopic(t *testing.T) {
 func TestServeServesAsyncAPI(t *testing.T) {
 	t.Parallel()
 	broker := freeAddr(t)
-	p := startServe(t, "POSTING_HTTP_ADDR="+freeAddr(t), "POSTING_DATA_DIR="+t.TempDir(),
-		"POSTING_EMBEDDED_KAFKA_ADDR="+broker, "POSTING_KAFKA_TOPIC=custom-events")
+	p := postingtest.StartFreshServe(t, "POSTING_EMBEDDED_KAFKA_ADDR="+broker, "POSTING_KAFKA_TOPIC=custom-events")
 	code, body := httpGet(p.HTTP, "/asyncapi.json")
 	require.Equal(t, http.StatusOK, code, body)
 	var doc struct {

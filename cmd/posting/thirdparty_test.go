@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/nodetest"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
@@ -28,8 +29,7 @@ func thirdPartyServe(t *testing.T, env ...string) (p *proc, broker string) {
 	t.Helper()
 	nodetest.Require(t)
 	broker = freeAddr(t)
-	return startServe(t, append([]string{"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_DATA_DIR=" + t.TempDir(),
-		"POSTING_EMBEDDED_KAFKA_ADDR=" + broker}, env...)...), broker
+	return postingtest.StartFreshServe(t, append([]string{"POSTING_EMBEDDED_KAFKA_ADDR=" + broker}, env...)...), broker
 }
 
 // thirdPartyRequest sends a JSON request to serve and requires want.

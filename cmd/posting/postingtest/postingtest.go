@@ -129,6 +129,22 @@ func StartServe(t testing.TB, env ...string) *Proc {
 	return StartBinary(t, addr, env, "serve")
 }
 
+// StartFreshServe starts `posting serve` on a free HTTP address with a data
+// dir of its own, then env, and waits until it is ready.
+func StartFreshServe(t testing.TB, env ...string) *Proc {
+	t.Helper()
+	return StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + FreeAddr(t), "POSTING_DATA_DIR=" + t.TempDir()}, env...)...)
+}
+
+// StartFreshWorker starts `posting worker` with its HTTP endpoints on a free
+// address and a data dir of its own, then env, and waits until its /readyz
+// answers 200.
+func StartFreshWorker(t testing.TB, env ...string) *Proc {
+	t.Helper()
+	addr := FreeAddr(t)
+	return StartBinary(t, addr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir()}, env...), "worker")
+}
+
 // RunBinary runs the built binary to its end and returns its combined
 // output and exit status.
 func RunBinary(t testing.TB, env []string, args ...string) (string, int) {
