@@ -130,9 +130,7 @@ func TestKafkaJSReadsServeDefaults(t *testing.T) {
 // with, and @asyncapi/parser finds no error in it.
 func TestAmqplibReadsServeExchange(t *testing.T) {
 	t.Parallel()
-	url := rabbitmqtest.URL(t)
-	exchange := rabbitmqtest.Name("posting-events")
-	queue := rabbitmqtest.BoundQueue(t, url, exchange)
+	url, exchange, queue := rabbitmqtest.BoundExchange(t)
 	p, _ := thirdPartyServe(t, "POSTING_RABBITMQ_URL="+url, "POSTING_RABBITMQ_EXCHANGE="+exchange,
 		"POSTING_SCHEDULER_SPEC=@every 1s")
 	docURL := "http://" + p.HTTP + "/asyncapi.json"
