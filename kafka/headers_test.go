@@ -14,7 +14,6 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/outbox"
 )
 
 // A record read back from the broker is a CloudEvent in the binary content
@@ -31,19 +30,8 @@ func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
 	b := kafkatest.Start(t)
 	p := producerTestNew(t, producerTestConfig(b.Addr))
 	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
-	var msgs []outbox.Message
-	for i, typ := range []event.Type{event.PostingEvent, event.ReservationEvent} {
-		fields := map[string]any{"action": "CREATED", "status": "RESERVED", "scheduledAt": at}
-		if typ == event.ReservationEvent {
-			fields = map[string]any{"scheduledAt": at}
-		}
-		m, err := outbox.NewMessage(eventtest.Outbox(t, typ, 42, at, fields))
-		require.NoError(t, err)
-		m.ID = int64(i + 1)
-		msgs = append(msgs, *m)
-	}
-	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	msgs[0].Traceparent = &tp
+	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
+	tp := eventtest.Traceparent
 	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
 
 	recs := b.Records(t, 2, 10*time.Second)

@@ -48,19 +48,8 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 	s := newSender(t, url, exchange)
 
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	var msgs []outbox.Message
-	for i, typ := range []event.Type{event.PostingEvent, event.ReservationEvent} {
-		fields := map[string]any{"action": "CREATED", "status": "RESERVED", "scheduledAt": at}
-		if typ == event.ReservationEvent {
-			fields = map[string]any{"scheduledAt": at}
-		}
-		m, err := outbox.NewMessage(eventtest.Outbox(t, typ, 42, at, fields))
-		require.NoError(t, err)
-		m.ID = int64(i + 1)
-		msgs = append(msgs, *m)
-	}
-	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	msgs[0].Traceparent = &tp // the second has none: no header
+	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
+	tp := eventtest.Traceparent
 	before := time.Now().Add(-time.Second).Truncate(time.Second)
 	errs := s.Send(context.Background(), msgs)
 	require.Equal(t, []error{nil, nil}, errs)
