@@ -26,25 +26,38 @@ import (
 	"github.com/postingsvc/posting/worker"
 )
 
-// recorder is a Publisher that counts calls per post and notes any call
-// before the post's time.
+// recorder is a Publisher that counts the calls per post, notes their keys
+// and any call before the post's time, and fails each post's first
+// failures calls.
 type recorder struct {
-	mu    sync.Mutex
-	calls map[int64]int
-	early []int64
+	failures int
+	mu       sync.Mutex
+	calls    map[int64]int
+	keys     map[int64][]string
+	early    []int64
 }
 
 func (r *recorder) Publish(_ context.Context, p worker.Publishing) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.calls == nil {
-		r.calls = map[int64]int{}
+		r.calls, r.keys = map[int64]int{}, map[int64][]string{}
 	}
 	r.calls[p.Post.ID]++
+	r.keys[p.Post.ID] = append(r.keys[p.Post.ID], p.Key)
 	if time.Now().Before(p.Post.ScheduledAt) {
 		r.early = append(r.early, p.Post.ID)
 	}
+	if r.calls[p.Post.ID] <= r.failures {
+		return errors.New("webhook down")
+	}
 	return nil
+}
+
+func (r *recorder) keysOf(id int64) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.keys[id]...)
 }
 
 func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
@@ -461,7 +474,7 @@ func TestKafkaWorkerStillRunningWhileRabbitMQAdopts(t *testing.T) {
 			partition[p.ID] = int32(i % 6)
 			kafkaEra(t, db.DB, p, partition[p.ID], worker.PublicationPending)
 		}
-		kafkaPub, rabbitPub := &keyRecorder{}, &keyRecorder{}
+		kafkaPub, rabbitPub := &recorder{}, &recorder{}
 		settled := &settledCounter{}
 		kw := kafkaWorker(t, db.DB, kafkaPub, settled, 0, 1, 2, 3, 4, 5)
 		require.Equal(t, n, kw.Pending())
@@ -475,7 +488,7 @@ func TestKafkaWorkerStillRunningWhileRabbitMQAdopts(t *testing.T) {
 
 		twice := 0
 		for _, p := range posts {
-			keys := append(kafkaPub.keys(p.ID), rabbitPub.keys(p.ID)...)
+			keys := append(kafkaPub.keysOf(p.ID), rabbitPub.keysOf(p.ID)...)
 			require.NotEmpty(t, keys, "post %d", p.ID)
 			var pub worker.Publication
 			require.NoError(t, db.DB.First(&pub, "post_id = ?", p.ID).Error)
@@ -492,55 +505,6 @@ func TestKafkaWorkerStillRunningWhileRabbitMQAdopts(t *testing.T) {
 	})
 }
 
-// keyRecorder is a Publisher that notes the keys of the calls per post and
-// any call before the post's time.
-type keyRecorder struct {
-	mu    sync.Mutex
-	calls map[int64][]string
-	early []int64
-}
-
-func (r *keyRecorder) Publish(_ context.Context, p worker.Publishing) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.calls == nil {
-		r.calls = map[int64][]string{}
-	}
-	r.calls[p.Post.ID] = append(r.calls[p.Post.ID], p.Key)
-	if time.Now().Before(p.Post.ScheduledAt) {
-		r.early = append(r.early, p.Post.ID)
-	}
-	return nil
-}
-
-func (r *keyRecorder) keys(id int64) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.calls[id]...)
-}
-
-// flaky fails a post's first failures calls, then succeeds.
-type flaky struct {
-	failures int
-	mu       sync.Mutex
-	calls    map[int64]int
-	ok       map[int64]int
-}
-
-func (f *flaky) Publish(_ context.Context, p worker.Publishing) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.calls == nil {
-		f.calls, f.ok = map[int64]int{}, map[int64]int{}
-	}
-	f.calls[p.Post.ID]++
-	if f.calls[p.Post.ID] <= f.failures {
-		return errors.New("webhook down")
-	}
-	f.ok[p.Post.ID]++
-	return nil
-}
-
 // A Kafka worker still retrying an overdue publication of partition 3 (its
 // publisher fails three times) when the RabbitMQ worker adopts it: the
 // post is recorded once and the publication is settled PUBLISHED.
@@ -548,7 +512,7 @@ func TestAdoptionRacesARetriedPublication(t *testing.T) {
 	eachWorkerQueue(t, func(t *testing.T, db *database.DB, url, exchange, queue string) {
 		p := insertWorking(t, db.DB, time.Now().Add(-time.Second))
 		kafkaEra(t, db.DB, p, 3, worker.PublicationPending)
-		kafkaPub := &flaky{failures: 3}
+		kafkaPub := &recorder{failures: 3}
 		settled := &settledCounter{}
 		kafkaWorker(t, db.DB, kafkaPub, settled, 3)
 		require.Eventually(t, func() bool {
@@ -556,7 +520,7 @@ func TestAdoptionRacesARetriedPublication(t *testing.T) {
 			defer kafkaPub.mu.Unlock()
 			return kafkaPub.calls[p.ID] >= 1
 		}, 30*time.Second, 5*time.Millisecond, "the Kafka worker is retrying")
-		rabbitPub := &flaky{failures: 2}
+		rabbitPub := &recorder{failures: 2}
 		startAdopter(t, db.DB, url, exchange, queue, rabbitPub, settled)
 		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == 1 }, time.Minute, 20*time.Millisecond)
 		got, err := reservation.LoadPost(db.DB, p.ID)
