@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +17,7 @@ import (
 // TestMain bounds the database pool of every serve, worker and operator
 // command the tests start, in-process or as the built binary
 // (postingtest.BoundPool).
-func TestMain(m *testing.M) {
-	postingtest.BoundPool()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { postingtest.Main(m) }
 
 // runCLI runs the command line in process, as main does, and returns
 // stdout, stderr and the exit status.

@@ -30,12 +30,18 @@ import (
 // environment) unless the environment sets its own: dozens of them run at
 // once against the one shared PostgreSQL server, whose max_connections
 // (100) the production default of 40 a process would exhaust. A test's own
-// POSTING_DATABASE_MAX_CONNS in the child's environment still wins. Call
-// it from TestMain.
+// POSTING_DATABASE_MAX_CONNS in the child's environment still wins. Main
+// calls it.
 func BoundPool() {
 	if os.Getenv("POSTING_DATABASE_MAX_CONNS") == "" {
 		_ = os.Setenv("POSTING_DATABASE_MAX_CONNS", "8")
 	}
+}
+
+// Main is a TestMain that bounds the pool (BoundPool), then runs the tests.
+func Main(m *testing.M) {
+	BoundPool()
+	os.Exit(m.Run())
 }
 
 // Binary builds cmd/posting once per test binary run and returns its path.
