@@ -529,6 +529,8 @@ func TestAdoptionRacesARetriedPublication(t *testing.T) {
 		require.NoError(t, db.DB.First(&pub, "post_id = ?", p.ID).Error)
 		require.Equal(t, worker.PublicationPublished, pub.Status)
 		require.True(t, pub.PublishedAt.Equal(*got.PublishedAt))
+		// A worker tells of the settling after its commit: wait for it.
+		require.Eventually(t, func() bool { return settled.published.Load() >= 1 }, 10*time.Second, 5*time.Millisecond)
 		require.EqualValues(t, 1, settled.published.Load())
 	})
 }
