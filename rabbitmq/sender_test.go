@@ -34,12 +34,26 @@ import (
 	"github.com/postingsvc/posting/relay/relaytest/sendertest"
 )
 
-func newSender(t testing.TB, url, exchange string) *rabbitmq.Sender {
+// openSender returns a sender of cfg, closed after the test.
+func openSender(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Sender {
 	t.Helper()
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: url, Exchange: exchange}, slog.New(slog.DiscardHandler))
+	s, err := rabbitmq.NewSender(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// connectedSender is openSender once it has connected (Ping).
+func connectedSender(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Sender {
+	t.Helper()
+	s := openSender(t, cfg)
+	require.NoError(t, s.Ping(context.Background()))
+	return s
+}
+
+func newSender(t testing.TB, url, exchange string) *rabbitmq.Sender {
+	t.Helper()
+	return openSender(t, rabbitmq.Config{URL: url, Exchange: exchange})
 }
 
 func TestSendPublishesTheContractMessage(t *testing.T) {
@@ -303,10 +317,7 @@ func (p *stallProxy) resume() {
 // senderWith returns a sender that spreads batches over channels.
 func senderWith(t testing.TB, url, exchange string, channels int) *rabbitmq.Sender {
 	t.Helper()
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: url, Exchange: exchange, Channels: channels}, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return openSender(t, rabbitmq.Config{URL: url, Exchange: exchange, Channels: channels})
 }
 
 // interleaved returns posts x perPost messages, every post's first event,
@@ -546,9 +557,7 @@ func TestChannelExceptionOnOneLaneKeepsOutcomesHonest(t *testing.T) {
 	}
 	rabbitmqctl(t, "set_topic_permissions", "-p", "/", "guest", exchange, "^(?!"+strconv.FormatInt(refused, 10)+"$).*", ".*")
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "clear_topic_permissions", "-p", "/", "guest", exchange).Run() })
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: url, Exchange: exchange, Channels: lanes, SendTimeout: 10 * time.Second}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openSender(t, rabbitmq.Config{URL: url, Exchange: exchange, Channels: lanes, SendTimeout: 10 * time.Second})
 
 	errs := sendWithin(t, s, msgs)
 	require.ErrorIs(t, errs[refusedAt], relay.ErrUnavailable)
@@ -579,10 +588,7 @@ func TestExchangeDeletedMidBatchOverFourLanes(t *testing.T) {
 	t.Parallel()
 	url, exchange, queue := rabbitmqtest.BoundExchange(t)
 	ch := rabbitmqtest.Channel(t, url)
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: url, Exchange: exchange, Channels: 4, SendTimeout: 10 * time.Second}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Ping(context.Background()))
+	s := connectedSender(t, rabbitmq.Config{URL: url, Exchange: exchange, Channels: 4, SendTimeout: 10 * time.Second})
 
 	msgs := onePerPost(t, 20000)
 	done := make(chan []error, 1)
@@ -627,11 +633,8 @@ func TestCutMidBatchOverFourLanes(t *testing.T) {
 	url, exchange, queue := rabbitmqtest.BoundExchange(t)
 	ch := rabbitmqtest.Channel(t, url)
 	proxy := rabbitmqtest.StartProxy(t, url)
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: proxy.URL, Exchange: exchange, Channels: 4, SendTimeout: 10 * time.Second,
-		ReconnectBase: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Ping(context.Background()))
+	s := connectedSender(t, rabbitmq.Config{URL: proxy.URL, Exchange: exchange, Channels: 4, SendTimeout: 10 * time.Second,
+		ReconnectBase: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
 
 	msgs := onePerPost(t, 5000)
 	done := make(chan []error, 1)
@@ -749,11 +752,8 @@ func TestMemoryAlarmDuringMultiLaneSend(t *testing.T) {
 	}
 	url, exchange, queue := rabbitmqtest.BoundExchange(t)
 	ch := rabbitmqtest.Channel(t, url)
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: url, Exchange: exchange, Channels: 4, SendTimeout: 3 * time.Second,
-		Heartbeat: time.Minute}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	require.NoError(t, s.Ping(context.Background()))
+	s := connectedSender(t, rabbitmq.Config{URL: url, Exchange: exchange, Channels: 4, SendTimeout: 3 * time.Second,
+		Heartbeat: time.Minute})
 	t.Cleanup(func() { rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") })
 
 	msgs := onePerPost(t, 20000)
@@ -829,11 +829,9 @@ func TestSendIsBoundedWhenOpeningTheLanesHangs(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
 	proxied := startHandshakeProxy(t, url)
-	s, err := rabbitmq.NewSender(rabbitmq.Config{URL: proxied, Exchange: rabbitmqtest.Name("posting-events"), Channels: 4,
+	s := openSender(t, rabbitmq.Config{URL: proxied, Exchange: rabbitmqtest.Name("posting-events"), Channels: 4,
 		SendTimeout: 2 * time.Second, DialTimeout: time.Second, ProbeTimeout: 500 * time.Millisecond, Heartbeat: time.Minute,
-		ReconnectBase: time.Millisecond, ReconnectMax: 2 * time.Millisecond}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+		ReconnectBase: time.Millisecond, ReconnectMax: 2 * time.Millisecond})
 
 	for i, err := range sendWithin(t, s, onePerPost(t, 10)) {
 		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
