@@ -55,6 +55,11 @@ type Latency struct {
 	// Events is how many events were measured.
 	Events        int
 	P50, P99, Max time.Duration
+	// Failed is how many creates got no 201 (an offered load above what the
+	// service answers makes it reset connections), and FirstFailure the
+	// first of their errors; they are not in the distribution.
+	Failed       int
+	FirstFailure error
 }
 
 // ErrEventsMissing is returned by CommitToBroker when events of posts the
@@ -119,7 +124,11 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 	defer client.CloseIdleConnections()
 	lctx, cancelLoad := context.WithCancelCause(ctx)
 	defer cancelLoad(nil)
-	var wg sync.WaitGroup
+	var (
+		wg           sync.WaitGroup
+		failed       int
+		firstFailure error
+	)
 	// Post i is sent at start + i/Rate: a schedule, not a ticker, so a
 	// pause of the sender is caught up and the offered load is exact.
 	n := int(cfg.Duration.Seconds() * float64(cfg.Rate))
@@ -133,18 +142,26 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 		wg.Go(func() {
 			id, err := createPost(lctx, client, cfg.BaseURL)
 			at := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				cancelLoad(err)
+				// Counted, not fatal: above the service's rate some
+				// requests fail, and the others still have a latency.
+				failed++
+				if firstFailure == nil {
+					firstFailure = err
+				}
 				return
 			}
-			mu.Lock()
 			committed[id] = at
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	if err := context.Cause(lctx); err != nil {
 		return Latency{}, fmt.Errorf("commit to broker: %w", err)
+	}
+	if len(committed) == 0 && firstFailure != nil {
+		return Latency{}, fmt.Errorf("commit to broker: every create failed: %w", firstFailure)
 	}
 	deadline := time.Now().Add(cfg.Wait)
 	for {
@@ -176,7 +193,9 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 	for id, c := range committed {
 		lat = append(lat, max(received[id].Sub(c), 0))
 	}
-	return distribution(lat), nil
+	res := distribution(lat)
+	res.Failed, res.FirstFailure = failed, firstFailure
+	return res, nil
 }
 
 // isPostingEvent reports whether rec is a POSTING_EVENT, by its header.

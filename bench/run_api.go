@@ -103,6 +103,9 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		poolAfter.opened-poolBefore.opened, poolAfter.max, poolAfter.opened)
 	fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", cfg.LatencyRate, cfg.LatencyDuration, cfg.where())
 	fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
+	if lat.Failed > 0 {
+		fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
+	}
 	return nil
 }
 

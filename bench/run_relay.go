@@ -91,6 +91,49 @@ func runRelay(ctx context.Context, cfg Config, db *database.DB, clean func(conte
 	printDefaultVsFixed(out, def, fixed, raw)
 	fmt.Fprintf(out, "  seed-style relay events/s: %.0f (%.3f x raw; backlog of %d, one row at a time)\n",
 		seed.PerSecond(), ratio(seed.PerSecond(), raw.PerSecond()), cfg.SeedStyleEvents)
+	if err := runRelayInstances(ctx, cfg, pc, db, func(n int) error {
+		_, err := drain(n, func() (relaybench.Result, error) { return relaybench.Result{}, nil })
+		return err
+	}, out); err != nil {
+		return err
+	}
+	return clean(ctx)
+}
+
+// relayInstanceCounts are the numbers of relays that drain one backlog
+// together: more `serve` processes must not make the drain slower.
+var relayInstanceCounts = []int{1, 2, 4}
+
+// runRelayInstances drains a fresh backlog of Config.RelayEvents with 1, 2
+// and 4 relays at their default settings at once, each with its own
+// producer as each `serve` has, and prints their events/s. seed empties the
+// outbox and writes the backlog.
+func runRelayInstances(ctx context.Context, cfg Config, pc kafka.ProducerConfig, db *database.DB, seed func(n int) error, out io.Writer) error {
+	var figures []string
+	first := 0.0
+	for _, n := range relayInstanceCounts {
+		if err := seed(cfg.RelayEvents); err != nil {
+			return err
+		}
+		senders := make([]relay.Sender, n)
+		for i := range senders {
+			p, err := kafka.NewProducer(pc, cfg.Logger)
+			if err != nil {
+				return fmt.Errorf("kafka producer: %w", err)
+			}
+			defer p.Close()
+			senders[i] = p
+		}
+		res, err := RelayInstances(ctx, db, senders)
+		if err != nil {
+			return err
+		}
+		if n == relayInstanceCounts[0] {
+			first = res.PerSecond()
+		}
+		figures = append(figures, fmt.Sprintf("%d: %.0f (%.2f x %d)", n, res.PerSecond(), ratio(res.PerSecond(), first), relayInstanceCounts[0]))
+	}
+	fmt.Fprintf(out, "  relay events/s, default settings, instances draining one backlog at once: %s\n", strings.Join(figures, ", "))
 	return nil
 }
 

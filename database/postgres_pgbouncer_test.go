@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -74,4 +75,32 @@ func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
 	var locks int64
 	require.NoError(t, check.Raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&locks).Error)
 	require.Zero(t, locks, "an advisory lock left on a server connection")
+}
+
+// A statement cut off by its context while PgBouncer (transaction pooling,
+// one server session) runs it, or as it ends, leaves the next statements on
+// the pool their own results: pgx closes the connection and sends a cancel
+// request through the pooler, whose answer must not reach them.
+func TestPostgresStatementCancelledThroughPgBouncerLeavesTheNextTheirResults(t *testing.T) {
+	t.Parallel()
+	direct := databasetest.PostgresURL(t, "")
+	db := databasetest.Open(t, pgbouncertest.StartWithPoolSize(t, direct, pgbouncertest.Transaction, 1))
+	cut := 0
+	for i := range 40 {
+		// Sleeps from 0 to 39 ms against a 20 ms deadline: cancels while the
+		// statement runs, as it ends, and after.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := db.WithContext(ctx).Exec("SELECT pg_sleep(?::float8 / 1000)", i).Error
+		cancel()
+		if err != nil {
+			cut++
+		}
+		for j := range 3 {
+			want := int64(i*10 + j)
+			var got int64
+			require.NoError(t, db.Raw("SELECT ?::bigint", want).Scan(&got).Error, "statement %d after sleep %d ms", j, i)
+			require.Equal(t, want, got, "statement %d after a sleep of %d ms read another statement's result", j, i)
+		}
+	}
+	require.Positive(t, cut, "no statement was cut off by its context")
 }

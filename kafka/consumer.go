@@ -51,9 +51,10 @@ type ConsumerConfig struct {
 	CommitInterval time.Duration
 	// RetryBase is the pause before handling an event again after the
 	// handler failed, doubled per failure up to RetryMax; also sarama's
-	// pause between metadata retries. Default 100ms.
+	// pause between metadata retries. Default 100ms; 1ms to 1m (the limits
+	// of consume.RetryLimits, as for every broker's consumer).
 	RetryBase time.Duration
-	// RetryMax caps those pauses. Default 5s; at least RetryBase.
+	// RetryMax caps those pauses. Default 5s; RetryBase to 10m.
 	RetryMax time.Duration
 	// RejoinBase is the pause after a failed attempt to reach the cluster
 	// or join the group; it doubles with every failure in a row, jittered
@@ -84,8 +85,8 @@ func DefaultConsumerConfig() ConsumerConfig {
 		KafkaVersion:   "2.8.0",
 		SessionTimeout: 10 * time.Second,
 		CommitInterval: time.Second,
-		RetryBase:      100 * time.Millisecond,
-		RetryMax:       5 * time.Second,
+		RetryBase:      consume.DefaultRetryBase,
+		RetryMax:       consume.DefaultRetryMax,
 		RejoinBase:     250 * time.Millisecond,
 		RejoinMax:      30 * time.Second,
 	}
@@ -112,10 +113,11 @@ func (cfg ConsumerConfig) Validate() error {
 		return config.Invalid(f+"SessionTimeout", cfg.SessionTimeout, "want 6s to 5m")
 	case cfg.CommitInterval < 10*time.Millisecond || cfg.CommitInterval > time.Minute:
 		return config.Invalid(f+"CommitInterval", cfg.CommitInterval, "want 10ms to 1m")
-	case cfg.RetryBase <= 0:
-		return config.Invalid(f+"RetryBase", cfg.RetryBase, "must be positive")
-	case cfg.RetryMax < cfg.RetryBase:
-		return config.Invalid(f+"RetryMax", cfg.RetryMax, "below the retry base %s", cfg.RetryBase)
+	}
+	if err := config.CheckDurations(f, consume.RetryLimits(cfg.RetryBase, cfg.RetryMax)); err != nil {
+		return err
+	}
+	switch {
 	case cfg.RejoinBase <= 0:
 		return config.Invalid(f+"RejoinBase", cfg.RejoinBase, "must be positive")
 	case cfg.RejoinMax < cfg.RejoinBase || cfg.RejoinMax > 10*time.Minute:
@@ -193,17 +195,7 @@ func (c *Consumer) Config() ConsumerConfig { return c.cfg }
 
 // Start joins the group and consumes in one goroutine until Stop or until
 // ctx ends.
-func (c *Consumer) Start(ctx context.Context) error {
-	ctx, done, err := c.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	go func() {
-		defer done()
-		c.run(ctx)
-	}()
-	return nil
-}
+func (c *Consumer) Start(ctx context.Context) error { return c.StartLoop(ctx, "consumer", c.run) }
 
 // Stop ends the session in progress: the event being handled is finished or
 // abandoned (a handler that honours its context stops), marked offsets are

@@ -65,11 +65,8 @@ func DefaultConfig() Config {
 // naming the field.
 func (cfg Config) Validate() error {
 	const f = "rabbitmq.Config."
-	if err := ValidateURL(f+"URL", cfg.URL); err != nil {
+	if err := validateEndpoint(f, cfg.URL, cfg.Exchange); err != nil {
 		return err
-	}
-	if strings.TrimSpace(cfg.Exchange) == "" || len(cfg.Exchange) > 255 {
-		return config.Invalid(f+"Exchange", cfg.Exchange, "want 1 to 255 characters")
 	}
 	if strings.HasPrefix(cfg.Exchange, "amq.") {
 		return config.Invalid(f+"Exchange", cfg.Exchange, "the amq. prefix is reserved by the broker")
@@ -89,6 +86,19 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.SendTimeout < cfg.DialTimeout {
 		return config.Invalid(f+"SendTimeout", cfg.SendTimeout, "must be at least the dial timeout %s", cfg.DialTimeout)
+	}
+	return nil
+}
+
+// validateEndpoint checks what a sender and a consumer both name, the
+// fields prefix+"URL" and prefix+"Exchange": the broker's URL (ValidateURL)
+// and an exchange name of 1 to 255 characters.
+func validateEndpoint(prefix, rawURL, exchange string) error {
+	if err := ValidateURL(prefix+"URL", rawURL); err != nil {
+		return err
+	}
+	if strings.TrimSpace(exchange) == "" || len(exchange) > 255 {
+		return config.Invalid(prefix+"Exchange", exchange, "want 1 to 255 characters")
 	}
 	return nil
 }

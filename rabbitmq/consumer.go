@@ -63,7 +63,8 @@ type ConsumerConfig struct {
 	ReconnectMax time.Duration
 	// RetryBase is the first pause before handling a message again after
 	// the handler failed (the database is down), doubling up to RetryMax;
-	// the queue does not move past it. Default 100ms; 1ms to 1m.
+	// the queue does not move past it. Default 100ms; 1ms to 1m (the limits
+	// of consume.RetryLimits, as for every broker's consumer).
 	RetryBase time.Duration
 	// RetryMax caps that pause. Default 5s; RetryBase to 10m.
 	RetryMax time.Duration
@@ -72,37 +73,31 @@ type ConsumerConfig struct {
 }
 
 // DefaultConsumerConfig returns a ConsumerConfig with every field but URL
-// and Queue at its default.
+// and Queue at its default. The exchange and the connection (dial timeout,
+// heartbeat, first reconnect pause) default as the sender's do, in
+// DefaultConfig. ReconnectMax is longer: the sender's is short because the
+// relay backs off on its own, and nothing does for a consumer.
 func DefaultConsumerConfig() ConsumerConfig {
+	conn := DefaultConfig()
 	return ConsumerConfig{
-		Exchange:      DefaultExchange,
+		Exchange:      conn.Exchange,
+		DialTimeout:   conn.DialTimeout,
+		Heartbeat:     conn.Heartbeat,
+		ReconnectBase: conn.ReconnectBase,
 		Prefetch:      2 * inbox.MaxBatch,
-		DialTimeout:   3 * time.Second,
-		Heartbeat:     10 * time.Second,
 		ProbeInterval: time.Second,
-		ReconnectBase: 250 * time.Millisecond,
 		ReconnectMax:  30 * time.Second,
-		RetryBase:     100 * time.Millisecond,
-		RetryMax:      5 * time.Second,
+		RetryBase:     consume.DefaultRetryBase,
+		RetryMax:      consume.DefaultRetryMax,
 	}
-}
-
-func (cfg ConsumerConfig) withDefaults() ConsumerConfig {
-	obs := cfg.Observe
-	config.FillZero(&cfg, DefaultConsumerConfig())
-	cfg.Observe = obs
-	return cfg
 }
 
 // Validate reports the first setting out of its limits, as a *config.Error
 // naming the field.
 func (cfg ConsumerConfig) Validate() error {
 	const f = "rabbitmq.ConsumerConfig."
-	if err := ValidateURL(f+"URL", cfg.URL); err != nil {
+	if err := validateEndpoint(f, cfg.URL, cfg.Exchange); err != nil {
 		return err
-	}
-	if strings.TrimSpace(cfg.Exchange) == "" || len(cfg.Exchange) > 255 {
-		return config.Invalid(f+"Exchange", cfg.Exchange, "want 1 to 255 characters")
 	}
 	if strings.TrimSpace(cfg.Queue) == "" || len(cfg.Queue) > 250 || strings.HasPrefix(cfg.Queue, "amq.") {
 		return config.Invalid(f+"Queue", cfg.Queue, "want 1 to 250 characters, not starting with amq.")
@@ -110,25 +105,13 @@ func (cfg ConsumerConfig) Validate() error {
 	if cfg.Prefetch < 1 || cfg.Prefetch > 10000 {
 		return config.Invalid(f+"Prefetch", cfg.Prefetch, "want 1 to 10000")
 	}
-	durations := []struct {
-		name     string
-		v        time.Duration
-		min, max time.Duration
-	}{
-		{"DialTimeout", cfg.DialTimeout, 100 * time.Millisecond, time.Minute},
-		{"Heartbeat", cfg.Heartbeat, time.Second, time.Minute},
-		{"ProbeInterval", cfg.ProbeInterval, 10 * time.Millisecond, time.Minute},
-		{"ReconnectBase", cfg.ReconnectBase, time.Millisecond, time.Minute},
-		{"ReconnectMax", cfg.ReconnectMax, cfg.ReconnectBase, 10 * time.Minute},
-		{"RetryBase", cfg.RetryBase, time.Millisecond, time.Minute},
-		{"RetryMax", cfg.RetryMax, cfg.RetryBase, 10 * time.Minute},
-	}
-	for _, d := range durations {
-		if d.v < d.min || d.v > d.max {
-			return config.Invalid(f+d.name, d.v, "want %s to %s", d.min, d.max)
-		}
-	}
-	return nil
+	return config.CheckDurations(f, append([]config.Duration{
+		{Name: "DialTimeout", Value: cfg.DialTimeout, Min: 100 * time.Millisecond, Max: time.Minute},
+		{Name: "Heartbeat", Value: cfg.Heartbeat, Min: time.Second, Max: time.Minute},
+		{Name: "ProbeInterval", Value: cfg.ProbeInterval, Min: 10 * time.Millisecond, Max: time.Minute},
+		{Name: "ReconnectBase", Value: cfg.ReconnectBase, Min: time.Millisecond, Max: time.Minute},
+		{Name: "ReconnectMax", Value: cfg.ReconnectMax, Min: cfg.ReconnectBase, Max: 10 * time.Minute},
+	}, consume.RetryLimits(cfg.RetryBase, cfg.RetryMax)...))
 }
 
 // Consumer feeds a worker from a RabbitMQ queue: one durable quorum queue
@@ -155,7 +138,7 @@ type Consumer struct {
 // NewConsumer checks cfg and returns a consumer that feeds h. It connects on
 // Start and keeps trying while the broker is down.
 func NewConsumer(cfg ConsumerConfig, h inbox.Handler, logger *slog.Logger) (*Consumer, error) {
-	cfg = cfg.withDefaults()
+	config.FillZero(&cfg, DefaultConsumerConfig())
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid rabbitmq consumer config: %w", err)
 	}
@@ -176,17 +159,7 @@ func NewConsumer(cfg ConsumerConfig, h inbox.Handler, logger *slog.Logger) (*Con
 func DeadQueue(q string) string { return q + ".dead" }
 
 // Start consumes in one goroutine until Stop or until ctx ends.
-func (c *Consumer) Start(ctx context.Context) error {
-	ctx, done, err := c.StartInit(ctx)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	go func() {
-		defer done()
-		c.run(ctx)
-	}()
-	return nil
-}
+func (c *Consumer) Start(ctx context.Context) error { return c.StartLoop(ctx, "consumer", c.run) }
 
 // Stop finishes or abandons the message in hand (unacknowledged, it goes
 // back to the queue), revokes the partition from the handler and closes

@@ -100,6 +100,10 @@ type Listener struct {
 // arrive.
 var errNotDelivered = errors.New("no notification delivered")
 
+// errPooled is listen's error when the connection reaches PostgreSQL
+// through a pooler.
+var errPooled = errors.New("connection goes through a pooler")
+
 // New returns a Listener.
 func New(cfg Config) (*Listener, error) {
 	config.FillZero(&cfg, DefaultConfig())
@@ -120,6 +124,13 @@ func (l *Listener) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		err := l.listen(ctx, func() { retry.Reset() })
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errPooled) {
+			log.Warn("not listening for outbox notifications: POSTING_DATABASE_URL reaches PostgreSQL through a pooler (PgBouncer), " +
+				"and behind a pooler in transaction mode a LISTEN does not receive notifications: it stays on a pooled server session, " +
+				"where they arrive among other clients' statements. Set POSTING_DATABASE_DIRECT_URL to the database's direct URL. " +
+				"Until then relays poll at their interval and wake on this instance's own commits only")
 			return
 		}
 		if errors.Is(err, errNotDelivered) {
@@ -152,6 +163,18 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	// Through a pooler the LISTEN would not belong to this connection: in
+	// transaction mode it stays on whichever pooled server session ran it,
+	// after this connection is gone, and every later notification arrives
+	// there unasked. PgBouncer 1.18 can take one that arrives during its
+	// server check for the check's answer and hand the session to a client
+	// with that answer still to come: the client's statement reads the
+	// check's row, and its next ones each the result of the one before.
+	if pooled, err := throughPooler(ctx, conn); err != nil {
+		return fmt.Errorf("check for a pooler: %w", err)
+	} else if pooled {
+		return errPooled
+	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -191,6 +214,19 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 			return fmt.Errorf("wait for notification: %w", err)
 		}
 	}
+}
+
+// throughPooler reports whether conn reaches PostgreSQL through a pooler.
+// A pooler (PgBouncer, in either mode) answers a connection's startup
+// itself, with a process id and cancel key of its own, so the process id
+// conn was given is not that of the server session that runs its
+// statements; a direct connection's is.
+func throughPooler(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var pid int64
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid != int64(conn.PgConn().PID()), nil
 }
 
 // probe sends a notification through Notify (up to ProbeWait) and then

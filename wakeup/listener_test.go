@@ -258,37 +258,95 @@ func startProbingListenerWith(t *testing.T, db *database.DB, notify func(context
 }
 
 // Through PgBouncer in transaction mode a LISTEN session does not last: the
-// listener finds out with its probe, logs one warning naming the pooler and
-// POSTING_DATABASE_DIRECT_URL, and stops instead of reconnecting.
+// listener finds out from the pooler's process id before it listens, logs
+// one warning naming the pooler and POSTING_DATABASE_DIRECT_URL, and stops
+// instead of reconnecting.
 func TestListenerThroughTransactionPoolerWarnsOnceAndStops(t *testing.T) {
 	t.Parallel()
 	db, _ := openThroughPgBouncer(t)
-	l, logs, _ := startProbingListener(t, db)
-	select {
-	case <-l.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("the listener kept going through the pooler")
-	}
-	out := logs.String()
+	out := warningsUntilStopped(t, db)
 	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
 	require.Contains(t, out, "pooler in transaction mode")
 	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
 }
 
-// A probe that could not be sent (the pooler restarting as serve starts)
-// proves nothing: the next connection probes again, and through the pooler
-// the listener still warns and stops instead of listening on a session that
-// never hears anything.
-func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.T) {
+// Through PgBouncer in session mode, where a LISTEN would hear its probe,
+// the listener cannot tell the mode from the pooler's process id: it warns
+// once and stops the same way, and the direct URL is the fix there too.
+func TestListenerThroughSessionPoolerWarnsOnceAndStops(t *testing.T) {
 	t.Parallel()
-	db, _ := openThroughPgBouncer(t)
-	var sends atomic.Int32
-	notify := func(ctx context.Context, payload string) error {
+	db := databasetest.Open(t, pgbouncertest.Start(t, databasetest.PostgresURL(t, ""), pgbouncertest.Session))
+	out := warningsUntilStopped(t, db)
+	require.Equal(t, 1, strings.Count(out, "level=WARN"), out)
+	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL")
+}
+
+// warningsUntilStopped runs a probing listener on db until it stops, and
+// returns its logs; it fails if the listener keeps going.
+func warningsUntilStopped(t *testing.T, db *database.DB) string {
+	t.Helper()
+	l, logs, _ := startProbingListener(t, db)
+	select {
+	case <-l.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the listener kept going through the pooler\n%s", logs.String())
+	}
+	return logs.String()
+}
+
+// Once the listener has given up on PgBouncer in transaction mode, no
+// pooled server session is left listening on the channel, and statements
+// through the pool read their own results while the channel is notified.
+// A session left listening receives every later notification unasked, and
+// PgBouncer 1.18 can take one that arrives during its server check for the
+// check's answer: it hands the session to a client with the answer of
+// "select 1" still to come, so that client's statement reads it, and each
+// of its next ones the result of the one before. With one server session
+// behind the pooler, that session is the one the listener's statements ran
+// on.
+func TestListenerThroughTransactionPoolerLeavesNoSessionListening(t *testing.T) {
+	t.Parallel()
+	direct := databasetest.PostgresURL(t, "")
+	db := databasetest.Open(t, pgbouncertest.StartWithPoolSize(t, direct, pgbouncertest.Transaction, 1))
+	require.Contains(t, warningsUntilStopped(t, db), "pooler in transaction mode")
+
+	var channels int64
+	require.NoError(t, db.DB.Raw("SELECT count(*) FROM pg_listening_channels()").Scan(&channels).Error)
+	require.Zero(t, channels, "the pooled server session listens on the channel")
+
+	ctx := context.Background()
+	notifier, err := pgx.Connect(ctx, direct)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = notifier.Close(context.Background()) })
+	for i := range 300 {
+		_, err := notifier.Exec(ctx, "SELECT pg_notify($1, 'commit')", outbox.NotifyChannel)
+		require.NoError(t, err)
+		var got int64
+		require.NoError(t, db.DB.WithContext(ctx).Raw("SELECT ?::bigint + 1000", i).Scan(&got).Error, "statement %d", i)
+		require.Equal(t, int64(i+1000), got, "statement %d read another statement's result", i)
+	}
+}
+
+// failingFirstSend is a probe sender through db's pool whose first send
+// fails (a pool restarting), counting every send in sends.
+func failingFirstSend(db *database.DB, sends *atomic.Int32) func(context.Context, string) error {
+	return func(ctx context.Context, payload string) error {
 		if sends.Add(1) == 1 {
-			return errors.New("pooler restarting")
+			return errors.New("pool restarting")
 		}
 		return outbox.Notify(db.DB)(ctx, payload)
 	}
+}
+
+// Through the pooler the listener finds the pooler before it probes: with
+// a probe send that would fail (the pooler restarting as serve starts) it
+// sends none, and warns and stops instead of listening on a session that
+// never hears anything.
+func TestListenerThroughTransactionPoolerStopsBeforeAnyProbeSend(t *testing.T) {
+	t.Parallel()
+	db, _ := openThroughPgBouncer(t)
+	var sends atomic.Int32
+	notify := failingFirstSend(db, &sends)
 	l, logs, _ := startProbingListenerWith(t, db, notify)
 	select {
 	case <-l.Done():
@@ -296,6 +354,34 @@ func TestListenerThroughTransactionPoolerProbesAgainAfterAFailedSend(t *testing.
 		t.Fatalf("the listener kept listening through the pooler after %d probe sends\n%s", sends.Load(), logs.String())
 	}
 	require.Contains(t, logs.String(), "pooler in transaction mode")
+	require.Zero(t, sends.Load(), "a probe was sent through the pooler")
+}
+
+// A probe that could not be sent proves nothing: on a direct server the
+// next connection probes again, hears it, and the listener stays up and
+// wakes, without the pooler's warning.
+func TestListenerProbesAgainAfterAFailedSend(t *testing.T) {
+	t.Parallel()
+	db := databasetest.Open(t, databasetest.PostgresURL(t, ""))
+	var sends atomic.Int32
+	notify := failingFirstSend(db, &sends)
+	l, logs, woken := startProbingListenerWith(t, db, notify)
+	waitWokenOnDirectServer(t, l, logs, woken, "the wake after the second probe")
+	require.Equal(t, int32(2), sends.Load())
+	require.NotContains(t, logs.String(), "pooler", logs.String())
+}
+
+// waitWokenOnDirectServer waits for l's first wake (what), failing if l
+// stops first, as it must not on a direct server.
+func waitWokenOnDirectServer(t *testing.T, l *Listener, logs *logtest.Buffer, woken <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-woken:
+	case <-l.Done():
+		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("timed out waiting for %s\n%s", what, logs.String())
+	}
 }
 
 // A probe whose send used up the wait (a busy pool handing over a
@@ -310,13 +396,7 @@ func TestListenerOnDirectServerDoesNotWarnWhenTheProbeSendIsSlow(t *testing.T) {
 		return outbox.Notify(db.DB)(context.WithoutCancel(ctx), payload)
 	}
 	l, logs, woken := startProbingListenerWith(t, db, notify)
-	select {
-	case <-woken:
-	case <-l.Done():
-		t.Fatalf("the listener stopped on a direct server\n%s", logs.String())
-	case <-time.After(15 * time.Second):
-		t.Fatal("timed out waiting for the wake after connecting")
-	}
+	waitWokenOnDirectServer(t, l, logs, woken, "the wake after connecting")
 	require.NotContains(t, logs.String(), "level=WARN")
 }
 

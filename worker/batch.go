@@ -11,11 +11,15 @@ import (
 	"github.com/postingsvc/posting/reservation"
 )
 
-// maxBatch bounds the publications whose reads, or whose PUBLISHED writes,
-// share one statement: an IN list far below every database's placeholder
-// limit, and a transaction short enough not to hold SQLite's one write lock
-// for long.
+// maxBatch bounds the publications whose PUBLISHED writes share one
+// statement: an IN list far below every database's placeholder limit, and a
+// transaction short enough not to hold SQLite's one write lock for long.
 const maxBatch = 500
+
+// maxLoadBatch bounds the publications read in one batch (two IN lists, no
+// transaction, no lock): a spike's reads are its lag, so they go in fewer,
+// larger statements than the writes.
+const maxLoadBatch = 2000
 
 // batchRunners is how many batches of one kind (reads, writes) run at once:
 // two, so that one batch's round trips overlap the next one's gathering
@@ -47,7 +51,7 @@ type recordRes struct {
 
 // newGroups sets up the worker's batched reads and writes.
 func (w *Worker) newGroups() {
-	w.loads = &group[int64, loaded]{max: maxBatch, runners: batchRunners, run: w.loadBatch}
+	w.loads = &group[int64, loaded]{max: maxLoadBatch, runners: batchRunners, run: w.loadBatch}
 	w.records = &group[recordReq, recordRes]{max: maxBatch, runners: batchRunners, run: w.recordBatch}
 }
 

@@ -30,14 +30,36 @@ type groupCall[K, V any] struct {
 // that ends first it returns ctx's error and no value; the batch still runs
 // (abandon only calls whose effect does not matter, reads).
 func (g *group[K, V]) do(ctx context.Context, key K) (V, error) {
-	c := &groupCall[K, V]{key: key, done: make(chan struct{})}
+	return g.queue(false, key)[0].wait(ctx)
+}
+
+// queue queues keys, at the back of the queue or, with first, at its front
+// (ahead of every call queued before), under one lock, and returns their
+// calls in the order of keys.
+func (g *group[K, V]) queue(first bool, keys ...K) []*groupCall[K, V] {
+	calls := make([]*groupCall[K, V], len(keys))
+	for i, k := range keys {
+		calls[i] = &groupCall[K, V]{key: k, done: make(chan struct{})}
+	}
 	g.mu.Lock()
-	g.pending = append(g.pending, c)
-	if g.running < g.runners {
+	if first {
+		g.pending = append(calls[:len(calls):len(calls)], g.pending...)
+	} else {
+		g.pending = append(g.pending, calls...)
+	}
+	// A runner per max keys, up to runners: a lone call starts one at
+	// once, so that its batch overlaps the one running.
+	for i := 0; i < len(keys) && g.running < g.runners; i += g.max {
 		g.running++
 		go g.loop()
 	}
 	g.mu.Unlock()
+	return calls
+}
+
+// wait returns c's value once its batch has run, or ctx's error if ctx ends
+// first (nil: no end).
+func (c *groupCall[K, V]) wait(ctx context.Context) (V, error) {
 	if ctx == nil {
 		<-c.done
 		return c.val, nil

@@ -40,7 +40,7 @@ type result struct {
 // publish again with the same key: at least once towards the publisher,
 // exactly once in the database.
 func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatus, error) {
-	res, err := w.attempt(ctx, postID)
+	res, err := w.attempt(ctx, postID, false)
 	if err == nil && res.status == PublicationPending {
 		return res.status, fmt.Errorf("%w: post %d is due in %s", ErrNotDue, postID, res.due)
 	}
@@ -51,17 +51,24 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 // reads and its PUBLISHED writes are batched with those of the other
 // attempts running at the same time (a spike of posts due together), so
 // the database sees a few statements per batch instead of a few per post;
-// the publication's slot is held only around the publisher's call.
-func (w *Worker) attempt(ctx context.Context, postID int64) (result, error) {
+// the publication's slot is held only around the publisher's call. With
+// first, its read goes ahead of every read queued.
+func (w *Worker) attempt(ctx context.Context, postID int64, first bool) (result, error) {
+	l, err := w.loads.queue(first, postID)[0].wait(ctx)
+	if err != nil {
+		return result{status: PublicationPending}, err
+	}
+	return w.attemptLoaded(ctx, postID, l)
+}
+
+// attemptLoaded is attempt once the publication is read: l.
+func (w *Worker) attemptLoaded(ctx context.Context, postID int64, l loaded) (result, error) {
 	pending := result{status: PublicationPending}
 	db := w.db.WithContext(ctx)
-	l, err := w.loads.do(ctx, postID)
-	if err == nil {
-		err = l.err
+	if l.err != nil {
+		return pending, l.err
 	}
-	if err != nil {
-		return pending, err
-	}
+	var err error
 	pub, post, now := l.pub, l.post, l.now
 	if pub.Status != PublicationPending {
 		return result{status: pub.Status}, nil

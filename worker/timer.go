@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -12,12 +15,23 @@ import (
 
 var _ inbox.Adopter = (*Worker)(nil)
 
-// timer is one armed publication.
+// timer is one armed publication, a member of the alarm of its scheduledAt.
 type timer struct {
 	pub    Publication
-	t      *time.Timer
+	alarm  *alarm
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed once the timer can no longer act
+}
+
+// alarm is the one clock timer of every publication armed for the same
+// scheduledAt: a spike of posts due together rings once, and the
+// publications are read in a few batches queued at once, instead of
+// thousands of timers each starting a goroutine that queues its own read.
+type alarm struct {
+	at      time.Time
+	t       *time.Timer
+	members map[int64]*timer // by post id; nil once rung
 }
 
 // Assigned arms the timers of the partitions' PENDING publications. The
@@ -123,14 +137,64 @@ func (w *Worker) arm(pub Publication, owned bool) bool {
 		return false
 	}
 	ctx, cancel := context.WithCancel(w.base)
-	t := &timer{pub: pub, cancel: cancel, done: make(chan struct{})}
-	// The worker's clock only sets the alarm, shifted to the database's
-	// time as last read: PublishDue asks the database whether the post is
-	// due and says how long is left if not.
-	dbNow := w.cfg.Now().Add(time.Duration(w.skew.Load()))
-	t.t = time.AfterFunc(max(pub.ScheduledAt.Sub(dbNow), 0), func() { w.fire(ctx, t) })
+	t := &timer{pub: pub, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	a := w.alarms[pub.ScheduledAt.UnixNano()]
+	if a == nil {
+		a = &alarm{at: pub.ScheduledAt, members: map[int64]*timer{}}
+		// The worker's clock only sets the alarm, shifted to the
+		// database's time as last read: PublishDue asks the database
+		// whether the post is due and says how long is left if not.
+		dbNow := w.cfg.Now().Add(time.Duration(w.skew.Load()))
+		a.t = time.AfterFunc(max(pub.ScheduledAt.Sub(dbNow), 0), func() { w.ring(a) })
+		w.alarms[pub.ScheduledAt.UnixNano()] = a
+	}
+	t.alarm = a
+	a.members[pub.PostID] = t
 	w.armed[pub.PostID] = t
 	return true
+}
+
+// stop takes t out of its alarm, unless the alarm rang, and reports
+// whether it did. w.mu must be held.
+func (w *Worker) stop(t *timer) bool {
+	a := t.alarm
+	if a.members == nil {
+		return false
+	}
+	delete(a.members, t.pub.PostID)
+	if len(a.members) == 0 {
+		a.t.Stop()
+		delete(w.alarms, a.at.UnixNano())
+	}
+	return true
+}
+
+// ring starts the publications of a's members: their first reads are
+// queued together, and each publication runs (fire) once its read is back.
+func (w *Worker) ring(a *alarm) {
+	w.mu.Lock()
+	if w.alarms[a.at.UnixNano()] == a {
+		delete(w.alarms, a.at.UnixNano())
+	}
+	ts := slices.SortedFunc(maps.Values(a.members), func(x, y *timer) int { return cmp.Compare(x.pub.PostID, y.pub.PostID) })
+	a.members = nil
+	w.mu.Unlock()
+	ids := make([]int64, len(ts))
+	for i, t := range ts {
+		ids[i] = t.pub.PostID
+	}
+	calls := w.loads.queue(false, ids...)
+	// The batches run in queue order: each publication starts as soon as
+	// its batch is back, not once all are. One disarmed meanwhile (a
+	// revoked partition) does not wait for its read: fire ends at once.
+	for i, t := range ts {
+		l, err := calls[i].wait(t.ctx)
+		if err != nil {
+			go w.fire(t.ctx, t, nil)
+			continue
+		}
+		go w.fire(t.ctx, t, &l)
+	}
 }
 
 // disarm stops the timers of the posts and waits until none of them can act.
@@ -143,7 +207,7 @@ func (w *Worker) disarm(postIDs ...int64) {
 			continue
 		}
 		delete(w.armed, id)
-		if t.t.Stop() {
+		if w.stop(t) {
 			close(t.done) // it never fired
 		} else {
 			wait = append(wait, t)
@@ -164,7 +228,12 @@ func (w *Worker) disarm(postIDs ...int64) {
 // waits the time left. An attempt holds one of the Concurrency slots; the
 // waits hold none, so posts that keep failing or hanging cannot starve the
 // others.
-func (w *Worker) fire(ctx context.Context, t *timer) {
+//
+// first is the publication's first read, made with the others of its alarm.
+// A publication found not due (the worker's estimate of the database's
+// clock is off by up to a round trip) reads again at the front of the queue
+// once the time left has passed, not behind the reads of a whole spike.
+func (w *Worker) fire(ctx context.Context, t *timer, first *loaded) {
 	defer func() {
 		w.mu.Lock()
 		if w.armed[t.pub.PostID] == t {
@@ -174,10 +243,21 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 		t.cancel()
 		close(t.done)
 	}()
-	log := w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID)
+	log := func() *slog.Logger { return w.log.With("post_id", t.pub.PostID, "event_id", t.pub.EventID) }
 	retry := backoff.Backoff{Base: w.cfg.RetryBase, Max: w.cfg.RetryMax}
+	l, next := first, false
 	for {
-		res, err := w.attempt(ctx, t.pub.PostID)
+		if ctx.Err() != nil {
+			return
+		}
+		var res result
+		var err error
+		if l != nil {
+			res, err = w.attemptLoaded(ctx, t.pub.PostID, *l)
+		} else {
+			res, err = w.attempt(ctx, t.pub.PostID, next)
+		}
+		l, next = nil, false
 		var wait time.Duration
 		switch {
 		case ctx.Err() != nil:
@@ -186,11 +266,11 @@ func (w *Worker) fire(ctx context.Context, t *timer) {
 			// Jittered, so that publications that failed together do
 			// not all come back at once.
 			wait = max(retry.Next(), res.retryAfter)
-			log.Warn("publication failed; trying again", "err", err, "pause", wait)
+			log().Warn("publication failed; trying again", "err", err, "pause", wait)
 		case res.status == PublicationPending: // not due by the database's clock
-			wait = res.due
+			wait, next = res.due, true
 		case res.status == PublicationFailed:
-			log.Error("publication refused for good; the post stays WORKING for an operator",
+			log().Error("publication refused for good; the post stays WORKING for an operator",
 				"last_error", res.reason)
 			return
 		default:

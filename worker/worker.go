@@ -40,8 +40,11 @@ type Worker struct {
 	skew atomic.Int64
 
 	mu    sync.Mutex
-	armed map[int64]*timer   // by post id
-	owned map[int32]struct{} // partitions assigned and not revoked
+	armed map[int64]*timer // by post id
+	// alarms are the clock timers of the armed publications, one per
+	// scheduledAt (its UnixNano).
+	alarms map[int64]*alarm
+	owned  map[int32]struct{} // partitions assigned and not revoked
 	// adoptTo is the partition Adopt last moved work to (adopting says
 	// whether it was called): while the worker owns it, the sweep adopts
 	// again what a Kafka worker still running recorded since.
@@ -62,7 +65,7 @@ func New(db *gorm.DB, cfg Config) (*Worker, error) {
 	base, cancel := context.WithCancel(context.Background())
 	w := &Worker{db: db, cfg: cfg, log: cfg.Logger.With("component", "worker"),
 		sem: make(chan struct{}, cfg.Concurrency), base: base, cancel: cancel,
-		armed: map[int64]*timer{}, owned: map[int32]struct{}{}}
+		armed: map[int64]*timer{}, alarms: map[int64]*alarm{}, owned: map[int32]struct{}{}}
 	w.newGroups()
 	return w, nil
 }

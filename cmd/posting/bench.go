@@ -29,7 +29,7 @@ func addBenchFlags(fs *pflag.FlagSet, b *bench.Config, s *settings) {
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
 	fs.IntVar(&b.APIClients, "api-clients", 32, "concurrent clients of the create measurements")
 	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each side of the create comparison runs (raw SQL and the API alone, in 3 alternating rounds), and the creates on the whole serve")
-	fs.IntVar(&b.LatencyRate, "latency-rate", 200, "posts/s offered over HTTP while commit → broker times are measured")
+	fs.IntVar(&b.LatencyRate, "latency-rate", 1000, "posts/s offered over HTTP while commit → broker times are measured")
 	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long the commit → broker load runs")
 	fs.IntVar(&b.SpikePosts, "spike-posts", 20000, "posts due in the same second for the spike lag; 0 skips it")
 	fs.DurationVar(&b.SpikeDueIn, "spike-due-in", 30*time.Second, "how long after they are written the spike's posts are due (at least 1s)")

@@ -42,6 +42,8 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a create rate, beside raw SQL")
 			require.Regexp(t, `relay events/s, default settings \(batch 100 growing to 1000 while polls come back full\): [1-9][0-9]* \([0-9.]+ x the best fixed batch, [0-9]+; [0-9.]+ x raw\)`, out)
 			require.Regexp(t, `relay events/s at fixed batches: ([0-9]+: [0-9]+, )+[0-9]+: [0-9]+\n`, out)
+			require.Regexp(t, `relay events/s, default settings, instances draining one backlog at once: 1: [1-9][0-9]* \(1\.00 x 1\), 2: [1-9][0-9]* \([0-9.]+ x 1\), 4: [1-9][0-9]* \([0-9.]+ x 1\)\n`, out)
+			require.Contains(t, out, "commit -> broker: 50 posts/s", "the rate given")
 			require.Regexp(t, `database connections opened during that run: [0-9]+ \(pool size [1-9][0-9]*; [1-9][0-9]* opened since start\)`, out)
 			require.Regexp(t, `latency: [1-9][0-9]* events, p50 [0-9.]+ ms, p99 [0-9.]+ ms`, out)
 			require.Regexp(t, `spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms, p99 -?[0-9.]+ ms`, out)

@@ -103,7 +103,7 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 // addDirectURLFlag adds the direct URL of the commands that migrate or
 // LISTEN (serve, worker, migrate).
 func addDirectURLFlag(fs *pflag.FlagSet, s *settings) {
-	fs.StringVar(&s.DatabaseDirectURL, "database-direct-url", "", "postgres:// URL of the same database without the pooler, for migrations, their lock and LISTEN when POSTING_DATABASE_URL points at PgBouncer in transaction mode; empty: POSTING_DATABASE_URL")
+	fs.StringVar(&s.DatabaseDirectURL, "database-direct-url", "", "postgres:// URL of the same database without the pooler, for migrations, their lock and LISTEN when POSTING_DATABASE_URL points at a pooler such as PgBouncer; empty: POSTING_DATABASE_URL")
 	showEnvTwins(fs)
 }
 

@@ -228,8 +228,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		// Other instances NOTIFY after their commits (commitWake): the
 		// relay polls at once instead of at its next interval, which stays
 		// the safety net.
-		// LISTEN through a pooler in transaction mode hears nothing; the
-		// listener finds out at start and says so.
+		// Through a pooler the listener does not LISTEN (it would stay on a
+		// pooled session); it finds out at start and says so.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
 			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB)})
 		if err != nil {

@@ -33,9 +33,17 @@ const PoolSize = 8
 // Start starts pgbouncer in mode on a free loopback port in front of the
 // server of serverURL (a postgres:// URL of the test server, such as
 // databasetest.PostgresURL's), with trust authentication for serverURL's
-// user, and returns serverURL rewritten to go through it. pgbouncer is
-// stopped when the test ends.
+// user and PoolSize server connections per database, and returns serverURL
+// rewritten to go through it. pgbouncer is stopped when the test ends.
 func Start(t testing.TB, serverURL string, mode Mode) string {
+	t.Helper()
+	return StartWithPoolSize(t, serverURL, mode, PoolSize)
+}
+
+// StartWithPoolSize is Start with poolSize server connections per
+// database. With one, every statement through the pooler runs on the same
+// server session, so a test can look at what a client left on it.
+func StartWithPoolSize(t testing.TB, serverURL string, mode Mode, poolSize int) string {
 	t.Helper()
 	bin := binary(t)
 	u, err := url.Parse(serverURL)
@@ -65,7 +73,7 @@ server_check_delay = 0
 ignore_startup_parameters = extra_float_digits
 logfile = %s
 pidfile = %s
-`, host, serverPort, port, filepath.Join(dir, "userlist.txt"), mode, PoolSize,
+`, host, serverPort, port, filepath.Join(dir, "userlist.txt"), mode, poolSize,
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	write(t, filepath.Join(dir, "pgbouncer.ini"), ini, cred)
 	write(t, filepath.Join(dir, "userlist.txt"), fmt.Sprintf("%q \"\"\n", userName), cred)

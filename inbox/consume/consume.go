@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/internal/backoff"
@@ -73,6 +74,24 @@ type Config struct {
 	Skipped string
 	// SkippedAttrs are added to that log line (after the message's Where).
 	SkippedAttrs []any
+}
+
+// The defaults of a consumer's RetryBase and RetryMax settings (each broker
+// package's ConsumerConfig has both, and hands them to Config).
+const (
+	DefaultRetryBase = 100 * time.Millisecond
+	DefaultRetryMax  = 5 * time.Second
+)
+
+// RetryLimits returns the limits of a consumer's RetryBase and RetryMax
+// settings, for config.CheckDurations: RetryBase 1ms to 1m, RetryMax
+// RetryBase to 10m. Every broker's consumer checks them alike, since they
+// mean the same: how this loop waits for a failing handler.
+func RetryLimits(base, max time.Duration) []config.Duration {
+	return []config.Duration{
+		{Name: "RetryBase", Value: base, Min: time.Millisecond, Max: time.Minute},
+		{Name: "RetryMax", Value: max, Min: base, Max: 10 * time.Minute},
+	}
 }
 
 // Loop settles the batches of one consumer; it holds no state between

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/inbox/consume"
 	"github.com/postingsvc/posting/inbox/inboxtest"
@@ -188,4 +189,25 @@ func TestCollectTakesWhatWaitsUpToMaxBatch(t *testing.T) {
 	require.Len(t, rest, 12, "the first and the 11 left")
 	close(ch)
 	require.Equal(t, []int{9}, consume.Collect(9, ch), "a closed channel ends the batch")
+}
+
+// RetryLimits are what every consumer's Validate checks of its RetryBase
+// and RetryMax: the defaults pass, and the first value out of range is
+// named with the consumer's field prefix.
+func TestRetryLimitsNameTheConsumersRetrySetting(t *testing.T) {
+	t.Parallel()
+	const f = "x.ConsumerConfig."
+	require.NoError(t, config.CheckDurations(f, consume.RetryLimits(consume.DefaultRetryBase, consume.DefaultRetryMax)))
+	require.NoError(t, config.CheckDurations(f, consume.RetryLimits(time.Millisecond, 10*time.Minute)), "the bounds are inclusive")
+	for _, c := range []struct {
+		base, max time.Duration
+		want      string
+	}{
+		{0, time.Second, "x.ConsumerConfig.RetryBase 0s: want 1ms to 1m0s"},
+		{2 * time.Minute, 3 * time.Minute, "x.ConsumerConfig.RetryBase 2m0s: want 1ms to 1m0s"},
+		{time.Second, time.Millisecond, "x.ConsumerConfig.RetryMax 1ms: want 1s to 10m0s"},
+		{time.Second, 11 * time.Minute, "x.ConsumerConfig.RetryMax 11m0s: want 1s to 10m0s"},
+	} {
+		require.EqualError(t, config.CheckDurations(f, consume.RetryLimits(c.base, c.max)), c.want)
+	}
 }
