@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,10 +20,7 @@ import (
 
 // TestMain bounds the database pool of every process the tests start
 // (postingtest.BoundPool).
-func TestMain(m *testing.M) {
-	postingtest.BoundPool()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { postingtest.Main(m) }
 
 // run starts one command of the binary as its own process until the test
 // ends, its output into out; when the test ends it gets SIGTERM and must

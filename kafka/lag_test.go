@@ -32,10 +32,7 @@ func lagSum(t *testing.T, r *LagReader) int64 {
 func TestLagReaderFollowsCommittedOffsets(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t, kafkatest.WithTopic("posting-events", 3))
-	var recs []kafkatest.Record
-	for i := range 12 {
-		recs = append(recs, consumerTestRecord(i, int64(i%4+1)))
-	}
+	recs := consumerTestRecords(12, 4)
 	b.Produce(t, recs[:9]...)
 	r, err := NewLagReader(ConsumerConfig{Brokers: []string{b.Addr}, GroupID: "lag-test"})
 	require.NoError(t, err)

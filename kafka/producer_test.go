@@ -1,21 +1,30 @@
 package kafka
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
@@ -339,4 +348,221 @@ func BenchmarkSend(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// compressionTestCodecs records the compression codec (the low three bits
+// of the batch attributes) of every record batch the broker is asked to
+// write, by codec number: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+func compressionTestCodecs(b *kafkatest.Broker) func() map[int8]int {
+	var mu sync.Mutex
+	codecs := map[int8]int{}
+	c := b.Cluster
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				var batch kmsg.RecordBatch
+				if batch.ReadFrom(rp.Records) == nil {
+					codecs[int8(batch.Attributes&0x0007)]++
+				}
+			}
+		}
+		return nil, nil, false // observe only; the cluster writes the batch
+	})
+	return func() map[int8]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[int8]int{}
+		for k, v := range codecs {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+// kcatRecord is one line of `kcat -C -J`.
+type kcatRecord struct {
+	Partition int32    `json:"partition"`
+	Offset    int64    `json:"offset"`
+	Key       string   `json:"key"`
+	Payload   string   `json:"payload"`
+	Headers   []string `json:"headers"` // name, value, name, value...
+}
+
+// compressionTestKcat reads the whole topic with kcat (librdkafka), a client
+// independent of sarama and franz-go. Without kcat on the PATH the test is
+// skipped (ran is false), unless POSTING_TEST_REQUIRE_KCAT=1 makes it fail.
+func compressionTestKcat(t *testing.T, addr, topic string) (recs []kcatRecord, ran bool) {
+	t.Helper()
+	bin, err := exec.LookPath("kcat")
+	if err != nil {
+		if os.Getenv("POSTING_TEST_REQUIRE_KCAT") == "1" {
+			t.Fatalf("kcat not found and POSTING_TEST_REQUIRE_KCAT=1: %v", err)
+		}
+		t.Log("kcat not on the PATH: the kcat read is skipped (apt-get install kcat)")
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "-C", "-b", addr, "-t", topic, "-o", "beginning", "-e", "-q", "-J")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "kcat: %s", stderr.String())
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r kcatRecord
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "kcat line %s", sc.Text())
+		recs = append(recs, r)
+	}
+	require.NoError(t, sc.Err())
+	return recs, true
+}
+
+// Each codec: the producer sends batches compressed with it, and three
+// independent clients read every message back intact: franz-go (kgo,
+// kafkatest.ReadTopic), kcat (librdkafka) and the worker's sarama consumer.
+func TestProducerCompressionReadByOtherClients(t *testing.T) {
+	t.Parallel()
+	for _, c := range Compressions() {
+		t.Run(string(c), func(t *testing.T) {
+			t.Parallel()
+			b := kafkatest.Start(t)
+			codecs := compressionTestCodecs(b)
+			cfg := producerTestConfig(b.Addr)
+			cfg.Compression = c
+			p := producerTestNew(t, cfg)
+			msgs := producerTestMessages(1, 60, 11, 12, 13, 14)
+			producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+
+			want, ok := c.codec()
+			require.True(t, ok)
+			seen := codecs()
+			require.Len(t, seen, 1, "one codec for every batch: %v", seen)
+			require.Positive(t, seen[int8(want)], "batches compressed with %s: %v", c, seen)
+
+			wantValue := map[string]string{}
+			for _, m := range msgs {
+				wantValue[m.EventID] = string(event.WithSequence([]byte(m.Payload), m.ID))
+			}
+
+			recs := b.Records(t, len(msgs), 10*time.Second)
+			require.Len(t, recs, len(msgs), "franz-go")
+			for _, r := range recs {
+				require.Equal(t, wantValue[r.Headers[event.HeaderEventID]], string(r.Value), "franz-go")
+			}
+
+			if krecs, ran := compressionTestKcat(t, b.Addr, b.Topic); ran {
+				require.Len(t, krecs, len(msgs), "kcat")
+				for _, r := range krecs {
+					headers := map[string]string{}
+					for i := 0; i+1 < len(r.Headers); i += 2 {
+						headers[r.Headers[i]] = r.Headers[i+1]
+					}
+					require.Equal(t, wantValue[headers[event.HeaderEventID]], r.Payload, "kcat")
+					require.Equal(t, kafkatest.PartitionFor(r.Key, b.Partitions), r.Partition, "kcat")
+				}
+			}
+
+			h := &consumerTestHandler{}
+			consumerTestStart(t, b.Addr, "compression-"+string(c), h, nil)
+			require.Eventually(t, func() bool { return len(h.snapshot()) == len(msgs) }, 20*time.Second, 20*time.Millisecond, "sarama consumer")
+			for _, ev := range h.snapshot() {
+				require.JSONEq(t, wantValue[ev.EventID], string(ev.Value), "sarama consumer")
+			}
+		})
+	}
+}
+
+func TestProducerConfigCompression(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, CompressionNone, DefaultProducerConfig().Compression, "the Java client's default, read by every consumer")
+	base := producerTestConfig("127.0.0.1:1").withDefaults()
+	require.NoError(t, base.Validate())
+	for _, c := range Compressions() {
+		cfg := base
+		cfg.Compression = c
+		require.NoError(t, cfg.Validate(), "%s", c)
+	}
+
+	for _, tc := range []struct {
+		compression Compression
+		version     string
+	}{
+		{"brotli", "2.8.0"},
+		{"LZ4", "2.8.0"}, // the names are lower case, as Java's compression.type
+		{CompressionZstd, "2.0.0"},
+	} {
+		cfg := base
+		cfg.Compression, cfg.KafkaVersion = tc.compression, tc.version
+		err := cfg.Validate()
+		var ce *config.Error
+		require.ErrorAs(t, err, &ce, "%+v", tc)
+		require.Equal(t, "kafka.ProducerConfig.Compression", ce.Field)
+		require.Equal(t, string(tc.compression), ce.Value)
+		_, err = NewProducer(cfg, nil)
+		require.ErrorContains(t, err, "invalid kafka producer config")
+	}
+}
+
+// A record read back from the broker is a CloudEvent in the binary content
+// mode of the CloudEvents Kafka protocol binding 1.0, checked header by
+// header against the binding and the core spec (the SDK's Kafka binding,
+// github.com/cloudevents/sdk-go/protocol/kafka_sarama, is not on the module
+// proxy): every ce_ header a known attribute with a valid UTF-8 value,
+// specversion 1.0, id, source (a URI reference) and type non-empty, time in
+// RFC 3339 equal to the value's occurredAt, datacontenttype in the
+// content-type header and the value the event data as it is. The contract's
+// headers stay, and the traceparent travels when the row has one.
+func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	p := producerTestNew(t, producerTestConfig(b.Addr))
+	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
+	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
+	tp := eventtest.Traceparent
+	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+
+	recs := b.Records(t, 2, 10*time.Second)
+	require.Len(t, recs, 2)
+	known := map[string]bool{"specversion": true, "id": true, "source": true, "type": true, "time": true, "sequence": true,
+		"subject": true, "dataschema": true}
+	for i, r := range recs {
+		m := msgs[i]
+		require.Equal(t, m.EventID, r.Headers[event.HeaderEventID])
+		require.Equal(t, m.EventType, r.Headers[event.HeaderEventType])
+		if i == 0 {
+			require.Equal(t, tp, r.Headers[event.HeaderTraceparent])
+		} else {
+			require.NotContains(t, r.Headers, event.HeaderTraceparent, "a row without a traceparent sends none")
+		}
+		attrs := map[string]string{}
+		for k, v := range r.Headers {
+			require.True(t, utf8.ValidString(v), "header %s", k)
+			if name, ok := strings.CutPrefix(k, "ce_"); ok {
+				require.True(t, known[name], "unknown attribute header %s", k)
+				attrs[name] = v
+			}
+		}
+		require.Equal(t, "1.0", attrs["specversion"])
+		require.Equal(t, m.EventID, attrs["id"])
+		require.Equal(t, m.EventType, attrs["type"])
+		require.NotEmpty(t, attrs["source"])
+		_, err := url.Parse(attrs["source"])
+		require.NoError(t, err, "source is not a URI reference")
+		ceTime, err := time.Parse(time.RFC3339, attrs["time"])
+		require.NoError(t, err)
+		require.True(t, ceTime.Equal(at), "ce_time %s", attrs["time"])
+		require.Equal(t, "application/json", r.Headers["content-type"])
+		require.NotContains(t, attrs, "datacontenttype", "binary mode carries it as content-type")
+
+		var v struct{ OccurredAt string }
+		require.NoError(t, json.Unmarshal(r.Value, &v))
+		require.Equal(t, v.OccurredAt, attrs["time"], "ce_time and occurredAt differ")
+		require.Equal(t, event.FormatSequence(m.ID), attrs["sequence"], "ce_sequence is the row id, 20 digits")
+		require.JSONEq(t, string(event.WithSequence([]byte(m.Payload), m.ID)), string(r.Value), "the value is the event data with its sequence")
+	}
 }

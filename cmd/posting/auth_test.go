@@ -112,15 +112,8 @@ func TestServeWithSecretRequiresTokens(t *testing.T) {
 		60*time.Second, 50*time.Millisecond, "serve never became ready: %s", logs)
 
 	post := func(token string) (int, http.Header, map[string]any) {
-		req, err := http.NewRequest(http.MethodPost, "http://"+httpAddr+"/api/v1/posts",
-			strings.NewReader(`{"title":"t","content":"c","scheduledAt":"`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
+		resp := sendRequest(t, http.MethodPost, "http://"+httpAddr+"/api/v1/posts", token,
+			`{"title":"t","content":"c","scheduledAt":"`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)

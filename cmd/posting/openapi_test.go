@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,8 +26,10 @@ import (
 
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/api"
+	"github.com/postingsvc/posting/auth"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/nodetest"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
@@ -294,4 +301,246 @@ func oaAsyncAPI(t *testing.T) http.Handler {
 	h, err := asyncAPIRoute(&settings{KafkaTopic: "posting-events", RabbitMQExchange: "posting-events"}, nil)
 	require.NoError(t, err)
 	return h
+}
+
+// The answers of an idempotent create (the first, its replay, another body
+// with the key, a bad key) validate against the document, which declares
+// the Idempotency-Key header with its rules and the replay header.
+func TestOpenAPIIdempotentCreate(t *testing.T) {
+	t.Parallel()
+	doc, router := loadOpenAPI(t)
+	h := oaHandler(t, databasetest.NewSQLite(t), nil)
+	const js = "application/json"
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	body := `{"title":"t","content":"c","scheduledAt":"` + future + `"}`
+	keyed := func(key string) *oaFixture {
+		return &oaFixture{doc: doc, router: router, h: h, header: http.Header{api.IdempotencyKeyHeader: {key}}}
+	}
+
+	f := keyed("order-1")
+	f.exchange(t, "POST", "/api/v1/posts", js, body, "", http.StatusCreated)
+	f.exchange(t, "POST", "/api/v1/posts", js, body, "", http.StatusCreated)
+	f.exchange(t, "POST", "/api/v1/posts", js, strings.Replace(body, `"c"`, `"other"`, 1), "", http.StatusUnprocessableEntity)
+	keyed(strings.Repeat("k", 256)).exchange(t, "POST", "/api/v1/posts", js, body, "", http.StatusBadRequest)
+
+	op := doc.Paths.Value("/api/v1/posts").Post
+	param := op.Parameters.GetByInAndName("header", api.IdempotencyKeyHeader)
+	require.NotNil(t, param, "the create declares the Idempotency-Key header")
+	require.Error(t, param.Schema.Value.VisitJSON(strings.Repeat("k", 256)), "the schema refuses what the API refuses")
+	require.Error(t, param.Schema.Value.VisitJSON("tab\there"))
+	require.NoError(t, param.Schema.Value.VisitJSON(strings.Repeat("~", 255)))
+	require.NotNil(t, op.Responses.Status(http.StatusCreated).Value.Headers[api.IdempotentReplayedHeader])
+}
+
+// TestOpenAPIDocumentsEveryRefusal requires each operation to list the
+// answers any route can give (405 with Allow, 431, 500), and validates real
+// refusals against the operation they came from: 429 with Retry-After from
+// the write limit on create, PATCH and cancel, 403 for ownerId without the
+// admin scope, 405 on every path, 431 from the HTTP server.
+func TestOpenAPIDocumentsEveryRefusal(t *testing.T) {
+	t.Parallel()
+	doc, router := loadOpenAPI(t)
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for _, status := range []int{http.StatusMethodNotAllowed, http.StatusRequestHeaderFieldsTooLarge, http.StatusInternalServerError} {
+				require.NotNil(t, op.Responses.Status(status), "%s %s does not document %d", method, path, status)
+			}
+		}
+	}
+
+	db := databasetest.NewSQLite(t)
+	secret := []byte("openapi-refusals-secret-of-32-bytes!")
+	v, err := auth.New(auth.Config{Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(v.Close)
+	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	require.NoError(t, err)
+	h, err := httpHandler(db.DB, metrics.New(db.DB, "openapi-refusals"), oaAdminToken, nil, oaAsyncAPI(t), api.Config{
+		Posts: posts, Logger: slog.New(slog.DiscardHandler), Auth: v,
+		WriteLimit: api.WriteLimit{Requests: 2, Window: time.Hour}})
+	require.NoError(t, err)
+	f := &oaFixture{doc: doc, router: router, h: h}
+	token := func(sub string) string {
+		s, err := auth.Mint(secret, auth.Token{Subject: sub, TTL: time.Hour})
+		require.NoError(t, err)
+		return s
+	}
+	const js = "application/json"
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	create := `{"title":"t","content":"c","scheduledAt":"` + future + `"}`
+
+	// 403: a caller without posts:admin filters by owner.
+	f.exchange(t, "GET", "/api/v1/posts?ownerId=someone", "", "", token("u1"), http.StatusForbidden)
+	// 429: each caller's third write, whichever route, answers 429.
+	for _, w := range []struct{ method, target, contentType, body string }{
+		{"POST", "/api/v1/posts", js, create},
+		{"PATCH", "/api/v1/posts/1", js, `{"title":"x"}`},
+		{"POST", "/api/v1/posts/1/cancel", "", ""},
+	} {
+		caller := token("writer-" + w.method + w.target)
+		f.exchange(t, "POST", "/api/v1/posts", js, create, caller, http.StatusCreated)
+		f.exchange(t, "POST", "/api/v1/posts", js, create, caller, http.StatusCreated)
+		f.exchange(t, w.method, w.target, w.contentType, w.body, caller, http.StatusTooManyRequests)
+	}
+	// 405 on every path, with Allow.
+	for path, item := range doc.Paths.Map() {
+		target := strings.ReplaceAll(path, "{id}", "1")
+		method := "DELETE"
+		if item.Delete != nil {
+			method = "PUT"
+		}
+		f.exchange(t, method, target, "", "", "", http.StatusMethodNotAllowed)
+	}
+
+	// 431 comes from net/http's server, before any handler: serve runs
+	// its handler in one with the default header limit (1 MiB).
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	// A raw connection: the server answers and closes while the client is
+	// still writing, which net/http's client reports as a write error.
+	conn, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	go func() {
+		_, _ = io.WriteString(conn, "GET /api/v1/posts HTTP/1.1\r\nHost: x\r\nX-Padding: "+
+			strings.Repeat("x", http.DefaultMaxHeaderBytes+8192)+"\r\n\r\n")
+	}()
+	req := httptest.NewRequest("GET", "/api/v1/posts", nil)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	route, params, err := router.FindRoute(req)
+	require.NoError(t, err)
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 resp.StatusCode, Header: resp.Header, Body: resp.Body,
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true}}
+	require.NoError(t, openapi3filter.ValidateResponse(context.Background(), out))
+}
+
+// TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses sends bodies the
+// server answers 400 to, and requires the document's request schema to
+// refuse each of them too, so that a client generated from /openapi.json
+// catches them before sending. Bodies the server accepts must pass the
+// schema, so the schema is not merely refusing everything. What no schema
+// can say (scheduledAt in the future, at most 365 days ahead) is in the
+// descriptions and the README.
+func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
+	t.Parallel()
+	_, router := loadOpenAPI(t)
+	db := databasetest.NewSQLite(t)
+	h := oaHandler(t, db, nil)
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	body := func(title, content, scheduledAt string) string {
+		b, err := json.Marshal(map[string]string{"title": title, "content": content, "scheduledAt": scheduledAt})
+		require.NoError(t, err)
+		return string(b)
+	}
+	// send answers the request's status from the server and the document's
+	// verdict on the request.
+	send := func(method, target, payload string) (int, string, error) {
+		newReq := func() *http.Request {
+			r := httptest.NewRequest(method, target, strings.NewReader(payload))
+			r.Header.Set("Content-Type", "application/json")
+			return r
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, newReq())
+		req := newReq()
+		route, params, err := router.FindRoute(req)
+		require.NoError(t, err)
+		verdict := openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
+			Request: req, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}})
+		return rec.Code, rec.Body.String(), verdict
+	}
+
+	code, answer, verdict := send("POST", "/api/v1/posts", body("hello", "line one\r\n\tline two", future))
+	require.Equal(t, http.StatusCreated, code, answer)
+	require.NoError(t, verdict, "a body the server accepts")
+	var created api.PostJSON
+	require.NoError(t, json.Unmarshal([]byte(answer), &created))
+	patch := "/api/v1/posts/" + strconv.FormatInt(created.ID, 10)
+
+	accepted := map[string]string{
+		"title of 200 characters":     body(strings.Repeat("é", reservation.MaxTitleLength), "c", future),
+		"content of 20000 characters": body("t", strings.Repeat("x", reservation.MaxContentLength), future),
+		"title with a BOM, not blank": body("\ufeff", "c", future),
+	}
+	// ajvCases are the same bodies for ajv, a JavaScript client's
+	// validator, with the verdict the server gave.
+	type ajvCase struct {
+		Name   string          `json:"name"`
+		Schema string          `json:"schema"`
+		Body   json.RawMessage `json:"body"`
+		Accept bool            `json:"-"`
+	}
+	var ajvCases []ajvCase
+	for name, b := range accepted {
+		code, answer, verdict := send("POST", "/api/v1/posts", b)
+		require.Equal(t, http.StatusCreated, code, "%s: %s", name, answer)
+		require.NoError(t, verdict, "%s: the server accepts it", name)
+		ajvCases = append(ajvCases, ajvCase{name, "PostCreate", json.RawMessage(b), true})
+	}
+	var before int64
+	require.NoError(t, db.Model(&reservation.Post{}).Count(&before).Error)
+
+	refused := map[string]struct{ method, target, body string }{
+		"empty title":                 {"POST", "/api/v1/posts", body("", "c", future)},
+		"blank title":                 {"POST", "/api/v1/posts", body(" \u00a0\u3000", "c", future)},
+		"title of 201 characters":     {"POST", "/api/v1/posts", body(strings.Repeat("t", reservation.MaxTitleLength+1), "c", future)},
+		"title with a line feed":      {"POST", "/api/v1/posts", body("a\nb", "c", future)},
+		"title with a tab":            {"POST", "/api/v1/posts", body("a\tb", "c", future)},
+		"title with a C1 control":     {"POST", "/api/v1/posts", body("a\u0085b", "c", future)},
+		"title with DEL":              {"POST", "/api/v1/posts", body("a\u007fb", "c", future)},
+		"content of 20001 characters": {"POST", "/api/v1/posts", body("t", strings.Repeat("x", reservation.MaxContentLength+1), future)},
+		"blank content":               {"POST", "/api/v1/posts", body("t", "\r\n\t ", future)},
+		"content with NUL":            {"POST", "/api/v1/posts", body("t", "a\u0000b", future)},
+		"content with ESC":            {"POST", "/api/v1/posts", body("t", "a\u001b[2Jb", future)},
+		"scheduledAt not a date-time": {"POST", "/api/v1/posts", body("t", "c", "tomorrow")},
+		"scheduledAt without a zone":  {"POST", "/api/v1/posts", body("t", "c", "2030-01-02T15:04:05")},
+		"title a number":              {"POST", "/api/v1/posts", `{"title":1,"content":"c","scheduledAt":"` + future + `"}`},
+		"title null":                  {"POST", "/api/v1/posts", `{"title":null,"content":"c","scheduledAt":"` + future + `"}`},
+		"no scheduledAt":              {"POST", "/api/v1/posts", `{"title":"t","content":"c"}`},
+		"unknown field":               {"POST", "/api/v1/posts", `{"title":"t","content":"c","scheduledAt":"` + future + `","owner":"x"}`},
+		"PATCH with no field":         {"PATCH", patch, `{}`},
+		"PATCH a blank title":         {"PATCH", patch, `{"title":"  "}`},
+		"PATCH content of 20001":      {"PATCH", patch, `{"content":"` + strings.Repeat("x", reservation.MaxContentLength+1) + `"}`},
+		"PATCH an unknown field":      {"PATCH", patch, `{"status":"PUBLISHED"}`},
+		"post id 0":                   {"GET", "/api/v1/posts/0", ""},
+	}
+	for name, r := range refused {
+		code, answer, verdict := send(r.method, r.target, r.body)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %s", name, answer)
+		require.Error(t, verdict, "%s: the server answers 400 %s, the document's schema accepts it", name, answer)
+		if r.body != "" {
+			ajvCases = append(ajvCases, ajvCase{name, map[string]string{"POST": "PostCreate", "PATCH": "PostPatch"}[r.method], json.RawMessage(r.body), false})
+		}
+	}
+	var after int64
+	require.NoError(t, db.Model(&reservation.Post{}).Count(&after).Error)
+	require.Equal(t, before, after, "a refused request writes nothing")
+
+	// ajv reads the patterns as ECMAScript regular expressions, kin-openapi
+	// as Go's: both must reach the server's verdicts.
+	t.Run("ajv", func(t *testing.T) {
+		dir := t.TempDir()
+		docFile, casesFile := filepath.Join(dir, "openapi.json"), filepath.Join(dir, "cases.json")
+		require.NoError(t, os.WriteFile(docFile, openapi.Document(), 0o600))
+		raw, err := json.Marshal(ajvCases)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(casesFile, raw, 0o600))
+		res := nodetest.Run(t, time.Minute, nil, "thirdparty/ajv-requests.js", docFile, casesFile)
+		require.Equal(t, 0, res.ExitCode, res.Stderr)
+		var verdicts []bool
+		require.NoError(t, json.Unmarshal([]byte(res.Stdout), &verdicts), res.Stdout)
+		require.Len(t, verdicts, len(ajvCases))
+		for i, c := range ajvCases {
+			require.Equal(t, c.Accept, verdicts[i], "ajv on %s (%s): the server's verdict is accept=%v", c.Name, c.Schema, c.Accept)
+		}
+	})
 }

@@ -64,18 +64,20 @@ func (f *outboxFixture) status(t *testing.T, id int64) outbox.Status {
 
 func outboxID(m outbox.Message) string { return strconv.FormatInt(m.ID, 10) }
 
-func outboxEachDialect(t *testing.T, fn func(t *testing.T, f *outboxFixture)) {
+// eachDialect runs fn in a parallel subtest per dialect, on the fixture
+// setup builds in a fresh, migrated database of that dialect.
+func eachDialect[F any](t *testing.T, setup func(*testing.T, database.Dialect) F, fn func(*testing.T, F)) {
 	for _, d := range databasetest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
-			fn(t, outboxSetup(t, d))
+			fn(t, setup(t, d))
 		})
 	}
 }
 
 func TestOutboxStats(t *testing.T) {
 	t.Parallel()
-	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+	eachDialect(t, outboxSetup, func(t *testing.T, f *outboxFixture) {
 		out, errOut, code := runCLI(t, "outbox", "stats", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		require.Regexp(t, `(?m)^STATUS\s+ROWS\s*$`, out)
@@ -103,7 +105,7 @@ func TestOutboxStats(t *testing.T) {
 
 func TestOutboxList(t *testing.T) {
 	t.Parallel()
-	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+	eachDialect(t, outboxSetup, func(t *testing.T, f *outboxFixture) {
 		out, errOut, code := runCLI(t, "outbox", "list", "--status", "FAIL", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -137,7 +139,7 @@ func TestOutboxList(t *testing.T) {
 
 func TestOutboxRequeue(t *testing.T) {
 	t.Parallel()
-	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+	eachDialect(t, outboxSetup, func(t *testing.T, f *outboxFixture) {
 		out, errOut, code := runCLI(t, "outbox", "requeue", outboxID(f.failed), outboxID(f.sent), "999999",
 			"--database-url", f.url)
 		require.Equal(t, 1, code, "a refused id makes the exit status 1")
@@ -172,7 +174,7 @@ func TestOutboxRequeue(t *testing.T) {
 
 func TestOutboxDiscard(t *testing.T) {
 	t.Parallel()
-	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+	eachDialect(t, outboxSetup, func(t *testing.T, f *outboxFixture) {
 		out, errOut, code := runCLI(t, "outbox", "discard", outboxID(f.failed), "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		require.Regexp(t, `(?m)^`+outboxID(f.failed)+`\s+discarded \(now FAIL\)$`, out)
@@ -200,7 +202,7 @@ func TestOutboxDiscard(t *testing.T) {
 
 func TestOutboxPurge(t *testing.T) {
 	t.Parallel()
-	outboxEachDialect(t, func(t *testing.T, f *outboxFixture) {
+	eachDialect(t, outboxSetup, func(t *testing.T, f *outboxFixture) {
 		out, errOut, code := runCLI(t, "outbox", "purge", "--older-than", "168h", "--batch-size", "1", "--pause", "0s",
 			"--database-url", f.url)
 		require.Equal(t, 0, code, errOut)

@@ -51,18 +51,9 @@ func (f *publicationsFixture) status(t *testing.T, id int64) worker.PublicationS
 	return databasetest.Load[worker.Publication](t, f.db.DB, id).Status
 }
 
-func publicationsEachDialect(t *testing.T, fn func(t *testing.T, f *publicationsFixture)) {
-	for _, d := range databasetest.Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			t.Parallel()
-			fn(t, publicationsSetup(t, d))
-		})
-	}
-}
-
 func TestPublicationsList(t *testing.T) {
 	t.Parallel()
-	publicationsEachDialect(t, func(t *testing.T, f *publicationsFixture) {
+	eachDialect(t, publicationsSetup, func(t *testing.T, f *publicationsFixture) {
 		out, errOut, code := runCLI(t, "publications", "list", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -100,7 +91,7 @@ func TestPublicationsList(t *testing.T) {
 
 func TestPublicationsRetry(t *testing.T) {
 	t.Parallel()
-	publicationsEachDialect(t, func(t *testing.T, f *publicationsFixture) {
+	eachDialect(t, publicationsSetup, func(t *testing.T, f *publicationsFixture) {
 		id := func(n int64) string { return strconv.FormatInt(n, 10) }
 		out, errOut, code := runCLI(t, "publications", "retry", id(f.refused), id(f.cancelled), id(f.pending), "999999",
 			"--database-url", f.url)

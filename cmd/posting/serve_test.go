@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
@@ -191,13 +195,7 @@ func readExactly(t *testing.T, addr, topic string, n int) []kafkatest.Record {
 
 func adminGet(t *testing.T, addr, token string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/admin/outbox/stats", nil)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	resp := sendRequest(t, http.MethodGet, "http://"+addr+"/admin/outbox/stats", token, "")
 	resp.Body.Close()
 	return resp.StatusCode
 }
@@ -210,4 +208,299 @@ func scrape(t *testing.T, addr string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// readyEnv is a MariaDB database behind a proxy the test can cut, and a
+// broker it can stop.
+func readyEnv(t *testing.T) (*databasetest.Proxy, *kafkatest.Broker, string) {
+	t.Helper()
+	dbURL, proxy := databasetest.Proxied(t, databasetest.MySQLURL(t, "ready"))
+	return proxy, kafkatest.Start(t), dbURL
+}
+
+// waitUnready polls GET /readyz until it answers 503 and returns the body.
+var waitUnready = postingtest.WaitUnready
+
+// serve's /readyz answers 503 naming the check that fails, from the real
+// checks: a stopped broker is "kafka", an unreachable database "database".
+func TestServeReadyzNamesTheFailingCheck(t *testing.T) {
+	t.Parallel()
+	proxy, b, dbURL := readyEnv(t)
+	httpAddr := freeAddr(t)
+	startBinary(t, httpAddr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
+		"POSTING_HTTP_ADDR=" + httpAddr, "POSTING_DATA_DIR=" + t.TempDir()}, "serve")
+
+	b.Stop()
+	body := waitUnready(t, httpAddr)
+	require.Contains(t, body, `"detail":"not ready: check kafka failed"`)
+	b.Restart(t)
+	require.Eventually(t, func() bool { code, _ := httpGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 100*time.Millisecond, "ready again once the broker is back")
+
+	proxy.Cut()
+	body = waitUnready(t, httpAddr)
+	require.Contains(t, body, `"detail":"not ready: check database failed"`)
+}
+
+// posting worker serves its own /healthz, /readyz and /metrics; its /readyz
+// answers 503 naming the check that fails.
+func TestWorkerHTTPEndpoints(t *testing.T) {
+	t.Parallel()
+	proxy, b, dbURL := readyEnv(t)
+	addr := freeAddr(t)
+	p := startBinary(t, addr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
+		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_INSTANCE_ID=worker-http",
+		"POSTING_WORKER_CONCURRENCY=3"}, "worker")
+	require.Contains(t, p.Out.String(), "concurrency=3")
+
+	code, body := httpGet(addr, "/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+	code, body = httpGet(addr, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ready\n", body)
+	code, body = httpGet(addr, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `posting_worker_publications_total{instance_id="worker-http",outcome="published"} 0`)
+	require.Contains(t, body, "go_goroutines")
+
+	b.Stop()
+	require.Equal(t, "not ready: check kafka failed\n", waitUnready(t, addr))
+	b.Restart(t)
+	require.Eventually(t, func() bool { code, _ := httpGet(addr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 100*time.Millisecond, "ready again once the broker is back")
+
+	proxy.Cut()
+	require.Equal(t, "not ready: check database failed\n", waitUnready(t, addr))
+	code, _ = httpGet(addr, "/healthz")
+	require.Equal(t, http.StatusOK, code, "alive while not ready")
+}
+
+// requestsCounted is the value of posting_http_requests_total for route and
+// code in a scrape, "" when the series is absent.
+func requestsCounted(scrape, route, code string) string {
+	re := regexp.MustCompile(`(?m)^posting_http_requests_total\{code="` + code + `",instance_id="[^"]*",route="` +
+		regexp.QuoteMeta(route) + `"\} (\S+)$`)
+	if m := re.FindStringSubmatch(scrape); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// The handler serve runs counts every request under the pattern it matched
+// (whatever the answer: 201, 401, 200), and under "unmatched" only what no
+// route matches.
+func TestServeCountsRequestsByMatchedRoute(t *testing.T) {
+	t.Parallel()
+	addr := serveInProcess(t, "--auth-jwt-secret", cliSecret, "--admin-token", strings.Repeat("k", 32))
+	out, stderr, exit := runCLI(t, "token", "--sub", "alice", "--auth-jwt-secret", cliSecret)
+	require.Equal(t, 0, exit, stderr)
+	do := func(method, path, token, body string) int {
+		resp := sendRequest(t, method, "http://"+addr+path, token, body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	require.Equal(t, 201, do("POST", "/api/v1/posts", strings.TrimSpace(out), `{"title":"t","content":"c","scheduledAt":"`+at+`"}`))
+	require.Equal(t, 401, do("POST", "/api/v1/posts", "", `{}`))
+	require.Equal(t, 401, do("GET", "/admin/outbox/stats", "wrong", ""))
+	require.Equal(t, 200, do("GET", "/healthz", "", ""))
+	require.Equal(t, 404, do("GET", "/nowhere", "", ""))
+
+	m := scrape(t, addr)
+	for _, c := range []struct{ route, code string }{
+		{"POST /api/v1/posts", "201"},
+		{"POST /api/v1/posts", "401"},
+		{"GET /admin/outbox/stats", "401"},
+		{"GET /healthz", "200"},
+		{"unmatched", "404"},
+	} {
+		require.Equal(t, "1", requestsCounted(m, c.route, c.code), "%s %s in:\n%s", c.route, c.code, m)
+	}
+	require.Regexp(t, `(?m)^posting_admin_auth_failures_total\{instance_id="[^"]*",outcome="invalid"\} 1$`, m)
+	require.Empty(t, requestsCounted(m, "unmatched", "201"))
+	require.Empty(t, requestsCounted(m, "unmatched", "401"))
+}
+
+// With the default 5 s relay interval, a post created over HTTP is on the
+// topic well before the next poll: the API's commit wakes the local relay
+// (serve wires the relay's Wake into the writers' db). Embedded SQLite and
+// MariaDB, where nothing else would wake it.
+func TestServeCommitWakesRelay(t *testing.T) {
+	t.Parallel()
+	for name, url := range map[string]string{"sqlite": "", "mysql": databasetest.MySQLURL(t, "wake")} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			kafkaAddr := freeAddr(t)
+			p := postingtest.StartFreshServe(t,
+				"POSTING_EMBEDDED_KAFKA_ADDR="+kafkaAddr,
+				"POSTING_DATABASE_URL="+url,
+				"POSTING_INSTANCE_ID=wake-test",
+			)
+			for i := 1; i <= 3; i++ {
+				post := createPost(t, p.HTTP, time.Now().Add(time.Hour))
+				// Each create follows the send of the one before, so the
+				// relay's next poll by the clock is up to 5 s off.
+				records := kafkatest.ReadTopic(t, kafkaAddr, "posting-events", i, 2*time.Second)
+				require.Len(t, records, i, "post %v not on the topic within 2 s", post["id"])
+				require.Equal(t, []string{"POSTING_EVENT"}, eventsOf(records, post["id"]))
+			}
+			p.Terminate(t)
+		})
+	}
+}
+
+// With POSTING_LOG_FORMAT=json every line serve writes is a JSON object with
+// instance_id; with a non-default POSTING_KAFKA_TOPIC the events go to that
+// topic and the default one is never made; with POSTING_ADMIN_TOKEN the
+// admin endpoints are announced once.
+func TestServeJSONLogsCustomTopicAndAdminLine(t *testing.T) {
+	t.Parallel()
+	kafkaAddr := freeAddr(t)
+	p := postingtest.StartFreshServe(t,
+		"POSTING_EMBEDDED_KAFKA_ADDR="+kafkaAddr,
+		"POSTING_SCHEDULER_SPEC=@every 1s",
+		"POSTING_RESERVATION_LEAD=10m",
+		"POSTING_RELAY_INTERVAL=100ms",
+		"POSTING_INSTANCE_ID=json-test",
+		"POSTING_LOG_FORMAT=json",
+		"POSTING_KAFKA_TOPIC=custom-events",
+		"POSTING_ADMIN_TOKEN=s3cret-admin-token-of-32-bytes-ok",
+	)
+	post := createPost(t, p.HTTP, time.Now().Add(2*time.Minute))
+	require.Eventually(t, func() bool { return getPost(t, p.HTTP, post["id"])["status"] == "WORKING" },
+		30*time.Second, 100*time.Millisecond)
+	records := readExactly(t, kafkaAddr, "custom-events", 2)
+	require.Equal(t, []string{"POSTING_EVENT", "POSTING_RESERVATION_EVENT"}, eventsOf(records, post["id"]))
+
+	probe, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: []string{kafkaAddr}, Topic: "posting-events"}, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, probe.CheckTopic(context.Background()), kafka.ErrProducerTopicMissing, "nothing went to the default topic")
+	require.NoError(t, probe.Close())
+	p.Terminate(t)
+
+	lines := strings.Split(strings.TrimSpace(p.Out.String()), "\n")
+	require.Greater(t, len(lines), 5)
+	adminOn := 0
+	for _, line := range lines {
+		var entry map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), "a JSON line: %s", line)
+		require.Equal(t, "json-test", entry["instance_id"], line)
+		require.NotEmpty(t, entry["msg"], line)
+		if entry["msg"] == "admin endpoints on" {
+			adminOn++
+		}
+	}
+	require.Equal(t, 1, adminOn, "admin endpoints on is logged once")
+}
+
+// Against a cluster without the topic serve stops at start, naming it.
+func TestServeStopsOnMissingTopic(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t, kafkatest.WithTopic("something-else", 1))
+	out, code := runBinary(t, []string{"POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir(),
+		"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_KAFKA_TOPIC=posting-events"}, "serve")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, `kafka topic does not exist: "posting-events"`)
+	require.Contains(t, out, "POSTING_KAFKA_TOPIC=posting-events")
+	require.NotContains(t, out, "http api listening")
+}
+
+// GET /asyncapi.json serves the AsyncAPI document, with the broker and
+// topic the service runs with, and without the transport it does not use.
+func TestServeServesAsyncAPI(t *testing.T) {
+	t.Parallel()
+	broker := freeAddr(t)
+	p := postingtest.StartFreshServe(t, "POSTING_EMBEDDED_KAFKA_ADDR="+broker, "POSTING_KAFKA_TOPIC=custom-events")
+	code, body := httpGet(p.HTTP, "/asyncapi.json")
+	require.Equal(t, http.StatusOK, code, body)
+	var doc struct {
+		AsyncAPI string `json:"asyncapi"`
+		Servers  map[string]struct {
+			Host string `json:"host"`
+		} `json:"servers"`
+		Channels map[string]struct {
+			Address string `json:"address"`
+		} `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &doc))
+	require.Equal(t, "3.0.0", doc.AsyncAPI)
+	require.Equal(t, "custom-events", doc.Channels[event.AsyncAPIChannelKafka].Address)
+	require.NotContains(t, doc.Channels, event.AsyncAPIChannelRabbitMQ, "serve sends to Kafka only")
+	require.Equal(t, broker, doc.Servers[event.AsyncAPIServerKafka].Host)
+	require.NotContains(t, doc.Servers, event.AsyncAPIServerRabbitMQ)
+	resp, err := http.Get("http://" + p.HTTP + "/asyncapi.json")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	p.Terminate(t)
+}
+
+// The embedded broker's log belongs to the database it was written for:
+// serve on the same data dir with another POSTING_DATABASE_URL stops with
+// exit status 2, saying whose log it is and how to go on; the first database
+// still starts.
+func TestServeRefusesBrokerLogOfAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	env := []string{"POSTING_DATA_DIR=" + dataDir, "POSTING_HTTP_ADDR=" + freeAddr(t),
+		"POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}
+	startServe(t, env...).Terminate(t)
+
+	other := filepath.Join(t.TempDir(), "other.db")
+	out, code := runBinary(t, append(env, "POSTING_DATABASE_URL=sqlite://"+other), "serve")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "belongs to database sqlite://<data dir>/posting.db, not sqlite://"+other)
+	require.Contains(t, out, "Use another POSTING_DATA_DIR")
+	require.Contains(t, out, "delete "+filepath.Join(dataDir, "kafka"))
+	require.NotContains(t, out, "http api listening")
+
+	startServe(t, env...).Terminate(t)
+}
+
+// The name recorded for the broker's log holds no credentials, does not
+// depend on how the data dir is spelled, and gives MySQL its default port.
+func TestBrokerDatabaseName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := &settings{DataDir: dir}
+	for _, c := range []struct {
+		db   database.DB
+		want string
+	}{
+		{database.DB{Dialect: database.SQLite, Location: "sqlite://" + filepath.Join(dir, "posting.db")}, "sqlite://<data dir>/posting.db"},
+		{database.DB{Dialect: database.SQLite, Location: "sqlite://" + filepath.Join(dir, "..", filepath.Base(dir), "x", "p.db")}, "sqlite://<data dir>/x/p.db"},
+		{database.DB{Dialect: database.SQLite, Location: "sqlite:///elsewhere/p.db"}, "sqlite:///elsewhere/p.db"},
+		{database.DB{Dialect: database.MySQL, Location: "mysql://db1/posting"}, "mysql://db1:3306/posting"},
+		{database.DB{Dialect: database.MySQL, Location: "mysql://db1:3307/posting"}, "mysql://db1:3307/posting"},
+	} {
+		require.Equal(t, c.want, brokerDatabase(s, &c.db), c.db.Location)
+	}
+}
+
+// With POSTING_MIGRATE=false on a fresh database serve and worker stop at
+// once, naming the missing tables and the setting, and create none; on a
+// migrated database serve starts.
+func TestMigrateFalse(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	env := []string{"POSTING_MIGRATE=false", "POSTING_DATA_DIR=" + dataDir, "POSTING_HTTP_ADDR=" + freeAddr(t),
+		"POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t), "POSTING_WORKER_HTTP_ADDR="}
+	for _, cmd := range []string{"serve", "worker"} {
+		out, code := runBinary(t, env, cmd)
+		require.Equal(t, 1, code, "%s: %s", cmd, out)
+		require.Regexp(t, `has no table posts, .*POSTING_MIGRATE=false: run `+"`posting migrate`", out, cmd)
+	}
+	db, err := database.Open("", dataDir)
+	require.NoError(t, err)
+	for _, table := range []string{"posts", "outbox", "inbox", "publications", "goose_db_version"} {
+		require.False(t, db.Migrator().HasTable(table), "serve and worker created %s", table)
+	}
+	require.NoError(t, db.Close())
+
+	out, code := runBinary(t, nil, "migrate", "--data-dir", dataDir)
+	require.Equal(t, 0, code, out)
+	p := startServe(t, env...)
+	p.Terminate(t)
+	require.Contains(t, p.Out.String(), "migrations skipped")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/nodetest"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
@@ -28,8 +29,7 @@ func thirdPartyServe(t *testing.T, env ...string) (p *proc, broker string) {
 	t.Helper()
 	nodetest.Require(t)
 	broker = freeAddr(t)
-	return startServe(t, append([]string{"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_DATA_DIR=" + t.TempDir(),
-		"POSTING_EMBEDDED_KAFKA_ADDR=" + broker}, env...)...), broker
+	return postingtest.StartFreshServe(t, append([]string{"POSTING_EMBEDDED_KAFKA_ADDR=" + broker}, env...)...), broker
 }
 
 // thirdPartyRequest sends a JSON request to serve and requires want.
@@ -130,9 +130,7 @@ func TestKafkaJSReadsServeDefaults(t *testing.T) {
 // with, and @asyncapi/parser finds no error in it.
 func TestAmqplibReadsServeExchange(t *testing.T) {
 	t.Parallel()
-	url := rabbitmqtest.URL(t)
-	exchange := rabbitmqtest.Name("posting-events")
-	queue := rabbitmqtest.BoundQueue(t, url, exchange)
+	url, exchange, queue := rabbitmqtest.BoundExchange(t)
 	p, _ := thirdPartyServe(t, "POSTING_RABBITMQ_URL="+url, "POSTING_RABBITMQ_EXCHANGE="+exchange,
 		"POSTING_SCHEDULER_SPEC=@every 1s")
 	docURL := "http://" + p.HTTP + "/asyncapi.json"

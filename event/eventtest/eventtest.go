@@ -39,6 +39,30 @@ func Append(t testing.TB, db *gorm.DB, postID int64, at time.Time) outbox.Messag
 	return *m
 }
 
+// Traceparent is the W3C trace context Batch gives its first row.
+const Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// Batch returns the two events of post 42 that happened at at, as rows 1
+// and 2 a relay would claim: its CREATED POSTING_EVENT, with Traceparent,
+// and its POSTING_RESERVATION_EVENT, without one.
+func Batch(t testing.TB, at time.Time) []outbox.Message {
+	t.Helper()
+	var msgs []outbox.Message
+	for i, typ := range []event.Type{event.PostingEvent, event.ReservationEvent} {
+		fields := map[string]any{"action": "CREATED", "status": "RESERVED", "scheduledAt": at}
+		if typ == event.ReservationEvent {
+			fields = map[string]any{"scheduledAt": at}
+		}
+		m, err := outbox.NewMessage(Outbox(t, typ, 42, at, fields))
+		require.NoError(t, err)
+		m.ID = int64(i + 1)
+		msgs = append(msgs, *m)
+	}
+	tp := Traceparent
+	msgs[0].Traceparent = &tp
+	return msgs
+}
+
 // complete returns fields as a JSON object with the contract's required
 // fields of typ added where missing.
 func complete(t testing.TB, typ event.Type, at time.Time, fields any) map[string]any {

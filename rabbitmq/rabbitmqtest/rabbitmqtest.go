@@ -100,6 +100,16 @@ func BoundQueue(t testing.TB, url, exchange string) string {
 	return queue
 }
 
+// BoundExchange is where a test sends and reads back: the broker's URL, a
+// fresh exchange name (prefix "posting-events") and a queue bound to it
+// (BoundQueue).
+func BoundExchange(t testing.TB) (url, exchange, queue string) {
+	t.Helper()
+	url = URL(t)
+	exchange = Name("posting-events")
+	return url, exchange, BoundQueue(t, url, exchange)
+}
+
 // Read consumes queue until n messages came or timeout passed, and returns
 // them in queue order (acknowledged). It fails t if any message breaks the
 // AsyncAPI contract (event/asyncapi.json: routing key, headers, value), as

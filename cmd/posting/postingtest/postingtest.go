@@ -30,12 +30,18 @@ import (
 // environment) unless the environment sets its own: dozens of them run at
 // once against the one shared PostgreSQL server, whose max_connections
 // (100) the production default of 40 a process would exhaust. A test's own
-// POSTING_DATABASE_MAX_CONNS in the child's environment still wins. Call
-// it from TestMain.
+// POSTING_DATABASE_MAX_CONNS in the child's environment still wins. Main
+// calls it.
 func BoundPool() {
 	if os.Getenv("POSTING_DATABASE_MAX_CONNS") == "" {
 		_ = os.Setenv("POSTING_DATABASE_MAX_CONNS", "8")
 	}
+}
+
+// Main is a TestMain that bounds the pool (BoundPool), then runs the tests.
+func Main(m *testing.M) {
+	BoundPool()
+	os.Exit(m.Run())
 }
 
 // Binary builds cmd/posting once per test binary run and returns its path.
@@ -127,6 +133,22 @@ func StartServe(t testing.TB, env ...string) *Proc {
 		}
 	}
 	return StartBinary(t, addr, env, "serve")
+}
+
+// StartFreshServe starts `posting serve` on a free HTTP address with a data
+// dir of its own, then env, and waits until it is ready.
+func StartFreshServe(t testing.TB, env ...string) *Proc {
+	t.Helper()
+	return StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + FreeAddr(t), "POSTING_DATA_DIR=" + t.TempDir()}, env...)...)
+}
+
+// StartFreshWorker starts `posting worker` with its HTTP endpoints on a free
+// address and a data dir of its own, then env, and waits until its /readyz
+// answers 200.
+func StartFreshWorker(t testing.TB, env ...string) *Proc {
+	t.Helper()
+	addr := FreeAddr(t)
+	return StartBinary(t, addr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir()}, env...), "worker")
 }
 
 // RunBinary runs the built binary to its end and returns its combined

@@ -1,7 +1,9 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +15,9 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/relay/relaytest"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/worker"
 )
@@ -116,4 +121,93 @@ func endToEnd(t *testing.T, dbURL string) {
 		t.Logf("publication lag of %d %s: median %s, p95 %s, max %s", len(l), name, l[len(l)/2].Round(time.Millisecond),
 			l[len(l)*95/100].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
 	}
+}
+
+// End to end on PostgreSQL + RabbitMQ: two serve instances and a worker;
+// one serve is killed with SIGKILL after taking its share of the posts.
+// Every post ends PUBLISHED, published once (one webhook call), none early.
+func TestEndToEndOnPostgresAndRabbitMQ(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	dbURL := databasetest.URL(t, database.PostgreSQL, "e2erabbit")
+	exchange, group := rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+	rabbitmqtest.DeleteAfter(t, url, exchange, group, group+".dead")
+
+	srv, hookCalls := countingWebhook(t)
+
+	env := []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_RABBITMQ_URL=" + url, "POSTING_RABBITMQ_EXCHANGE=" + exchange,
+		"POSTING_WORKER_GROUP=" + group, "POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s",
+		"POSTING_RELAY_INTERVAL=100ms"}
+	var serves []*postingtest.Proc
+	for i := range 2 {
+		serves = append(serves, postingtest.StartFreshServe(t, append([]string{fmt.Sprintf("POSTING_INSTANCE_ID=e2e-serve-%d", i)}, env...)...))
+	}
+	worker := postingtest.StartFreshWorker(t, append([]string{"POSTING_INSTANCE_ID=e2e-worker", "POSTING_PUBLISH_WEBHOOK_URL=" + srv.URL}, env...)...)
+
+	const posts = 60
+	start := time.Now().Truncate(time.Second)
+	due := map[int64]time.Time{}
+	for i := range posts {
+		at := start.Add(6*time.Second + time.Duration(i)*20*time.Second/posts).Truncate(time.Second)
+		p := postingtest.CreatePost(t, serves[i%2].HTTP, at)
+		due[int64(p["id"].(float64))] = at
+	}
+	// Kill one serve while its scheduler and relay are busy.
+	time.Sleep(time.Until(start.Add(8 * time.Second)))
+	require.NoError(t, serves[0].Cmd.Process.Kill())
+	<-serves[0].Done
+
+	// A claim held by the killed relay waits out the stale limit (2 min).
+	db := waitPublished(t, dbURL, posts, 4*time.Minute)
+
+	var all []reservation.Post
+	require.NoError(t, db.DB.Find(&all).Error)
+	require.Len(t, all, posts)
+	hook := hookCalls()
+	for _, p := range all {
+		require.Equal(t, 1, hook[p.ID], "post %d: webhook calls", p.ID)
+		require.NotNil(t, p.PublishedAt)
+		require.False(t, p.PublishedAt.Before(due[p.ID]), "post %d published early", p.ID)
+	}
+	code, body := postingtest.HTTPGet(worker.HTTP, "/readyz")
+	require.Equal(t, http.StatusOK, code, body)
+}
+
+// Started in the README's order on a fresh broker, serve before any worker
+// ever ran: serve declares and binds the worker group's queue itself, so
+// the events it sends meanwhile wait there instead of coming back
+// unroutable and ending FAIL. The worker, started once serve has sent
+// everything, publishes every post.
+func TestServeBeforeTheFirstWorkerOnAFreshBrokerLosesNothing(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.FreshVhost(t)
+	dbURL := databasetest.URL(t, database.PostgreSQL, "startorder")
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(hook.Close)
+	env := []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_RABBITMQ_URL=" + url,
+		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_RELAY_INTERVAL=100ms",
+		"POSTING_RELAY_MAX_RETRIES=1"}
+	addr := postingtest.StartFreshServe(t, env...).HTTP
+
+	const posts = 5
+	for range posts {
+		postingtest.CreatePost(t, addr, time.Now().Add(5*time.Second))
+	}
+	db, err := database.Open(dbURL, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	// Every event (CREATED and the reservation of each post) has had its
+	// outcome before any worker runs: sent, or (unroutable) failed for good.
+	require.Eventually(t, func() bool {
+		c := relaytest.CountByStatus(t, db.DB)
+		return c[outbox.StatusSent]+c[outbox.StatusFail] == 2*posts
+	}, time.Minute, 100*time.Millisecond)
+	require.Zero(t, relaytest.CountByStatus(t, db.DB)[outbox.StatusFail], "events sent before the first worker ended FAIL")
+
+	postingtest.StartFreshWorker(t, append([]string{"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, env...)...)
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
+		return n == posts
+	}, time.Minute, 100*time.Millisecond, "not every post was published")
 }
