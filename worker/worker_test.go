@@ -463,13 +463,7 @@ func TestWorkerThroughKafkaDatabaseDownDuringABatchLosesNothing(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := kafkatest.Start(t)
 		pub := &recorder{}
-		var posts []*reservation.Post
-		var recs []kafkatest.Record
-		for range 20 {
-			p := insertWorking(t, db.DB, time.Now().Add(5*time.Second))
-			posts = append(posts, p)
-			recs = append(recs, reservationRecord(t, p))
-		}
+		posts, recs := reservedPosts(t, db.DB, 20, time.Now().Add(5*time.Second))
 		cancelled := posts[7]
 		recs = append(recs, cancelRecord(t, cancelled))
 		var down atomic.Bool
@@ -510,6 +504,20 @@ func TestWorkerThroughKafkaDatabaseDownDuringABatchLosesNothing(t *testing.T) {
 	})
 }
 
+// reservedPosts inserts n WORKING posts due at at and returns them with
+// their reservation records, in the same order.
+func reservedPosts(t *testing.T, db *gorm.DB, n int, at time.Time) ([]*reservation.Post, []kafkatest.Record) {
+	t.Helper()
+	var posts []*reservation.Post
+	var recs []kafkatest.Record
+	for range n {
+		p := insertWorking(t, db, at)
+		posts = append(posts, p)
+		recs = append(recs, reservationRecord(t, p))
+	}
+	return posts, recs
+}
+
 // A real rebalance: events consumed by one worker, a second worker joins
 // the group (the partitions are split), then the first leaves (the second
 // takes them all), all before the posts are due. Every post is published
@@ -519,13 +527,7 @@ func TestWorkerPublicationsFollowPartitionsAcrossRebalances(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := kafkatest.Start(t)
 		pub := &recorder{}
-		var posts []*reservation.Post
-		var recs []kafkatest.Record
-		for range 24 {
-			p := insertWorking(t, db.DB, time.Now().Add(20*time.Second))
-			posts = append(posts, p)
-			recs = append(recs, reservationRecord(t, p))
-		}
+		posts, recs := reservedPosts(t, db.DB, 24, time.Now().Add(20*time.Second))
 		b.Produce(t, recs...)
 		start := time.Now()
 		c1, w1 := startWorker(t, b, db.DB, pub, nil)
