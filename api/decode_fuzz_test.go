@@ -25,6 +25,8 @@ func FuzzDecodePost(f *testing.F) {
 		`{"title":null}`,
 		`{"title":5} {}`,
 		`[]`,
+		`null`,
+		` "x" `,
 		``,
 	} {
 		f.Add([]byte(seed))

@@ -433,6 +433,11 @@ func decodePost(body []byte) (postRequest, error) {
 		return req, &requestError{status: http.StatusBadRequest, detail: "request body is empty; want a JSON object"}
 	}
 	dec := jsontext.NewDecoder(bytes.NewReader(body), decodeOptions)
+	// null would decode into the struct as nothing at all; anything but an
+	// object is refused here (invalid JSON is left to the decoder's message).
+	if k := dec.PeekKind(); k != '{' && k != 0 {
+		return req, &requestError{status: http.StatusBadRequest, detail: "request body is not a JSON object"}
+	}
 	if err := jsonv2.UnmarshalDecode(dec, &req, decodeOptions); err != nil {
 		return postRequest{}, jsonError(err)
 	}
