@@ -36,9 +36,11 @@ type Config struct {
 	// its next request. Default 120s; MinTimeout..MaxTimeout.
 	IdleTimeout time.Duration
 	// MaxConns is the number of connections served at once. A new
-	// connection beyond it closes the longest idle keep-alive connection to
-	// take its place; with none idle it waits until one closes or goes
-	// idle. Default 1000; 1..MaxMaxConns.
+	// connection beyond it closes the one that has waited longest without a
+	// request in progress (an idle keep-alive connection, or one that has
+	// not finished its first request's headers) to take its place; with
+	// none such it waits until one closes or goes idle. Default 1000;
+	// 1..MaxMaxConns.
 	MaxConns int
 }
 
@@ -106,10 +108,12 @@ func New(ln net.Listener, h http.Handler, cfg Config) (*Server, error) {
 func (s *Server) Serve() error { return s.Server.Serve(s.ln) }
 
 // limitListener serves at most cap(sem) connections at once. Unlike
-// netutil.LimitListener it does not let idle keep-alive connections keep
-// new clients out for the whole idle timeout: a connection accepted beyond
-// the limit closes the longest idle one (net/http reports the states
-// through ConnState), as the idle timeout would have.
+// netutil.LimitListener it does not let connections without a request in
+// progress keep new clients out for the whole idle or read header timeout:
+// a connection accepted beyond the limit closes the one that has waited
+// longest for a request (idle keep-alive, or not yet past its first
+// request's headers: a Slowloris client; net/http reports the states
+// through ConnState), as those timeouts would have.
 type limitListener struct {
 	net.Listener
 	sem       chan struct{}
@@ -117,7 +121,7 @@ type limitListener struct {
 	closeOnce sync.Once
 
 	mu      sync.Mutex
-	idle    map[*limitConn]time.Time // since when each idle connection is idle
+	idle    map[*limitConn]time.Time // since when each connection without a request in progress waits
 	waiting bool                     // Accept holds a connection without a slot
 	wake    chan struct{}            // a connection went idle while waiting
 }
@@ -186,7 +190,11 @@ func (l *limitListener) connState(c net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if state != http.StateIdle {
+	// net/http reads a first request's headers in StateNew and a later
+	// one's in StateIdle, and reports StateActive only once they are all
+	// in: a connection silent or trickling its headers is as idle as a
+	// kept-alive one, and gives way the same.
+	if state != http.StateIdle && state != http.StateNew {
 		delete(l.idle, lc)
 		return
 	}
