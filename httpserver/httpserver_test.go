@@ -175,3 +175,26 @@ func TestConnectionsWithoutARequestGiveWayAtMaxConns(t *testing.T) {
 		require.Error(t, err, "the connection without a request was closed")
 	}
 }
+
+// A connection that has just arrived is not closed for the next one while
+// its request is on its way: with every slot taken, new connections wait
+// for NewConnGrace before one of them gives way, so the first one's request
+// is read and answered.
+func TestANewConnectionHasTimeToSendItsRequest(t *testing.T) {
+	t.Parallel()
+	cfg := httpserver.DefaultConfig()
+	cfg.MaxConns = 1
+	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, "ok")
+	}))
+	first, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer first.Close()
+	r := bufio.NewReader(first)
+	second, err := net.Dial("tcp", addr) // waits for the only slot
+	require.NoError(t, err)
+	defer second.Close()
+	resp, err := get(first, r, "/")
+	require.NoError(t, err, "the first connection was closed for the second before its request was read")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
