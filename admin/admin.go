@@ -241,10 +241,8 @@ func (s *server) audit(r *http.Request, action string, ids []int64, attrs ...slo
 // wrong state.
 func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 	fn func(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []outbox.RowResult) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
-		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+	id, ok := pathID(w, r)
+	if !ok {
 		return
 	}
 	now, ok := s.now(w, r)
@@ -345,10 +343,8 @@ func (s *server) publications(w http.ResponseWriter, r *http.Request) {
 // the worker and answers it, 404 for an unknown post id and 409 when it is
 // not FAILED, its post is not WORKING, or it changed meanwhile.
 func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
-		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+	id, ok := pathID(w, r)
+	if !ok {
 		return
 	}
 	res := worker.RetryPublications(r.Context(), s.cfg.DB, []int64{id})[0]
@@ -364,6 +360,18 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.internal(w, r, res.Err)
 	}
+}
+
+// pathID is the row or post id of the path; a malformed one is answered
+// (400) and pathID returns false.
+func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+		return 0, false
+	}
+	return id, true
 }
 
 // now is Config.Now if set, else the database's clock; when the clock

@@ -1,8 +1,8 @@
 package api
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,12 +66,7 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, fieldError(IdempotencyKeyHeader, "must be given at most once"))
 		return
 	}
-	var req postRequest
-	if err := readJSON(w, r, &req); err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	in, err := req.createInput()
+	in, err := readInput(w, r, (*postRequest).createInput)
 	if err != nil {
 		writeError(w, r, p.log, err)
 		return
@@ -203,12 +198,7 @@ func (p *posts) update(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	var req postRequest
-	if err := readJSON(w, r, &req); err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	in, err := req.updateInput()
+	in, err := readInput(w, r, (*postRequest).updateInput)
 	if err != nil {
 		writeError(w, r, p.log, err)
 		return
@@ -219,6 +209,17 @@ func (p *posts) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
+}
+
+// readInput reads a post's JSON body and turns it into the service's
+// input with convert (createInput or updateInput).
+func readInput[T any](w http.ResponseWriter, r *http.Request, convert func(*postRequest) (T, error)) (T, error) {
+	var req postRequest
+	if err := readJSON(w, r, &req); err != nil {
+		var zero T
+		return zero, err
+	}
+	return convert(&req)
 }
 
 func (req *postRequest) createInput() (reservation.CreateInput, error) {
