@@ -1,7 +1,6 @@
 package relaytest
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -22,7 +20,7 @@ import (
 // database of the dialect, as n relay processes would.
 func OpenPools(t *testing.T, dialect database.Dialect, prefix string, n int) []*database.DB {
 	t.Helper()
-	return openPools(t, databasetest.URL(t, dialect, prefix), n)
+	return databasetest.Pools(t, databasetest.URL(t, dialect, prefix), n)
 }
 
 // OpenPooledPostgres is OpenPools on a fresh PostgreSQL database reached
@@ -31,24 +29,7 @@ func OpenPools(t *testing.T, dialect database.Dialect, prefix string, n int) []*
 func OpenPooledPostgres(t *testing.T, prefix string, n int) []*database.DB {
 	t.Helper()
 	direct := databasetest.PostgresURL(t, prefix)
-	return openPools(t, pgbouncertest.Start(t, direct, pgbouncertest.Transaction), n)
-}
-
-// openPools opens n pools on url and migrates the database with the first.
-func openPools(t *testing.T, url string, n int) []*database.DB {
-	t.Helper()
-	var pools []*database.DB
-	for i := range n {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		if i == 0 {
-			_, err := migrations.Apply(context.Background(), db, nil)
-			require.NoError(t, err)
-		}
-		pools = append(pools, db)
-	}
-	return pools
+	return databasetest.Pools(t, pgbouncertest.Start(t, direct, pgbouncertest.Transaction), n)
 }
 
 // Seed writes perPost events for each of posts post ids, interleaved the
