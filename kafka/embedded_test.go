@@ -162,11 +162,8 @@ func TestEmbeddedRejectsBadConfigAndBusyPort(t *testing.T) {
 // start-up log line offers, copied from the line as a user would.
 func TestEmbeddedWithKcat(t *testing.T) {
 	t.Parallel()
-	kcat, err := exec.LookPath("kcat")
-	if err != nil {
-		if os.Getenv("POSTING_TEST_REQUIRE_KCAT") == "1" {
-			t.Fatalf("kcat not found and POSTING_TEST_REQUIRE_KCAT=1: %v", err)
-		}
+	kcat, ok := kafkatest.Kcat(t)
+	if !ok {
 		t.Skip("kcat not installed (apt-get install kcat); set POSTING_TEST_REQUIRE_KCAT=1 to fail instead")
 	}
 	var logs logtest.Buffer

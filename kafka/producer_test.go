@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -396,11 +395,8 @@ type kcatRecord struct {
 // skipped (ran is false), unless POSTING_TEST_REQUIRE_KCAT=1 makes it fail.
 func compressionTestKcat(t *testing.T, addr, topic string) (recs []kcatRecord, ran bool) {
 	t.Helper()
-	bin, err := exec.LookPath("kcat")
-	if err != nil {
-		if os.Getenv("POSTING_TEST_REQUIRE_KCAT") == "1" {
-			t.Fatalf("kcat not found and POSTING_TEST_REQUIRE_KCAT=1: %v", err)
-		}
+	bin, ok := kafkatest.Kcat(t)
+	if !ok {
 		t.Log("kcat not on the PATH: the kcat read is skipped (apt-get install kcat)")
 		return nil, false
 	}

@@ -85,6 +85,18 @@ func workerNames(t testing.TB, url string) (exchange, queue string) {
 	return exchange, queue
 }
 
+// declaredWorkerQueue declares a worker's exchange and queue, as the worker
+// does at start, and returns them with a channel in confirm mode to publish
+// to the exchange.
+func declaredWorkerQueue(t testing.TB, url string) (exchange, queue string, ch *amqp.Channel) {
+	t.Helper()
+	exchange, queue = workerNames(t, url)
+	require.NoError(t, rabbitmq.DeclareQueue(context.Background(), url, exchange, queue, 3*time.Second))
+	ch = rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.Confirm(false))
+	return exchange, queue, ch
+}
+
 // member is one worker process: its worker and its consumer, connected
 // through a proxy that the test can cut.
 type member struct {
@@ -209,10 +221,7 @@ func TestConsumerPassesTheConsumerSuite(t *testing.T) {
 	url := rabbitmqtest.URL(t)
 	ctx := context.Background()
 	inboxtest.RunConsumerSuite(t, func(t *testing.T) *inboxtest.ConsumerBroker {
-		exchange, queue := workerNames(t, url)
-		require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
-		ch := rabbitmqtest.Channel(t, url)
-		require.NoError(t, ch.Confirm(false))
+		exchange, queue, ch := declaredWorkerQueue(t, url)
 		return &inboxtest.ConsumerBroker{
 			Topic:   queue,
 			Publish: func(t *testing.T, msgs ...inboxtest.Message) { publishConfirmed(t, ch, exchange, msgs...) },
@@ -276,10 +285,7 @@ func TestLostConnectionEndsTheRetriesOfTheEventInHand(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
 	ctx := context.Background()
-	exchange, queue := workerNames(t, url)
-	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
-	ch := rabbitmqtest.Channel(t, url)
-	require.NoError(t, ch.Confirm(false))
+	exchange, queue, ch := declaredWorkerQueue(t, url)
 	m := inboxtest.WellFormed(1, 7)
 	publishConfirmed(t, ch, exchange, m)
 
@@ -317,10 +323,7 @@ func TestStoppedConsumerHandsItsBatchOverInQueueOrder(t *testing.T) {
 	t.Parallel()
 	url := rabbitmqtest.URL(t)
 	ctx := context.Background()
-	exchange, queue := workerNames(t, url)
-	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 3*time.Second))
-	ch := rabbitmqtest.Channel(t, url)
-	require.NoError(t, ch.Confirm(false))
+	exchange, queue, ch := declaredWorkerQueue(t, url)
 	var msgs []inboxtest.Message
 	for i := range 20 {
 		msgs = append(msgs, inboxtest.WellFormed(i, int64(i%3+1)))

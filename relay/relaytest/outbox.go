@@ -1,7 +1,6 @@
 package relaytest
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,47 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
-	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 )
-
-// OpenPools opens n separate connection pools on one fresh migrated
-// database of the dialect, as n relay processes would.
-func OpenPools(t *testing.T, dialect database.Dialect, prefix string, n int) []*database.DB {
-	t.Helper()
-	return openPools(t, databasetest.URL(t, dialect, prefix), n)
-}
-
-// OpenPooledPostgres is OpenPools on a fresh PostgreSQL database reached
-// through its own PgBouncer in transaction pooling, as relays behind a
-// pooler are.
-func OpenPooledPostgres(t *testing.T, prefix string, n int) []*database.DB {
-	t.Helper()
-	direct := databasetest.PostgresURL(t, prefix)
-	return openPools(t, pgbouncertest.Start(t, direct, pgbouncertest.Transaction), n)
-}
-
-// openPools opens n pools on url and migrates the database with the first.
-func openPools(t *testing.T, url string, n int) []*database.DB {
-	t.Helper()
-	var pools []*database.DB
-	for i := range n {
-		db, err := database.Open(url, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
-		if i == 0 {
-			_, err := migrations.Apply(context.Background(), db, nil)
-			require.NoError(t, err)
-		}
-		pools = append(pools, db)
-	}
-	return pools
-}
 
 // Seed writes perPost events for each of posts post ids, interleaved the
 // way real traffic is, in batches, and returns the rows in id order.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
@@ -107,12 +108,15 @@ func fourRelaysDeliverEveryEventOnce(t *testing.T, newBroker func(*testing.T) Br
 				// them a minute.
 				posts, batch, staleAfter = 400, 25, 10*time.Minute
 			}
-			var pools []*database.DB
+			// Separate pools on one database, as separate relay processes
+			// hold; behind PgBouncer in transaction pooling for "pgbouncer".
+			var url string
 			if name == "pgbouncer" {
-				pools = relaytest.OpenPooledPostgres(t, "relay", instances)
+				url = pgbouncertest.Start(t, databasetest.PostgresURL(t, "relay"), pgbouncertest.Transaction)
 			} else {
-				pools = relaytest.OpenPools(t, dialect, "relay", instances)
+				url = databasetest.URL(t, dialect, "relay")
 			}
+			pools := databasetest.Pools(t, url, instances)
 			b := newBroker(t)
 			rows := relaytest.Seed(t, pools[0].DB, posts, perPost, time.Now().Add(-time.Second))
 
