@@ -84,9 +84,10 @@ func newBenchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure the relay, the API and commit → broker latency on the given database",
 		Long: "Measures, in one run on the database of POSTING_DATABASE_URL: the relay's events/s beside\n" +
-			"a raw set-based claim+ack and a seed-style relay; the API's creates/s beside the same two-row\n" +
-			"transaction in raw SQL; commit → broker p50/p99 at a fixed load over HTTP with default\n" +
-			"settings; and the spike lag. It writes many rows and deletes them between measurements,\n" +
+			"a raw set-based claim+ack and a seed-style relay, and with 1, 2 and 4 relays on one backlog;\n" +
+			"the API's creates/s beside the same two-row transaction in raw SQL; commit → broker p50/p99\n" +
+			"at each load of --latency-rate over HTTP with default settings; and the spike lag (through\n" +
+			"RabbitMQ too with --spike-rabbitmq-url). It writes many rows and deletes them between measurements,\n" +
 			"so it refuses a database that holds posts unless --allow-nonempty is given.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
