@@ -40,9 +40,7 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 		addr := postingtest.FreeAddr(t)
 		serves = append(serves, postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=" + id}, serveEnv...)...))
 	}
-	workerAddr := postingtest.FreeAddr(t)
-	wk := postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-worker",
-		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
+	wk := startWebhookWorker(t, "pgb-worker", hook.URL, common)
 
 	start := time.Now().Truncate(time.Second)
 	for i := range posts {
@@ -59,11 +57,7 @@ func TestTwoServesAndAWorkerThroughPgBouncerPublishEveryPostOnce(t *testing.T) {
 		postingtest.CreatePost(t, s.HTTP, start.Add(5*time.Second+time.Duration(i)*10*time.Second/posts))
 	}
 
-	db := waitPublished(t, direct, posts, 3*time.Minute)
-	var pubs []worker.Publication
-	require.NoError(t, db.DB.Find(&pubs).Error)
-	require.Len(t, pubs, posts)
-	requireOneCallPerPost(t, hookCalls(), posts)
+	requirePublishedOnce(t, direct, posts, 3*time.Minute, hookCalls)
 	for _, p := range []*postingtest.Proc{serves[1], wk} {
 		out := p.Out.String()
 		require.NotContains(t, out, "prepared statement", out)
@@ -87,25 +81,27 @@ func TestServeThroughPgBouncerWithoutDirectURLWarnsOnceAndPublishesEveryPost(t *
 	addr := postingtest.FreeAddr(t)
 	serve := postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=pgb-solo",
 		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_API_WRITE_RATE=off"}, common...)...)
-	workerAddr := postingtest.FreeAddr(t)
-	wk := postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr, "POSTING_INSTANCE_ID=pgb-solo-worker",
-		"POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
+	wk := startWebhookWorker(t, "pgb-solo-worker", hook.URL, common)
 
 	start := time.Now().Truncate(time.Second)
 	for i := range posts {
 		postingtest.CreatePost(t, serve.HTTP, start.Add(5*time.Second+time.Duration(i)*5*time.Second/posts))
 	}
-	db := waitPublished(t, direct, posts, 2*time.Minute)
-	var pubs []worker.Publication
-	require.NoError(t, db.DB.Find(&pubs).Error)
-	require.Len(t, pubs, posts)
-	requireOneCallPerPost(t, hookCalls(), posts)
+	requirePublishedOnce(t, direct, posts, 2*time.Minute, hookCalls)
 
 	out := serve.Out.String()
 	require.Equal(t, 1, strings.Count(out, "pooler in transaction mode"), out)
 	require.Contains(t, out, "POSTING_DATABASE_DIRECT_URL", out)
 	require.NotContains(t, out, "level=ERROR", out)
 	require.NotContains(t, wk.Out.String(), "level=ERROR", wk.Out.String())
+}
+
+// startWebhookWorker starts `posting worker` as instance id with env,
+// publishing to the webhook at hookURL.
+func startWebhookWorker(t *testing.T, id, hookURL string, env []string) *postingtest.Proc {
+	addr := postingtest.FreeAddr(t)
+	return postingtest.StartBinary(t, addr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=" + id,
+		"POSTING_PUBLISH_WEBHOOK_URL=" + hookURL}, env...), "worker")
 }
 
 // serve and a worker through a PgBouncer in transaction pooling whose pool
