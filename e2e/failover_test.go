@@ -367,3 +367,56 @@ func TestServeAndWorkerThroughASplitBrainAnswer201OnlyForPostsOnTheNewPrimary(t 
 	}
 	require.NotContains(t, logs.String(), "read-only transaction")
 }
+
+// posting migrate waiting for the migration lock on a primary that dies
+// (kill -9) exits with an error naming the lock instead of waiting on, and
+// run again after the standby's promotion it migrates the new primary.
+func TestMigrateWaitingForItsLockThroughAPrimaryFailover(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("makes two PostgreSQL clusters")
+	}
+	dir, p1, p2, multi := startFailoverPair(t)
+	bin, err := postingtest.Binary()
+	require.NoError(t, err)
+
+	// Another process holds the migration lock ("posting" in ASCII).
+	holder, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p1), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close() })
+	tx := holder.DB.Begin()
+	require.NoError(t, tx.Error)
+	require.NoError(t, tx.Exec("SELECT pg_advisory_xact_lock(?)", int64(0x706f7374696e67)).Error)
+
+	var out strings.Builder
+	cmd := exec.Command(bin, "migrate", "--database-url", multi)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	require.Eventually(t, func() bool {
+		var waiting int64
+		require.NoError(t, holder.DB.Raw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting).Error)
+		return waiting == 1
+	}, 30*time.Second, 50*time.Millisecond, "migrate never waited for the lock")
+
+	pgFailover(t, "kill-primary", dir)
+	pgFailover(t, "promote", dir)
+	select {
+	case err := <-exited:
+		require.Error(t, err, "migrate exited 0 without its lock: %s", out.String())
+		require.Contains(t, out.String(), "migration lock", out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("migrate still waits a minute after its server died: %s", out.String())
+	}
+
+	again, err := exec.Command(bin, "migrate", "--database-url", multi).CombinedOutput()
+	require.NoError(t, err, "%s", again)
+	db, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p2), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	var table *string
+	require.NoError(t, db.DB.Raw("SELECT to_regclass('outbox')::text").Scan(&table).Error)
+	require.NotNil(t, table, "no outbox table on the new primary")
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -155,4 +156,28 @@ func TestServeAndWorkerThroughAOneConnectionPgBouncerRestartedMidRunPublishEvery
 		require.Zero(t, r.RetryCount, "row %d spent an attempt on the pooler's restart", r.ID)
 	}
 	require.NotContains(t, serve.Out.String(), "prepared statement", serve.Out.String())
+
+	// Every statement of both processes since the restart ran on the
+	// pooler's one server session: nothing of theirs outlived its
+	// transaction there. (PgBouncer itself SETs the parameters it tracks
+	// for each client.)
+	pooled, err := database.Open(bouncer.URL, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pooled.Close() })
+	var left struct {
+		Prepared, Listening, Locks int64
+		Settings                   string
+	}
+	require.NoError(t, pooled.Raw(`SELECT
+		(SELECT count(*) FROM pg_prepared_statements) AS prepared,
+		(SELECT count(*) FROM pg_listening_channels()) AS listening,
+		(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS locks,
+		coalesce((SELECT string_agg(name || '=' || setting, ', ') FROM pg_settings WHERE source = 'session'
+			AND name NOT IN ('client_encoding', 'DateStyle', 'TimeZone', 'standard_conforming_strings', 'application_name')), '') AS settings`).
+		Scan(&left).Error)
+	require.Zero(t, left.Prepared, "prepared statements left on the server session")
+	require.Zero(t, left.Listening, "channels listened to on the server session")
+	require.Zero(t, left.Locks, "advisory locks held")
+	require.Empty(t, left.Settings, "settings SET on the server session")
 }

@@ -206,7 +206,9 @@ func benchPooled(b *testing.B, pooled, listen, own bool) {
 		commitToBroker(b, database.WithCommitWaker(relayDB.DB, r.Wake), broker)
 		return
 	}
-	commitToBroker(b, writer.DB, broker)
+	// The writer instance NOTIFYs after its commits, as serve's does
+	// (through the pooler when pooled).
+	commitToBroker(b, startNotifier(b, writer), broker)
 }
 
 // BenchmarkWritersNotify measures what wake-ups cost writers on PostgreSQL:

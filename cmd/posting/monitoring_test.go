@@ -22,6 +22,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
@@ -451,3 +452,61 @@ var selectorRe = regexp.MustCompile(`\b(?:posting_[a-z0-9_]+|up)\{[^}]*\}`)
 // groupingRe finds `by (labels) (` followed by a metric, possibly inside a
 // rate or increase: the labels and the metric.
 var groupingRe = regexp.MustCompile(`by \(([^)]*)\) \((?:[a-z_]+\()?(posting_[a-z0-9_]+)`)
+
+// serve through PgBouncer, scraped by a real Prometheus: when the pooler
+// dies, serve's database check exports 0 (rather than dropping the series)
+// and PostingDatabaseUnreachable becomes pending for it; once the pooler
+// is back, the alert is gone.
+func TestMonitoringDatabaseUnreachableAlertFollowsThePooler(t *testing.T) {
+	t.Parallel()
+	prometheus, _ := requirePrometheus(t)
+	direct := databasetest.URL(t, database.PostgreSQL, "monitoringdown")
+	bouncer := pgbouncertest.StartServer(t, direct, pgbouncertest.Transaction, pgbouncertest.PoolSize)
+	b := kafkatest.Start(t)
+	logs := &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("serve output:\n%s", logs.String())
+		}
+	})
+	serveAddr := freeAddr(t)
+	runInProcess(t, logs, "serve", "--http-addr", serveAddr, "--instance-id", "monitoring-down",
+		"--database-url", bouncer.URL, "--database-direct-url", direct, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir())
+	require.Eventually(t, func() bool { code, _ := httpGet(serveAddr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 50*time.Millisecond, "serve never became ready")
+	base := startPrometheus(t, prometheus, map[string]string{"posting": serveAddr})
+
+	state := func() string {
+		var d struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		}
+		require.NoError(t, json.Unmarshal(promAPI(t, base, "/api/v1/alerts", nil), &d))
+		for _, a := range d.Alerts {
+			if a.Labels["alertname"] == "PostingDatabaseUnreachable" {
+				require.Equal(t, "posting", a.Labels["job"])
+				return a.State
+			}
+		}
+		return ""
+	}
+	// Scraped and evaluated with the pooler up: quiet.
+	require.Eventually(t, func() bool {
+		var up struct {
+			Result []json.RawMessage `json:"result"`
+		}
+		require.NoError(t, json.Unmarshal(promAPI(t, base, "/api/v1/query",
+			url.Values{"query": {`posting_dependency_up{dependency="database"} == 1`}}), &up))
+		return len(up.Result) == 1
+	}, 30*time.Second, 200*time.Millisecond, "the database check never scraped up")
+	require.Empty(t, state())
+
+	bouncer.Stop()
+	require.Eventually(t, func() bool { return state() == "pending" }, 30*time.Second, 200*time.Millisecond,
+		"PostingDatabaseUnreachable never became pending with the pooler down")
+	bouncer.Restart(t)
+	require.Eventually(t, func() bool { return state() == "" }, 30*time.Second, 200*time.Millisecond,
+		"PostingDatabaseUnreachable stayed with the pooler back")
+}

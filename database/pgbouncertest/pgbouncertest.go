@@ -117,6 +117,10 @@ func (s *Server) Restart(t testing.TB) {
 	s.start(t)
 }
 
+// Stop kills pgbouncer with SIGKILL and leaves it down (Restart starts
+// it again): the database is unreachable through it.
+func (s *Server) Stop() { s.kill() }
+
 func (s *Server) kill() {
 	if s.cmd == nil {
 		return
