@@ -126,8 +126,9 @@ func TestAsyncAPIParserValidatesServedDocument(t *testing.T) {
 
 // TestKafkaJSReadsServeDefaults reads the topic of a running serve, with
 // its default settings, with stock kafkajs: every message is read, keys,
-// headers and values keep the served AsyncAPI document (ajv), and each
-// post's events come in the order they happened.
+// headers and values keep the served AsyncAPI document (ajv), each is a
+// valid CloudEvent for the CloudEvents SDK's Kafka binding, and each post's
+// events come in the order they happened.
 func TestKafkaJSReadsServeDefaults(t *testing.T) {
 	t.Parallel()
 	p, broker := thirdPartyServe(t, "POSTING_SCHEDULER_SPEC=@every 1s")
