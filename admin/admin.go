@@ -160,9 +160,8 @@ type server struct {
 }
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	st, err := outbox.Stats(r.Context(), s.cfg.DB, now)
@@ -242,15 +241,12 @@ func (s *server) audit(r *http.Request, action string, ids []int64, attrs ...slo
 // wrong state.
 func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 	fn func(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []outbox.RowResult) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
-		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+	id, ok := pathID(w, r)
+	if !ok {
 		return
 	}
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	res := fn(r.Context(), s.cfg.DB, []int64{id}, now)[0]
@@ -276,9 +272,8 @@ type countResponse struct {
 }
 
 func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, now, 0)
@@ -302,9 +297,8 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	cutoff := database.Normalize(now.Add(-d))
@@ -349,10 +343,8 @@ func (s *server) publications(w http.ResponseWriter, r *http.Request) {
 // the worker and answers it, 404 for an unknown post id and 409 when it is
 // not FAILED, its post is not WORKING, or it changed meanwhile.
 func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
-	raw := r.PathValue("id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
-		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+	id, ok := pathID(w, r)
+	if !ok {
 		return
 	}
 	res := worker.RetryPublications(r.Context(), s.cfg.DB, []int64{id})[0]
@@ -370,12 +362,30 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// now is Config.Now if set, else the database's clock.
-func (s *server) now(r *http.Request) (time.Time, error) {
-	if s.cfg.Now != nil {
-		return s.cfg.Now(), nil
+// pathID is the row or post id of the path; a malformed one is answered
+// (400) and pathID returns false.
+func pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
+		return 0, false
 	}
-	return database.Now(r.Context(), s.cfg.DB)
+	return id, true
+}
+
+// now is Config.Now if set, else the database's clock; when the clock
+// cannot be read it answers the request (500) and returns false.
+func (s *server) now(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
+	if s.cfg.Now != nil {
+		return s.cfg.Now(), true
+	}
+	now, err := database.Now(r.Context(), s.cfg.DB)
+	if err != nil {
+		s.internal(w, r, err)
+		return time.Time{}, false
+	}
+	return now, true
 }
 
 // internal logs err and answers a bare 500: its text may name tables or hosts.

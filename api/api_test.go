@@ -314,6 +314,19 @@ func counts(t *testing.T, db *gorm.DB) (posts, rows int64) {
 	return posts, rows
 }
 
+// writesNothing notes the numbers of posts and outbox rows and returns a
+// check that refused requests since have changed neither.
+func writesNothing(t *testing.T, db *gorm.DB) func() {
+	t.Helper()
+	posts, rows := counts(t, db)
+	return func() {
+		t.Helper()
+		postsAfter, rowsAfter := counts(t, db)
+		require.Equal(t, posts, postsAfter, "posts written by refused requests")
+		require.Equal(t, rows, rowsAfter, "outbox rows written by refused requests")
+	}
+}
+
 func loadPost(t *testing.T, db *gorm.DB, id string) reservation.Post {
 	t.Helper()
 	return databasetest.Load[reservation.Post](t, db, id)

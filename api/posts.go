@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,12 +66,7 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, fieldError(IdempotencyKeyHeader, "must be given at most once"))
 		return
 	}
-	var req postRequest
-	if err := readJSON(w, r, &req); err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	in, err := req.createInput()
+	in, err := readInput(w, r, (*postRequest).createInput)
 	if err != nil {
 		writeError(w, r, p.log, err)
 		return
@@ -92,18 +88,23 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, p.log, http.StatusCreated, NewPostJSON(res.Post))
 }
 
-func (p *posts) get(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
+// byID is a request about the post of the path's id that takes no body
+// (one sent anyway is ignored): GET reads the post, POST .../cancel cancels
+// it. The answer is the post as action returns it.
+func (p *posts) byID(action func(ctx context.Context, id int64) (*reservation.Post, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r)
+		if err != nil {
+			writeError(w, r, p.log, err)
+			return
+		}
+		post, err := action(r.Context(), id)
+		if err != nil {
+			writeError(w, r, p.log, err)
+			return
+		}
+		writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 	}
-	post, err := p.svc.Get(r.Context(), id)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 }
 
 // listParams are the query parameters of GET /api/v1/posts; any other is
@@ -197,12 +198,7 @@ func (p *posts) update(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	var req postRequest
-	if err := readJSON(w, r, &req); err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	in, err := req.updateInput()
+	in, err := readInput(w, r, (*postRequest).updateInput)
 	if err != nil {
 		writeError(w, r, p.log, err)
 		return
@@ -215,19 +211,15 @@ func (p *posts) update(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 }
 
-// cancel takes no body; one sent anyway is ignored.
-func (p *posts) cancel(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
+// readInput reads a post's JSON body and turns it into the service's
+// input with convert (createInput or updateInput).
+func readInput[T any](w http.ResponseWriter, r *http.Request, convert func(*postRequest) (T, error)) (T, error) {
+	var req postRequest
+	if err := readJSON(w, r, &req); err != nil {
+		var zero T
+		return zero, err
 	}
-	post, err := p.svc.Cancel(r.Context(), id)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
+	return convert(&req)
 }
 
 func (req *postRequest) createInput() (reservation.CreateInput, error) {

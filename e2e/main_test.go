@@ -16,6 +16,7 @@ import (
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
 )
 
 // TestMain bounds the database pool of every process the tests start
@@ -82,4 +83,16 @@ func waitPublished(t *testing.T, dbURL string, posts int64, within time.Duration
 		return n == posts
 	}, within, 200*time.Millisecond, "not every post was published")
 	return db
+}
+
+// requirePublishedOnce waits up to within for posts posts of the database of
+// dbURL to be PUBLISHED, then checks that each has its one publication and
+// that the webhook heard of each once.
+func requirePublishedOnce(t *testing.T, dbURL string, posts int, within time.Duration, calls func() map[int64]int) {
+	t.Helper()
+	db := waitPublished(t, dbURL, int64(posts), within)
+	var pubs []worker.Publication
+	require.NoError(t, db.DB.Find(&pubs).Error)
+	require.Len(t, pubs, posts)
+	requireOneCallPerPost(t, calls(), posts)
 }

@@ -146,57 +146,56 @@ func TestRetryPublications(t *testing.T) {
 }
 
 // The write is fenced by what it read: a worker that failed the post again,
-// or a post cancelled, between the read and the write makes it refuse.
+// or a post cancelled, between the read and the write makes it refuse and
+// leaves the row as it was; unchanged since the read, the same fence lets it
+// through (the times read back compare equal on both dialects).
 func TestRetryPublicationsFenced(t *testing.T) {
 	t.Parallel()
+	cases := []struct {
+		name   string
+		change func(t *testing.T, db *gorm.DB, read PublicationEntry) // between the read and the write; nil: none
+	}{
+		// Another operator retried it and the worker failed it again, with
+		// the same number of attempts: only updated_at tells.
+		{"failed again, same attempts", func(t *testing.T, db *gorm.DB, read PublicationEntry) {
+			require.NoError(t, db.Model(&Publication{}).Where("post_id = ?", read.PostID).
+				Update("updated_at", database.Normalize(read.UpdatedAt.Add(time.Second))).Error)
+		}},
+		{"attempts moved", func(t *testing.T, db *gorm.DB, read PublicationEntry) {
+			require.NoError(t, db.Model(&Publication{}).Where("post_id = ?", read.PostID).Update("attempts", 2).Error)
+		}},
+		{"post cancelled", func(t *testing.T, db *gorm.DB, read PublicationEntry) {
+			require.NoError(t, db.Model(&reservation.Post{}).Where("id = ?", read.PostID).Update("status", reservation.StatusCancelled).Error)
+		}},
+		{"unchanged", nil},
+	}
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		ctx := context.Background()
-		now := func() time.Time {
-			n, err := database.Now(ctx, db.DB)
-			require.NoError(t, err)
-			return n
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				id := adminPost(t, db.DB, reservation.StatusWorking, PublicationFailed)
+				read, err := GetPublication(ctx, db.DB, id)
+				require.NoError(t, err)
+				if c.change == nil {
+					now, err := database.Now(ctx, db.DB)
+					require.NoError(t, err)
+					got, err := retryAsRead(ctx, db.DB, read, now)
+					require.NoError(t, err)
+					require.Equal(t, PublicationPending, got.Status)
+					require.Equal(t, PublicationPending, adminLoad(t, db.DB, id).Status)
+					return
+				}
+				c.change(t, db.DB, read)
+				changed := adminLoad(t, db.DB, id)
+				now, err := database.Now(ctx, db.DB)
+				require.NoError(t, err)
+				_, err = retryAsRead(ctx, db.DB, read, now)
+				require.ErrorIs(t, err, ErrPublicationConflict)
+				require.Equal(t, changed, adminLoad(t, db.DB, id), "not overwritten")
+				require.Equal(t, PublicationFailed, adminLoad(t, db.DB, id).Status)
+			})
 		}
-
-		// Another operator retried it and the worker failed it again, with
-		// the same number of attempts: only updated_at tells.
-		id := adminPost(t, db.DB, reservation.StatusWorking, PublicationFailed)
-		read, err := GetPublication(ctx, db.DB, id)
-		require.NoError(t, err)
-		require.NoError(t, db.Model(&Publication{}).Where("post_id = ?", id).
-			Update("updated_at", database.Normalize(read.UpdatedAt.Add(time.Second))).Error)
-		changed := adminLoad(t, db.DB, id)
-		_, err = retryAsRead(ctx, db.DB, read, now())
-		require.ErrorIs(t, err, ErrPublicationConflict)
-		require.Equal(t, changed, adminLoad(t, db.DB, id), "not overwritten")
-
-		// The attempts moved.
-		id = adminPost(t, db.DB, reservation.StatusWorking, PublicationFailed)
-		read, err = GetPublication(ctx, db.DB, id)
-		require.NoError(t, err)
-		require.NoError(t, db.Model(&Publication{}).Where("post_id = ?", id).Update("attempts", 2).Error)
-		_, err = retryAsRead(ctx, db.DB, read, now())
-		require.ErrorIs(t, err, ErrPublicationConflict)
-		require.Equal(t, PublicationFailed, adminLoad(t, db.DB, id).Status)
-
-		// The post was cancelled after the read.
-		id = adminPost(t, db.DB, reservation.StatusWorking, PublicationFailed)
-		read, err = GetPublication(ctx, db.DB, id)
-		require.NoError(t, err)
-		require.NoError(t, db.Model(&reservation.Post{}).Where("id = ?", id).Update("status", reservation.StatusCancelled).Error)
-		_, err = retryAsRead(ctx, db.DB, read, now())
-		require.ErrorIs(t, err, ErrPublicationConflict)
-		require.Equal(t, PublicationFailed, adminLoad(t, db.DB, id).Status)
-
-		// Unchanged since the read: the same fence lets it through (the
-		// times read back compare equal on both dialects).
-		id = adminPost(t, db.DB, reservation.StatusWorking, PublicationFailed)
-		read, err = GetPublication(ctx, db.DB, id)
-		require.NoError(t, err)
-		got, err := retryAsRead(ctx, db.DB, read, now())
-		require.NoError(t, err)
-		require.Equal(t, PublicationPending, got.Status)
-		require.Equal(t, PublicationPending, adminLoad(t, db.DB, id).Status)
 	})
 }
 

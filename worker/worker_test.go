@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -889,4 +890,302 @@ func TestWorkerDefaultConcurrency(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, worker.DefaultConcurrency, w.Config().Concurrency)
 	require.GreaterOrEqual(t, w.Config().Concurrency, 32)
+}
+
+// Posts due at the same instant are published in batches: each exactly once,
+// none before its time by the database's clock, and with fewer PUBLISHED
+// writes than posts; a post cancelled before its time is not published.
+func TestBatchedPublishingPublishesEachPostOnceNotEarly(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		const n = 400
+		var writes atomic.Int64
+		databasetest.Before(t, db.DB, databasetest.StmtExec, func(tx *gorm.DB) {
+			if markPublished(tx) {
+				writes.Add(1)
+			}
+		})
+		far := databasetest.Now(t, db.DB).Add(time.Hour)
+		posts := make([]*reservation.Post, n)
+		for i := range posts {
+			posts[i] = insertWorking(t, db.DB, far)
+		}
+		rec := &recorder{}
+		w := newWorker(t, db.DB, rec)
+		ctx := context.Background()
+		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{0}))
+		cancelled := map[int64]bool{}
+		for i := 0; i < n; i += 10 {
+			require.NoError(t, db.Exec("UPDATE posts SET status = ?, version = version + 1 WHERE id = ?", reservation.StatusCancelled, posts[i].ID).Error)
+			cancelled[posts[i].ID] = true
+		}
+		for _, p := range posts {
+			require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 0)))
+		}
+		// All due a second from now: re-armed from the table by a new
+		// assignment, as after a restart.
+		due := databasetest.Now(t, db.DB).Add(time.Second)
+		require.NoError(t, db.Exec("UPDATE posts SET scheduled_at = ?", due).Error)
+		require.NoError(t, db.Exec("UPDATE publications SET scheduled_at = ?", due).Error)
+		w.Revoked("posting-events", []int32{0})
+		writes.Store(0)
+		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{0}))
+
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var left int64
+			require.NoError(t, db.Model(&worker.Publication{}).Where("status = ?", worker.PublicationPending).Count(&left).Error)
+			if left == 0 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "%d publications still pending", left)
+			time.Sleep(20 * time.Millisecond) // polling the condition
+		}
+		for _, p := range posts {
+			got := loadPost(t, db.DB, p.ID)
+			var pub worker.Publication
+			require.NoError(t, db.Where("post_id = ?", p.ID).Take(&pub).Error)
+			if cancelled[p.ID] {
+				require.Equal(t, reservation.StatusCancelled, got.Status)
+				require.Equal(t, worker.PublicationCancelled, pub.Status)
+				require.Zero(t, rec.count(p.ID), "post %d was cancelled", p.ID)
+				continue
+			}
+			require.Equal(t, reservation.StatusPublished, got.Status, "post %d", p.ID)
+			require.Equal(t, worker.PublicationPublished, pub.Status)
+			require.Equal(t, 1, rec.count(p.ID), "post %d", p.ID)
+			require.NotNil(t, got.PublishedAt)
+			require.False(t, got.PublishedAt.Before(got.ScheduledAt), "post %d published at %s, due %s", p.ID, got.PublishedAt, got.ScheduledAt)
+		}
+		published := n - len(cancelled)
+		require.Equal(t, published, rec.total())
+		require.Less(t, writes.Load(), int64(published)/4, "the PUBLISHED writes were batched")
+		t.Logf("%d posts published with %d UPDATE statements", published, writes.Load())
+	})
+}
+
+// A database blip after the publisher said yes (the connection dropped while
+// the worker recorded PUBLISHED) must not make the worker call the
+// publisher again: the post went out; only its record is missing. The README
+// promises a second webhook POST only when the worker is killed or loses its
+// partition between the POST and the commit.
+func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		var failed atomic.Int32
+		databasetest.Fail(t, db.DB, databasetest.StmtExec, driver.ErrBadConn, func(tx *gorm.DB) bool {
+			return markPublished(tx) && failed.Add(1) == 1
+		})
+		pub := &recorder{}
+		w := newWorker(t, db.DB, pub)
+		ctx := context.Background()
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
+
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
+			20*time.Second, 10*time.Millisecond, "never published")
+		require.GreaterOrEqual(t, failed.Load(), int32(2), "the record failed once, then was written")
+		require.Equal(t, 1, pub.count(post.ID), "the publisher was called again after a failed record")
+		p := loadPublication(t, db.DB, post.ID)
+		require.Equal(t, worker.PublicationPublished, p.Status)
+		require.Equal(t, 1, p.Attempts)
+	})
+}
+
+// markPublished is the worker's write of PUBLISHED to posts.
+var markPublished = databasetest.SQLStarts("UPDATE posts SET status")
+
+// signalling is a Publisher that says yes and tells of each call.
+type signalling struct{ called chan struct{} }
+
+func (s signalling) Publish(context.Context, worker.Publishing) error {
+	select {
+	case s.called <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// While the database is down, retrying the PUBLISHED write must not hold
+// Stop (or a revocation) for the write's whole 30 s: once the timer is
+// disarmed the write gets one last try and the attempt ends.
+func TestWorkerStopDoesNotWaitOutAFailingRecord(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		databasetest.Fail(t, db.DB, databasetest.StmtExec, driver.ErrBadConn, markPublished)
+		pub := signalling{called: make(chan struct{}, 1)}
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet()})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		ctx := context.Background()
+		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
+		select {
+		case <-pub.called:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the publisher was never called")
+		}
+		stopped := make(chan struct{})
+		go func() { w.Stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(15 * time.Second): // the write alone may take 30 s
+			t.Fatal("Stop waited for the failing write to give up")
+		}
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, post.ID).Status)
+	})
+}
+
+// Posts due at the same instant share one alarm: a post cancelled before it
+// rings is left out and the others are published once each, not early.
+func TestPostsDueTogetherPublishedWithoutTheOneCancelled(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		at := databasetest.Now(t, db.DB).Add(800 * time.Millisecond)
+		a, b, c := insertWorking(t, db.DB, at), insertWorking(t, db.DB, at), insertWorking(t, db.DB, at)
+		rec := &recorder{}
+		w := newWorker(t, db.DB, rec)
+		ctx := context.Background()
+		for _, p := range []*reservation.Post{a, b, c} {
+			require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 0)))
+		}
+		require.Equal(t, 3, w.Pending())
+		require.NoError(t, db.Exec("UPDATE posts SET status = ?, version = version + 1 WHERE id = ?", reservation.StatusCancelled, b.ID).Error)
+		require.NoError(t, w.Handle(ctx, decode(t, cancelRecord(t, b), 0)))
+		require.Equal(t, 2, w.Pending(), "the cancelled post's timer is disarmed")
+
+		require.Eventually(t, func() bool {
+			return loadPost(t, db.DB, a.ID).Status == reservation.StatusPublished &&
+				loadPost(t, db.DB, c.ID).Status == reservation.StatusPublished
+		}, 30*time.Second, 10*time.Millisecond)
+		for _, p := range []*reservation.Post{a, c} {
+			got := loadPost(t, db.DB, p.ID)
+			require.False(t, got.PublishedAt.Before(p.ScheduledAt), "published before its time")
+			require.Equal(t, 1, rec.count(p.ID))
+		}
+		require.Zero(t, rec.count(b.ID), "the cancelled post was published")
+		require.Equal(t, reservation.StatusCancelled, loadPost(t, db.DB, b.ID).Status)
+		require.Equal(t, worker.PublicationCancelled, loadPublication(t, db.DB, b.ID).Status)
+		require.Eventually(t, func() bool { return w.Pending() == 0 }, 10*time.Second, 10*time.Millisecond)
+	})
+}
+
+// Revoking the partition of every post of an alarm stops it: none of them is
+// published after their time has passed, and a later assignment publishes
+// them.
+func TestAlarmOfRevokedPostsDoesNotRing(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		at := databasetest.Now(t, db.DB).Add(500 * time.Millisecond)
+		a, b := insertWorking(t, db.DB, at), insertWorking(t, db.DB, at)
+		rec := &recorder{}
+		w := newWorker(t, db.DB, rec)
+		ctx := context.Background()
+		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{3}))
+		for _, p := range []*reservation.Post{a, b} {
+			require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 3)))
+		}
+		require.Equal(t, 2, w.Pending())
+		w.Revoked("posting-events", []int32{3})
+		require.Zero(t, w.Pending())
+		time.Sleep(time.Until(database.Normalize(time.Now()).Add(time.Second))) // past their time
+		require.Zero(t, rec.total(), "a revoked post was published")
+		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, a.ID).Status)
+
+		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{3}))
+		require.Eventually(t, func() bool {
+			return loadPost(t, db.DB, a.ID).Status == reservation.StatusPublished &&
+				loadPost(t, db.DB, b.ID).Status == reservation.StatusPublished
+		}, 30*time.Second, 10*time.Millisecond)
+		require.Equal(t, 1, rec.count(a.ID))
+		require.Equal(t, 1, rec.count(b.ID))
+	})
+}
+
+// refuser is a Publisher that refuses every post while refuse is set.
+type refuser struct {
+	recorder
+	refuse atomic.Bool
+}
+
+func (r *refuser) Publish(ctx context.Context, p worker.Publishing) error {
+	if r.refuse.Load() {
+		return fmt.Errorf("%w: receiver says no to post %d", worker.ErrRefused, p.Post.ID)
+	}
+	return r.recorder.Publish(ctx, p)
+}
+
+// retry sets a FAILED publication back to PENDING in the database only, as
+// `posting publications retry` does.
+func retry(t *testing.T, db *gorm.DB, postID int64) {
+	t.Helper()
+	res := db.Model(&worker.Publication{}).Where("post_id = ? AND status = ?", postID, worker.PublicationFailed).
+		Updates(map[string]any{"status": worker.PublicationPending, "attempts": 0, "last_error": nil})
+	require.NoError(t, res.Error)
+	require.EqualValues(t, 1, res.RowsAffected)
+}
+
+// A publication set back to PENDING directly in the database (an operator's
+// retry of a FAILED one) is published by the running worker that owns its
+// partition, found by the periodic sweep; a worker that does not own the
+// partition (never assigned, or revoked) leaves it alone.
+func TestWorkerSweepPublishesRowsSetBackToPending(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		pub := &refuser{}
+		pub.refuse.Store(true)
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), SweepInterval: 50 * time.Millisecond,
+			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		ctx := context.Background()
+		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{4}))
+
+		owned := insertWorking(t, db.DB, time.Now())
+		other := insertWorking(t, db.DB, time.Now()) // partition 5: not this worker's
+		later := insertWorking(t, db.DB, time.Now()) // partition 4, retried after the revocation
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, owned), 4)))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, other), 5)))
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, later), 4)))
+		for _, p := range []*reservation.Post{owned, other, later} {
+			require.Eventually(t, func() bool { return loadPublication(t, db.DB, p.ID).Status == worker.PublicationFailed },
+				10*time.Second, 10*time.Millisecond)
+		}
+		require.Eventually(t, func() bool { return w.Pending() == 0 }, 10*time.Second, 10*time.Millisecond)
+
+		pub.refuse.Store(false)
+		retry(t, db.DB, owned.ID)
+		retry(t, db.DB, other.ID)
+		require.Eventually(t, func() bool { return loadPost(t, db.DB, owned.ID).Status == reservation.StatusPublished },
+			10*time.Second, 10*time.Millisecond, "the retried publication was never published")
+		p := loadPublication(t, db.DB, owned.ID)
+		require.Equal(t, worker.PublicationPublished, p.Status)
+		require.Equal(t, 1, p.Attempts)
+		require.Nil(t, p.LastError)
+
+		require.Eventually(t, func() bool { return w.Pending() == 0 }, 10*time.Second, 10*time.Millisecond)
+		n, err := w.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "armed a publication of a partition it does not own")
+		require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, other.ID).Status)
+
+		w.Revoked("posting-events", []int32{4})
+		retry(t, db.DB, later.ID)
+		n, err = w.Sweep(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "armed a publication of a revoked partition")
+		require.Zero(t, w.Pending())
+
+		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{4, 5}))
+		for _, p := range []*reservation.Post{other, later} {
+			require.Eventually(t, func() bool { return loadPost(t, db.DB, p.ID).Status == reservation.StatusPublished },
+				10*time.Second, 10*time.Millisecond)
+		}
+		for _, p := range []*reservation.Post{owned, other, later} {
+			require.Equal(t, 1, pub.count(p.ID))
+		}
+	})
 }

@@ -46,19 +46,27 @@ func prepare(cmd *cobra.Command, s *settings) error {
 	return s.validateCommon()
 }
 
-// runLongRunning is the RunE of a command that runs until ctx ends (serve,
-// worker): the environment twins of the flags not given, validate, then run
-// with a logger on stderr.
-func runLongRunning(s *settings, validate func() error, run func(context.Context, *settings, *slog.Logger) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, _ []string) error {
-		if err := applyEnv(cmd); err != nil {
-			return err
-		}
-		if err := validate(); err != nil {
-			return err
-		}
-		return run(cmd.Context(), s, newLogger(cmd.ErrOrStderr(), s))
-	}
+// longRunning is a command that runs until ctx ends (serve, worker), and
+// the settings its flags fill (the caller adds the flags): it takes no
+// arguments, reads the environment twins of the flags not given, validates,
+// then runs with a logger on stderr.
+func longRunning(use, short, long string, validate func(*settings) error, run func(context.Context, *settings, *slog.Logger) error) (*cobra.Command, *settings) {
+	s := &settings{}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			if err := validate(s); err != nil {
+				return err
+			}
+			return run(cmd.Context(), s, newLogger(cmd.ErrOrStderr(), s))
+		},
+	}, s
 }
 
 func newLogger(w io.Writer, s *settings) *slog.Logger {

@@ -27,43 +27,38 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/telemetry"
 	"github.com/postingsvc/posting/wakeup"
 	"github.com/postingsvc/posting/worker"
 )
 
 func newServeCommand() *cobra.Command {
-	var s settings
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Run the HTTP API, the scheduler and the relay (and, embedded, the broker and the worker)",
-		Long: "Runs the HTTP API, the reservation scheduler and the outbox relay in one process.\n" +
-			"With no database URL and no brokers it runs fully embedded: SQLite under the data dir,\n" +
+	cmd, s := longRunning("serve",
+		"Run the HTTP API, the scheduler and the relay (and, embedded, the broker and the worker)",
+		"Runs the HTTP API, the reservation scheduler and the outbox relay in one process.\n"+
+			"With no database URL and no brokers it runs fully embedded: SQLite under the data dir,\n"+
 			"an in-process Kafka-protocol broker, and the downstream worker.",
-		Args: cobra.NoArgs,
-		RunE: runLongRunning(&s, s.validateServe, serve),
-	}
-	addCommonFlags(cmd.Flags(), &s)
-	addServeFlags(cmd.Flags(), &s)
-	addHTTPServerFlags(cmd.Flags(), &s)
-	addDirectURLFlag(cmd.Flags(), &s)
-	addWorkerFlags(cmd.Flags(), &s)
-	addRabbitMQFlags(cmd.Flags(), &s)
-	addServeRabbitMQFlags(cmd.Flags(), &s)
-	addAuthFlags(cmd.Flags(), &s)
-	addServeAuthFlags(cmd.Flags(), &s)
+		(*settings).validateServe, serve)
+	addCommonFlags(cmd.Flags(), s)
+	addServeFlags(cmd.Flags(), s)
+	addHTTPServerFlags(cmd.Flags(), s)
+	addDirectURLFlag(cmd.Flags(), s)
+	addWorkerFlags(cmd.Flags(), s)
+	addRabbitMQFlags(cmd.Flags(), s)
+	addServeRabbitMQFlags(cmd.Flags(), s)
+	addAuthFlags(cmd.Flags(), s)
+	addServeAuthFlags(cmd.Flags(), s)
 	return cmd
 }
 
 // serve runs until ctx ends, then shuts down: stop taking requests, let
 // in-flight sends finish and be recorded, stop the rest, return nil.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	st := &running{Stack: &startstop.Stack{}}
-	defer st.undo()
-
-	tracing, err := startTracing(ctx, s, log, st.Stack)
+	st, tracing, err := startRunning(ctx, s, log)
 	if err != nil {
 		return err
 	}
+	defer st.undo()
 	tp := tracing.TracerProvider()
 	db, applied, err := openSchema(ctx, s, st.Stack, "posts", "outbox", "inbox", "publications")
 	if err != nil {
@@ -281,6 +276,18 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 type running struct {
 	*startstop.Stack
 	shuttingDown bool
+}
+
+// startRunning begins a long-running command: the stack of what it starts,
+// tracing first, so that tracing stops last and exports the spans of the
+// shutdown.
+func startRunning(ctx context.Context, s *settings, log *slog.Logger) (*running, *telemetry.Provider, error) {
+	st := &running{Stack: &startstop.Stack{}}
+	tracing, err := startTracing(ctx, s, log, st.Stack)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, tracing, nil
 }
 
 // undo stops everything unless the shutdown began.

@@ -36,29 +36,25 @@ func addWorkerFlags(fs *pflag.FlagSet, s *settings) {
 }
 
 func newWorkerCommand() *cobra.Command {
-	var s settings
-	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: "Consume posting-events and publish posts at their time",
-		Long: "Runs the downstream worker: a member of the consumer group that reads posting-events,\n" +
-			"records each event once (inbox), and publishes every reserved post at its scheduledAt,\n" +
-			"WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n" +
+	cmd, s := longRunning("worker",
+		"Consume posting-events and publish posts at their time",
+		"Runs the downstream worker: a member of the consumer group that reads posting-events,\n"+
+			"records each event once (inbox), and publishes every reserved post at its scheduledAt,\n"+
+			"WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n"+
 			"on the embedded Kafka address; with no database URL it uses the same SQLite file.",
-		Args: cobra.NoArgs,
-		RunE: runLongRunning(&s, s.validateWorker, runWorker),
-	}
+		(*settings).validateWorker, runWorker)
 	fs := cmd.Flags()
-	addCommonFlags(fs, &s)
-	addWorkerFlags(fs, &s)
-	addDirectURLFlag(fs, &s)
+	addCommonFlags(fs, s)
+	addWorkerFlags(fs, s)
+	addDirectURLFlag(fs, s)
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: the embedded broker of a running serve")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", kafka.DefaultEmbeddedAddr, "address of the embedded broker of a running serve")
 	fs.StringVar(&s.WorkerHTTPAddr, "worker-http-addr", "127.0.0.1:8081", "listen address of /healthz, /readyz and /metrics; empty: none")
-	addHTTPServerFlags(fs, &s)
+	addHTTPServerFlags(fs, s)
 	fs.BoolVar(&s.Migrate, "migrate", true, "apply schema migrations at start")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
-	addRabbitMQFlags(fs, &s)
+	addRabbitMQFlags(fs, s)
 	return cmd
 }
 
@@ -195,12 +191,11 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 // runWorker runs the worker until ctx ends, then stops it within the
 // shutdown timeout.
 func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
-	st := &running{Stack: &startstop.Stack{}}
-	defer st.undo()
-	tracing, err := startTracing(ctx, s, log, st.Stack)
+	st, tracing, err := startRunning(ctx, s, log)
 	if err != nil {
 		return err
 	}
+	defer st.undo()
 	db, _, err := openSchema(ctx, s, st.Stack, "posts", "inbox", "publications")
 	if err != nil {
 		return err

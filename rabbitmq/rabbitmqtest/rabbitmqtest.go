@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -140,32 +141,30 @@ func ReadRaw(t testing.TB, url, queue string, n int, timeout time.Duration) []am
 	ds, err := ch.Consume(queue, tag, true, false, false, false, nil)
 	require.NoError(t, err)
 	defer func() { _ = ch.Cancel(tag, false) }()
-	var out []amqp.Delivery
-	deadline := time.After(timeout)
-	for len(out) < n {
-		select {
-		case d, ok := <-ds:
-			if !ok {
-				return out
-			}
-			out = append(out, d)
-		case <-deadline:
-			return out
-		}
+	out, full := receive(ds, nil, n, time.After(timeout))
+	if !full {
+		return out
 	}
 	// Anything beyond n is a duplicate the caller wants to see.
-	extra := time.After(200 * time.Millisecond)
-	for {
+	out, _ = receive(ds, out, math.MaxInt, time.After(200*time.Millisecond))
+	return out
+}
+
+// receive appends what ds delivers to out until out holds limit deliveries
+// (full), ds is closed or stop fires (not full).
+func receive(ds <-chan amqp.Delivery, out []amqp.Delivery, limit int, stop <-chan time.Time) (_ []amqp.Delivery, full bool) {
+	for len(out) < limit {
 		select {
 		case d, ok := <-ds:
 			if !ok {
-				return out
+				return out, false
 			}
 			out = append(out, d)
-		case <-extra:
-			return out
+		case <-stop:
+			return out, false
 		}
 	}
+	return out, true
 }
 
 // Proxy forwards TCP connections to a target; Cut closes every connection
