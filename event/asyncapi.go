@@ -24,12 +24,17 @@ const (
 	AsyncAPIChannelRabbitMQ = "postingEventsRabbitMQ"
 	AsyncAPIServerKafka     = "kafka"
 	AsyncAPIServerRabbitMQ  = "rabbitmq"
+	// AsyncAPIChannelWebhook and AsyncAPIServerWebhook describe the
+	// worker's webhook call (POSTING_PUBLISH_WEBHOOK_URL).
+	AsyncAPIChannelWebhook = "publishedPostWebhook"
+	AsyncAPIServerWebhook  = "webhook"
 )
 
 // asyncAPIOperations names the send operation of each channel.
 var asyncAPIOperations = map[string]string{
 	AsyncAPIChannelKafka:    "sendPostingEventsKafka",
 	AsyncAPIChannelRabbitMQ: "sendPostingEventsRabbitMQ",
+	AsyncAPIChannelWebhook:  "sendPublishedPostWebhook",
 }
 
 // AsyncAPIDocument returns the AsyncAPI document as it is kept in the
@@ -64,6 +69,11 @@ type AsyncAPISettings struct {
 	// RabbitMQHost is set, the document describes RabbitMQ alone. The URL's
 	// credentials are never part of the document.
 	RabbitMQHost, RabbitMQProtocol, RabbitMQVhost string
+	// WebhookScheme, WebhookHost and WebhookPath are those of
+	// POSTING_PUBLISH_WEBHOOK_URL (never its credentials). A running
+	// service (KafkaBrokers or RabbitMQHost set) with no WebhookHost calls
+	// no webhook, and the document leaves the webhook out.
+	WebhookScheme, WebhookHost, WebhookPath string
 }
 
 // AsyncAPIServed returns the document a service running with s sends by:
@@ -102,6 +112,21 @@ func AsyncAPIServed(s AsyncAPISettings) ([]byte, error) {
 		delete(servers, server)
 		delete(channels, channel)
 		delete(operations, asyncAPIOperations[channel])
+	}
+	if s.WebhookHost != "" {
+		hook, _ := channels[AsyncAPIChannelWebhook].(map[string]any)
+		hookServer, _ := servers[AsyncAPIServerWebhook].(map[string]any)
+		if hook == nil || hookServer == nil {
+			return nil, fmt.Errorf("asyncapi document: channel %s or its server missing", AsyncAPIChannelWebhook)
+		}
+		hookServer["host"], hookServer["protocol"] = s.WebhookHost, s.WebhookScheme
+		path := s.WebhookPath
+		if path == "" {
+			path = "/"
+		}
+		hook["address"] = path
+	} else if s.RabbitMQHost != "" || len(s.KafkaBrokers) > 0 {
+		drop(AsyncAPIServerWebhook, AsyncAPIChannelWebhook)
 	}
 	switch {
 	case s.RabbitMQHost != "":

@@ -21,6 +21,7 @@ async function load(url) {
   };
   const byType = {};
   for (const m of Object.values(doc.components.messages)) {
+    if (!m.bindings || !m.bindings.kafka) continue; // the webhook's call: no broker message
     byType[m.name] = {
       key: ajv.compile(resolve(m.bindings.kafka.key)),
       headers: ajv.compile(resolve(m.headers)),

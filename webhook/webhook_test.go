@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/webhook"
 )
@@ -135,4 +137,47 @@ func TestSchemaDescribesBody(t *testing.T) {
 
 	_, err = webhook.NewBody(&reservation.Post{ID: 7, Status: reservation.StatusWorking})
 	require.Error(t, err, "only a published post is announced")
+}
+
+// The AsyncAPI document describes the webhook call too: its message's
+// payload is this package's schema word for word (AsyncAPI's dialect
+// carries no $schema), its headers name the call's headers, and an
+// operation sends it with POST.
+func TestAsyncAPIDescribesTheWebhook(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Operations map[string]struct {
+			Channel struct {
+				Ref string `json:"$ref"`
+			} `json:"channel"`
+			Bindings struct {
+				HTTP struct{ Method string } `json:"http"`
+			} `json:"bindings"`
+		} `json:"operations"`
+		Components struct {
+			Schemas  map[string]map[string]any `json:"schemas"`
+			Messages map[string]struct {
+				Headers struct {
+					Ref string `json:"$ref"`
+				} `json:"headers"`
+				Payload struct {
+					Ref string `json:"$ref"`
+				} `json:"payload"`
+			} `json:"messages"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(event.AsyncAPIDocument(), &doc))
+	msg, ok := doc.Components.Messages["publishedPost"]
+	require.True(t, ok, "components.messages.publishedPost")
+	require.Equal(t, "#/components/schemas/PublishedPost", msg.Payload.Ref)
+	require.Equal(t, "#/components/schemas/webhookHeaders", msg.Headers.Ref)
+	var own map[string]any
+	require.NoError(t, json.Unmarshal(webhook.Schema(), &own))
+	delete(own, "$schema")
+	require.Equal(t, own, doc.Components.Schemas["PublishedPost"])
+	props, _ := doc.Components.Schemas["webhookHeaders"]["properties"].(map[string]any)
+	require.Subset(t, slices.Sorted(maps.Keys(props)), []string{"Content-Type", "Idempotency-Key", webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature})
+	op := doc.Operations["sendPublishedPostWebhook"]
+	require.Equal(t, "#/channels/"+event.AsyncAPIChannelWebhook, op.Channel.Ref)
+	require.Equal(t, "POST", op.Bindings.HTTP.Method)
 }

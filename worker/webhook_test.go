@@ -171,6 +171,40 @@ func verifyWithStandardWebhooks(t *testing.T, cases []verifyCase) map[string]str
 	return out
 }
 
+// asyncAPIWebhookHeaders returns a check of a call's headers against the
+// AsyncAPI document's webhookHeaders schema (draft 07, formats asserted):
+// each header the schema names, as sent.
+func asyncAPIWebhookHeaders(t *testing.T) func(http.Header) error {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(event.AsyncAPIDocument()))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7)
+	c.AssertFormat()
+	require.NoError(t, c.AddResource("asyncapi.json", doc))
+	schema, err := c.Compile("asyncapi.json#/components/schemas/webhookHeaders")
+	require.NoError(t, err)
+	var raw struct {
+		Components struct {
+			Schemas struct {
+				WebhookHeaders struct {
+					Properties map[string]any `json:"properties"`
+				} `json:"webhookHeaders"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(event.AsyncAPIDocument(), &raw))
+	return func(h http.Header) error {
+		m := map[string]any{}
+		for name := range raw.Components.Schemas.WebhookHeaders.Properties {
+			if v := h.Values(name); len(v) > 0 {
+				m[name] = strings.Join(v, ", ")
+			}
+		}
+		return schema.Validate(m)
+	}
+}
+
 // Real calls of the worker, signed with POSTING_WEBHOOK_SECRET's secrets,
 // are verified by the official standardwebhooks library as a receiver runs
 // it: a call verifies with its secret, and with each of two secrets while
@@ -197,6 +231,10 @@ func TestWebhookCallsVerifyWithStandardWebhooks(t *testing.T) {
 			require.Equal(t, c.header.Get("Idempotency-Key"), c.header.Get(webhook.HeaderID))
 		}
 		require.Len(t, strings.Fields(pair.header.Get(webhook.HeaderSignature)), 2)
+		headers := asyncAPIWebhookHeaders(t)
+		for name, c := range map[string]call{"single": single, "pair": pair, "unsigned": unsigned} {
+			require.NoError(t, headers(c.header), "%s: the headers the AsyncAPI document describes", name)
+		}
 		for _, h := range []string{webhook.HeaderID, webhook.HeaderTimestamp, webhook.HeaderSignature} {
 			require.Empty(t, unsigned.header.Get(h))
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -13,7 +14,8 @@ import (
 // asyncAPIRoute serves the AsyncAPI document of the messages this service
 // sends (GET /asyncapi.json), naming the brokers (the Kafka bootstrap list
 // brokers, or the host of POSTING_RABBITMQ_URL), topic and exchange it runs
-// with.
+// with, and the webhook its embedded worker calls (POSTING_PUBLISH_WEBHOOK_URL's
+// scheme, host and path).
 func asyncAPIRoute(s *settings, brokers []string) (http.Handler, error) {
 	as := event.AsyncAPISettings{Topic: s.KafkaTopic, Exchange: s.RabbitMQExchange, KafkaBrokers: brokers}
 	if s.RabbitMQURL != "" {
@@ -24,6 +26,13 @@ func asyncAPIRoute(s *settings, brokers []string) (http.Handler, error) {
 		as.KafkaBrokers = nil
 		as.RabbitMQHost = u.Host + ":" + strconv.Itoa(u.Port)
 		as.RabbitMQProtocol, as.RabbitMQVhost = u.Scheme, u.Vhost
+	}
+	if s.PublishWebhookURL != "" {
+		u, err := url.Parse(s.PublishWebhookURL)
+		if err != nil {
+			return nil, badSetting("POSTING_PUBLISH_WEBHOOK_URL", "(hidden)", err)
+		}
+		as.WebhookScheme, as.WebhookHost, as.WebhookPath = u.Scheme, u.Host, u.EscapedPath()
 	}
 	doc, err := event.AsyncAPIServed(as)
 	if err != nil {

@@ -99,10 +99,26 @@ func TestRedoclyLintsServedOpenAPI(t *testing.T) {
 }
 
 // TestAsyncAPIParserValidatesServedDocument validates the /asyncapi.json a
-// running serve answers with @asyncapi/parser: no error.
+// running serve answers with @asyncapi/parser: no error. Its embedded
+// worker calls a webhook, which the document describes at the URL's host
+// and path, without the URL's credentials.
 func TestAsyncAPIParserValidatesServedDocument(t *testing.T) {
 	t.Parallel()
-	p, _ := thirdPartyServe(t)
+	p, broker := thirdPartyServe(t, "POSTING_PUBLISH_WEBHOOK_URL=https://hook:s3cret-pw@hooks.example:8443/in/posts?token=abc")
+	code, body := httpGet(p.HTTP, "/asyncapi.json")
+	require.Equal(t, http.StatusOK, code, body)
+	var doc struct {
+		Servers  map[string]struct{ Host, Protocol string } `json:"servers"`
+		Channels map[string]struct{ Address string }        `json:"channels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &doc))
+	require.Equal(t, map[string]struct{ Host, Protocol string }{
+		event.AsyncAPIServerKafka:   {Host: broker, Protocol: "kafka"},
+		event.AsyncAPIServerWebhook: {Host: "hooks.example:8443", Protocol: "https"},
+	}, doc.Servers)
+	require.Equal(t, "/in/posts", doc.Channels[event.AsyncAPIChannelWebhook].Address)
+	require.NotContains(t, body, "s3cret-pw")
+	require.NotContains(t, body, "token=abc")
 	res := nodetest.Run(t, 2*time.Minute, nil, "thirdparty/asyncapi-validate.js", "http://"+p.HTTP+"/asyncapi.json")
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
 	require.Contains(t, res.Stderr, "0 errors")
@@ -110,8 +126,9 @@ func TestAsyncAPIParserValidatesServedDocument(t *testing.T) {
 
 // TestKafkaJSReadsServeDefaults reads the topic of a running serve, with
 // its default settings, with stock kafkajs: every message is read, keys,
-// headers and values keep the served AsyncAPI document (ajv), and each
-// post's events come in the order they happened.
+// headers and values keep the served AsyncAPI document (ajv), each is a
+// valid CloudEvent for the CloudEvents SDK's Kafka binding, and each post's
+// events come in the order they happened.
 func TestKafkaJSReadsServeDefaults(t *testing.T) {
 	t.Parallel()
 	p, broker := thirdPartyServe(t, "POSTING_SCHEDULER_SPEC=@every 1s")

@@ -73,6 +73,9 @@ func NewValidator() (*Validator, error) {
 	}
 	v := &Validator{headers: map[event.Type]*jsonschema.Schema{}, value: map[event.Type]*jsonschema.Schema{}}
 	for id, m := range parsed.Components.Messages {
+		if m.Bindings.Kafka.Key.Ref == "" {
+			continue // the webhook's call: no broker message
+		}
 		typ := event.Type(m.Name)
 		if !typ.Valid() {
 			return nil, fmt.Errorf("asyncapi message %s: name %q is no event type", id, m.Name)

@@ -247,6 +247,17 @@ func TestAsyncAPIServedNamesTheRunningBrokers(t *testing.T) {
 	require.Equal(t, "x1", r.Channels[event.AsyncAPIChannelRabbitMQ].Bindings.AMQP.Exchange.Name)
 	require.Equal(t, "posting", r.Channels[event.AsyncAPIChannelRabbitMQ].Bindings.AMQP.Exchange.Vhost)
 	require.Len(t, r.Operations, 1)
+
+	// With a webhook URL, its receiver is a server of the document, and the
+	// call a channel at its path.
+	w := parse(event.AsyncAPISettings{Topic: "t1", Exchange: "x1", KafkaBrokers: []string{"kafka-a:9093"},
+		WebhookScheme: "https", WebhookHost: "hooks.example:8443", WebhookPath: "/in/posts"})
+	require.Equal(t, []string{event.AsyncAPIServerKafka, event.AsyncAPIServerWebhook}, keys(w.Servers))
+	require.Equal(t, "hooks.example:8443", w.Servers[event.AsyncAPIServerWebhook].Host)
+	require.Equal(t, "https", w.Servers[event.AsyncAPIServerWebhook].Protocol)
+	require.Equal(t, []string{event.AsyncAPIChannelKafka, event.AsyncAPIChannelWebhook}, keys(w.Channels))
+	require.Equal(t, "/in/posts", w.Channels[event.AsyncAPIChannelWebhook].Address)
+	require.Len(t, w.Operations, 2)
 }
 
 // keys returns m's keys, sorted.
