@@ -160,9 +160,8 @@ type server struct {
 }
 
 func (s *server) stats(w http.ResponseWriter, r *http.Request) {
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	st, err := outbox.Stats(r.Context(), s.cfg.DB, now)
@@ -248,9 +247,8 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("id: %q is not a positive integer", raw), "id")
 		return
 	}
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	res := fn(r.Context(), s.cfg.DB, []int64{id}, now)[0]
@@ -276,9 +274,8 @@ type countResponse struct {
 }
 
 func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	n, err := outbox.RequeueAllFailed(r.Context(), s.cfg.DB, now, 0)
@@ -302,9 +299,8 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	now, err := s.now(r)
-	if err != nil {
-		s.internal(w, r, err)
+	now, ok := s.now(w, r)
+	if !ok {
 		return
 	}
 	cutoff := database.Normalize(now.Add(-d))
@@ -370,12 +366,18 @@ func (s *server) retryPublication(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// now is Config.Now if set, else the database's clock.
-func (s *server) now(r *http.Request) (time.Time, error) {
+// now is Config.Now if set, else the database's clock; when the clock
+// cannot be read it answers the request (500) and returns false.
+func (s *server) now(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
 	if s.cfg.Now != nil {
-		return s.cfg.Now(), nil
+		return s.cfg.Now(), true
 	}
-	return database.Now(r.Context(), s.cfg.DB)
+	now, err := database.Now(r.Context(), s.cfg.DB)
+	if err != nil {
+		s.internal(w, r, err)
+		return time.Time{}, false
+	}
+	return now, true
 }
 
 // internal logs err and answers a bare 500: its text may name tables or hosts.

@@ -41,8 +41,9 @@ const maxSources = 10_000
 // authorized lets a request through only with the right bearer token. A
 // source address with Config.AuthFailures failures in its window is
 // answered 429 with Retry-After, its token not even compared, until the
-// window ends. Every refusal is an audit line (source, route, outcome;
-// never the token) and is counted.
+// window ends. Every refusal is counted and is an audit line (source,
+// route, outcome; never the token), but for a blocked source's 429s only
+// the first of its window.
 type authorized struct {
 	tokenSum [sha256.Size]byte
 	next     http.Handler
@@ -57,8 +58,14 @@ func (a *authorized) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	source := sourceOf(r)
 	if a.failures != nil {
-		if wait := a.failures.blocked(source); wait > 0 {
-			a.refused(r, source, AuthLimited)
+		if wait, first := a.failures.blocked(source); wait > 0 {
+			if first {
+				a.refused(r, source, AuthLimited)
+			} else if a.observe != nil {
+				// Counted, not logged again: a flood of refused requests
+				// must not become a flood of log lines.
+				a.observe(AuthLimited)
+			}
 			response.Refuse(w)
 			w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 			response.WriteProblem(w, http.StatusTooManyRequests, fmt.Sprintf(
@@ -150,20 +157,28 @@ type failureCounter struct {
 }
 
 type failures struct {
-	count int
-	start time.Time
-	last  [sha256.Size]byte // the digest of the last failed token
+	count   int
+	start   time.Time
+	last    [sha256.Size]byte // the digest of the last failed token
+	limited bool              // a request was refused unheard in this window
 }
 
-// blocked returns how long source must still wait, 0 if it may try.
-func (c *failureCounter) blocked(source string) time.Duration {
+// blocked returns how long source must still wait, 0 if it may try, and
+// whether this is the first refusal of the source's window.
+func (c *failureCounter) blocked(source string) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f, ok := c.sources[source]
 	if !ok || f.count < c.limit {
-		return 0
+		return 0, false
 	}
-	return max(f.start.Add(c.window).Sub(c.now()), 0)
+	wait := max(f.start.Add(c.window).Sub(c.now()), 0)
+	if wait == 0 {
+		return 0, false
+	}
+	first := !f.limited
+	f.limited = true
+	return wait, first
 }
 
 func (c *failureCounter) add(source string, sum [sha256.Size]byte) {

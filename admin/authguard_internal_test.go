@@ -21,13 +21,14 @@ func TestFailureCounterFullKeepsBlockedSources(t *testing.T) {
 	for i := range 5 {
 		c.add("192.0.2.9", guess(i))
 	}
-	require.Positive(t, c.blocked("192.0.2.9"))
+	blocked := func(source string) time.Duration { wait, _ := c.blocked(source); return wait }
+	require.Positive(t, blocked("192.0.2.9"))
 	for i := range 200 {
 		c.add(fmt.Sprintf("10.0.%d.%d", i/256, i%256), guess(i))
 		require.LessOrEqual(t, len(c.sources), c.maxSources, "the counter's memory is bounded")
 	}
-	require.Positive(t, c.blocked("192.0.2.9"), "the blocked source is still blocked")
+	require.Positive(t, blocked("192.0.2.9"), "the blocked source is still blocked")
 
 	now = now.Add(time.Minute)
-	require.Zero(t, c.blocked("192.0.2.9"), "until its window ends")
+	require.Zero(t, blocked("192.0.2.9"), "until its window ends")
 }

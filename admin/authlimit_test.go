@@ -156,3 +156,21 @@ func TestARepeatedWrongAdminTokenCountsAsOneFailure(t *testing.T) {
 	}
 	require.Equal(t, http.StatusTooManyRequests, send(signIn[0], "Bearer "+token))
 }
+
+// A blocked source that keeps sending is answered 429 every time and each
+// refusal is counted, but only its first is an audit line in the window: a
+// flood of refused requests must not become a flood of log lines.
+func TestABlockedSourceIsLoggedOncePerWindow(t *testing.T) {
+	t.Parallel()
+	e := newAuthEnv(t)
+	send := func(auth string) int { return e.send("192.0.2.30:40000", "/admin/outbox/stats", auth).Code }
+	for i := range admin.DefaultAuthFailures {
+		require.Equal(t, http.StatusUnauthorized, send(fmt.Sprintf("Bearer guess-%d", i)))
+	}
+	const flood = 50
+	for i := range flood {
+		require.Equal(t, http.StatusTooManyRequests, send(fmt.Sprintf("Bearer guess-after-%d", i)))
+	}
+	require.Equal(t, 1, strings.Count(e.logs.String(), "outcome=limited"), e.logs.String())
+	require.Equal(t, flood, e.counted()[admin.AuthLimited])
+}

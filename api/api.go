@@ -134,9 +134,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	routes := map[string]http.Handler{
 		"POST /api/v1/posts":             write(p.create),
 		"GET /api/v1/posts":              read(p.list),
-		"GET /api/v1/posts/{id}":         read(p.get),
+		"GET /api/v1/posts/{id}":         read(p.byID(p.svc.Get)),
 		"PATCH /api/v1/posts/{id}":       write(p.update),
-		"POST /api/v1/posts/{id}/cancel": write(p.cancel),
+		"POST /api/v1/posts/{id}/cancel": write(p.byID(p.svc.Cancel)),
 		"GET /healthz":                   http.HandlerFunc(hc.healthz),
 		"GET /readyz":                    http.HandlerFunc(hc.readyz),
 	}

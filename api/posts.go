@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -92,18 +93,23 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, r, p.log, http.StatusCreated, NewPostJSON(res.Post))
 }
 
-func (p *posts) get(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
+// byID is a request about the post of the path's id that takes no body
+// (one sent anyway is ignored): GET reads the post, POST .../cancel cancels
+// it. The answer is the post as action returns it.
+func (p *posts) byID(action func(ctx context.Context, id int64) (*reservation.Post, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r)
+		if err != nil {
+			writeError(w, r, p.log, err)
+			return
+		}
+		post, err := action(r.Context(), id)
+		if err != nil {
+			writeError(w, r, p.log, err)
+			return
+		}
+		writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 	}
-	post, err := p.svc.Get(r.Context(), id)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
 }
 
 // listParams are the query parameters of GET /api/v1/posts; any other is
@@ -208,21 +214,6 @@ func (p *posts) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	post, err := p.svc.Update(r.Context(), id, in)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	writeJSON(w, r, p.log, http.StatusOK, NewPostJSON(post))
-}
-
-// cancel takes no body; one sent anyway is ignored.
-func (p *posts) cancel(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	post, err := p.svc.Cancel(r.Context(), id)
 	if err != nil {
 		writeError(w, r, p.log, err)
 		return

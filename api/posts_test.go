@@ -656,32 +656,33 @@ func TestCreateWithIdempotencyKeyConcurrentlyCreatesOnePost(t *testing.T) {
 
 // A key is honoured for the retention: the cleaner's step deletes keys
 // older than it (and only those), and a key past it creates a new post,
-// purged or not yet.
+// purged or not yet. Keys are aged by the database's clock, so the test ages
+// them by moving their created_at back.
 func TestIdempotencyKeysExpireAfterTheRetention(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
-		// The service's clock, moved by the test; the cleaner reads the
-		// database's clock, so keys are written relative to it.
-		dbNow := databasetest.Now(t, db.DB)
-		var now atomic.Pointer[time.Time]
-		setNow := func(t time.Time) { now.Store(&t) }
-		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{
-			Now: func() time.Time { return *now.Load() }, IdempotencyRetention: 24 * time.Hour})
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{IdempotencyRetention: 24 * time.Hour})
 		require.NoError(t, err)
 		e := apiSetup(t, db, func(c *api.Config) { c.Posts = svc })
-		body := func(at time.Time) string {
-			return `{"title":"t","content":"c","scheduledAt":"` + at.Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
+		body := func(title string) string {
+			return `{"title":"` + title + `","content":"c","scheduledAt":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
 		}
-		create := func(key string, at time.Time, replayed bool) string {
-			setNow(at)
-			resp, got := e.createWithKey(t, "", key, body(at))
+		create := func(key, body string, replayed bool) string {
+			resp, got := e.createWithKey(t, "", key, body)
 			return requireCreated(t, resp, got, replayed)
 		}
-		old := dbNow.Add(-25 * time.Hour)
-		young := dbNow.Add(-23 * time.Hour)
-		oldID := create("old", old, false)
-		youngID := create("young", young, false)
+		age := func(key string, by time.Duration) {
+			at := database.Normalize(databasetest.Now(t, db.DB).Add(-by))
+			res := db.Table("idempotency_keys").Where("idem_key = ?", key).Update("created_at", at)
+			require.NoError(t, res.Error)
+			require.EqualValues(t, 1, res.RowsAffected)
+		}
+		oldBody, youngBody := body("old"), body("young")
+		oldID := create("old", oldBody, false)
+		youngID := create("young", youngBody, false)
+		age("old", 25*time.Hour)
+		age("young", 23*time.Hour)
 
 		cleaner, err := outbox.NewCleaner(db.DB, outbox.CleanerConfig{},
 			outbox.PurgeStep{Name: "idempotency_keys", Purge: reservation.PurgeIdempotencyKeys, Retention: 24 * time.Hour})
@@ -690,23 +691,48 @@ func TestIdempotencyKeysExpireAfterTheRetention(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Deleted["idempotency_keys"])
 
-		// Replayed with its own body, whose scheduledAt has passed meanwhile.
-		setNow(dbNow)
-		resp, got := e.createWithKey(t, "", "young", body(young))
-		require.Equal(t, youngID, requireCreated(t, resp, got, true))
-		// Another body (the old one's time has passed): a kept key would
-		// answer 422.
-		resp, got = e.createWithKey(t, "", "old", body(dbNow))
-		require.NotEqual(t, oldID, requireCreated(t, resp, got, false), "a purged key creates a new post")
+		require.Equal(t, youngID, create("young", youngBody, true), "a key within the retention replays")
+		// Another body: a kept key would answer 422.
+		require.NotEqual(t, oldID, create("old", body("again"), false), "a purged key creates a new post")
 
-		// Not purged yet, but older than the retention by the service's clock.
-		lateID := create("young", dbNow.Add(2*time.Hour), false)
+		// Not purged yet, but older than the retention.
+		age("young", 24*time.Hour+time.Minute)
+		lateID := create("young", youngBody, false)
 		require.NotEqual(t, youngID, lateID)
 		posts, rows := counts(t, db.DB)
 		require.Equal(t, [2]int64{4, 4}, [2]int64{posts, rows})
 		var keys int64
 		require.NoError(t, db.Table("idempotency_keys").Count(&keys).Error)
 		require.EqualValues(t, 2, keys, "old (new post) and young (new post); the expired rows are gone")
+	})
+}
+
+// A key's age is judged by the database's clock, as the cleaner judges it:
+// two API instances whose clocks are 6 minutes apart, with a retention of 1
+// minute, both replay a key that either recorded a moment ago. By the
+// instances' own clocks the key would be 6 minutes old at the one ahead,
+// past its retention, and a client's retry there a second post.
+func TestIdempotencyKeysAreAgedByTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		instance := func(skew time.Duration) *apiEnv {
+			svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{
+				Now: func() time.Time { return time.Now().Add(skew) }, IdempotencyRetention: time.Minute})
+			require.NoError(t, err)
+			return apiSetup(t, db, func(c *api.Config) { c.Posts = svc })
+		}
+		behind, ahead := instance(-3*time.Minute), instance(3*time.Minute)
+		body := `{"title":"t","content":"c","scheduledAt":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
+		for _, order := range [][2]*apiEnv{{behind, ahead}, {ahead, behind}} {
+			key := fmt.Sprintf("key-%p", order[0])
+			resp, got := order[0].createWithKey(t, "", key, body)
+			first := requireCreated(t, resp, got, false)
+			resp, got = order[1].createWithKey(t, "", key, body)
+			require.Equal(t, first, requireCreated(t, resp, got, true), "the other instance replays the key")
+		}
+		posts, rows := counts(t, db.DB)
+		require.Equal(t, [2]int64{2, 2}, [2]int64{posts, rows})
 	})
 }
 

@@ -143,9 +143,8 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			return config.Invalid(f+"JWKSURL", c.JWKSURL, "must be an https URL")
 		}
-		if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
-			return config.Invalid(f+"JWKSURL", c.JWKSURL,
-				"must be https: http is accepted only for a loopback host (localhost, 127.0.0.0/8, ::1)")
+		if err := checkJWKSScheme(u); err != nil {
+			return config.Invalid(f+"JWKSURL", c.JWKSURL, "%w", err)
 		}
 	}
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {

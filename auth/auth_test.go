@@ -522,3 +522,56 @@ func TestUnknownKIDFetchOutlivesItsCaller(t *testing.T) {
 	require.NoError(t, err, "the rotated key was fetched once and is cached")
 	require.Equal(t, "bob", c.Subject)
 }
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A redirect does not take the key set fetch where its URL could not: an
+// answer pointing at http:// on another host is not followed (the keys
+// would travel in clear), and is logged; a redirect to https, or to http on
+// a loopback host, is followed as before.
+func TestJWKSRedirectMustBeHTTPSUnlessLoopback(t *testing.T) {
+	t.Parallel()
+	key := rsaKey(t)
+	body := jwksJSON(t, key, "k1", jwkset.UseSig, 0)
+	for target, followed := range map[string]bool{
+		"http://idp.example/keys":  false,
+		"http://10.0.0.5/keys":     false,
+		"https://idp.example/keys": true,
+		"http://127.0.0.1/keys":    true,
+	} {
+		t.Run(target, func(t *testing.T) {
+			t.Parallel()
+			var asked atomic.Int64
+			// The configured URL (a loopback host) redirects to target;
+			// the transport answers target itself with the key set.
+			client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Request: r,
+					Body: io.NopCloser(strings.NewReader(string(body)))}
+				if r.URL.Path == "/start" {
+					resp.StatusCode = http.StatusFound
+					resp.Header.Set("Location", target)
+					resp.Body = http.NoBody
+					return resp, nil
+				}
+				asked.Add(1)
+				return resp, nil
+			})}
+			var logs logtest.Buffer
+			v := newVerifier(t, auth.Config{JWKSURL: "http://127.0.0.1/start", HTTPClient: client,
+				JWKSUnknownKIDWait: time.Hour, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			_, err := v.Verify(context.Background(), signWithKID(t, key, "k1"))
+			if followed {
+				require.NoError(t, err)
+				require.EqualValues(t, 1, asked.Load())
+				return
+			}
+			require.ErrorIs(t, err, auth.ErrUnauthorized)
+			require.Zero(t, asked.Load(), "the redirect to %s was followed", target)
+			require.Contains(t, logs.String(), "jwks fetch failed")
+			require.Contains(t, logs.String(), "must be https")
+		})
+	}
+}

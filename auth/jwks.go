@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -13,14 +14,49 @@ import (
 // than MaxJWKSBytes.
 var ErrJWKSTooLarge = errors.New("jwks answer too large")
 
+// errJWKSInsecure is a JWKS URL, or a redirect's target, over http to a
+// host that is not loopback.
+var errJWKSInsecure = errors.New("must be https: http is accepted only for a loopback host (localhost, 127.0.0.0/8, ::1)")
+
+// checkJWKSScheme refuses http to a host that is not loopback: keys fetched
+// in clear over a network could be swapped on the way.
+func checkJWKSScheme(u *url.URL) error {
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		return errJWKSInsecure
+	}
+	return nil
+}
+
+// maxJWKSRedirects is the redirects a fetch follows, as Go's client does.
+const maxJWKSRedirects = 10
+
 // cappedClient is c (nil: http.DefaultClient) with every answer's body cut
-// off after max bytes with ErrJWKSTooLarge. jwkset decodes the answer as a
-// stream with no bound of its own, so the bound sits in the transport.
+// off after max bytes with ErrJWKSTooLarge, and redirects followed only
+// where the URL itself may point (https, or http to a loopback host): an
+// https provider that redirects to http elsewhere would have the keys
+// travel in clear. jwkset decodes the answer as a stream with no bound of
+// its own, so the bound sits in the transport.
 func cappedClient(c *http.Client, max int64) *http.Client {
 	if c == nil {
 		c = http.DefaultClient
 	}
 	capped := *c
+	next := c.CheckRedirect
+	capped.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != "https" && req.URL.Scheme != "http" {
+			return fmt.Errorf("redirect to %s: must be an https URL", req.URL.Redacted())
+		}
+		if err := checkJWKSScheme(req.URL); err != nil {
+			return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= maxJWKSRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxJWKSRedirects)
+		}
+		return nil
+	}
 	base := c.Transport
 	if base == nil {
 		base = http.DefaultTransport

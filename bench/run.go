@@ -36,15 +36,19 @@ type Config struct {
 	// APIDuration is how long each side of the create comparison runs (in
 	// alternating rounds), and the creates on the whole serve.
 	APIDuration time.Duration
-	// LatencyRate is the posts/s offered while commit → broker is measured.
-	LatencyRate int
-	// LatencyDuration is how long that load runs.
+	// LatencyRates are the posts/s offered while commit → broker is
+	// measured, one load after the other in the order given.
+	LatencyRates []int
+	// LatencyDuration is how long each load runs.
 	LatencyDuration time.Duration
 	// SpikePosts is how many posts are due in the same second for the spike
 	// lag; 0 skips it.
 	SpikePosts int
 	// SpikeDueIn is how long after they are written the spike's posts are due.
 	SpikeDueIn time.Duration
+	// SpikeRabbitMQURL, if set, runs the spike a second time through that
+	// RabbitMQ broker (a fresh exchange and worker queue, deleted after).
+	SpikeRabbitMQURL string
 	// CPUProfile, if set, is the file a pprof CPU profile of the create
 	// comparison is written to.
 	CPUProfile string
@@ -112,10 +116,7 @@ func Run(ctx context.Context, db *database.DB, cfg Config, out io.Writer) error 
 	if err := runAPI(ctx, cfg, db, clean, out); err != nil {
 		return err
 	}
-	if err := clean(ctx); err != nil {
-		return err
-	}
-	if err := runSpike(ctx, cfg, db, out); err != nil {
+	if err := runSpike(ctx, cfg, db, clean, out); err != nil {
 		return err
 	}
 	return clean(ctx)

@@ -77,10 +77,16 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 			_ = srv.Stop()
 		}
 	}()
-	lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
-		Topic: cfg.Producer.Topic, Rate: cfg.LatencyRate, Duration: cfg.LatencyDuration})
-	if err != nil {
-		return err
+	// Rates in the order given: the events of one load are all on the
+	// topic before the next begins.
+	lats := make([]Latency, len(cfg.LatencyRates))
+	for i, rate := range cfg.LatencyRates {
+		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
+			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration})
+		if err != nil {
+			return fmt.Errorf("commit to broker at %d posts/s: %w", rate, err)
+		}
+		lats[i] = lat
 	}
 	poolBefore, err := scrapePool(ctx, srv.BaseURL)
 	if err != nil {
@@ -101,10 +107,12 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, whole serve (relay and worker running): %.0f (%.2f x raw)\n", full.PerSecond(), ratio(full.PerSecond(), raw.PerSecond()))
 	fmt.Fprintf(out, "  database connections opened during that run: %.0f (pool size %.0f; %.0f opened since start)\n",
 		poolAfter.opened-poolBefore.opened, poolAfter.max, poolAfter.opened)
-	fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", cfg.LatencyRate, cfg.LatencyDuration, cfg.where())
-	fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
-	if lat.Failed > 0 {
-		fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
+	for i, lat := range lats {
+		fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", cfg.LatencyRates[i], cfg.LatencyDuration, cfg.where())
+		fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
+		if lat.Failed > 0 {
+			fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
+		}
 	}
 	return nil
 }

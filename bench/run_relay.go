@@ -91,11 +91,17 @@ func runRelay(ctx context.Context, cfg Config, db *database.DB, clean func(conte
 	printDefaultVsFixed(out, def, fixed, raw)
 	fmt.Fprintf(out, "  seed-style relay events/s: %.0f (%.3f x raw; backlog of %d, one row at a time)\n",
 		seed.PerSecond(), ratio(seed.PerSecond(), raw.PerSecond()), cfg.SeedStyleEvents)
-	if err := runRelayInstances(ctx, cfg, pc, db, func(n int) error {
-		_, err := drain(n, func() (relaybench.Result, error) { return relaybench.Result{}, nil })
-		return err
-	}, out); err != nil {
-		return err
+	// Two backlogs: posts of 5 events, where per-post order leaves one
+	// head per post claimable at a time, and posts of one event each.
+	for _, perPost := range []int{relaybench.EventsPerPost, 1} {
+		if err := runRelayInstances(ctx, cfg, pc, db, perPost, func(n int) error {
+			if err := clean(ctx); err != nil {
+				return err
+			}
+			return relaybench.SeedPosts(ctx, db.DB, n, perPost)
+		}, out); err != nil {
+			return err
+		}
 	}
 	return clean(ctx)
 }
@@ -104,11 +110,11 @@ func runRelay(ctx context.Context, cfg Config, db *database.DB, clean func(conte
 // together: more `serve` processes must not make the drain slower.
 var relayInstanceCounts = []int{1, 2, 4}
 
-// runRelayInstances drains a fresh backlog of Config.RelayEvents with 1, 2
-// and 4 relays at their default settings at once, each with its own
-// producer as each `serve` has, and prints their events/s. seed empties the
-// outbox and writes the backlog.
-func runRelayInstances(ctx context.Context, cfg Config, pc kafka.ProducerConfig, db *database.DB, seed func(n int) error, out io.Writer) error {
+// runRelayInstances drains a fresh backlog of Config.RelayEvents, perPost
+// events per post, with 1, 2 and 4 relays at their default settings at
+// once, each with its own producer as each `serve` has, and prints their
+// events/s. seed empties the outbox and writes the backlog.
+func runRelayInstances(ctx context.Context, cfg Config, pc kafka.ProducerConfig, db *database.DB, perPost int, seed func(n int) error, out io.Writer) error {
 	var figures []string
 	first := 0.0
 	for _, n := range relayInstanceCounts {
@@ -133,7 +139,7 @@ func runRelayInstances(ctx context.Context, cfg Config, pc kafka.ProducerConfig,
 		}
 		figures = append(figures, fmt.Sprintf("%d: %.0f (%.2f x %d)", n, res.PerSecond(), ratio(res.PerSecond(), first), relayInstanceCounts[0]))
 	}
-	fmt.Fprintf(out, "  relay events/s, default settings, instances draining one backlog at once: %s\n", strings.Join(figures, ", "))
+	fmt.Fprintf(out, "  relay events/s, default settings, instances draining one backlog at once (%d events per post): %s\n", perPost, strings.Join(figures, ", "))
 	return nil
 }
 

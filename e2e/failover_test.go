@@ -47,6 +47,26 @@ func requireFailoverTools(t *testing.T) {
 	}
 }
 
+// startFailoverPair makes a primary and its synchronous standby with the
+// failover script (removed when the test ends) and the posting database on
+// them: the script's directory, the primary's and the standby's addresses,
+// and the multi-host URL over both, primary first.
+func startFailoverPair(t *testing.T) (dir, primary, standby, multi string) {
+	t.Helper()
+	requireFailoverTools(t)
+	dir = filepath.Join(os.TempDir(), "pgfailover-"+strings.ReplaceAll(postingtest.FreeAddr(t), ":", "-"))
+	primary, standby = postingtest.FreeAddr(t), postingtest.FreeAddr(t)
+	t.Cleanup(func() { _ = exec.Command(failoverScript, "down", dir).Run() })
+	pgFailover(t, "up", dir, port(primary), port(standby))
+	out, err := exec.Command("psql", "-h", "127.0.0.1", "-p", port(primary), "-U", "postgres", "-c", "CREATE DATABASE posting").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	multi = fmt.Sprintf("postgres://postgres@%s,%s/posting?sslmode=disable&target_session_attrs=read-write", primary, standby)
+	return dir, primary, standby, multi
+}
+
+// port is the port of a host:port address.
+func port(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+
 // tryCreatePost posts one post and returns its id, or ok false for any
 // answer but 201.
 func tryCreatePost(addr string, at time.Time) (id int64, ok bool) {
@@ -79,15 +99,7 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes about a minute")
 	}
-	requireFailoverTools(t)
-	dir := filepath.Join(os.TempDir(), "pgfailover-"+strings.ReplaceAll(postingtest.FreeAddr(t), ":", "-"))
-	p1, p2 := postingtest.FreeAddr(t), postingtest.FreeAddr(t)
-	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
-	t.Cleanup(func() { _ = exec.Command(failoverScript, "down", dir).Run() })
-	pgFailover(t, "up", dir, port(p1), port(p2))
-	out, err := exec.Command("psql", "-h", "127.0.0.1", "-p", port(p1), "-U", "postgres", "-c", "CREATE DATABASE posting").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	multi := fmt.Sprintf("postgres://postgres@%s,%s/posting?sslmode=disable&target_session_attrs=read-write", p1, p2)
+	dir, p1, p2, multi := startFailoverPair(t)
 
 	b := kafkatest.Start(t)
 	hook, hookCalls := countingWebhook(t)
@@ -144,6 +156,8 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	promoted := time.Now()
 	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
 		30*time.Second, 50*time.Millisecond, "ready again on the new primary")
+	// The LISTEN connection found the new primary too.
+	requireListening(t, p2)
 	time.Sleep(2 * time.Second)
 	// The old primary comes back as a standby, first in the URL's host
 	// list: read-only, it is never chosen for the pool.
@@ -218,4 +232,138 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	require.True(t, recovering, "the old primary is back as a standby")
 	require.NotContains(t, logs.String(), "read-only transaction")
 	require.NotContains(t, logs.String(), "25006")
+}
+
+// requireListening waits until a session of the posting database on the
+// server at addr has run LISTEN as its last statement: serve's listener
+// (which then stays silent until its connection check).
+func requireListening(t *testing.T, addr string) {
+	t.Helper()
+	db, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", addr), "")
+	require.NoError(t, err)
+	defer db.Close()
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.Raw("SELECT count(*) FROM pg_stat_activity WHERE datname = 'posting' AND query LIKE 'LISTEN %'").Scan(&n).Error)
+		return n > 0
+	}, 30*time.Second, 100*time.Millisecond, "no session LISTENs on %s", addr)
+}
+
+// A standby promoted while the old primary still runs and takes
+// connections, before anything fences it (split brain): serve and worker
+// stay on the first host of the URL that accepts writes, the old primary,
+// whose commits now wait for a synchronous standby that is gone, so the API
+// answers 201 for no post that is only there and no relay sends from it;
+// once the old primary is stopped, as a failover manager fences it, serve,
+// worker and the LISTEN connection carry on on the new primary without a
+// restart, and every post answered 201 is there, published, its events on
+// the topic in per-post order.
+func TestServeAndWorkerThroughASplitBrainAnswer201OnlyForPostsOnTheNewPrimary(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("takes about two minutes")
+	}
+	dir, _, p2, multi := startFailoverPair(t)
+	b := kafkatest.Start(t)
+	hook, hookCalls := countingWebhook(t)
+	logs := &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "splitbrain-test.log"), []byte(logs.String()), 0o644)
+		}
+	})
+	httpAddr := postingtest.FreeAddr(t)
+	common := []string{"--database-url", multi, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
+	// Rows a relay claimed on the old primary before the split, sent, and
+	// could not mark SENT there are recovered on the new primary after the
+	// stale limit.
+	run(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "sb-serve",
+		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "200ms",
+		"--relay-stale-after", "80s", "--api-write-rate", "off"}, common...)...)
+	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 50*time.Millisecond, "serve never became ready")
+	run(t, logs, append([]string{"worker", "--instance-id", "sb-worker", "--worker-http-addr", "",
+		"--publish-webhook-url", hook.URL}, common...)...)
+
+	type answer struct {
+		id int64
+		at time.Time
+	}
+	var (
+		mu      sync.Mutex
+		created []answer
+	)
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for range 2 {
+		load.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if id, ok := tryCreatePost(httpAddr, time.Now().Add(4*time.Second)); ok {
+					mu.Lock()
+					created = append(created, answer{id, time.Now()})
+					mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(3 * time.Second)
+	pgFailover(t, "promote", dir) // the old primary runs on
+	promoted := time.Now()
+	time.Sleep(5 * time.Second)
+	pgFailover(t, "kill-primary", dir) // fenced
+	fenced := time.Now()
+	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		30*time.Second, 50*time.Millisecond, "ready again on the new primary")
+	requireListening(t, p2)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	load.Wait()
+
+	mu.Lock()
+	var ids []int64
+	during := 0
+	for _, a := range created {
+		ids = append(ids, a.id)
+		if a.at.After(promoted) && a.at.Before(fenced) {
+			during++
+		}
+	}
+	mu.Unlock()
+	t.Logf("%d posts answered 201, %d of them between the promotion and the fence", len(ids), during)
+	require.NotEmpty(t, ids)
+
+	db, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p2), "")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	var onNew int64
+	require.NoError(t, db.DB.Model(&reservation.Post{}).Where("id IN ?", ids).Count(&onNew).Error)
+	require.Equal(t, int64(len(ids)), onNew, "posts answered 201 missing on the new primary")
+	require.Eventually(t, func() bool {
+		var n int64
+		require.NoError(t, db.DB.Model(&reservation.Post{}).Where("id IN ? AND status = ?", ids, reservation.StatusPublished).Count(&n).Error)
+		return n == int64(len(ids))
+	}, 3*time.Minute, 2*time.Second, "not every post answered 201 was published")
+	calls := hookCalls()
+	for _, id := range ids {
+		require.GreaterOrEqual(t, calls[id], 1, "webhook calls for post %d", id)
+	}
+	records := b.Records(t, 2*len(ids), 30*time.Second)
+	seen := map[string][]string{}
+	for _, r := range records {
+		if !strings.Contains(strings.Join(seen[r.Key], ","), r.Headers["event-id"]) {
+			seen[r.Key] = append(seen[r.Key], r.Headers["event-type"], r.Headers["event-id"])
+		}
+	}
+	for _, id := range ids {
+		got := seen[fmt.Sprint(id)]
+		require.Len(t, got, 4, "post %d: %v", id, got)
+		require.Equal(t, []string{string(event.PostingEvent), string(event.ReservationEvent)}, []string{got[0], got[2]}, "post %d in order", id)
+	}
+	require.NotContains(t, logs.String(), "read-only transaction")
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/worker"
 )
 
 // Two serve and a worker, all through PgBouncer in transaction pooling
@@ -99,4 +101,58 @@ func startWebhookWorker(t *testing.T, id, hookURL string, env []string) *posting
 	addr := postingtest.FreeAddr(t)
 	return postingtest.StartBinary(t, addr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=" + id,
 		"POSTING_PUBLISH_WEBHOOK_URL=" + hookURL}, env...), "worker")
+}
+
+// serve and a worker through a PgBouncer in transaction pooling whose pool
+// is one server connection, far below the 20 each process's own pool may
+// open (so no code path may hold a transaction while it waits for a second
+// connection), and which is killed with SIGKILL and started again halfway:
+// every post the API answered 201 for is published once, and the
+// processes carry on after the pooler's restart without one of their own.
+func TestServeAndWorkerThroughAOneConnectionPgBouncerRestartedMidRunPublishEveryPostOnce(t *testing.T) {
+	t.Parallel()
+	const posts = 20
+	direct := databasetest.PostgresURL(t, "e2epgbrestart")
+	bouncer := pgbouncertest.StartServer(t, direct, pgbouncertest.Transaction, 1)
+	b := kafkatest.Start(t)
+	hook, hookCalls := countingWebhook(t)
+	common := []string{"POSTING_DATABASE_URL=" + bouncer.URL, "POSTING_DATABASE_DIRECT_URL=" + direct,
+		"POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir()}
+	addr := postingtest.FreeAddr(t)
+	serve := postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=pgb-restart",
+		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_RELAY_INTERVAL=500ms",
+		"POSTING_API_WRITE_RATE=off"}, common...)...)
+	workerAddr := postingtest.FreeAddr(t)
+	postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr,
+		"POSTING_INSTANCE_ID=pgb-restart-worker", "POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
+
+	start := time.Now().Truncate(time.Second)
+	var created []int64
+	for i := range posts {
+		if i == posts/2 {
+			bouncer.Restart(t)
+		}
+		// A request may meet a connection the restart cut: the client
+		// tries again, as any would after a 500.
+		var id int64
+		require.Eventually(t, func() bool {
+			var ok bool
+			id, ok = tryCreatePost(serve.HTTP, start.Add(5*time.Second+time.Duration(i)*5*time.Second/posts))
+			return ok
+		}, 30*time.Second, 100*time.Millisecond, "post %d never created", i)
+		created = append(created, id)
+	}
+	db := waitPublished(t, direct, posts, 2*time.Minute)
+	var pubs []worker.Publication
+	require.NoError(t, db.DB.Find(&pubs).Error)
+	require.Len(t, pubs, posts)
+	requireOneCallPerPost(t, hookCalls(), posts)
+	var ob []outbox.Message
+	require.NoError(t, db.DB.Find(&ob).Error)
+	require.Len(t, ob, 2*posts)
+	for _, r := range ob {
+		require.Equal(t, outbox.StatusSent, r.Status, "row %d", r.ID)
+		require.Zero(t, r.RetryCount, "row %d spent an attempt on the pooler's restart", r.ID)
+	}
+	require.NotContains(t, serve.Out.String(), "prepared statement", serve.Out.String())
 }

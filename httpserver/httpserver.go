@@ -36,9 +36,12 @@ type Config struct {
 	// its next request. Default 120s; MinTimeout..MaxTimeout.
 	IdleTimeout time.Duration
 	// MaxConns is the number of connections served at once. A new
-	// connection beyond it closes the longest idle keep-alive connection to
-	// take its place; with none idle it waits until one closes or goes
-	// idle. Default 1000; 1..MaxMaxConns.
+	// connection beyond it closes the one that has waited longest without a
+	// request in progress (an idle keep-alive connection, or one that has
+	// not finished its first request's headers NewConnGrace after it
+	// arrived) to take its place; with
+	// none such it waits until one closes or goes idle. Default 1000;
+	// 1..MaxMaxConns.
 	MaxConns int
 }
 
@@ -106,10 +109,12 @@ func New(ln net.Listener, h http.Handler, cfg Config) (*Server, error) {
 func (s *Server) Serve() error { return s.Server.Serve(s.ln) }
 
 // limitListener serves at most cap(sem) connections at once. Unlike
-// netutil.LimitListener it does not let idle keep-alive connections keep
-// new clients out for the whole idle timeout: a connection accepted beyond
-// the limit closes the longest idle one (net/http reports the states
-// through ConnState), as the idle timeout would have.
+// netutil.LimitListener it does not let connections without a request in
+// progress keep new clients out for the whole idle or read header timeout:
+// a connection accepted beyond the limit closes the one that has waited
+// longest for a request (idle keep-alive, or not yet past its first
+// request's headers: a Slowloris client; net/http reports the states
+// through ConnState), as those timeouts would have.
 type limitListener struct {
 	net.Listener
 	sem       chan struct{}
@@ -117,14 +122,28 @@ type limitListener struct {
 	closeOnce sync.Once
 
 	mu      sync.Mutex
-	idle    map[*limitConn]time.Time // since when each idle connection is idle
-	waiting bool                     // Accept holds a connection without a slot
-	wake    chan struct{}            // a connection went idle while waiting
+	idle    map[*limitConn]waitingSince // each connection without a request in progress
+	waiting bool                        // Accept holds a connection without a slot
+	wake    chan struct{}               // a connection went idle while waiting
 }
+
+// waitingSince is since when a connection waits for a request, and whether
+// it has yet to send its first (StateNew).
+type waitingSince struct {
+	at    time.Time
+	fresh bool
+}
+
+// NewConnGrace is how long a new connection may take to send its first
+// request's headers before a connection beyond MaxConns may close it: a
+// client's request is on its way right after it connects, so without the
+// grace, connections arriving while every slot is busy would close each
+// other before any was read.
+const NewConnGrace = time.Second
 
 func newLimitListener(ln net.Listener, n int) *limitListener {
 	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{}),
-		idle: map[*limitConn]time.Time{}, wake: make(chan struct{}, 1)}
+		idle: map[*limitConn]waitingSince{}, wake: make(chan struct{}, 1)}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -140,20 +159,41 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		l.mu.Lock()
 		l.waiting = true
-		victim := l.longestIdle()
+		victim, recheck := l.longestIdle(time.Now())
 		l.mu.Unlock()
 		if victim != nil {
 			_ = victim.Close() // frees its slot
 		}
-		select {
-		case l.sem <- struct{}{}:
-			return l.admitted(c), nil
-		case <-l.wake:
-		case <-l.done:
+		ok, err := l.await(recheck)
+		if err != nil {
 			_ = c.Close()
-			return nil, net.ErrClosed
+			return nil, err
+		}
+		if ok {
+			return l.admitted(c), nil
 		}
 	}
+}
+
+// await waits for a free slot (true), a connection gone idle or the end of
+// recheck when it is not 0 (false, to look for a victim again), or the
+// listener's close (net.ErrClosed).
+func (l *limitListener) await(recheck time.Duration) (bool, error) {
+	var grace <-chan time.Time
+	if recheck > 0 { // a new connection's grace ends then
+		t := time.NewTimer(recheck)
+		defer t.Stop()
+		grace = t.C
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return true, nil
+	case <-l.wake:
+	case <-grace:
+	case <-l.done:
+		return false, net.ErrClosed
+	}
+	return false, nil
 }
 
 // admitted wraps c, which holds a slot.
@@ -164,17 +204,29 @@ func (l *limitListener) admitted(c net.Conn) net.Conn {
 	return &limitConn{Conn: c, l: l}
 }
 
-// longestIdle removes and returns the connection idle the longest, nil if
-// none is; l.mu is held.
-func (l *limitListener) longestIdle() *limitConn {
+// longestIdle removes and returns the connection that has waited longest
+// for a request, leaving new ones within NewConnGrace; nil if there is none,
+// and then how long until the first new one's grace ends (0: none is
+// waiting). l.mu is held.
+func (l *limitListener) longestIdle(now time.Time) (*limitConn, time.Duration) {
 	var victim *limitConn
-	for c, since := range l.idle {
-		if victim == nil || since.Before(l.idle[victim]) {
+	var recheck time.Duration
+	for c, w := range l.idle {
+		if left := w.at.Add(NewConnGrace).Sub(now); w.fresh && left > 0 {
+			if recheck == 0 || left < recheck {
+				recheck = left
+			}
+			continue
+		}
+		if victim == nil || w.at.Before(l.idle[victim].at) {
 			victim = c
 		}
 	}
+	if victim == nil {
+		return nil, recheck
+	}
 	delete(l.idle, victim)
-	return victim
+	return victim, 0
 }
 
 // connState is the http.Server's ConnState hook: it keeps the set of idle
@@ -186,11 +238,15 @@ func (l *limitListener) connState(c net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if state != http.StateIdle {
+	// net/http reads a first request's headers in StateNew and a later
+	// one's in StateIdle, and reports StateActive only once they are all
+	// in: a connection silent or trickling its headers is as idle as a
+	// kept-alive one, and gives way the same.
+	if state != http.StateIdle && state != http.StateNew {
 		delete(l.idle, lc)
 		return
 	}
-	l.idle[lc] = time.Now()
+	l.idle[lc] = waitingSince{at: time.Now(), fresh: state == http.StateNew}
 	if l.waiting {
 		select {
 		case l.wake <- struct{}{}:

@@ -136,3 +136,65 @@ func TestConfigRefusesLimitsOutOfBounds(t *testing.T) {
 	}
 	require.NoError(t, httpserver.DefaultConfig().Validate())
 }
+
+// Connections that never finish a request's headers (silent, or sending
+// them a byte at a time) do not keep a new client out either: net/http
+// reads a first request's headers in the state StateNew, and at MaxConns a
+// new connection closes the one that has waited longest without a request,
+// instead of waiting out the read header timeout.
+func TestConnectionsWithoutARequestGiveWayAtMaxConns(t *testing.T) {
+	t.Parallel()
+	cfg := httpserver.DefaultConfig()
+	cfg.MaxConns = 2
+	cfg.ReadTimeout, cfg.ReadHeaderTimeout, cfg.IdleTimeout = time.Hour, time.Hour, time.Hour
+	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, "ok")
+	}))
+	silent, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer silent.Close()
+	trickle, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer trickle.Close()
+	_, err = fmt.Fprint(trickle, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ") // headers never finished
+	require.NoError(t, err)
+
+	for range 2 { // each closes one of them; the first one stays open, idle
+		next, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer next.Close()
+		// A guard, not the assertion: without room made it waits an hour.
+		require.NoError(t, next.SetReadDeadline(time.Now().Add(30*time.Second)))
+		resp, err := get(next, bufio.NewReader(next), "/")
+		require.NoError(t, err, "a new client served while connections without a request fill MaxConns")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	for _, c := range []net.Conn{silent, trickle} {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+		_, err = c.Read(make([]byte, 1))
+		require.Error(t, err, "the connection without a request was closed")
+	}
+}
+
+// A connection that has just arrived is not closed for the next one while
+// its request is on its way: with every slot taken, new connections wait
+// for NewConnGrace before one of them gives way, so the first one's request
+// is read and answered.
+func TestANewConnectionHasTimeToSendItsRequest(t *testing.T) {
+	t.Parallel()
+	cfg := httpserver.DefaultConfig()
+	cfg.MaxConns = 1
+	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, "ok")
+	}))
+	first, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer first.Close()
+	r := bufio.NewReader(first)
+	second, err := net.Dial("tcp", addr) // waits for the only slot
+	require.NoError(t, err)
+	defer second.Close()
+	resp, err := get(first, r, "/")
+	require.NoError(t, err, "the first connection was closed for the second before its request was read")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}

@@ -60,14 +60,9 @@ func ProcessBatch(ctx context.Context, db *gorm.DB, consumer string, evs []Event
 		for i, ev := range evs {
 			ids[i] = ev.EventID
 		}
-		var seen []string
-		if err := tx.Model(&Record{}).Where("consumer = ? AND event_id IN ?", consumer, ids).
-			Pluck("event_id", &seen).Error; err != nil {
+		_, done, err := database.PluckSet[string](tx.Model(&Record{}).Where("consumer = ? AND event_id IN ?", consumer, ids), "event_id")
+		if err != nil {
 			return fmt.Errorf("read %d events in the inbox: %w", len(ids), err)
-		}
-		done := make(map[string]bool, len(evs))
-		for _, id := range seen {
-			done[id] = true
 		}
 		var recs []Record
 		for i, ev := range evs {

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/turn"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -34,7 +35,7 @@ type Producer struct {
 	// when sarama is done, even after Send gave up waiting, so two
 	// batches are never in flight at once: a late batch cannot overtake a
 	// resend of itself or a later event of its key.
-	turn chan struct{}
+	turn turn.Turn
 
 	mu        sync.Mutex
 	sp        sarama.SyncProducer // nil until connected, or after a failure
@@ -61,7 +62,7 @@ func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Producer{cfg: cfg, sconf: sconf, pconf: pconf, logger: logger, turn: make(chan struct{}, 1)}, nil
+	return &Producer{cfg: cfg, sconf: sconf, pconf: pconf, logger: logger, turn: turn.New()}, nil
 }
 
 // Config returns the producer's configuration with defaults filled in.
@@ -91,9 +92,9 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 	select {
 	case p.turn <- struct{}{}:
 	case <-ctx.Done():
-		return producerFill(errs, fmt.Errorf("%w: %w", relay.ErrUnavailable, ctx.Err()))
+		return relay.FailAll(errs, fmt.Errorf("%w: %w", relay.ErrUnavailable, ctx.Err()))
 	case <-timer.C:
-		return producerFill(errs, fmt.Errorf("%w: an earlier send still runs after %s", relay.ErrUnavailable, p.cfg.SendTimeout))
+		return relay.FailAll(errs, fmt.Errorf("%w: an earlier send still runs after %s", relay.ErrUnavailable, p.cfg.SendTimeout))
 	}
 
 	pms := make([]*sarama.ProducerMessage, len(msgs))
@@ -137,7 +138,7 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 	default:
 		// Still connecting: send tears down what it opens (abandoned).
 	}
-	return producerFill(errs, &relay.UnansweredError{Err: why, Settled: settled})
+	return relay.FailAll(errs, &relay.UnansweredError{Err: why, Settled: settled})
 }
 
 // send runs one batch through the sarama producer, connecting first if
@@ -146,7 +147,7 @@ func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool, c
 	errs := make([]error, len(pms))
 	sp, conns, err := p.connect()
 	if err != nil {
-		return producerFill(errs, err)
+		return relay.FailAll(errs, err)
 	}
 	connsOut <- conns
 	if abandoned.Load() {
@@ -163,7 +164,7 @@ func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool, c
 			}
 		}
 	default:
-		producerFill(errs, producerClassify(err))
+		relay.FailAll(errs, producerClassify(err))
 	}
 	if err != nil || abandoned.Load() || p.isClosed() {
 		// After a failure sarama has bumped its idempotent epoch or holds
@@ -230,16 +231,13 @@ func (p *Producer) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	timer := time.NewTimer(p.cfg.SendTimeout)
-	defer timer.Stop()
-	select {
-	case p.turn <- struct{}{}:
-		defer func() { <-p.turn }()
-	case <-timer.C:
+	release, ok := p.turn.Within(p.cfg.SendTimeout)
+	if !ok {
 		// Closing under a running SendMessages would race it; the send
 		// closes the producer itself when sarama returns.
 		return fmt.Errorf("close kafka producer: a send still runs after %s", p.cfg.SendTimeout)
 	}
+	defer release()
 	p.mu.Lock()
 	sp := p.sp
 	p.sp, p.conns = nil, nil
@@ -258,13 +256,6 @@ func (p *Producer) Close() error {
 func (p *Producer) SendBound() time.Duration { return p.cfg.SendTimeout }
 
 // fail the same way, so it spends one of the message's attempts.
-
-func producerFill(errs []error, err error) []error {
-	for i := range errs {
-		errs[i] = err
-	}
-	return errs
-}
 
 var (
 	_ relay.Sender = (*Producer)(nil)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -18,18 +16,11 @@ import (
 const lockPrefix = "posting_migrate"
 
 // lockMySQL takes GET_LOCK on one dedicated connection and keeps that
-// connection out of the pool until the lock is released: a named lock
-// belongs to its session, and goose runs the migrations on other
-// connections of the pool meanwhile.
+// connection out of the pool until the lock is released (lockConn).
 func lockMySQL(ctx context.Context, db *sql.DB, wait time.Duration) (func() error, error) {
-	if db.Stats().MaxOpenConnections == 1 {
-		// The lock's connection would be the only one, and goose would wait
-		// for another forever.
-		return nil, errors.New("migration lock: the pool needs at least 2 connections (SetMaxOpenConns(1))")
-	}
-	conn, err := db.Conn(ctx)
+	conn, err := lockConn(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("migration lock: %w", err)
+		return nil, err
 	}
 	var schema sql.NullString
 	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&schema); err != nil {
@@ -60,18 +51,7 @@ func lockMySQL(ctx context.Context, db *sql.DB, wait time.Duration) (func() erro
 		defer cancel()
 		var released sql.NullInt64
 		err := conn.QueryRowContext(rctx, "SELECT RELEASE_LOCK(?)", name).Scan(&released)
-		if err != nil {
-			// The session may still hold the lock: make the pool drop the
-			// connection, which ends the session and frees it.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-		if cerr := conn.Close(); err == nil && cerr != nil && !errors.Is(cerr, driver.ErrBadConn) {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("release migration lock %s: %w", name, err)
-		}
-		return nil
+		return closeLockConn(conn, err, name)
 	}, nil
 }
 

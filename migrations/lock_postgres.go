@@ -3,7 +3,6 @@ package migrations
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,12 +29,9 @@ const postgresLockKey int64 = 0x706f7374696e67
 // URL), so it ends as soon as the holder releases the lock; nothing is SET
 // on the session.
 func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() error, error) {
-	if db.Stats().MaxOpenConnections == 1 {
-		return nil, errors.New("migration lock: the pool needs at least 2 connections (SetMaxOpenConns(1))")
-	}
-	conn, err := db.Conn(ctx)
+	conn, err := lockConn(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("migration lock: %w", err)
+		return nil, err
 	}
 	// Not the caller's context: database/sql rolls a transaction back when
 	// its context ends, which would free the lock while goose still runs.
@@ -65,17 +61,6 @@ func lockPostgres(ctx context.Context, db *sql.DB, wait time.Duration) (func() e
 		return fail(fmt.Errorf("migration lock pg_advisory_xact_lock(%d): %w", postgresLockKey, err))
 	}
 	return func() error {
-		err := tx.Rollback()
-		if err != nil {
-			// The server frees the lock with the session: drop it.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-		if cerr := conn.Close(); err == nil && cerr != nil && !errors.Is(cerr, driver.ErrBadConn) {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("release migration lock pg_advisory_xact_lock(%d): %w", postgresLockKey, err)
-		}
-		return nil
+		return closeLockConn(conn, tx.Rollback(), fmt.Sprintf("pg_advisory_xact_lock(%d)", postgresLockKey))
 	}, nil
 }

@@ -45,9 +45,7 @@ func TestUpRacingPools(t *testing.T) {
 				const racers = 4
 				dbs := make([]*database.DB, racers)
 				for i := range dbs {
-					db, err := database.Open(url, "")
-					require.NoError(t, err)
-					t.Cleanup(func() { _ = db.Close() })
+					db := databasetest.Open(t, url)
 					dbs[i] = db
 				}
 				var wg sync.WaitGroup
@@ -83,15 +81,11 @@ func TestUpRacingPools(t *testing.T) {
 func lockRivals(t *testing.T, d database.Dialect) (*database.DB, *sql.DB, *sql.Conn) {
 	t.Helper()
 	url := freshURL(t, d)
-	db, err := database.Open(url, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, url)
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
 
-	other, err := database.Open(url, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
+	other := databasetest.Open(t, url)
 	otherDB, err := other.DB.DB()
 	require.NoError(t, err)
 	conn, err := otherDB.Conn(context.Background())
@@ -169,9 +163,7 @@ func TestUpWaitsForThePostgresLock(t *testing.T) {
 func TestPostgresMigrationLockWaitOutlastsStatementTimeout(t *testing.T) {
 	t.Parallel()
 	url := freshURL(t, database.PostgreSQL)
-	holder, err := database.Open(url, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = holder.Close() })
+	holder := databasetest.Open(t, url)
 	sqlHolder, err := holder.DB.DB()
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -185,9 +177,7 @@ func TestPostgresMigrationLockWaitOutlastsStatementTimeout(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	db, err := database.Open(url+sep+"options=-c%20statement_timeout%3D200", "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, url+sep+"options=-c%20statement_timeout%3D200")
 	var st string
 	require.NoError(t, db.Raw("SHOW statement_timeout").Scan(&st).Error)
 	require.Equal(t, "200ms", st, "the URL's statement_timeout is in force")

@@ -74,9 +74,7 @@ func TestUpOnEmptyDatabase(t *testing.T) {
 func TestMySQLStartAfterAKillInsideTheFirstMigration(t *testing.T) {
 	t.Parallel()
 	url := freshURL(t, database.MySQL)
-	db, err := database.Open(url, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := databasetest.Open(t, url)
 	init, err := os.ReadFile("mysql/00001_init.sql")
 	require.NoError(t, err)
 	first := strings.SplitN(strings.SplitN(string(init), "-- +goose Up", 2)[1], ";", 2)[0]

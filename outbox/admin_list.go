@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/database"
 )
 
 // Entry is an outbox row as the operator tools show it: the row without its
@@ -42,17 +43,12 @@ var entryColumns = []string{"id", "event_id", "event_type", "aggregate_id", "sta
 // so that for FAIL the head of each aggregate comes before what it holds. limit
 // 0 means DefaultListLimit; it must not exceed MaxListLimit.
 func List(ctx context.Context, db *gorm.DB, status Status, limit int) ([]Entry, error) {
-	if !slices.Contains(Statuses, status) {
-		return nil, fmt.Errorf("%w %q", ErrInvalidStatus, status)
-	}
-	if limit == 0 {
-		limit = DefaultListLimit
-	}
-	if limit < 1 || limit > MaxListLimit {
-		return nil, fmt.Errorf("list limit %d is outside 1..%d", limit, MaxListLimit)
+	limit, err := database.ListArgs(status, Statuses, ErrInvalidStatus, limit, DefaultListLimit, MaxListLimit)
+	if err != nil {
+		return nil, err
 	}
 	out := []Entry{}
-	err := db.WithContext(ctx).Select(entryColumns).Where("status = ?", status).
+	err = db.WithContext(ctx).Select(entryColumns).Where("status = ?", status).
 		Order("created, id").Limit(limit).Find(&out).Error
 	if err != nil {
 		return nil, fmt.Errorf("list %s rows: %w", status, err)

@@ -81,6 +81,22 @@ func returningColumns(tx *gorm.DB) (string, error) {
 	return strings.Join(cols, ", "), nil
 }
 
+// updateReturning is claimReturning's statement, the same on every
+// database that has RETURNING: it claims the rows that where picks and
+// returns them in full. where has four placeholders: ids (in the dialect's
+// form of a list), then PENDING, RETRY and now for "due".
+func updateReturning(tx *gorm.DB, where string, ids any, owner string, now time.Time) ([]Message, bool, error) {
+	cols, err := returningColumns(tx)
+	if err != nil {
+		return nil, true, err
+	}
+	var rows []Message
+	err = tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
+WHERE `+where+`
+RETURNING `+cols, StatusProcessing, owner, now, ids, StatusPending, StatusRetry, now).Scan(&rows).Error
+	return rows, true, err
+}
+
 // lockSkipLocked makes q read FOR UPDATE SKIP LOCKED: concurrent claimers
 // skip each other's rows instead of waiting (MySQL 8.0.1+, MariaDB 10.6+,
 // PostgreSQL).

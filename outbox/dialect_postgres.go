@@ -67,17 +67,9 @@ func (postgresDialect) defersAcksToNextClaim() bool { return true }
 // re-checks each row's latest version, so a row another claimer took
 // meanwhile is not due any more, and a row it holds is skipped.
 func (postgresDialect) claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, bool, error) {
-	cols, err := returningColumns(tx)
-	if err != nil {
-		return nil, true, err
-	}
-	var rows []Message
-	err = tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
-WHERE id IN (SELECT id FROM outbox
+	return updateReturning(tx, `id IN (SELECT id FROM outbox
 	WHERE id = ANY(?::bigint[]) AND (status = ? OR (status = ? AND next_attempt_at <= ?))
-	FOR UPDATE SKIP LOCKED)
-RETURNING `+cols, StatusProcessing, owner, now, int64Array(ids), StatusPending, StatusRetry, now).Scan(&rows).Error
-	return rows, true, err
+	FOR UPDATE SKIP LOCKED)`, int64Array(ids), owner, now)
 }
 
 // Notify returns a function that sends a notification with its payload on

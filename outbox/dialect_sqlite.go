@@ -43,13 +43,5 @@ func (sqliteDialect) defersAcksToNextClaim() bool { return false }
 // since BEGIN IMMEDIATE, so no other claimer can take them in between, and
 // the separate read of the full rows is saved.
 func (sqliteDialect) claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, bool, error) {
-	cols, err := returningColumns(tx)
-	if err != nil {
-		return nil, true, err
-	}
-	var rows []Message
-	err = tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
-WHERE id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))
-RETURNING `+cols, StatusProcessing, owner, now, ids, StatusPending, StatusRetry, now).Scan(&rows).Error
-	return rows, true, err
+	return updateReturning(tx, "id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, owner, now)
 }

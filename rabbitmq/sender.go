@@ -16,6 +16,7 @@ import (
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/internal/turn"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
@@ -51,7 +52,7 @@ type Sender struct {
 
 	// turn holds one token while a send runs, so two batches are never in
 	// flight at once (a late batch cannot overtake a resend of itself).
-	turn chan struct{}
+	turn turn.Turn
 
 	mu        sync.Mutex
 	conn      *amqp.Connection
@@ -83,7 +84,7 @@ func NewSender(cfg Config, logger *slog.Logger) (*Sender, error) {
 	return &Sender{
 		cfg:    cfg,
 		logger: logger,
-		turn:   make(chan struct{}, 1),
+		turn:   turn.New(),
 		redial: backoff.Backoff{Base: cfg.ReconnectBase, Max: cfg.ReconnectMax},
 	}, nil
 }
@@ -116,11 +117,11 @@ func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	case s.turn <- struct{}{}:
 		defer func() { <-s.turn }()
 	case <-ctx.Done():
-		return fill(errs, fmt.Errorf("%w: an earlier send still runs: %w", relay.ErrUnavailable, ctx.Err()))
+		return relay.FailAll(errs, fmt.Errorf("%w: an earlier send still runs: %w", relay.ErrUnavailable, ctx.Err()))
 	}
 	conn, lanes, sock, err := s.channel(ctx)
 	if err != nil {
-		return fill(errs, err)
+		return relay.FailAll(errs, err)
 	}
 	// The client's writes ignore ctx: a broker that stops reading (a memory
 	// or disk alarm blocks publishing connections) would hold a publish, and
@@ -221,7 +222,7 @@ func (s *Sender) sendLane(ctx context.Context, l lane, msgs []outbox.Message, id
 	for start := 0; start < len(sub); start += chunkSize {
 		end := min(start+chunkSize, len(sub))
 		if err := s.sendChunk(ctx, l.ch, l.returns, sub[start:end], subErrs[start:end]); err != nil {
-			fill(subErrs[end:], err)
+			relay.FailAll(subErrs[end:], err)
 			return err
 		}
 	}
@@ -238,7 +239,7 @@ func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan a
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, m.Key(), true, false, publishing(m, now))
 		if err != nil {
 			err = fmt.Errorf("%w: publish to rabbitmq: %w", relay.ErrUnavailable, err)
-			fill(errs, err)
+			relay.FailAll(errs, err)
 			return err
 		}
 		dcs[i] = dc
@@ -258,7 +259,7 @@ func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan a
 		default:
 			continue
 		}
-		fill(errs, lost)
+		relay.FailAll(errs, lost)
 		return lost
 	}
 	// A return comes before the ack of its message, from the same reader,
@@ -465,24 +466,13 @@ func (s *Sender) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	t := time.NewTimer(s.cfg.SendTimeout)
-	defer t.Stop()
-	select {
-	case s.turn <- struct{}{}:
-		defer func() { <-s.turn }()
-	case <-t.C:
+	if release, ok := s.turn.Within(s.cfg.SendTimeout); ok {
+		defer release()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dropLocked()
 	return nil
-}
-
-func fill(errs []error, err error) []error {
-	for i := range errs {
-		errs[i] = err
-	}
-	return errs
 }
 
 var (

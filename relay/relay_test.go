@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -927,5 +928,581 @@ func TestUnansweredSendHoldsItsRowUntilSettled(t *testing.T) {
 		}
 		require.Equal(t, []int64{rows[2].ID, rows[0].ID, rows[1].ID},
 			b.send.SentIDs(), "acknowledged: the held row, sent again, before the post's next event")
+	})
+}
+
+// Two relays whose clocks are minutes apart share the database's clock for
+// claims, retries and stale recovery: neither takes the other's live claims
+// for stale, so every event is sent once and no retry is spent. (With each
+// relay's own clock, the one 3 minutes ahead recovered the other's claims
+// while they were being sent.)
+func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		const posts, perPost = 60, 5
+		var ids []int64
+		for range perPost {
+			for p := int64(1); p <= posts; p++ {
+				m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, p, time.Now(), nil))
+				require.NoError(t, err)
+				ids = append(ids, m.ID)
+			}
+		}
+		send := relaytest.NewSender()
+		send.SetPause(15 * time.Millisecond) // a send that takes a while: claims stay in flight
+		skews := map[string]time.Duration{"ahead": 3 * time.Minute, "behind": -3 * time.Minute, "on-time": 0}
+		var relays []*Relay
+		for id, skew := range skews {
+			r, err := New(outbox.NewStore(db), send, Config{InstanceID: id, Interval: 10 * time.Millisecond,
+				BatchSize: 10, StaleAfter: 2 * time.Minute, RetryBase: time.Second,
+				Now: func() time.Time { return time.Now().Add(skew) }})
+			require.NoError(t, err)
+			relays = append(relays, r)
+		}
+		for _, r := range relays {
+			require.NoError(t, r.Start(ctx))
+		}
+		require.Eventually(t, func() bool {
+			var n int64
+			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("status = ?", outbox.StatusSent).Count(&n).Error)
+			return n == int64(len(ids))
+		}, 60*time.Second, 20*time.Millisecond, "every event SENT")
+		for _, r := range relays {
+			r.Stop()
+		}
+
+		var rows []outbox.Message
+		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, m.Status, "row %d", m.ID)
+			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", m.ID, m.LastError)
+			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", m.ID)
+		}
+	})
+}
+
+// An event written by an instance whose clock runs 10 minutes ahead does not
+// wait those 10 minutes, nor hold its post's later events.
+func TestEventFromAnInstanceAheadIsDueAtOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		first, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now().Add(10*time.Minute), nil))
+		require.NoError(t, err)
+		second, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now(), nil))
+		require.NoError(t, err)
+		send := relaytest.NewSender()
+		r, err := New(outbox.NewStore(db), send, Config{InstanceID: "r", Interval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		for range 2 {
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+		}
+		require.Equal(t, []int64{first.ID, second.ID}, send.SentIDs())
+	})
+}
+
+// A write of SENT that fails keeps its acknowledgements: the next poll
+// writes them, so the event is sent once, ends SENT with no retry spent, and
+// the post's next event follows in that poll instead of after the stale
+// limit.
+func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.append(t, 1, 1)
+		failed := failSentWriteOnce(t, db)
+		r := b.relay(t, "a")
+
+		res, err := r.RunOnce(ctx)
+		require.ErrorIs(t, err, driver.ErrBadConn)
+		require.True(t, failed.Load())
+		require.Equal(t, 1, res.Claimed)
+		require.Equal(t, outbox.StatusProcessing, b.row(t, rows[0].ID).Status, "not written yet")
+
+		// The next poll: the first event's SENT, then its successor claimed,
+		// sent and written.
+		res, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Claimed)
+		require.Equal(t, 2, res.Sent)
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs(), "each sent once, in order")
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Zero(t, got.RetryCount)
+		}
+	})
+}
+
+// failSentWriteOnce fails the first write of SENT through db as a lost
+// connection would; the returned flag tells whether it has.
+func failSentWriteOnce(t *testing.T, db *database.DB) *atomic.Bool {
+	t.Helper()
+	var failed atomic.Bool
+	databasetest.Fail(t, db.DB, databasetest.StmtUpdate, driver.ErrBadConn, func(tx *gorm.DB) bool {
+		m, ok := tx.Statement.Dest.(map[string]any)
+		return ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true)
+	})
+	return &failed
+}
+
+// The loop writes kept acknowledgements before it pauses after the error,
+// so nothing waits for stale recovery even when no new row comes.
+func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		row := b.append(t, 1)[0]
+		failed := failSentWriteOnce(t, db)
+		r := b.relay(t, "a", func(c *Config) { c.Interval = time.Hour; c.OutageBackoffMax = time.Hour; c.StaleAfter = 3 * time.Hour })
+		require.NoError(t, r.Start(context.Background()))
+		t.Cleanup(r.Stop)
+		require.Eventually(t, func() bool { return b.row(t, row.ID).Status == outbox.StatusSent }, 10*time.Second, 10*time.Millisecond)
+		require.True(t, failed.Load())
+		require.Zero(t, b.row(t, row.ID).RetryCount)
+		require.Equal(t, []int64{row.ID}, b.send.SentIDs())
+	})
+}
+
+// The relay refuses a stale limit that a healthy slow send and the write of
+// its results could outlast: another instance would send the rows again.
+func TestNewRefusesAStaleLimitTheSenderCouldOutlast(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	send := relaytest.NewSender()
+	send.SetBound(30 * time.Second)
+	cfg := Config{InstanceID: "a", StaleAfter: 11 * time.Second}
+	_, err := New(outbox.NewStore(db), send, cfg)
+	var sl *StaleLimitError
+	require.True(t, errors.As(err, &sl), "got %v", err)
+	require.Equal(t, 75*time.Second, sl.Min, "(30s send + 30s write) * 5/4")
+	require.Equal(t, 11*time.Second, sl.StaleAfter)
+
+	cfg.StaleAfter = 75 * time.Second
+	_, err = New(outbox.NewStore(db), send, cfg)
+	require.ErrorAs(t, err, &sl, "the minimum itself is not more than the bound")
+
+	cfg.StaleAfter, cfg.WriteTimeout = 20*time.Second, 5*time.Second
+	send.SetBound(10 * time.Second)
+	_, err = New(outbox.NewStore(db), send, cfg)
+	require.NoError(t, err, "(10s + 5s) * 5/4 = 18.75s < 20s")
+
+	// A sender that does not know its bound is not checked.
+	_, err = New(outbox.NewStore(db), relaytest.NewSender(), Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond})
+	require.NoError(t, err)
+}
+
+// While the broker cannot be reached the pause between polls doubles from
+// the interval up to OutageBackoffMax, so an outage does not turn into a
+// poll every interval (and a write transaction each) against a dead broker.
+func TestOutageBackoffDoubles(t *testing.T) {
+	t.Parallel()
+	b := setup(t, databasetest.NewSQLite(t))
+	b.send.SetDown(unreachable)
+	b.append(t, 1)
+	var (
+		mu    sync.Mutex
+		polls []time.Time
+	)
+	r, err := New(b.store, b.send, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
+		StaleAfter: time.Minute, OutageBackoffMax: time.Second, Logger: slog.New(slog.DiscardHandler),
+		Observe: func(res Result, _ time.Duration, _ error) {
+			if res.Unavailable {
+				mu.Lock()
+				polls = append(polls, time.Now())
+				mu.Unlock()
+			}
+		}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	t.Cleanup(r.Stop)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(polls) >= 7 }, 30*time.Second, 5*time.Millisecond)
+	r.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	var gaps []time.Duration
+	for i := 1; i < 7; i++ {
+		gaps = append(gaps, polls[i].Sub(polls[i-1]))
+	}
+	t.Logf("pauses between unavailable polls: %v", gaps)
+	// Expected 20, 40, 80, 160, 320, 640 ms (the last capped at 1 s); a
+	// loaded machine only makes pauses longer, so check the floor of the
+	// last ones and that they grew.
+	require.GreaterOrEqual(t, gaps[5], 600*time.Millisecond, "the sixth pause is 20ms * 2^5")
+	require.GreaterOrEqual(t, gaps[4], 300*time.Millisecond, "the fifth pause is 20ms * 2^4")
+	require.Less(t, gaps[0], gaps[5]/2, "the pauses grew")
+}
+
+// A database outage longer than the stale limit does not make the relays
+// take each other's claims for dead: a relay that saw the database fail
+// holds stale recovery until the database has answered for a stale limit,
+// so the relay that kept its acknowledgements through the outage writes
+// them before any peer recovers and resends its rows.
+func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		s := setup(t, db)
+		row := s.append(t, 1)[0]
+		down := databasetest.Outage(t, db.DB, databasetest.StmtUpdate) // the relay's host lost its network
+		broker := s.send
+		broker.BeforeNextSend(func() { down.Store(true) }) // a's send: the database is cut off after a's claim
+		cfg := Config{Interval: 20 * time.Millisecond, StaleAfter: time.Minute, RetryBase: time.Second, Now: s.clock.Now}
+		cfg.InstanceID = "a"
+		a, err := New(s.store, broker, cfg)
+		require.NoError(t, err)
+		cfg.InstanceID = "b"
+		b, err := New(s.store, broker, cfg)
+		require.NoError(t, err)
+
+		_, err = a.RunOnce(ctx) // claimed, acknowledged, SENT write failed: kept
+		require.Error(t, err)
+		s.clock.Add(2 * time.Minute) // the outage outlasts the stale limit
+		_, err = b.RunOnce(ctx)      // b polls during the outage too, and fails
+		require.Error(t, err)
+		down.Store(false)
+		for range 3 {
+			_, err := b.RunOnce(ctx)
+			require.NoError(t, err)
+			_, _ = a.RunOnce(ctx)
+			s.clock.Add(2 * time.Second)
+		}
+		var got outbox.Message
+		require.NoError(t, db.DB.First(&got, row.ID).Error)
+		require.Equal(t, outbox.StatusSent, got.Status)
+		require.Zero(t, got.RetryCount, "a retry spent by a peer's recovery")
+		require.Equal(t, 1, broker.Sends(row.EventID), "sent twice")
+
+		// Once the database has answered for a stale limit, recovery is back.
+		dead := s.append(t, 2)[0]
+		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", dead.ID).
+			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": s.clock.Now().Add(-time.Hour)}).Error)
+		s.clock.Add(time.Minute)
+		res, err := b.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Recovered)
+	})
+}
+
+// A relay cut off from the broker and the database at once (its host's
+// network fails) cannot hand its claimed rows back. When the network returns
+// it must hand them back itself, with no attempt spent, rather than leave
+// them PROCESSING until stale recovery spends one of their retries and holds
+// their posts for the whole stale limit: an outage is not the rows' fault.
+func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		row := b.append(t, 1)[0]
+
+		broker := b.send
+		broker.SetDown(unreachable)
+		dbDown := databasetest.Outage(t, db.DB, databasetest.StmtUpdate)
+		// The database is cut off once the rows are claimed, before the send,
+		// like a host losing its network mid-poll.
+		broker.BeforeNextSend(func() { dbDown.Store(true) })
+		r, err := New(b.store, broker, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: b.clock.Now})
+		require.NoError(t, err)
+
+		// Claimed, then broker and database unreachable: the release fails.
+		res, err := r.RunOnce(ctx)
+		require.Error(t, err)
+		require.Equal(t, 1, res.Claimed)
+
+		// The network returns, and the broker with it, within the stale limit.
+		dbDown.Store(false)
+		broker.SetDown(nil)
+		for range 3 {
+			b.clock.Add(30 * time.Second) // past the stale limit by the second poll
+			_, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+		}
+		require.NoError(t, func() error { _, err := r.Flush(ctx); return err }())
+
+		var got outbox.Message
+		require.NoError(t, db.DB.First(&got, row.ID).Error)
+		require.Equal(t, outbox.StatusSent, got.Status)
+		require.Zero(t, got.RetryCount, "an outage spent a retry (last_error %v)", got.LastError)
+		require.Equal(t, 1, broker.Sends(row.EventID))
+	})
+}
+
+// The database restarts while a batch claimed for the next poll waits:
+// the polls during the restart fail, and so does the flush that would hand
+// the batch back. Once the database answers again the relay hands it back
+// itself (no attempt spent, no wait for the stale limit), and every event
+// goes out once, in per-post order.
+func TestDatabaseRestartWhileTheNextBatchWaits(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 8, 2)
+		down := databasetest.Outage(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow|databasetest.StmtExec|databasetest.StmtUpdate) // restarting
+		// The database's own clock: a poll begins by reading it.
+		r, err := New(outbox.NewStore(db), b.send, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
+			BatchSize: 4, StaleAfter: time.Minute})
+		require.NoError(t, err)
+
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 8, res.Claimed, "posts 1..4's first events sent, posts 5..8's claimed for the next poll")
+		require.True(t, r.hasNext())
+		sentBefore := len(b.send.SentIDs())
+
+		down.Store(true)
+		_, err = r.Pump(ctx)
+		require.Error(t, err)
+		_, err = r.Flush(ctx)
+		require.Error(t, err)
+		require.Equal(t, sentBefore, len(b.send.SentIDs()), "nothing sent while the database is away")
+		down.Store(false)
+
+		pumpUntilIdle(t, ctx, r, 20)
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, db.DB))
+		for _, m := range rows {
+			require.Zero(t, b.row(t, m.ID).RetryCount, "row %d", m.ID)
+		}
+	})
+}
+
+// appendRounds appends rounds events for each of posts 1..posts, round by
+// round (every post's first event, then every post's second, ...).
+func (b *bundle) appendRounds(t *testing.T, posts, rounds int) []outbox.Message {
+	t.Helper()
+	var ids []int64
+	for range rounds {
+		for p := 1; p <= posts; p++ {
+			ids = append(ids, int64(p))
+		}
+	}
+	return b.append(t, ids...)
+}
+
+// processing returns the ids of the PROCESSING rows, in id order.
+func (b *bundle) processing(t *testing.T) []int64 {
+	t.Helper()
+	var ids []int64
+	require.NoError(t, b.db.Model(&outbox.Message{}).Where("status = ?", outbox.StatusProcessing).Order("id").Pluck("id", &ids).Error)
+	return ids
+}
+
+// pumpUntilIdle polls r as its loop does (Pump) until a poll claims, sends,
+// defers and releases nothing, at most max times, then flushes.
+func pumpUntilIdle(t *testing.T, ctx context.Context, r *Relay, max int) {
+	t.Helper()
+	for range max {
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		if res.Claimed == 0 && res.Sent == 0 && res.Deferred == 0 && res.Released == 0 {
+			break
+		}
+	}
+	_, err := r.Flush(ctx)
+	require.NoError(t, err)
+}
+
+// requireOrderedOnce checks that ids (in the order acknowledged) hold every
+// row of rows exactly once and, per post, in outbox order.
+func requireOrderedOnce(t *testing.T, rows []outbox.Message, ids []int64) {
+	t.Helper()
+	post := map[int64]int64{}
+	for _, m := range rows {
+		post[m.ID] = m.AggregateID
+	}
+	seen := map[int64]bool{}
+	last := map[int64]int64{}
+	for _, id := range ids {
+		require.False(t, seen[id], "row %d acknowledged twice", id)
+		seen[id] = true
+		p, ok := post[id]
+		require.True(t, ok, "unknown row %d", id)
+		require.Greater(t, id, last[p], "post %d: row %d after row %d", p, id, last[p])
+		last[p] = id
+	}
+	require.Len(t, seen, len(rows), "every row acknowledged")
+}
+
+// While a full batch is being sent, Pump claims the next one, which holds
+// no event of a post that has one in the air; draining with Pump keeps
+// per-post order and sends each event once.
+func TestPumpClaimsTheNextBatchDuringTheSend(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 8, 2) // ids: posts 1..8 first events, then their second events
+		r := b.relay(t, "pump", func(c *Config) { c.BatchSize = 4 })
+		release := b.send.Hold()
+		type out struct {
+			res Result
+			err error
+		}
+		done := make(chan out, 1)
+		go func() {
+			res, err := r.Pump(ctx)
+			done <- out{res, err}
+		}()
+		<-b.send.Entered()
+		// The first batch (posts 1..4) is in the air; the next claim takes
+		// posts 5..8's first events, not the second events of posts 1..4.
+		want := []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID, rows[4].ID, rows[5].ID, rows[6].ID, rows[7].ID}
+		require.Eventually(t, func() bool { return len(b.processing(t)) == 8 }, 10*time.Second, 5*time.Millisecond)
+		require.Equal(t, want, b.processing(t))
+		release()
+		o := <-done
+		require.NoError(t, o.err)
+		require.Equal(t, 8, o.res.Claimed, "this batch and the next")
+		require.True(t, r.hasNext())
+
+		pumpUntilIdle(t, ctx, r, 10)
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 16}, relaytest.CountByStatus(t, db.DB))
+	})
+}
+
+// Flush hands back a batch claimed for the next poll unchanged: PENDING,
+// no attempt spent.
+func TestFlushReleasesTheNextBatch(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 8, 1)
+		r := b.relay(t, "pump", func(c *Config) { c.BatchSize = 4 })
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 8, res.Claimed)
+		for _, m := range rows[4:] {
+			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "the next batch waits, claimed")
+		}
+		res, err = r.Flush(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4, res.Released)
+		for _, m := range rows[:4] {
+			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "acknowledgements deferred or not, written")
+		}
+		for _, m := range rows[4:] {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusPending, got.Status)
+			require.Zero(t, got.RetryCount)
+		}
+		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID}, b.send.SentIDs())
+		require.False(t, r.hasNext())
+	})
+}
+
+// An unreachable broker releases the batch sent and the one claimed
+// during its send: no attempt spent on either, nothing held over the backoff.
+func TestPumpOutageReleasesBothBatches(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 8, 2)
+		r := b.relay(t, "pump", func(c *Config) { c.BatchSize = 4 })
+		b.send.SetDown(unreachable)
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		require.True(t, res.Unavailable)
+		require.Equal(t, 8, res.Released)
+		require.False(t, r.hasNext())
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusPending: 16}, relaytest.CountByStatus(t, db.DB))
+		var retried int64
+		require.NoError(t, db.Model(&outbox.Message{}).Where("retry_count > 0").Count(&retried).Error)
+		require.Zero(t, retried)
+
+		b.send.SetDown(nil)
+		pumpUntilIdle(t, ctx, r, 20)
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+	})
+}
+
+// A relay that dies with two batches in the air (one being sent, one
+// claimed for the next poll) loses nothing: another instance recovers
+// both after the stale limit and sends every event once more, in per-post
+// order; the dead relay's late acknowledgement is fenced.
+func TestCrashWithTwoBatchesInFlightLosesNothing(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 8, 2)
+		dyingSend := relaytest.NewSender()
+		dying, err := New(b.store, dyingSend, Config{InstanceID: "dying", Interval: 20 * time.Millisecond,
+			BatchSize: 4, StaleAfter: time.Minute, RetryBase: time.Second, Now: b.clock.Now})
+		require.NoError(t, err)
+		hang := dyingSend.Hold() // the process freezes in the send, then dies
+		var wg sync.WaitGroup
+		var late Result
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			late, _ = dying.Pump(ctx)
+		}()
+		<-dyingSend.Entered()
+		require.Eventually(t, func() bool { return len(b.processing(t)) == 8 }, 10*time.Second, 5*time.Millisecond)
+
+		other := b.relay(t, "other", func(c *Config) { c.BatchSize = 4 })
+		res, err := other.Pump(ctx)
+		require.NoError(t, err)
+		require.Zero(t, res.Claimed, "live claims are respected; the second events wait behind them")
+
+		b.clock.Add(time.Minute + time.Second)
+		res, err = other.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 8, res.Recovered, "both batches recovered")
+		b.clock.Add(2 * time.Second)
+		pumpUntilIdle(t, ctx, other, 20)
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 16}, relaytest.CountByStatus(t, db.DB))
+		for _, m := range rows[:8] {
+			got := b.row(t, m.ID)
+			require.Equal(t, 1, got.RetryCount, "the recovery counted as an attempt")
+			require.Equal(t, "other", *got.ClaimedBy)
+		}
+
+		// The frozen relay wakes up: its acknowledgement comes too late.
+		hang()
+		wg.Wait()
+		require.Equal(t, 4, late.Fenced+late.Deferred, "the late batch is fenced (at once, or when its deferred write is tried)")
+		_, _ = dying.Flush(ctx)
+		for _, m := range rows {
+			got := b.row(t, m.ID)
+			require.Equal(t, outbox.StatusSent, got.Status)
+			require.Equal(t, "other", *got.ClaimedBy, "row %d", m.ID)
+		}
+	})
+}
+
+// Four relays running their loops (pipelined polls) on one backlog send
+// every event once and keep per-post order.
+func TestPipelinedRelaysKeepPerPostOrder(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		rows := b.appendRounds(t, 60, 5)
+		b.send.SetPause(time.Millisecond) // sends take a while: claims overlap them
+		var relays []*Relay
+		for i := range 4 {
+			r := b.relay(t, "r"+string(rune('a'+i)), func(c *Config) { c.BatchSize = 7 })
+			relays = append(relays, r)
+		}
+		for _, r := range relays {
+			require.NoError(t, r.Start(context.Background()))
+			t.Cleanup(r.Stop)
+		}
+		require.Eventually(t, func() bool {
+			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
+		}, time.Minute, 10*time.Millisecond)
+		for _, r := range relays {
+			r.Stop()
+		}
+		requireOrderedOnce(t, rows, b.send.SentIDs())
 	})
 }

@@ -71,3 +71,12 @@ func (e *UnansweredError) Error() string {
 
 // Unwrap returns Err.
 func (e *UnansweredError) Unwrap() error { return e.Err }
+
+// FailAll sets every entry of errs to err and returns errs: a Send's answer
+// when the whole batch failed the same way.
+func FailAll(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}

@@ -97,7 +97,8 @@ type Created struct {
 // and the same input (title, content, the scheduledAt instant) within
 // IdempotencyRetention writes nothing and gets that first post back as it
 // was answered, Replayed; one with other input gets an error wrapping
-// ErrIdempotencyKeyReused. Requests with one key at once create one post:
+// ErrIdempotencyKeyReused. A key's age is read on the database's clock, as
+// the cleaner reads it. Requests with one key at once create one post:
 // the unique index makes each wait for the transaction that holds the key,
 // and then replay. A key the rules refuse is a *ValidationError; so is an
 // input they refuse, checked as for Create when the key is not in use.
@@ -107,7 +108,14 @@ func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (C
 		return Created{}, err
 	}
 	owner, hash := ownerOf(ctx), requestHash(in)
-	cutoff := now.Add(-s.cfg.IdempotencyRetention)
+	// A key is written by one instance and judged by another (and by the
+	// cleaner), so its age is the database's clock's, never this one's.
+	keyNow, err := database.Now(ctx, s.db)
+	if err != nil {
+		return Created{}, err
+	}
+	keyNow = database.Normalize(keyNow)
+	cutoff := keyNow.Add(-s.cfg.IdempotencyRetention)
 	prev, err := s.findKey(ctx, owner, key)
 	if err != nil {
 		return Created{}, err
@@ -140,7 +148,7 @@ func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (C
 		// Last, so that a request holding the key for long holds nothing
 		// else a waiter needs; a waiter's own post and event roll back.
 		return tx.Create(&idempotencyRecord{OwnerID: owner, Key: key, RequestHash: hash,
-			PostID: created.ID, Response: string(body), CreatedAt: now}).Error
+			PostID: created.ID, Response: string(body), CreatedAt: keyNow}).Error
 	})
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
 		// Another request committed the key while this one waited on it.

@@ -104,17 +104,13 @@ func (e *PublicationEntry) utc() {
 // the last post id it got. limit 0 means DefaultPublicationListLimit; it
 // must not exceed MaxPublicationListLimit.
 func ListPublications(ctx context.Context, db *gorm.DB, status PublicationStatus, limit int, afterID int64) ([]PublicationEntry, error) {
-	if !slices.Contains(PublicationStatuses, status) {
-		return nil, fmt.Errorf("%w %q", ErrInvalidPublicationStatus, status)
-	}
-	if limit == 0 {
-		limit = DefaultPublicationListLimit
-	}
-	if limit < 1 || limit > MaxPublicationListLimit {
-		return nil, fmt.Errorf("list limit %d is outside 1..%d", limit, MaxPublicationListLimit)
+	limit, err := database.ListArgs(status, PublicationStatuses, ErrInvalidPublicationStatus, limit,
+		DefaultPublicationListLimit, MaxPublicationListLimit)
+	if err != nil {
+		return nil, err
 	}
 	out := []PublicationEntry{}
-	err := publicationEntries(db.WithContext(ctx)).Where("p.status = ? AND p.post_id > ?", status, afterID).
+	err = publicationEntries(db.WithContext(ctx)).Where("p.status = ? AND p.post_id > ?", status, afterID).
 		Order("p.post_id").Limit(limit).Scan(&out).Error
 	if err != nil {
 		return nil, fmt.Errorf("list %s publications: %w", status, err)

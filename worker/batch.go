@@ -177,14 +177,10 @@ func recordAt(tx *gorm.DB, reqs []recordReq, idx []int, at time.Time, out []reco
 	if len(markedIDs) == 0 {
 		return nil
 	}
-	var pendingIDs []int64
-	if err := tx.Model(&Publication{}).Where("post_id IN ? AND status = ?", markedIDs, PublicationPending).
-		Pluck("post_id", &pendingIDs).Error; err != nil {
+	pendingIDs, pendingSet, err := database.PluckSet[int64](tx.Model(&Publication{}).
+		Where("post_id IN ? AND status = ?", markedIDs, PublicationPending), "post_id")
+	if err != nil {
 		return fmt.Errorf("read %d publications: %w", len(markedIDs), err)
-	}
-	pendingSet := make(map[int64]bool, len(pendingIDs))
-	for _, id := range pendingIDs {
-		pendingSet[id] = true
 	}
 	if len(pendingIDs) > 0 {
 		if err := tx.Model(&Publication{}).Where("post_id IN ? AND status = ?", pendingIDs, PublicationPending).

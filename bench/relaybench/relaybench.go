@@ -58,10 +58,18 @@ func (r Result) PerSecond() float64 {
 // is analyzed afterwards, as autovacuum would have done on a live table:
 // without statistics the planner sorts the whole backlog on every claim.
 func Seed(ctx context.Context, db *gorm.DB, n int) error {
+	return SeedPosts(ctx, db, n, EventsPerPost)
+}
+
+// SeedPosts is Seed with perPost events for each post instead of
+// EventsPerPost: with 1, every row is the head of its post, and relays
+// sharing the backlog are not limited by per-post order.
+func SeedPosts(ctx context.Context, db *gorm.DB, n, perPost int) error {
 	if n <= 0 {
 		return nil
 	}
-	posts := (n + EventsPerPost - 1) / EventsPerPost
+	perPost = max(perPost, 1)
+	posts := (n + perPost - 1) / perPost
 	at := time.Now().Add(-time.Second)
 	rows := make([]*outbox.Message, 0, n)
 	for round := 0; len(rows) < n; round++ {

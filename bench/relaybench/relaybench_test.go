@@ -65,3 +65,18 @@ func TestRelayStalls(t *testing.T) {
 	_, err := relaybench.Relay(ctx, db.DB, s, 100)
 	require.ErrorIs(t, err, relaybench.ErrStalled)
 }
+
+// TestSeedPostsWritesEventsPerPost: SeedPosts writes n PENDING rows,
+// perPost to a post, the last post short when n is not a multiple.
+func TestSeedPostsWritesEventsPerPost(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		for _, perPost := range []int{1, 3} {
+			require.NoError(t, db.Exec("DELETE FROM outbox").Error)
+			require.NoError(t, relaybench.SeedPosts(context.Background(), db.DB, 10, perPost))
+			require.Equal(t, map[outbox.Status]int64{outbox.StatusPending: 10}, relaytest.CountByStatus(t, db.DB))
+			var posts int64
+			require.NoError(t, db.Raw("SELECT COUNT(DISTINCT aggregate_id) FROM outbox").Scan(&posts).Error)
+			require.EqualValues(t, (10+perPost-1)/perPost, posts, "%d events per post", perPost)
+		}
+	})
+}

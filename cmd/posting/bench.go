@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,10 +30,11 @@ func addBenchFlags(fs *pflag.FlagSet, b *bench.Config, s *settings) {
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
 	fs.IntVar(&b.APIClients, "api-clients", 32, "concurrent clients of the create measurements")
 	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each side of the create comparison runs (raw SQL and the API alone, in 3 alternating rounds), and the creates on the whole serve")
-	fs.IntVar(&b.LatencyRate, "latency-rate", 1000, "posts/s offered over HTTP while commit → broker times are measured")
-	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long the commit → broker load runs")
+	fs.IntSliceVar(&b.LatencyRates, "latency-rate", []int{200, 400, 1000}, "posts/s offered over HTTP while commit → broker times are measured; several, comma-separated, are measured one after the other")
+	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long each commit → broker load runs")
 	fs.IntVar(&b.SpikePosts, "spike-posts", 20000, "posts due in the same second for the spike lag; 0 skips it")
 	fs.DurationVar(&b.SpikeDueIn, "spike-due-in", 30*time.Second, "how long after they are written the spike's posts are due (at least 1s)")
+	fs.StringVar(&b.SpikeRabbitMQURL, "spike-rabbitmq-url", "", "amqp://user:pass@host:5672/vhost: also run the spike through this RabbitMQ broker (a fresh exchange and worker queue, deleted after); empty: the in-process Kafka broker only")
 	fs.StringVar(&b.CPUProfile, "cpu-profile", "", "write a pprof CPU profile of the create comparison (raw SQL, and the API alone with its clients, one process) to this file")
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "an external Kafka cluster to send to; empty: an in-process broker")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic the bench's events go to")
@@ -57,8 +59,10 @@ func validateBench(b *bench.Config, s *settings) error {
 		return bad("api-clients", b.APIClients, "must be 1..1024")
 	case b.APIDuration <= 0:
 		return bad("api-duration", b.APIDuration, "must be positive")
-	case b.LatencyRate < 1 || b.LatencyRate > 100000:
-		return bad("latency-rate", b.LatencyRate, "must be 1..100000")
+	case len(b.LatencyRates) == 0:
+		return bad("latency-rate", "", "must name at least one rate")
+	case slices.ContainsFunc(b.LatencyRates, func(r int) bool { return r < 1 || r > 100000 }):
+		return bad("latency-rate", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(b.LatencyRates)), ","), "[]"), "each rate must be 1..100000")
 	case b.LatencyDuration <= 0:
 		return bad("latency-duration", b.LatencyDuration, "must be positive")
 	case b.SpikePosts < 0:

@@ -10,12 +10,13 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/reservation"
 )
 
 // smallBench are sizes that run the whole bench in seconds.
 var smallBench = []string{"--relay-events", "50", "--seed-style-events", "20", "--relay-batch", "10", "--api-clients", "2",
-	"--api-duration", "200ms", "--latency-rate", "50", "--latency-duration", "300ms", "--spike-posts", "10", "--spike-due-in", "1s"}
+	"--api-duration", "200ms", "--latency-rate", "50,60", "--latency-duration", "300ms", "--spike-posts", "10", "--spike-due-in", "1s"}
 
 // TestBenchPrintsEveryFigure runs posting bench with small sizes on a fresh
 // SQLite file and MariaDB database, and requires a line for every figure.
@@ -26,8 +27,7 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 	}
 	for name, url := range urls {
 		t.Run(name, func(t *testing.T) {
-			out, errOut, code := runCLI(t, append([]string{"bench", "--database-url", url(t)}, smallBench...)...)
-			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			out := runSmallBench(t, url(t))
 			for _, want := range []string{
 				"machine: ", " cores, ", "go1.",
 				"raw set-based claim+ack events/s: ", "\n  relay events/s: ", "seed-style relay events/s: ",
@@ -39,16 +39,37 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			} {
 				require.Contains(t, out, want)
 			}
+			require.Contains(t, out, "relay and worker at their defaults, in-process Kafka broker\n")
+			require.NotContains(t, out, "RabbitMQ", "no RabbitMQ spike unless asked for")
 			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a create rate, beside raw SQL")
 			require.Regexp(t, `relay events/s, default settings \(batch 100 growing to 1000 while polls come back full\): [1-9][0-9]* \([0-9.]+ x the best fixed batch, [0-9]+; [0-9.]+ x raw\)`, out)
 			require.Regexp(t, `relay events/s at fixed batches: ([0-9]+: [0-9]+, )+[0-9]+: [0-9]+\n`, out)
-			require.Regexp(t, `relay events/s, default settings, instances draining one backlog at once: 1: [1-9][0-9]* \(1\.00 x 1\), 2: [1-9][0-9]* \([0-9.]+ x 1\), 4: [1-9][0-9]* \([0-9.]+ x 1\)\n`, out)
-			require.Contains(t, out, "commit -> broker: 50 posts/s", "the rate given")
+			for _, perPost := range []string{"5", "1"} {
+				require.Regexp(t, `relay events/s, default settings, instances draining one backlog at once \(`+perPost+` events per post\): 1: [1-9][0-9]* \(1\.00 x 1\), 2: [1-9][0-9]* \([0-9.]+ x 1\), 4: [1-9][0-9]* \([0-9.]+ x 1\)\n`, out)
+			}
+			require.Regexp(t, `commit -> broker: 50 posts/s[^\n]*\n  commit -> broker latency: [1-9][0-9]* events[^\n]*\n(  creates that failed[^\n]*\n)?commit -> broker: 60 posts/s[^\n]*\n  commit -> broker latency: [1-9]`, out, "each rate given, in order")
 			require.Regexp(t, `database connections opened during that run: [0-9]+ \(pool size [1-9][0-9]*; [1-9][0-9]* opened since start\)`, out)
 			require.Regexp(t, `latency: [1-9][0-9]* events, p50 [0-9.]+ ms, p99 [0-9.]+ ms`, out)
 			require.Regexp(t, `spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms, p99 -?[0-9.]+ ms`, out)
 		})
 	}
+}
+
+// runSmallBench runs posting bench with smallBench's sizes on url and
+// returns what it printed; it fails the test unless the bench exits 0.
+func runSmallBench(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	out, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), args...)...)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	return out
+}
+
+// TestBenchRunsTheSpikeThroughRabbitMQToo: with --spike-rabbitmq-url the
+// spike runs a second time, through RabbitMQ, and both lags are printed.
+func TestBenchRunsTheSpikeThroughRabbitMQToo(t *testing.T) {
+	out := runSmallBench(t, "sqlite://"+filepath.Join(t.TempDir(), "bench.db"), "--spike-rabbitmq-url", rabbitmqtest.URL(t))
+	require.Regexp(t, `relay and worker at their defaults, in-process Kafka broker\n  spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms`, out)
+	require.Regexp(t, `relay and worker at their defaults, RabbitMQ\n  spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms`, out)
 }
 
 // TestBenchRefusesADatabaseWithPosts: a database holding a post is refused
@@ -95,6 +116,7 @@ func TestBenchSettingErrors(t *testing.T) {
 		{[]string{"--api-clients", "0"}, "--api-clients"},
 		{[]string{"--relay-batch", "9000"}, "--relay-batch"},
 		{[]string{"--latency-duration", "-1s"}, "--latency-duration"},
+		{[]string{"--latency-rate", "200,0"}, "--latency-rate"},
 		{[]string{"--api-duration", "soon"}, "api-duration"},
 	} {
 		_, errOut, code := runCLI(t, append([]string{"bench", "--database-url", url}, tc.args...)...)

@@ -137,7 +137,7 @@ func addHTTPServerFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.HTTP.ReadTimeout, "http-read-timeout", d.ReadTimeout, "bound on reading a whole request, body included; a body still arriving is cut with 408 (1s..1h)")
 	fs.DurationVar(&s.HTTP.WriteTimeout, "http-write-timeout", d.WriteTimeout, "bound on a request from its headers to the end of its response (1s..1h)")
 	fs.DurationVar(&s.HTTP.IdleTimeout, "http-idle-timeout", d.IdleTimeout, "an idle keep-alive connection is closed after this (1s..1h)")
-	fs.IntVar(&s.HTTP.MaxConns, "http-max-conns", d.MaxConns, fmt.Sprintf("connections served at once; a new one beyond closes the longest idle keep-alive connection, else waits until one closes or goes idle (1..%d)", httpserver.MaxMaxConns))
+	fs.IntVar(&s.HTTP.MaxConns, "http-max-conns", d.MaxConns, fmt.Sprintf("connections served at once; a new one beyond closes the one waiting longest without a request in progress (idle keep-alive, or not past its first request's headers after 1s), else waits until one closes or goes idle (1..%d)", httpserver.MaxMaxConns))
 	showEnvTwins(fs)
 }
 

@@ -408,4 +408,46 @@ func TestMonitoringAgainstServeAndWorker(t *testing.T) {
 			require.NotEqual(t, "PostingBrokerUnreachable", a.Labels["alertname"])
 		}
 	})
+
+	t.Run("every selector and grouping label matches scraped series", func(t *testing.T) {
+		// A rule whose label matcher names a value or a label the service
+		// does not export evaluates without error and never fires; promtool's
+		// unit tests cannot see it, as their series are written by hand.
+		var queries []string
+		for _, r := range loadAlertRules(t) {
+			queries = append(queries, r.Expr)
+		}
+		queries = append(queries, dashboardQueries(t)...)
+		for _, q := range queries {
+			for _, sel := range selectorRe.FindAllString(q, -1) {
+				var d struct {
+					Result []json.RawMessage `json:"result"`
+				}
+				require.Eventually(t, func() bool {
+					require.NoError(t, json.Unmarshal(promAPI(t, base, "/api/v1/query", url.Values{"query": {"count(" + sel + ")"}}), &d))
+					return len(d.Result) > 0
+				}, 30*time.Second, 200*time.Millisecond, "%s selects no series that serve or worker export (in %s)", sel, q)
+			}
+			for _, m := range groupingRe.FindAllStringSubmatch(q, -1) {
+				var series []map[string]string
+				require.NoError(t, json.Unmarshal(promAPI(t, base, "/api/v1/series", url.Values{"match[]": {m[2]}}), &series))
+				require.NotEmpty(t, series, "%s has no series (in %s)", m[2], q)
+				for _, label := range strings.Split(m[1], ",") {
+					label = strings.TrimSpace(label)
+					if label == "le" || label == "" {
+						continue
+					}
+					_, ok := series[0][label]
+					require.True(t, ok, "%s has no label %q to group by (in %s): %v", m[2], label, q, series[0])
+				}
+			}
+		}
+	})
 }
+
+// selectorRe finds the vector selectors with label matchers in a query.
+var selectorRe = regexp.MustCompile(`\b(?:posting_[a-z0-9_]+|up)\{[^}]*\}`)
+
+// groupingRe finds `by (labels) (` followed by a metric, possibly inside a
+// rate or increase: the labels and the metric.
+var groupingRe = regexp.MustCompile(`by \(([^)]*)\) \((?:[a-z_]+\()?(posting_[a-z0-9_]+)`)

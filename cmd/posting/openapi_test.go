@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -470,6 +471,7 @@ func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
 		"title of 200 characters":     body(strings.Repeat("é", reservation.MaxTitleLength), "c", future),
 		"content of 20000 characters": body("t", strings.Repeat("x", reservation.MaxContentLength), future),
 		"title with a BOM, not blank": body("\ufeff", "c", future),
+		"scheduledAt with an offset":  body("t", "c", time.Now().Add(time.Hour).In(time.FixedZone("", -9000)).Format("2006-01-02T15:04:05.000-07:00")),
 	}
 	// ajvCases are the same bodies for ajv, a JavaScript client's
 	// validator, with the verdict the server gave.
@@ -489,6 +491,9 @@ func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
 	var before int64
 	require.NoError(t, db.Model(&reservation.Post{}).Count(&before).Error)
 
+	inOneHour := time.Now().Add(time.Hour).In(time.FixedZone("", 3600)).Truncate(time.Second)
+	// 23:59:60 UTC of a day ahead: valid RFC 3339 syntax, no instant Go can hold.
+	leapSecond := time.Now().UTC().Add(48*time.Hour).Format("2006-01-02") + "T23:59:60Z"
 	refused := map[string]struct{ method, target, body string }{
 		"empty title":                 {"POST", "/api/v1/posts", body("", "c", future)},
 		"blank title":                 {"POST", "/api/v1/posts", body(" \u00a0\u3000", "c", future)},
@@ -503,15 +508,25 @@ func TestOpenAPIRequestSchemasRefuseWhatTheServerRefuses(t *testing.T) {
 		"content with ESC":            {"POST", "/api/v1/posts", body("t", "a\u001b[2Jb", future)},
 		"scheduledAt not a date-time": {"POST", "/api/v1/posts", body("t", "c", "tomorrow")},
 		"scheduledAt without a zone":  {"POST", "/api/v1/posts", body("t", "c", "2030-01-02T15:04:05")},
-		"title a number":              {"POST", "/api/v1/posts", `{"title":1,"content":"c","scheduledAt":"` + future + `"}`},
-		"title null":                  {"POST", "/api/v1/posts", `{"title":null,"content":"c","scheduledAt":"` + future + `"}`},
-		"no scheduledAt":              {"POST", "/api/v1/posts", `{"title":"t","content":"c"}`},
-		"unknown field":               {"POST", "/api/v1/posts", `{"title":"t","content":"c","scheduledAt":"` + future + `","owner":"x"}`},
-		"PATCH with no field":         {"PATCH", patch, `{}`},
-		"PATCH a blank title":         {"PATCH", patch, `{"title":"  "}`},
-		"PATCH content of 20001":      {"PATCH", patch, `{"content":"` + strings.Repeat("x", reservation.MaxContentLength+1) + `"}`},
-		"PATCH an unknown field":      {"PATCH", patch, `{"status":"PUBLISHED"}`},
-		"post id 0":                   {"GET", "/api/v1/posts/0", ""},
+		// ajv-formats' date-time takes these too; the server reads RFC
+		// 3339 section 5.6 alone, so the schema's pattern must refuse them.
+		"scheduledAt with a space for T":   {"POST", "/api/v1/posts", body("t", "c", strings.Replace(future, "T", " ", 1))},
+		"scheduledAt offset with no colon": {"POST", "/api/v1/posts", body("t", "c", inOneHour.Format("2006-01-02T15:04:05-0700"))},
+		"scheduledAt offset of hours only": {"POST", "/api/v1/posts", body("t", "c", inOneHour.Format("2006-01-02T15:04:05-07"))},
+		"scheduledAt a leap second":        {"POST", "/api/v1/posts", body("t", "c", leapSecond)},
+		"PATCH scheduledAt with a space":   {"PATCH", patch, `{"scheduledAt":"` + strings.Replace(future, "T", " ", 1) + `"}`},
+		"PATCH scheduledAt a leap second":  {"PATCH", patch, `{"scheduledAt":"` + leapSecond + `"}`},
+		"list from a leap second":          {"GET", "/api/v1/posts?scheduledFrom=" + leapSecond, ""},
+		"list to with a space for T":       {"GET", "/api/v1/posts?scheduledTo=" + url.QueryEscape(strings.Replace(future, "T", " ", 1)), ""},
+		"title a number":                   {"POST", "/api/v1/posts", `{"title":1,"content":"c","scheduledAt":"` + future + `"}`},
+		"title null":                       {"POST", "/api/v1/posts", `{"title":null,"content":"c","scheduledAt":"` + future + `"}`},
+		"no scheduledAt":                   {"POST", "/api/v1/posts", `{"title":"t","content":"c"}`},
+		"unknown field":                    {"POST", "/api/v1/posts", `{"title":"t","content":"c","scheduledAt":"` + future + `","owner":"x"}`},
+		"PATCH with no field":              {"PATCH", patch, `{}`},
+		"PATCH a blank title":              {"PATCH", patch, `{"title":"  "}`},
+		"PATCH content of 20001":           {"PATCH", patch, `{"content":"` + strings.Repeat("x", reservation.MaxContentLength+1) + `"}`},
+		"PATCH an unknown field":           {"PATCH", patch, `{"status":"PUBLISHED"}`},
+		"post id 0":                        {"GET", "/api/v1/posts/0", ""},
 	}
 	for name, r := range refused {
 		code, answer, verdict := send(r.method, r.target, r.body)

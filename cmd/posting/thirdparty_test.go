@@ -151,3 +151,35 @@ func TestAmqplibReadsServeExchange(t *testing.T) {
 	require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
 	require.Equal(t, want, thirdPartyOrder(t, res.Stdout))
 }
+
+// TestKafkaJSReadsTheCodecsTheManualSays runs serve with each opt-in
+// codec and reads its topic with stock kafkajs, as the manual's table of
+// clients says it goes: gzip is read (every message keeps the served
+// AsyncAPI document), snappy, lz4 and zstd stop kafkajs at the first batch
+// with KafkaJSNotImplemented, which is why none is the default.
+func TestKafkaJSReadsTheCodecsTheManualSays(t *testing.T) {
+	t.Parallel()
+	for codec, refusal := range map[string]string{
+		"gzip":   "",
+		"snappy": "Snappy compression not implemented",
+		"lz4":    "LZ4 compression not implemented",
+		"zstd":   "ZSTD compression not implemented",
+	} {
+		t.Run(codec, func(t *testing.T) {
+			t.Parallel()
+			p, broker := thirdPartyServe(t, "POSTING_KAFKA_COMPRESSION="+codec)
+			key := fmt.Sprint(createPost(t, p.HTTP, time.Now().Add(time.Hour))["id"])
+			res := nodetest.Run(t, 3*time.Minute, []string{"BROKERS=" + broker, "TOPIC=" + event.DefaultTopic,
+				"ASYNCAPI_URL=http://" + p.HTTP + "/asyncapi.json", "COUNT=1", "TIMEOUT_MS=120000"},
+				"thirdparty/kafkajs.js")
+			if refusal == "" {
+				require.Equal(t, 0, res.ExitCode, "stdout %s\nstderr %s", res.Stdout, res.Stderr)
+				require.Equal(t, map[string][]string{key: {"POSTING_EVENT/CREATED"}}, thirdPartyOrder(t, res.Stdout))
+				return
+			}
+			require.Equal(t, 3, res.ExitCode, "kafkajs fails, stdout %s\nstderr %s", res.Stdout, res.Stderr)
+			require.Contains(t, res.Stderr, "KafkaJSNotImplemented: "+refusal)
+			require.Empty(t, strings.TrimSpace(res.Stdout), "no message read")
+		})
+	}
+}

@@ -45,6 +45,27 @@ func Start(t testing.TB, serverURL string, mode Mode) string {
 // server session, so a test can look at what a client left on it.
 func StartWithPoolSize(t testing.TB, serverURL string, mode Mode, poolSize int) string {
 	t.Helper()
+	return StartServer(t, serverURL, mode, poolSize).URL
+}
+
+// Server is a running pgbouncer.
+type Server struct {
+	// URL is the server URL given to StartServer rewritten to go through
+	// pgbouncer.
+	URL string
+
+	bin, dir, ini string
+	addr          string
+	cred          *syscall.Credential
+	cmd           *exec.Cmd
+	exited        chan error
+	out           bytes.Buffer
+}
+
+// StartServer is StartWithPoolSize returning the running pgbouncer, which a
+// test may kill and start again (Restart).
+func StartServer(t testing.TB, serverURL string, mode Mode, poolSize int) *Server {
+	t.Helper()
 	bin := binary(t)
 	u, err := url.Parse(serverURL)
 	if err != nil {
@@ -75,43 +96,67 @@ logfile = %s
 pidfile = %s
 `, host, serverPort, port, filepath.Join(dir, "userlist.txt"), mode, poolSize,
 		filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
-	write(t, filepath.Join(dir, "pgbouncer.ini"), ini, cred)
+	s := &Server{bin: bin, dir: dir, ini: filepath.Join(dir, "pgbouncer.ini"), cred: cred,
+		addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	write(t, s.ini, ini, cred)
 	write(t, filepath.Join(dir, "userlist.txt"), fmt.Sprintf("%q \"\"\n", userName), cred)
+	t.Cleanup(s.kill)
+	s.start(t)
+	u.Host = s.addr
+	s.URL = u.String()
+	return s
+}
 
-	var out bytes.Buffer
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &out
-	if cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+// Restart kills pgbouncer with SIGKILL, as a crash would, dropping every
+// client and server connection, and starts it again on the same port.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.kill()
+	// The pidfile of the killed process would stop the new one.
+	_ = os.Remove(filepath.Join(s.dir, "pgbouncer.pid"))
+	s.start(t)
+}
+
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	s.out.Reset()
+	cmd := exec.Command(s.bin, s.ini)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = s.dir, &s.out, &s.out
+	if s.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start pgbouncer: %v", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s.cmd, s.exited = cmd, exited
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := net.DialTimeout("tcp", s.addr, time.Second)
 		if err == nil {
 			_ = c.Close()
-			break
+			return
 		}
 		select {
 		case err := <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			t.Fatalf("pgbouncer exited (%v): %s%s", err, out.String(), log)
+			exited <- err
+			log, _ := os.ReadFile(filepath.Join(s.dir, "pgbouncer.log"))
+			t.Fatalf("pgbouncer exited (%v): %s%s", err, s.out.String(), log)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pgbouncer not listening on %s after 10s", addr)
+			t.Fatalf("pgbouncer not listening on %s after 10s", s.addr)
 		}
 	}
-	u.Host = addr
-	return u.String()
 }
 
 // binary is pgbouncer's path, or skips (fails under
