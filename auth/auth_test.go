@@ -165,23 +165,31 @@ func TestVerifyAccepts(t *testing.T) {
 	require.ErrorContains(t, err, "white space", "Mint refuses a subject Verify would refuse")
 }
 
+// jwksVerifier returns a JWKS provider and a verifier of its tokens, with
+// unknownKIDWait between fetches for unknown kids, that has fetched the key
+// set and accepted a token of alice signed by its key.
+func jwksVerifier(t *testing.T, unknownKIDWait time.Duration) (*authtest.JWKS, *auth.Verifier) {
+	t.Helper()
+	jwks := authtest.NewJWKS(t)
+	v := newVerifier(t, auth.Config{JWKSURL: jwks.URL, JWKSUnknownKIDWait: unknownKIDWait})
+	c, err := v.Verify(context.Background(), jwks.Sign(t, valid("alice")))
+	require.NoError(t, err)
+	require.Equal(t, "alice", c.Subject)
+	return jwks, v
+}
+
 // A token signed by a key of the JWKS endpoint is accepted; after the
 // provider rotates to a new kid, a token with that kid makes the verifier
 // fetch the set again (once) and is accepted too.
 func TestVerifyJWKSRotation(t *testing.T) {
 	t.Parallel()
-	jwks := authtest.NewJWKS(t)
-	v := newVerifier(t, auth.Config{JWKSURL: jwks.URL, JWKSUnknownKIDWait: time.Millisecond})
-
-	c, err := v.Verify(context.Background(), jwks.Sign(t, valid("alice")))
-	require.NoError(t, err)
-	require.Equal(t, "alice", c.Subject)
+	jwks, v := jwksVerifier(t, time.Millisecond)
 	fetches := jwks.Fetches.Load()
 
 	old := jwks.KID()
 	jwks.Rotate(t)
 	require.NotEqual(t, old, jwks.KID())
-	c, err = v.Verify(context.Background(), jwks.Sign(t, valid("bob")))
+	c, err := v.Verify(context.Background(), jwks.Sign(t, valid("bob")))
 	require.NoError(t, err)
 	require.Equal(t, "bob", c.Subject)
 	require.Equal(t, fetches+1, jwks.Fetches.Load(), "one fetch for the unknown kid")
@@ -196,10 +204,7 @@ func TestVerifyJWKSRotation(t *testing.T) {
 // fetch per interval, and each is refused without waiting for the next.
 func TestVerifyUnknownKIDRateLimited(t *testing.T) {
 	t.Parallel()
-	jwks := authtest.NewJWKS(t)
-	v := newVerifier(t, auth.Config{JWKSURL: jwks.URL, JWKSUnknownKIDWait: time.Hour})
-	_, err := v.Verify(context.Background(), jwks.Sign(t, valid("alice")))
-	require.NoError(t, err)
+	jwks, v := jwksVerifier(t, time.Hour)
 	base := jwks.Fetches.Load()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)

@@ -119,3 +119,132 @@ func TestTransactionGivesUpOnPersistentConflicts(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, int32(1), calls.Load(), "no attempt after ctx ended")
 }
+
+// The commit waker runs once after a transaction that asked for it commits
+// (however often it asked, nested transactions included), never for a
+// rollback or a transaction that did not ask, at once for a statement
+// outside a transaction, and it reaches sessions derived from the wired db.
+func TestCommitWaker(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		require.NoError(t, db.Exec("CREATE TABLE wake_rows (id INT PRIMARY KEY)").Error)
+		var wakes atomic.Int32
+		// The count the waker saw the row committed at: a wake before the
+		// commit would see 0 from another connection.
+		var seen atomic.Int64
+		writers := database.WithCommitWaker(db.DB, func() {
+			wakes.Add(1)
+			var n int64
+			require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_rows").Scan(&n).Error)
+			seen.Store(n)
+		})
+		insert := func(tx *gorm.DB, id int) error {
+			if err := tx.Exec("INSERT INTO wake_rows (id) VALUES (?)", id).Error; err != nil {
+				return err
+			}
+			database.WakeAfterCommit(tx)
+			database.WakeAfterCommit(tx)
+			return nil
+		}
+
+		require.NoError(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error { return insert(tx, 1) }))
+		require.EqualValues(t, 1, wakes.Load(), "one wake per commit")
+		require.EqualValues(t, 1, seen.Load(), "woken after the commit")
+
+		boom := errors.New("boom")
+		require.ErrorIs(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+			require.NoError(t, insert(tx, 2))
+			return boom
+		}), boom)
+		require.EqualValues(t, 1, wakes.Load(), "no wake for a rollback")
+
+		require.NoError(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+			return tx.Exec("INSERT INTO wake_rows (id) VALUES (3)").Error
+		}))
+		require.EqualValues(t, 1, wakes.Load(), "no wake when not asked")
+
+		require.NoError(t, database.Transaction(ctx, writers.WithContext(ctx), func(tx *gorm.DB) error {
+			return database.Transaction(ctx, tx, func(inner *gorm.DB) error {
+				if err := insert(inner, 4); err != nil {
+					return err
+				}
+				require.EqualValues(t, 1, wakes.Load(), "no wake at the inner (savepoint) end")
+				return nil
+			})
+		}))
+		require.EqualValues(t, 2, wakes.Load(), "nested: one wake after the outer commit")
+		require.EqualValues(t, 3, seen.Load())
+
+		require.NoError(t, insert(writers.WithContext(ctx), 5))
+		require.EqualValues(t, 4, wakes.Load(), "autocommit: woken at once, twice asked twice woken")
+
+		require.NoError(t, database.Transaction(ctx, db.DB, func(tx *gorm.DB) error { return insert(tx, 6) }))
+		database.WakeAfterCommit(db.DB)
+		require.EqualValues(t, 4, wakes.Load(), "a db without a waker wakes nobody")
+	})
+}
+
+// A write that asked for a wake is woken only once it is committed, and not
+// when it is rolled back: neither a transaction begun with gorm's own
+// db.Transaction (whose commit cannot be hooked) nor a nested transaction
+// (a SAVEPOINT) rolled back inside an outer one that commits may wake the
+// relay. A wake before the commit makes the relay poll, find nothing yet,
+// and then sleep a whole interval: the row waits longer than with no wake.
+func TestCommitWakerOnlyAfterACommitThatWroteIt(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		require.NoError(t, db.Exec("CREATE TABLE wake_rows (id INT PRIMARY KEY)").Error)
+		var wakes atomic.Int32
+		var early atomic.Int32 // wakes that found the row not committed yet
+		writers := database.WithCommitWaker(db.DB, func() {
+			wakes.Add(1)
+			var n int64
+			require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_rows").Scan(&n).Error)
+			if n == 0 {
+				early.Add(1)
+			}
+		})
+		insert := func(tx *gorm.DB, id int) error {
+			if err := tx.Exec("INSERT INTO wake_rows (id) VALUES (?)", id).Error; err != nil {
+				return err
+			}
+			database.WakeAfterCommit(tx)
+			return nil
+		}
+		boom := errors.New("boom")
+
+		// gorm's own transaction, rolled back: no wake.
+		require.ErrorIs(t, writers.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			require.NoError(t, insert(tx, 1))
+			return boom
+		}), boom)
+		require.Zero(t, wakes.Load(), "a rolled-back gorm transaction woke the relay")
+
+		// gorm's own transaction, committed: not woken before its commit.
+		require.NoError(t, writers.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return insert(tx, 2) }))
+		require.Zero(t, early.Load(), "woken before the commit")
+
+		// A nested transaction rolled back to its savepoint inside an outer
+		// one that commits without any write of its own asking: no wake.
+		before := wakes.Load()
+		require.NoError(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+			err := database.Transaction(ctx, tx, func(inner *gorm.DB) error {
+				require.NoError(t, insert(inner, 3))
+				return boom
+			})
+			require.ErrorIs(t, err, boom)
+			return nil
+		}))
+		require.Equal(t, before, wakes.Load(), "a savepoint rolled back woke the relay")
+		var n int64
+		require.NoError(t, db.DB.Raw("SELECT COUNT(*) FROM wake_rows WHERE id = 3").Scan(&n).Error)
+		require.Zero(t, n, "the savepoint was rolled back")
+
+		// A nested transaction that commits still wakes once, after the outer commit.
+		require.NoError(t, database.Transaction(ctx, writers, func(tx *gorm.DB) error {
+			return database.Transaction(ctx, tx, func(inner *gorm.DB) error { return insert(inner, 4) })
+		}))
+		require.Equal(t, before+1, wakes.Load())
+		require.Zero(t, early.Load())
+	})
+}

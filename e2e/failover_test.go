@@ -101,23 +101,7 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	}
 	dir, p1, p2, multi := startFailoverPair(t)
 
-	b := kafkatest.Start(t)
-	hook, hookCalls := countingWebhook(t)
-	logs := &logtest.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			_ = os.WriteFile(filepath.Join(os.TempDir(), "failover-test.log"), []byte(logs.String()), 0o644)
-		}
-	})
-	httpAddr := postingtest.FreeAddr(t)
-	common := []string{"--database-url", multi, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
-	run(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "fo-serve",
-		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "200ms",
-		"--api-write-rate", "off"}, common...)...)
-	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
-		60*time.Second, 50*time.Millisecond, "serve never became ready")
-	run(t, logs, append([]string{"worker", "--instance-id", "fo-worker", "--worker-http-addr", "",
-		"--publish-webhook-url", hook.URL}, common...)...)
+	b, hookCalls, httpAddr, logs := startFailoverPipeline(t, "fo", "failover-test.log", multi)
 
 	var (
 		mu      sync.Mutex
@@ -125,27 +109,15 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 		refused int
 	)
 	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for range 2 {
-		load.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id, ok := tryCreatePost(httpAddr, time.Now().Add(4*time.Second))
-				mu.Lock()
-				if ok {
-					created = append(created, id)
-				} else {
-					refused++
-				}
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-	}
+	load := createPostsUntil(httpAddr, stop, func(id int64, ok bool) {
+		mu.Lock()
+		if ok {
+			created = append(created, id)
+		} else {
+			refused++
+		}
+		mu.Unlock()
+	})
 	time.Sleep(3 * time.Second)
 	pgFailover(t, "kill-primary", dir)
 	killed := time.Now() // every write after this is the new primary's
@@ -164,7 +136,7 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	pgFailover(t, "rejoin", dir)
 	time.Sleep(3 * time.Second)
 	close(stop)
-	load.Wait()
+	load()
 	mu.Lock()
 	posts := len(created)
 	t.Logf("%d posts answered 201, %d requests refused during the switch", posts, refused)
@@ -212,18 +184,7 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	t.Logf("kill -9 of the primary to the first event marked sent by the new primary: %s (promoted %s after the kill; first send %s after the promotion)",
 		first.Sub(killed).Round(time.Millisecond), promoted.Sub(killed).Round(time.Millisecond), first.Sub(promoted).Round(time.Millisecond))
 
-	records := b.Records(t, 2*posts, 30*time.Second)
-	seen := map[string][]string{}
-	for _, r := range records {
-		if !strings.Contains(strings.Join(seen[r.Key], ","), r.Headers["event-id"]) {
-			seen[r.Key] = append(seen[r.Key], r.Headers["event-type"], r.Headers["event-id"])
-		}
-	}
-	for _, id := range created {
-		got := seen[fmt.Sprint(id)]
-		require.Len(t, got, 4, "post %d: %v", id, got)
-		require.Equal(t, []string{string(event.PostingEvent), string(event.ReservationEvent)}, []string{got[0], got[2]}, "post %d in order", id)
-	}
+	requireEventsInOrder(t, b, created)
 	old, err := database.Open(fmt.Sprintf("postgres://postgres@%s/posting?sslmode=disable", p1), "")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = old.Close() })
@@ -232,6 +193,78 @@ func TestServeAndWorkerCarryOnThroughAPrimaryFailover(t *testing.T) {
 	require.True(t, recovering, "the old primary is back as a standby")
 	require.NotContains(t, logs.String(), "read-only transaction")
 	require.NotContains(t, logs.String(), "25006")
+}
+
+// startFailoverPipeline starts serve (serveArgs added) and a worker, their
+// instance ids starting with prefix, on the failover pair's multi-host URL
+// with an in-process broker, the worker publishing to a counting webhook.
+// It returns the broker, the webhook's calls, serve's address once ready and
+// the processes' log, written to logName in the temporary folder if the
+// test fails.
+func startFailoverPipeline(t *testing.T, prefix, logName, multi string, serveArgs ...string) (
+	b *kafkatest.Broker, hookCalls func() map[int64]int, httpAddr string, logs *logtest.Buffer) {
+	t.Helper()
+	b = kafkatest.Start(t)
+	hook, hookCalls := countingWebhook(t)
+	logs = &logtest.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = os.WriteFile(filepath.Join(os.TempDir(), logName), []byte(logs.String()), 0o644)
+		}
+	})
+	httpAddr = postingtest.FreeAddr(t)
+	common := []string{"--database-url", multi, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
+	serve := append([]string{"serve", "--http-addr", httpAddr, "--instance-id", prefix + "-serve",
+		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "200ms",
+		"--api-write-rate", "off"}, serveArgs...)
+	run(t, logs, append(serve, common...)...)
+	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
+		60*time.Second, 50*time.Millisecond, "serve never became ready")
+	run(t, logs, append([]string{"worker", "--instance-id", prefix + "-worker", "--worker-http-addr", "",
+		"--publish-webhook-url", hook.URL}, common...)...)
+	return b, hookCalls, httpAddr, logs
+}
+
+// createPostsUntil creates posts due 4 s ahead through serve at httpAddr
+// from two clients, one every 20 ms each, until stop is closed, telling
+// answered of each (the post's id and whether it was a 201). The returned
+// function waits for the clients to finish.
+func createPostsUntil(httpAddr string, stop <-chan struct{}, answered func(id int64, ok bool)) func() {
+	var load sync.WaitGroup
+	for range 2 {
+		load.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id, ok := tryCreatePost(httpAddr, time.Now().Add(4*time.Second))
+				answered(id, ok)
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	return load.Wait
+}
+
+// requireEventsInOrder reads the two events of each post of ids from b and
+// requires each post's POSTING_EVENT before its reservation event (a
+// redelivered event counted once).
+func requireEventsInOrder(t *testing.T, b *kafkatest.Broker, ids []int64) {
+	t.Helper()
+	records := b.Records(t, 2*len(ids), 30*time.Second)
+	seen := map[string][]string{}
+	for _, r := range records {
+		if !strings.Contains(strings.Join(seen[r.Key], ","), r.Headers["event-id"]) {
+			seen[r.Key] = append(seen[r.Key], r.Headers["event-type"], r.Headers["event-id"])
+		}
+	}
+	for _, id := range ids {
+		got := seen[fmt.Sprint(id)]
+		require.Len(t, got, 4, "post %d: %v", id, got)
+		require.Equal(t, []string{string(event.PostingEvent), string(event.ReservationEvent)}, []string{got[0], got[2]}, "post %d in order", id)
+	}
 }
 
 // requireListening waits until a session of the posting database on the
@@ -264,26 +297,10 @@ func TestServeAndWorkerThroughASplitBrainAnswer201OnlyForPostsOnTheNewPrimary(t 
 		t.Skip("takes about two minutes")
 	}
 	dir, _, p2, multi := startFailoverPair(t)
-	b := kafkatest.Start(t)
-	hook, hookCalls := countingWebhook(t)
-	logs := &logtest.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			_ = os.WriteFile(filepath.Join(os.TempDir(), "splitbrain-test.log"), []byte(logs.String()), 0o644)
-		}
-	})
-	httpAddr := postingtest.FreeAddr(t)
-	common := []string{"--database-url", multi, "--kafka-brokers", b.Addr, "--data-dir", t.TempDir()}
 	// Rows a relay claimed on the old primary before the split, sent, and
 	// could not mark SENT there are recovered on the new primary after the
 	// stale limit.
-	run(t, logs, append([]string{"serve", "--http-addr", httpAddr, "--instance-id", "sb-serve",
-		"--scheduler-spec", "@every 1s", "--reservation-lead", "3s", "--relay-interval", "200ms",
-		"--relay-stale-after", "80s", "--api-write-rate", "off"}, common...)...)
-	require.Eventually(t, func() bool { code, _ := postingtest.HTTPGet(httpAddr, "/readyz"); return code == http.StatusOK },
-		60*time.Second, 50*time.Millisecond, "serve never became ready")
-	run(t, logs, append([]string{"worker", "--instance-id", "sb-worker", "--worker-http-addr", "",
-		"--publish-webhook-url", hook.URL}, common...)...)
+	b, hookCalls, httpAddr, logs := startFailoverPipeline(t, "sb", "splitbrain-test.log", multi, "--relay-stale-after", "80s")
 
 	type answer struct {
 		id int64
@@ -294,24 +311,13 @@ func TestServeAndWorkerThroughASplitBrainAnswer201OnlyForPostsOnTheNewPrimary(t 
 		created []answer
 	)
 	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for range 2 {
-		load.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if id, ok := tryCreatePost(httpAddr, time.Now().Add(4*time.Second)); ok {
-					mu.Lock()
-					created = append(created, answer{id, time.Now()})
-					mu.Unlock()
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-	}
+	load := createPostsUntil(httpAddr, stop, func(id int64, ok bool) {
+		if ok {
+			mu.Lock()
+			created = append(created, answer{id, time.Now()})
+			mu.Unlock()
+		}
+	})
 	time.Sleep(3 * time.Second)
 	pgFailover(t, "promote", dir) // the old primary runs on
 	promoted := time.Now()
@@ -323,7 +329,7 @@ func TestServeAndWorkerThroughASplitBrainAnswer201OnlyForPostsOnTheNewPrimary(t 
 	requireListening(t, p2)
 	time.Sleep(3 * time.Second)
 	close(stop)
-	load.Wait()
+	load()
 
 	mu.Lock()
 	var ids []int64
@@ -353,18 +359,7 @@ func TestServeAndWorkerThroughASplitBrainAnswer201OnlyForPostsOnTheNewPrimary(t 
 	for _, id := range ids {
 		require.GreaterOrEqual(t, calls[id], 1, "webhook calls for post %d", id)
 	}
-	records := b.Records(t, 2*len(ids), 30*time.Second)
-	seen := map[string][]string{}
-	for _, r := range records {
-		if !strings.Contains(strings.Join(seen[r.Key], ","), r.Headers["event-id"]) {
-			seen[r.Key] = append(seen[r.Key], r.Headers["event-type"], r.Headers["event-id"])
-		}
-	}
-	for _, id := range ids {
-		got := seen[fmt.Sprint(id)]
-		require.Len(t, got, 4, "post %d: %v", id, got)
-		require.Equal(t, []string{string(event.PostingEvent), string(event.ReservationEvent)}, []string{got[0], got[2]}, "post %d in order", id)
-	}
+	requireEventsInOrder(t, b, ids)
 	require.NotContains(t, logs.String(), "read-only transaction")
 }
 

@@ -87,12 +87,13 @@ func waitPublished(t *testing.T, dbURL string, posts int64, within time.Duration
 
 // requirePublishedOnce waits up to within for posts posts of the database of
 // dbURL to be PUBLISHED, then checks that each has its one publication and
-// that the webhook heard of each once.
-func requirePublishedOnce(t *testing.T, dbURL string, posts int, within time.Duration, calls func() map[int64]int) {
+// that the webhook heard of each once. It returns the database.
+func requirePublishedOnce(t *testing.T, dbURL string, posts int, within time.Duration, calls func() map[int64]int) *database.DB {
 	t.Helper()
 	db := waitPublished(t, dbURL, int64(posts), within)
 	var pubs []worker.Publication
 	require.NoError(t, db.DB.Find(&pubs).Error)
 	require.Len(t, pubs, posts)
 	requireOneCallPerPost(t, calls(), posts)
+	return db
 }

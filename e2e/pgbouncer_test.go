@@ -13,7 +13,6 @@ import (
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/worker"
 )
 
 // Two serve and a worker, all through PgBouncer in transaction pooling
@@ -123,9 +122,7 @@ func TestServeAndWorkerThroughAOneConnectionPgBouncerRestartedMidRunPublishEvery
 	serve := postingtest.StartServe(t, append([]string{"POSTING_HTTP_ADDR=" + addr, "POSTING_INSTANCE_ID=pgb-restart",
 		"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RESERVATION_LEAD=3s", "POSTING_RELAY_INTERVAL=500ms",
 		"POSTING_API_WRITE_RATE=off"}, common...)...)
-	workerAddr := postingtest.FreeAddr(t)
-	postingtest.StartBinary(t, workerAddr, append([]string{"POSTING_WORKER_HTTP_ADDR=" + workerAddr,
-		"POSTING_INSTANCE_ID=pgb-restart-worker", "POSTING_PUBLISH_WEBHOOK_URL=" + hook.URL}, common...), "worker")
+	startWebhookWorker(t, "pgb-restart-worker", hook.URL, common)
 
 	start := time.Now().Truncate(time.Second)
 	var created []int64
@@ -143,11 +140,7 @@ func TestServeAndWorkerThroughAOneConnectionPgBouncerRestartedMidRunPublishEvery
 		}, 30*time.Second, 100*time.Millisecond, "post %d never created", i)
 		created = append(created, id)
 	}
-	db := waitPublished(t, direct, posts, 2*time.Minute)
-	var pubs []worker.Publication
-	require.NoError(t, db.DB.Find(&pubs).Error)
-	require.Len(t, pubs, posts)
-	requireOneCallPerPost(t, hookCalls(), posts)
+	db := requirePublishedOnce(t, direct, posts, 2*time.Minute, hookCalls)
 	var ob []outbox.Message
 	require.NoError(t, db.DB.Find(&ob).Error)
 	require.Len(t, ob, 2*posts)

@@ -108,6 +108,39 @@ func (b *schedBundle) versionCheckedUpdate(ctx context.Context, id int64, change
 	return ok, err
 }
 
+// offsetsOf returns the n offsets at(0) … at(n-1).
+func offsetsOf(n int, at func(i int) time.Duration) []time.Duration {
+	offsets := make([]time.Duration, n)
+	for i := range offsets {
+		offsets[i] = at(i)
+	}
+	return offsets
+}
+
+// postsByStatus reads every post and counts them by status: each WORKING
+// post has exactly one of events; a post of another status goes to the check
+// of its status, and a status without a check fails the test.
+func postsByStatus(t *testing.T, db *gorm.DB, events map[int64][]outbox.Message,
+	others map[reservation.Status]func(reservation.Post)) (map[reservation.Status]int, []reservation.Post) {
+	t.Helper()
+	var all []reservation.Post
+	require.NoError(t, db.Find(&all).Error)
+	counts := map[reservation.Status]int{}
+	for _, p := range all {
+		counts[p.Status]++
+		if p.Status == reservation.StatusWorking {
+			require.Len(t, events[p.ID], 1, "post %d", p.ID)
+			continue
+		}
+		check, ok := others[p.Status]
+		if !ok {
+			t.Fatalf("post %d is %s", p.ID, p.Status)
+		}
+		check(p)
+	}
+	return counts, all
+}
+
 func TestSchedulerMarksDuePostsOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
@@ -175,10 +208,7 @@ func TestSchedulerWorksOffMoreThanOneBatch(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setupScheduler(t, db.DB)
-		offsets := make([]time.Duration, 130)
-		for i := range offsets {
-			offsets[i] = -time.Duration(i) * time.Second // all overdue, several per second
-		}
+		offsets := offsetsOf(130, func(i int) time.Duration { return -time.Duration(i) * time.Second }) // all overdue, several per second
 		b.insert(t, offsets...)
 		s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{BatchSize: 7, Now: func() time.Time { return clocktest.T0 }})
 		require.NoError(t, err)
@@ -278,10 +308,7 @@ func TestSchedulersOnSeparatePoolsYieldExactlyOneEventPerPost(t *testing.T) {
 func schedulersOnSeparatePools(t *testing.T, url string) {
 	pools := databasetest.Pools(t, url, 2)
 
-	offsets := make([]time.Duration, 1000)
-	for i := range offsets {
-		offsets[i] = time.Duration(i%600-300) * time.Second // overdue and due, many sharing a second
-	}
+	offsets := offsetsOf(1000, func(i int) time.Duration { return time.Duration(i%600-300) * time.Second }) // overdue and due, many sharing a second
 	setupScheduler(t, pools[0].DB).insert(t, offsets...)
 
 	start := time.Now()
@@ -330,10 +357,7 @@ func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setupScheduler(t, db.DB)
-		offsets := make([]time.Duration, 300)
-		for i := range offsets {
-			offsets[i] = time.Duration(i) * time.Second / 2
-		}
+		offsets := offsetsOf(300, func(i int) time.Duration { return time.Duration(i) * time.Second / 2 })
 		posts := b.insert(t, offsets...)
 		later := clocktest.T0.Add(time.Hour)
 		s := b.scheduler(t)
@@ -375,23 +399,15 @@ func TestSchedulerRacingCancelAndRescheduleEndsConsistent(t *testing.T) {
 		require.NoError(t, changeErr)
 
 		events := b.events(t)
-		var all []reservation.Post
-		require.NoError(t, db.DB.Find(&all).Error)
-		counts := map[reservation.Status]int{}
-		for _, p := range all {
-			counts[p.Status]++
-			switch p.Status {
-			case reservation.StatusWorking:
-				require.Len(t, events[p.ID], 1, "post %d", p.ID)
-			case reservation.StatusCancelled:
+		counts, _ := postsByStatus(t, db.DB, events, map[reservation.Status]func(reservation.Post){
+			reservation.StatusCancelled: func(p reservation.Post) {
 				require.Empty(t, events[p.ID], "post %d", p.ID)
-			case reservation.StatusReserved:
+			},
+			reservation.StatusReserved: func(p reservation.Post) {
 				require.True(t, p.ScheduledAt.Equal(later), "post %d left RESERVED but due", p.ID)
 				require.Empty(t, events[p.ID], "post %d", p.ID)
-			default:
-				t.Fatalf("post %d is %s", p.ID, p.Status)
-			}
-		}
+			},
+		})
 		require.EqualValues(t, changed.Load(), counts[reservation.StatusCancelled]+counts[reservation.StatusReserved])
 		require.Len(t, events, counts[reservation.StatusWorking])
 		t.Logf("%v", counts)
@@ -593,10 +609,7 @@ func TestSetBasedSchedulersAndCancellerYieldOneEventPerPost(t *testing.T) {
 			url := databasetest.URL(t, d, "schedrace")
 			pools := databasetest.Pools(t, url, 2)
 			const n = 600
-			offsets := make([]time.Duration, n)
-			for i := range offsets {
-				offsets[i] = time.Duration(i%120-60) * time.Second // many sharing a second
-			}
+			offsets := offsetsOf(n, func(i int) time.Duration { return time.Duration(i%120-60) * time.Second }) // many sharing a second
 			posts := setupScheduler(t, pools[0].DB).insert(t, offsets...)
 			svc, err := reservation.NewService(pools[1].DB, reservation.ServiceConfig{})
 			require.NoError(t, err)
@@ -645,21 +658,12 @@ func TestSetBasedSchedulersAndCancellerYieldOneEventPerPost(t *testing.T) {
 
 			b := setupScheduler(t, pools[0].DB)
 			events := b.events(t)
-			var all []reservation.Post
-			require.NoError(t, pools[0].DB.Find(&all).Error)
-			require.Len(t, all, n)
-			counts := map[reservation.Status]int{}
-			for _, p := range all {
-				counts[p.Status]++
-				switch p.Status {
-				case reservation.StatusWorking:
-					require.Len(t, events[p.ID], 1, "post %d", p.ID)
-				case reservation.StatusCancelled:
+			counts, all := postsByStatus(t, pools[0].DB, events, map[reservation.Status]func(reservation.Post){
+				reservation.StatusCancelled: func(p reservation.Post) {
 					require.LessOrEqual(t, len(events[p.ID]), 1, "post %d", p.ID)
-				default:
-					t.Fatalf("post %d is %s", p.ID, p.Status)
-				}
-			}
+				},
+			})
+			require.Len(t, all, n)
 			require.Equal(t, n/3, counts[reservation.StatusCancelled])
 			total := 0
 			for _, evs := range events {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,33 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 	root.SetArgs(args)
 	code := exitCode(root.ExecuteContext(context.Background()), &errOut)
 	return out.String(), errOut.String(), code
+}
+
+// refusal is arguments a command refuses (exit status 2) and what its
+// refusal says.
+type refusal struct {
+	args []string
+	says string
+}
+
+// flagErrors are refusals of bad flag values, each naming its flag.
+func flagErrors(bads ...[]string) []refusal {
+	out := make([]refusal, len(bads))
+	for i, bad := range bads {
+		out[i] = refusal{bad, bad[0]}
+	}
+	return out
+}
+
+// requireUsageErrors runs command with each refusal's arguments added and
+// requires exit status 2 and stderr saying what the refusal says.
+func requireUsageErrors(t *testing.T, command []string, refusals ...refusal) {
+	t.Helper()
+	for _, r := range refusals {
+		_, errOut, code := runCLI(t, append(slices.Clone(command), r.args...)...)
+		require.Equal(t, 2, code, "%v: %s", r.args, errOut)
+		require.Contains(t, errOut, r.says)
+	}
 }
 
 // The binary's helpers, shared with the cross-component tests of e2e/.

@@ -129,11 +129,8 @@ func TestOutboxList(t *testing.T) {
 		require.Equal(t, 0, code)
 		require.Equal(t, "no RETRY rows\n", out)
 
-		for _, bad := range [][]string{{"--status", "DONE"}, {"--limit", "0"}, {"--limit", "x"}} {
-			_, errOut, code = runCLI(t, append([]string{"outbox", "list", "--database-url", f.url}, bad...)...)
-			require.Equal(t, 2, code, "%v: %s", bad, errOut)
-			require.Contains(t, errOut, bad[0])
-		}
+		requireUsageErrors(t, []string{"outbox", "list", "--database-url", f.url},
+			flagErrors([]string{"--status", "DONE"}, []string{"--limit", "0"}, []string{"--limit", "x"})...)
 	})
 }
 
@@ -150,19 +147,12 @@ func TestOutboxRequeue(t *testing.T) {
 		require.Equal(t, outbox.StatusPending, f.status(t, f.failed.ID))
 		require.Equal(t, outbox.StatusSent, f.status(t, f.sent.ID))
 
-		for _, bad := range []struct {
-			args []string
-			says string
-		}{
-			{[]string{"abc"}, `"abc"`},
-			{[]string{"0"}, `"0"`},
-			{nil, "at least one ID"},
-			{[]string{"--all-failed", "3"}, "not both"},
-		} {
-			_, errOut, code = runCLI(t, append([]string{"outbox", "requeue", "--database-url", f.url}, bad.args...)...)
-			require.Equal(t, 2, code, "%v: %s", bad.args, errOut)
-			require.Contains(t, errOut, bad.says)
-		}
+		requireUsageErrors(t, []string{"outbox", "requeue", "--database-url", f.url},
+			refusal{[]string{"abc"}, `"abc"`},
+			refusal{[]string{"0"}, `"0"`},
+			refusal{nil, "at least one ID"},
+			refusal{[]string{"--all-failed", "3"}, "not both"},
+		)
 
 		require.NoError(t, f.db.Model(&outbox.Message{}).Where("id = ?", f.failed.ID).Update("status", outbox.StatusFail).Error)
 		out, errOut, code = runCLI(t, "outbox", "requeue", "--all-failed", "--database-url", f.url)
@@ -211,11 +201,8 @@ func TestOutboxPurge(t *testing.T) {
 		require.NoError(t, f.db.Model(&outbox.Message{}).Order("id").Pluck("id", &left).Error)
 		require.Equal(t, []int64{f.failed.ID, f.held.ID, f.sent.ID}, left)
 
-		for _, bad := range [][]string{{"--older-than", "0s"}, {"--older-than", "soon"}, {"--batch-size", "0"}, {"--pause", "-1s"}} {
-			_, errOut, code = runCLI(t, append([]string{"outbox", "purge", "--database-url", f.url}, bad...)...)
-			require.Equal(t, 2, code, "%v: %s", bad, errOut)
-			require.Contains(t, errOut, bad[0])
-		}
+		requireUsageErrors(t, []string{"outbox", "purge", "--database-url", f.url},
+			flagErrors([]string{"--older-than", "0s"}, []string{"--older-than", "soon"}, []string{"--batch-size", "0"}, []string{"--pause", "-1s"})...)
 	})
 }
 

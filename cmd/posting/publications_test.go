@@ -81,11 +81,8 @@ func TestPublicationsList(t *testing.T) {
 		require.Equal(t, 0, code)
 		require.Equal(t, "no PUBLISHED publications\n", out)
 
-		for _, bad := range [][]string{{"--status", "FAIL"}, {"--limit", "0"}, {"--limit", "1001"}, {"--after", "-1"}} {
-			_, errOut, code = runCLI(t, append([]string{"publications", "list", "--database-url", f.url}, bad...)...)
-			require.Equal(t, 2, code, "%v: %s", bad, errOut)
-			require.Contains(t, errOut, bad[0])
-		}
+		requireUsageErrors(t, []string{"publications", "list", "--database-url", f.url},
+			flagErrors([]string{"--status", "FAIL"}, []string{"--limit", "0"}, []string{"--limit", "1001"}, []string{"--after", "-1"})...)
 	})
 }
 
@@ -108,18 +105,11 @@ func TestPublicationsRetry(t *testing.T) {
 		require.Zero(t, p.Attempts)
 		require.Nil(t, p.LastError)
 
-		for _, bad := range []struct {
-			args []string
-			says string
-		}{
-			{[]string{"abc"}, `"abc"`},
-			{[]string{"-5"}, "-5"},
-			{nil, "at least one ID"},
-		} {
-			_, errOut, code = runCLI(t, append([]string{"publications", "retry", "--database-url", f.url}, bad.args...)...)
-			require.Equal(t, 2, code, "%v: %s", bad.args, errOut)
-			require.Contains(t, errOut, bad.says)
-		}
+		requireUsageErrors(t, []string{"publications", "retry", "--database-url", f.url},
+			refusal{[]string{"abc"}, `"abc"`},
+			refusal{[]string{"-5"}, "-5"},
+			refusal{nil, "at least one ID"},
+		)
 	})
 }
 
