@@ -4,9 +4,12 @@
 package httpserver
 
 import (
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/postingsvc/posting/config"
@@ -94,7 +97,7 @@ func New(ln net.Listener, h http.Handler, cfg Config) (*Server, error) {
 	return &Server{
 		Server: &http.Server{
 			Addr:              ln.Addr().String(),
-			Handler:           h,
+			Handler:           closeUnread(h),
 			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 			ReadTimeout:       cfg.ReadTimeout,
 			WriteTimeout:      cfg.WriteTimeout,
@@ -276,4 +279,74 @@ func (c *limitConn) Close() error {
 		<-c.l.sem
 	})
 	return err
+}
+
+// closeUnread answers a request whose body its handler did not read to the
+// end with Connection: close. Otherwise net/http, to keep the connection,
+// reads up to 256 KiB of what is left before it writes the answer: a 404,
+// a 405 or any refusal on the headers would wait for a body trickling in,
+// and a client could hold the connection for the whole read timeout on a
+// path that exists for nobody.
+func closeUnread(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body := &eofBody{ReadCloser: r.Body}
+		r.Body = body
+		h.ServeHTTP(&closeUnreadWriter{ResponseWriter: w, body: body}, r)
+	})
+}
+
+// eofBody records whether its reader reached the end.
+type eofBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// closeUnreadWriter sets Connection: close on an answer written before its
+// request's body was read to the end.
+type closeUnreadWriter struct {
+	http.ResponseWriter
+	body  *eofBody
+	wrote bool
+}
+
+func (w *closeUnreadWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote = true
+		if !w.body.eof.Load() {
+			w.Header().Set("Connection", "close")
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeUnreadWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *closeUnreadWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush passes a flush on (streaming answers).
+func (w *closeUnreadWriter) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }

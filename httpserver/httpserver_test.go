@@ -198,3 +198,49 @@ func TestANewConnectionHasTimeToSendItsRequest(t *testing.T) {
 	require.NoError(t, err, "the first connection was closed for the second before its request was read")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+// A request answered without its body being read (a 404 for an unknown
+// path, a refusal on its headers) is answered at once with Connection:
+// close. Left to itself net/http would read up to 256 KiB of the body
+// before answering, to keep the connection: a client trickling its body
+// would hold the connection for the whole read timeout, even on a path
+// that exists for nobody.
+func TestAnAnswerWithoutReadingTheBodyDoesNotWaitForIt(t *testing.T) {
+	t.Parallel()
+	cfg := httpserver.DefaultConfig()
+	cfg.ReadTimeout = time.Hour
+	addr := startServer(t, cfg, http.NotFoundHandler())
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprint(conn, "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	require.NoError(t, err)
+	// A guard, not the assertion: waiting for the body waits an hour.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer before the body arrived")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.True(t, resp.Close, "Connection: close")
+}
+
+// A request whose body was read keeps its connection alive.
+func TestAnAnswerAfterReadingTheBodyKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	addr := startServer(t, httpserver.DefaultConfig(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	for range 2 {
+		_, err = fmt.Fprint(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+		require.NoError(t, err)
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+		resp, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.False(t, resp.Close)
+	}
+}
