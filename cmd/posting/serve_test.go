@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -320,6 +321,40 @@ func TestServeCountsRequestsByMatchedRoute(t *testing.T) {
 	require.Regexp(t, `(?m)^posting_admin_auth_failures_total\{instance_id="[^"]*",outcome="invalid"\} 1$`, m)
 	require.Empty(t, requestsCounted(m, "unmatched", "201"))
 	require.Empty(t, requestsCounted(m, "unmatched", "401"))
+}
+
+// Every operation the served OpenAPI document names, asked of a running
+// serve (without credentials, so most answer 401), is counted under its own
+// route pattern: none falls to "unmatched", whatever its answer.
+func TestServeCountsEveryDocumentedOperationUnderItsRoute(t *testing.T) {
+	t.Parallel()
+	addr := serveInProcess(t, "--auth-jwt-secret", cliSecret, "--admin-token", strings.Repeat("k", 32))
+	resp, err := http.Get("http://" + addr + "/openapi.json")
+	require.NoError(t, err)
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&doc))
+	resp.Body.Close()
+	var routes []string
+	for path, item := range doc.Paths {
+		for method := range item {
+			method = strings.ToUpper(method)
+			if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, method) {
+				continue // parameters, summary: not operations
+			}
+			routes = append(routes, method+" "+path)
+			req := sendRequest(t, method, "http://"+addr+strings.ReplaceAll(path, "{id}", "1"), "", "")
+			req.Body.Close()
+		}
+	}
+	require.Greater(t, len(routes), 15, "the document names the routes of serve")
+	m := scrape(t, addr)
+	for _, route := range routes {
+		require.Regexp(t, `(?m)^posting_http_requests_total\{code="\d+",instance_id="[^"]*",route="`+
+			regexp.QuoteMeta(route)+`(\{\$\})?"\} \d+$`, m, "%s is not counted under its route", route)
+	}
+	require.NotContains(t, m, `route="unmatched"`, "a documented operation was counted as unmatched")
 }
 
 // With the default 5 s relay interval, a post created over HTTP is on the
