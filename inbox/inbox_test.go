@@ -390,7 +390,7 @@ func TestProcessBatchRecordsConcurrentBatchesOfNewPostsWithoutADeadlock(t *testi
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
-		const workers, rounds, postsPerBatch = 8, 4, 25
+		const workers, rounds, postsPerBatch = 12, 6, 25
 		conflicts := recordLockConflicts(t, db)
 		want := map[int64]int64{} // post -> last sequence
 		batches := make([][][]inbox.Event, workers)
@@ -467,5 +467,49 @@ func TestProcessBatchRecordsConcurrentBatchesOfNewPostsWithoutADeadlock(t *testi
 			got[r.PostID] = r.Sequence
 		}
 		require.Equal(t, want, got)
+	})
+}
+
+// Batches of the same new posts processed at the same time (a partition
+// handed over while its old owner still works on it) serialize on the
+// posts' rows: every batch commits, each event is applied or dropped as out
+// of order, the newest event of each post is applied, and each post keeps
+// its highest sequence.
+func TestProcessBatchJudgesConcurrentBatchesOfTheSamePostsInOrder(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		const batches, posts = 4, 20
+		evs := make([][]inbox.Event, batches)
+		for b := range batches {
+			for p := range posts {
+				evs[b] = append(evs[b], postEvent(t, int64(posts-p), int64(b+1))) // descending post ids
+			}
+		}
+		outs := make([][]inbox.Outcome, batches)
+		errs := make([]error, batches)
+		var wg sync.WaitGroup
+		for b := range batches {
+			wg.Go(func() {
+				outs[b], errs[b] = inbox.ProcessBatch(context.Background(), db.DB, "c", evs[b], time.Now(), func(*gorm.DB, []int) error { return nil })
+			})
+		}
+		wg.Wait()
+		for b := range batches {
+			require.NoError(t, errs[b], "batch %d", b)
+			for i, o := range outs[b] {
+				require.Contains(t, []inbox.Outcome{inbox.Applied, inbox.OutOfOrder}, o, "batch %d event %d", b, i)
+			}
+		}
+		for i := range posts {
+			require.Equal(t, inbox.Applied, outs[batches-1][i], "the newest event of post %d", evs[0][i].PostID)
+		}
+		require.EqualValues(t, batches*posts, inboxRows(t, db, "c"))
+		var seqs []int64
+		require.NoError(t, db.Table("inbox_sequences").Where("consumer = ?", "c").Pluck("sequence", &seqs).Error)
+		require.Len(t, seqs, posts)
+		for _, s := range seqs {
+			require.EqualValues(t, batches, s)
+		}
 	})
 }
