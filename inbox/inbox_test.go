@@ -513,3 +513,44 @@ func TestProcessBatchJudgesConcurrentBatchesOfTheSamePostsInOrder(t *testing.T) 
 		}
 	})
 }
+
+// Events of different new posts processed one at a time, at the same time
+// (partitions handled in parallel), record their sequences without a lock
+// conflict, each applied once.
+func TestProcessRecordsConcurrentEventsOfNewPostsWithoutADeadlock(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		const workers, postsEach = 8, 40
+		conflicts := recordLockConflicts(t, db)
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			evs := make([]inbox.Event, postsEach)
+			for k := range evs {
+				evs[k] = postEvent(t, int64(k*workers+w+1), 1) // interleaved with the other workers' posts
+			}
+			wg.Go(func() {
+				for _, ev := range evs {
+					out, err := inbox.Process(context.Background(), db.DB, "c", ev, time.Now(), func(*gorm.DB) error { return nil })
+					if err == nil && out != inbox.Applied {
+						err = fmt.Errorf("event of post %d: outcome %d, not applied", ev.PostID, out)
+					}
+					if err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for w, err := range errs {
+			require.NoError(t, err, "worker %d", w)
+		}
+		require.Empty(t, conflicts.all(), "statements that lost a deadlock or a lock wait")
+		require.EqualValues(t, workers*postsEach, inboxRows(t, db, "c"))
+		var n int64
+		require.NoError(t, db.Table("inbox_sequences").Where("consumer = ? AND sequence = 1", "c").Count(&n).Error)
+		require.EqualValues(t, workers*postsEach, n)
+	})
+}
