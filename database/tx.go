@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"time"
 
@@ -20,14 +21,15 @@ const maxTxAttempts = 5
 // busy). fn must be safe to re-run: it
 // sees none of the failed attempt's writes. When db carries a commit waker
 // (WithCommitWaker) and fn called WakeAfterCommit, the waker runs once the
-// transaction committed.
-func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
+// transaction committed. opts, when given, begin the transaction (its
+// isolation level).
+func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error, opts ...*sql.TxOptions) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		// A fresh request per attempt: a rolled-back attempt's writes wake
 		// no one.
 		tx, woken := withCommitWake(db.WithContext(ctx))
-		err = tx.Transaction(fn)
+		err = tx.Transaction(fn, opts...)
 		if err == nil {
 			woken()
 			return nil

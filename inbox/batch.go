@@ -2,7 +2,9 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,14 +48,21 @@ type BatchHandler interface {
 //
 // The inbox rows are written in one statement: a delivery of the same event
 // racing this one fails it on the primary key (the consumer then tries
-// again and sees a duplicate). The sequences of the batch's posts are read
-// with a locking read (on MySQL and PostgreSQL), so a concurrent consumer
-// cannot move them between the read and the write.
+// again and sees a duplicate). The sequences of the batch's posts are locked
+// when they are read (on MySQL and PostgreSQL), so a concurrent consumer
+// cannot move them between the read and the write; on MySQL and MariaDB the
+// transaction runs at READ COMMITTED (see advanceSequences).
 func ProcessBatch(ctx context.Context, db *gorm.DB, consumer string, evs []Event, at time.Time, fn func(tx *gorm.DB, apply []int) error) (outcomes []Outcome, err error) {
 	if len(evs) > MaxBatch {
 		return nil, fmt.Errorf("process a batch of %d events: more than %d", len(evs), MaxBatch)
 	}
 	at = database.Normalize(at)
+	var opts []*sql.TxOptions
+	if database.DialectOf(db) == database.MySQL {
+		// See advanceSequences: READ COMMITTED takes no gap locks, and
+		// reads the sequences as last committed.
+		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	}
 	err = database.Transaction(ctx, db, func(tx *gorm.DB) error {
 		outcomes = make([]Outcome, len(evs)) // a re-run starts afresh
 		ids := make([]string, len(evs))
@@ -92,7 +101,7 @@ func ProcessBatch(ctx context.Context, db *gorm.DB, consumer string, evs []Event
 			return nil
 		}
 		return fn(tx, apply)
-	})
+	}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -101,8 +110,21 @@ func ProcessBatch(ctx context.Context, db *gorm.DB, consumer string, evs []Event
 
 // advanceSequences judges the events of evs still Applied in outcomes by
 // their sequences, in order, marks the older ones OutOfOrder and writes the
-// posts' new last sequences in tx: one locking read, one insert of the posts
-// seen for the first time and one update of the others.
+// posts' new last sequences in tx: one insert of a row (at sequence 0) for
+// each post seen for the first time, one read and one update.
+//
+// The rows are inserted before they are read, in ascending post order, and
+// the insert locks them: it writes the new rows, and on MySQL and MariaDB
+// locks the rows present (ON DUPLICATE KEY UPDATE); on PostgreSQL the read
+// locks them (FOR UPDATE); SQLite has one writer at a time. A concurrent
+// insert of the same post waits for the other transaction, then keeps its
+// row. On MySQL and MariaDB, ProcessBatch runs at READ COMMITTED, so the
+// read, which takes no lock there, sees the last committed sequences, and no
+// statement takes a gap lock: at REPEATABLE READ, a locking read of absent
+// posts (or a range scan past the batch's posts) locks the gaps between
+// them, a gap lock does not exclude another transaction's on the same gap,
+// and two batches of different new posts each then wait, inserting, for the
+// other's gap lock: a deadlock.
 func advanceSequences(tx *gorm.DB, consumer string, evs []Event, outcomes []Outcome) error {
 	var posts []int64
 	inBatch := map[int64]bool{}
@@ -115,8 +137,18 @@ func advanceSequences(tx *gorm.DB, consumer string, evs []Event, outcomes []Outc
 	if len(posts) == 0 {
 		return nil
 	}
+	slices.Sort(posts)
+	seeds := make([]sequenceRecord, len(posts))
+	for i, id := range posts {
+		seeds[i] = sequenceRecord{Consumer: consumer, PostID: id}
+	}
+	// Every inserted row is updated below: each post has an event with a
+	// sequence above 0, so no row is left at 0 once committed.
+	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&seeds).Error; err != nil {
+		return fmt.Errorf("record the sequences of %d posts: %w", len(posts), err)
+	}
 	q := tx.Where("consumer = ? AND post_id IN ?", consumer, posts)
-	if database.DialectOf(tx) != database.SQLite { // SQLite has one writer at a time
+	if database.DialectOf(tx) == database.PostgreSQL {
 		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 	}
 	var rows []sequenceRecord
@@ -124,9 +156,8 @@ func advanceSequences(tx *gorm.DB, consumer string, evs []Event, outcomes []Outc
 		return fmt.Errorf("read the sequences of %d posts: %w", len(posts), err)
 	}
 	last := make(map[int64]int64, len(posts))
-	existed := make(map[int64]bool, len(rows))
 	for _, r := range rows {
-		last[r.PostID], existed[r.PostID] = r.Sequence, true
+		last[r.PostID] = r.Sequence
 	}
 	moved := map[int64]bool{}
 	for i, ev := range evs {
@@ -145,26 +176,14 @@ func advanceSequences(tx *gorm.DB, consumer string, evs []Event, outcomes []Outc
 	if database.DialectOf(tx) == database.MySQL {
 		intType = "SIGNED"
 	}
-	var inserts []sequenceRecord
 	var set strings.Builder
 	var args []any
 	var updated []int64
 	for _, id := range posts {
-		switch {
-		case !moved[id]:
-		case !existed[id]:
-			inserts = append(inserts, sequenceRecord{Consumer: consumer, PostID: id, Sequence: last[id]})
-		default:
+		if moved[id] {
 			set.WriteString(" WHEN ? THEN CAST(? AS " + intType + ")")
 			args = append(args, id, last[id])
 			updated = append(updated, id)
-		}
-	}
-	if len(inserts) > 0 {
-		// Without ON CONFLICT: a row a concurrent consumer wrote since the
-		// read fails the transaction, which is then tried again.
-		if err := tx.Create(&inserts).Error; err != nil {
-			return fmt.Errorf("record the sequences of %d posts: %w", len(inserts), err)
 		}
 	}
 	if len(updated) > 0 {

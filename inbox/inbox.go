@@ -259,18 +259,24 @@ func (sequenceRecord) TableName() string { return "inbox_sequences" }
 // advanceSequence moves consumer's last applied sequence of the post to
 // seq in tx and reports true, unless it is seq or more already: then it
 // writes nothing and reports false.
+//
+// It inserts the row first, then updates it if it was there: an update (a
+// locking read) of an absent row would, on MySQL and MariaDB at REPEATABLE
+// READ, lock the gap where the row would go, and two events of different new
+// posts in one gap would each wait, inserting, for the other's gap lock (a
+// deadlock). The insert takes no gap lock, and locks a row present.
 func advanceSequence(tx *gorm.DB, consumer string, postID, seq int64) (bool, error) {
-	res := tx.Model(&sequenceRecord{}).Where("consumer = ? AND post_id = ? AND sequence < ?", consumer, postID, seq).
-		Update("sequence", seq)
+	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&sequenceRecord{Consumer: consumer, PostID: postID, Sequence: seq})
 	if res.Error != nil {
-		return false, fmt.Errorf("advance the sequence of post %d: %w", postID, res.Error)
+		return false, fmt.Errorf("record the sequence of post %d: %w", postID, res.Error)
 	}
 	if res.RowsAffected > 0 {
 		return true, nil
 	}
-	res = tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&sequenceRecord{Consumer: consumer, PostID: postID, Sequence: seq})
+	res = tx.Model(&sequenceRecord{}).Where("consumer = ? AND post_id = ? AND sequence < ?", consumer, postID, seq).
+		Update("sequence", seq)
 	if res.Error != nil {
-		return false, fmt.Errorf("record the sequence of post %d: %w", postID, res.Error)
+		return false, fmt.Errorf("advance the sequence of post %d: %w", postID, res.Error)
 	}
 	return res.RowsAffected > 0, nil
 }

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -341,5 +342,215 @@ func TestProcessBatchKeepsThePostOrderWithinABatch(t *testing.T) {
 			PostID   int64
 			Sequence int64
 		}{{7, 5}, {8, 2}}, last)
+	})
+}
+
+// lockConflicts records the statements on db that failed with a lock
+// conflict (a deadlock or a lock wait timeout), including those that
+// database.Transaction then ran again.
+type lockConflicts struct {
+	mu   sync.Mutex
+	seen []string // the statement and its error
+}
+
+func recordLockConflicts(t *testing.T, db *database.DB) *lockConflicts {
+	t.Helper()
+	c := &lockConflicts{}
+	record := func(tx *gorm.DB) {
+		if tx.Error != nil && database.IsRetryable(tx.Error) {
+			sql := tx.Statement.SQL.String()
+			if len(sql) > 60 {
+				sql = sql[:60] + "..."
+			}
+			c.mu.Lock()
+			c.seen = append(c.seen, sql+": "+tx.Error.Error())
+			c.mu.Unlock()
+		}
+	}
+	cb := db.DB.Callback()
+	require.NoError(t, cb.Create().After("gorm:create").Register("test:lock_conflicts", record))
+	require.NoError(t, cb.Query().After("gorm:query").Register("test:lock_conflicts", record))
+	require.NoError(t, cb.Update().After("gorm:update").Register("test:lock_conflicts", record))
+	require.NoError(t, cb.Raw().After("gorm:raw").Register("test:lock_conflicts", record))
+	return c
+}
+
+func (c *lockConflicts) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.seen...)
+}
+
+// Batches of different posts processed at the same time (the partitions of
+// a topic handled in parallel), whose posts are new and interleaved in the
+// table's key order, record their sequences without a lock conflict: no
+// attempt is a deadlock victim, every batch commits, every event is applied
+// once and each post keeps its highest sequence.
+func TestProcessBatchRecordsConcurrentBatchesOfNewPostsWithoutADeadlock(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		const workers, rounds, postsPerBatch = 12, 6, 25
+		conflicts := recordLockConflicts(t, db)
+		want := map[int64]int64{} // post -> last sequence
+		batches := make([][][]inbox.Event, workers)
+		total := 0
+		for w := range workers {
+			for r := range rounds {
+				var evs []inbox.Event
+				for k := range postsPerBatch {
+					post := int64((r*postsPerBatch+k)*workers + w + 1) // interleaved with the other workers' posts
+					evs = append(evs, postEvent(t, post, 1), postEvent(t, post, 2))
+					want[post] = 2
+					if r > 0 { // a post of the previous round: an update
+						prev := int64(((r-1)*postsPerBatch+k)*workers + w + 1)
+						evs = append(evs, postEvent(t, prev, int64(2+r)))
+						want[prev] = int64(2 + r)
+					}
+				}
+				batches[w] = append(batches[w], evs)
+				total += len(evs)
+			}
+		}
+
+		var mu sync.Mutex
+		applied := map[string]int{}
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for _, evs := range batches[w] {
+					var ids []string
+					out, err := inbox.ProcessBatch(context.Background(), db.DB, "c", evs, time.Now(), func(_ *gorm.DB, apply []int) error {
+						ids = ids[:0] // a re-run attempt starts afresh
+						for _, i := range apply {
+							ids = append(ids, evs[i].EventID)
+						}
+						return nil
+					})
+					if err != nil {
+						errs[w] = err
+						return
+					}
+					for i, o := range out {
+						if o != inbox.Applied {
+							errs[w] = fmt.Errorf("event %d of a batch: outcome %d, not applied", i, o)
+							return
+						}
+					}
+					mu.Lock()
+					for _, id := range ids {
+						applied[id]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for w, err := range errs {
+			require.NoError(t, err, "worker %d", w)
+		}
+		require.Empty(t, conflicts.all(), "statements that lost a deadlock or a lock wait")
+		require.Len(t, applied, total)
+		for id, n := range applied {
+			require.Equal(t, 1, n, "event %s applied", id)
+		}
+		require.EqualValues(t, total, inboxRows(t, db, "c"))
+
+		var rows []struct {
+			PostID   int64
+			Sequence int64
+		}
+		require.NoError(t, db.Table("inbox_sequences").Select("post_id", "sequence").Where("consumer = ?", "c").Scan(&rows).Error)
+		got := map[int64]int64{}
+		for _, r := range rows {
+			got[r.PostID] = r.Sequence
+		}
+		require.Equal(t, want, got)
+	})
+}
+
+// Batches of the same new posts processed at the same time (a partition
+// handed over while its old owner still works on it) serialize on the
+// posts' rows: every batch commits, each event is applied or dropped as out
+// of order, the newest event of each post is applied, and each post keeps
+// its highest sequence.
+func TestProcessBatchJudgesConcurrentBatchesOfTheSamePostsInOrder(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		const batches, posts = 4, 20
+		evs := make([][]inbox.Event, batches)
+		for b := range batches {
+			for p := range posts {
+				evs[b] = append(evs[b], postEvent(t, int64(posts-p), int64(b+1))) // descending post ids
+			}
+		}
+		outs := make([][]inbox.Outcome, batches)
+		errs := make([]error, batches)
+		var wg sync.WaitGroup
+		for b := range batches {
+			wg.Go(func() {
+				outs[b], errs[b] = inbox.ProcessBatch(context.Background(), db.DB, "c", evs[b], time.Now(), func(*gorm.DB, []int) error { return nil })
+			})
+		}
+		wg.Wait()
+		for b := range batches {
+			require.NoError(t, errs[b], "batch %d", b)
+			for i, o := range outs[b] {
+				require.Contains(t, []inbox.Outcome{inbox.Applied, inbox.OutOfOrder}, o, "batch %d event %d", b, i)
+			}
+		}
+		for i := range posts {
+			require.Equal(t, inbox.Applied, outs[batches-1][i], "the newest event of post %d", evs[0][i].PostID)
+		}
+		require.EqualValues(t, batches*posts, inboxRows(t, db, "c"))
+		var seqs []int64
+		require.NoError(t, db.Table("inbox_sequences").Where("consumer = ?", "c").Pluck("sequence", &seqs).Error)
+		require.Len(t, seqs, posts)
+		for _, s := range seqs {
+			require.EqualValues(t, batches, s)
+		}
+	})
+}
+
+// Events of different new posts processed one at a time, at the same time
+// (partitions handled in parallel), record their sequences without a lock
+// conflict, each applied once.
+func TestProcessRecordsConcurrentEventsOfNewPostsWithoutADeadlock(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		const workers, postsEach = 8, 40
+		conflicts := recordLockConflicts(t, db)
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			evs := make([]inbox.Event, postsEach)
+			for k := range evs {
+				evs[k] = postEvent(t, int64(k*workers+w+1), 1) // interleaved with the other workers' posts
+			}
+			wg.Go(func() {
+				for _, ev := range evs {
+					out, err := inbox.Process(context.Background(), db.DB, "c", ev, time.Now(), func(*gorm.DB) error { return nil })
+					if err == nil && out != inbox.Applied {
+						err = fmt.Errorf("event of post %d: outcome %d, not applied", ev.PostID, out)
+					}
+					if err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for w, err := range errs {
+			require.NoError(t, err, "worker %d", w)
+		}
+		require.Empty(t, conflicts.all(), "statements that lost a deadlock or a lock wait")
+		require.EqualValues(t, workers*postsEach, inboxRows(t, db, "c"))
+		var n int64
+		require.NoError(t, db.Table("inbox_sequences").Where("consumer = ? AND sequence = 1", "c").Count(&n).Error)
+		require.EqualValues(t, workers*postsEach, n)
 	})
 }
