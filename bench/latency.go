@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/backoff"
@@ -85,11 +87,16 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 		committed = map[int64]time.Time{}
 		received  = map[int64]time.Time{}
 	)
-	// Records from a second before the load on: the topic may hold
-	// earlier events (an external cluster), which are not read.
-	start := time.Now()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumeTopics(cfg.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(start.Add(-time.Second).UnixMilli())),
+	// Records from the partitions' ends as listed before the load: the
+	// topic may hold earlier events, which are not read. (A reset by time
+	// lists a partition's end apart from its by-time answer, so an event
+	// appended in between was skipped.)
+	from, err := endOffsets(ctx, cfg.Brokers, cfg.Topic)
+	if err != nil {
+		return Latency{}, fmt.Errorf("commit to broker: %w", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: from}),
 		kgo.FetchMaxWait(10*time.Millisecond))
 	if err != nil {
 		return Latency{}, fmt.Errorf("commit to broker: consumer: %w", err)
@@ -199,6 +206,57 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 }
 
 // isPostingEvent reports whether rec is a POSTING_EVENT, by its header.
+// endOffsets lists the end offset of every partition of topic.
+func endOffsets(ctx context.Context, brokers []string, topic string) (map[int32]kgo.Offset, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	metaResp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("partitions of %s: %w", topic, err)
+	}
+	list := kmsg.NewPtrListOffsetsRequest()
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = topic
+	for _, t := range metaResp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("partitions of %s: %w", topic, err)
+		}
+		for _, p := range t.Partitions {
+			lp := kmsg.NewListOffsetsRequestTopicPartition()
+			lp.Partition, lp.Timestamp = p.Partition, -1 // -1: the end
+			lt.Partitions = append(lt.Partitions, lp)
+		}
+	}
+	if len(lt.Partitions) == 0 {
+		return nil, fmt.Errorf("partitions of %s: none", topic)
+	}
+	list.Topics = append(list.Topics, lt)
+	listResp, err := list.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	from := map[int32]kgo.Offset{}
+	for _, t := range listResp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p.Partition, err)
+			}
+			from[p.Partition] = kgo.NewOffset().At(p.Offset)
+		}
+	}
+	if len(from) != len(lt.Partitions) {
+		return nil, fmt.Errorf("end offsets of %s: %d of %d partitions answered", topic, len(from), len(lt.Partitions))
+	}
+	return from, nil
+}
+
 func isPostingEvent(rec *kgo.Record) bool {
 	for _, h := range rec.Headers {
 		if h.Key == event.HeaderEventType {
