@@ -439,6 +439,19 @@ func (s *Store) Release(ctx context.Context, msgs []Message) (fenced int, err er
 	return fenced, nil
 }
 
+// ClaimedBy returns the rows owner holds PROCESSING, ordered by id. A relay
+// whose claim got no answer (the connection lost during its commit) reads
+// back what that claim may have taken, to release it at once instead of
+// leaving it to stale recovery.
+func (s *Store) ClaimedBy(ctx context.Context, owner string) ([]Message, error) {
+	var rows []Message
+	err := s.db.WithContext(ctx).Where("status = ? AND claimed_by = ?", StatusProcessing, owner).Order("id").Find(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("claimed by %s: %w", owner, err)
+	}
+	return rows, nil
+}
+
 // Recovery counts what RecoverStale did.
 type Recovery struct {
 	// Retried rows went back to RETRY.

@@ -2,9 +2,12 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +24,10 @@ import (
 // (DefaultConfig); MaxRetries is a pointer because zero retries is a setting
 // of its own.
 type Config struct {
-	// InstanceID is written into claims and logs. Required.
+	// InstanceID is written into claims and logs. Required; at most
+	// MaxInstanceIDLen bytes. A claim's owner is InstanceID and a token of
+	// this relay's run (see Owner), so that neither a restart nor a second
+	// process given the same id takes another run's claims for its own.
 	InstanceID string
 	// Interval is the pause between polls. Default 5s; at least 10ms. A poll
 	// whose batch came back full is followed at once by another.
@@ -68,6 +74,10 @@ type Config struct {
 	Observe func(Result, time.Duration, error)
 }
 
+// MaxInstanceIDLen bounds Config.InstanceID: with the run token (see
+// Relay.Owner) the claim owner fits the outbox's claimed_by column (255).
+const MaxInstanceIDLen = 200
+
 // DefaultStaleAfter is the default of Config.StaleAfter.
 const DefaultStaleAfter = 2 * time.Minute
 
@@ -107,6 +117,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.InstanceID == "":
 		return config.Invalid(f+"InstanceID", c.InstanceID, "required")
+	case len(c.InstanceID) > MaxInstanceIDLen:
+		return config.Invalid(f+"InstanceID", c.InstanceID, "longer than %d bytes", MaxInstanceIDLen)
 	case c.Interval < 10*time.Millisecond:
 		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
 	case c.BatchSize < 1 || c.BatchSize > 5000:
@@ -171,9 +183,14 @@ type Relay struct {
 	store *outbox.Store
 	send  Sender
 	batch *batchSizer
+	// owner is written into this relay's claims: InstanceID#run token.
+	owner string
 
 	// afterClaim, if set, runs between claim and send (tests simulate a crash there).
 	afterClaim func()
+	// claimAnswer, if set, sees what each claim returned and may change it
+	// (tests lose the answer of a committed claim there).
+	claimAnswer func([]outbox.Message, error) ([]outbox.Message, error)
 
 	// pollMu serializes polls and flushes, which share acked.
 	pollMu sync.Mutex
@@ -192,6 +209,16 @@ type Relay struct {
 	// (UnansweredError): PROCESSING until their request is torn down, then
 	// released like unreleased.
 	unsettled []unsettledRow
+	// unfailed are rejections whose write failed (the database was
+	// unreachable): written before anything else, like unreleased, so that
+	// each spends its one attempt, not a second through stale recovery.
+	unfailed []outbox.Failure
+	// lostClaim is set when a claim returned an error: its commit may have
+	// gone through with the answer lost (the connection cut, a failover), so
+	// rows may be PROCESSING under owner that this relay does not know of.
+	// The next write reads them back and releases them (releaseLost) rather
+	// than leave them and their posts' next events to stale recovery.
+	lostClaim bool
 	// next is a batch claimed by a Pump while the batch before was being
 	// sent: PROCESSING under this relay's claim, not sent yet. The next poll
 	// sends it before it claims anything; Flush releases it (PENDING again,
@@ -251,8 +278,20 @@ func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 		}
 	}
 	return &Relay{cfg: cfg, store: store, send: send, wake: make(chan struct{}, 1),
-		batch: newBatchSizer(cfg.BatchSize, cfg.MaxBatchSize)}, nil
+		batch: newBatchSizer(cfg.BatchSize, cfg.MaxBatchSize), owner: claimOwner(cfg.InstanceID)}, nil
 }
+
+// claimOwner returns id and a random token of this run, the owner a relay
+// writes into its claims.
+func claimOwner(id string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail
+	return id + "#" + hex.EncodeToString(b[:])
+}
+
+// Owner returns what this relay writes into claimed_by: its InstanceID, "#",
+// and a token of this relay's run.
+func (r *Relay) Owner() string { return r.owner }
 
 // Wake makes the loop poll now if it is pausing between polls, or as soon
 // as its poll in progress ends: rows were appended (a PostgreSQL
@@ -382,7 +421,10 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		// lock) may have made old enough to look stale to other instances.
 		c := r.claim(ctx, r.acked, r.ackedAt)
 		if c.err != nil {
-			// Nothing was written: the acknowledgements wait for the next try.
+			// Nothing was written, or the answer of a commit was lost: the
+			// acknowledgements wait for the next try (a second write of
+			// them is fenced), and so does the read-back of the claim.
+			r.lostClaim = true
 			return res, fmt.Errorf("claim: %w", c.err)
 		}
 		res.Sent, res.Fenced = res.Sent+len(r.acked)-c.fenced, res.Fenced+c.fenced
@@ -432,8 +474,9 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	if nextc != nil {
 		c := <-nextc
 		if c.err != nil {
-			// Nothing was written: keep the acknowledgements for the next try.
-			r.acked, r.ackedAt = c.acked, c.ackedAt
+			// As for a claim before a send: keep the acknowledgements, and
+			// read back what the claim may have taken.
+			r.acked, r.ackedAt, r.lostClaim = c.acked, c.ackedAt, true
 			claimErr = fmt.Errorf("claim the next batch: %w", c.err)
 		} else {
 			res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
@@ -477,7 +520,10 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 // r, so a pipelined poll runs it beside a send.
 func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
 	size := r.batch.size()
-	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.cfg.InstanceID, size, time.Time{})
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
+	if r.claimAnswer != nil {
+		msgs, err = r.claimAnswer(msgs, err)
+	}
 	if err == nil {
 		r.batch.observe(size, len(msgs))
 	}
@@ -564,19 +610,66 @@ func (r *Relay) settle(ctx context.Context, wait bool) {
 	r.unsettled = kept
 }
 
-// releaseKept hands back the rows whose release failed in an earlier poll,
-// and those whose unanswered send is now torn down. r.pollMu must be held.
+// releaseKept writes the rejections whose write failed in an earlier poll,
+// hands back the rows whose release failed, and those whose unanswered
+// send is now torn down, and then what a claim without an answer took.
+// r.pollMu must be held.
 func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
 	r.settle(ctx, false)
-	if len(r.unreleased) == 0 {
+	if len(r.unfailed) > 0 {
+		fenced, err := r.store.MarkFailed(ctx, r.unfailed)
+		if err != nil {
+			return fmt.Errorf("record rejections kept from an outage: %w", err)
+		}
+		res.Fenced += fenced
+		r.unfailed = nil
+	}
+	if len(r.unreleased) > 0 {
+		fenced, err := r.store.Release(ctx, r.unreleased)
+		if err != nil {
+			return fmt.Errorf("release rows kept from an outage: %w", err)
+		}
+		res.Released, res.Fenced = res.Released+len(r.unreleased)-fenced, res.Fenced+fenced
+		r.unreleased = nil
+	}
+	return r.releaseLost(ctx, res)
+}
+
+// releaseLost releases the rows a claim without an answer took: those
+// PROCESSING under this relay's owner that it holds in none of its lists.
+// They were never sent, so they go back with no attempt spent, as at once
+// as the database answers, not after the stale limit with one spent; the
+// version bump fences nothing of ours. The owner carries this run's token,
+// so the claims of an earlier run (a crash, which stale recovery counts)
+// or of another process given the same InstanceID are not touched.
+// r.pollMu must be held.
+func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
+	if !r.lostClaim {
 		return nil
 	}
-	fenced, err := r.store.Release(ctx, r.unreleased)
+	rows, err := r.store.ClaimedBy(ctx, r.owner)
 	if err != nil {
-		return fmt.Errorf("release rows kept from an outage: %w", err)
+		return fmt.Errorf("read back a claim that got no answer: %w", err)
 	}
-	res.Released, res.Fenced = res.Released+len(r.unreleased)-fenced, res.Fenced+fenced
-	r.unreleased = nil
+	held := map[int64]bool{}
+	for _, m := range slices.Concat(r.acked, r.next, r.unreleased) {
+		held[m.ID] = true
+	}
+	for _, u := range r.unsettled {
+		held[u.msg.ID] = true
+	}
+	for _, f := range r.unfailed {
+		held[f.Message.ID] = true
+	}
+	lost := slices.DeleteFunc(rows, func(m outbox.Message) bool { return held[m.ID] })
+	if len(lost) > 0 {
+		fenced, err := r.store.Release(ctx, lost)
+		if err != nil {
+			return fmt.Errorf("release a claim that got no answer: %w", err)
+		}
+		res.Released, res.Fenced = res.Released+len(lost)-fenced, res.Fenced+fenced
+	}
+	r.lostClaim = false
 	return nil
 }
 
@@ -592,7 +685,8 @@ func (r *Relay) hasNext() bool {
 func (r *Relay) pendingAcks() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0 || len(r.unsettled) > 0
+	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0 || len(r.unsettled) > 0 ||
+		len(r.unfailed) > 0 || r.lostClaim
 }
 
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
@@ -655,6 +749,12 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	if len(failures) > 0 {
 		fenced, err := r.store.MarkFailed(ctx, failures)
 		res.Fenced += fenced
+		if err != nil {
+			// Nothing was written (one transaction): write them at the next
+			// poll or flush, each rejection one attempt.
+			r.unfailed = append(r.unfailed, failures...)
+			err = fmt.Errorf("%w (%d rejections kept to write at the next try)", err, len(failures))
+		}
 		errsOut = append(errsOut, err)
 	}
 	if len(released) > 0 {
@@ -724,7 +824,7 @@ func (r *Relay) Stop() { r.BaseStartStop.Stop() }
 func (r *Relay) loop(ctx, stop context.Context) {
 	// The instance id is on every line already when the logger comes from
 	// serve; the relay's own id is what matters for claims.
-	log := r.cfg.Logger.With("component", "relay", "claim_owner", r.cfg.InstanceID)
+	log := r.cfg.Logger.With("component", "relay", "claim_owner", r.owner)
 	log.Info("relay started", "interval", r.cfg.Interval, "batch_size", r.cfg.BatchSize, "max_batch_size", r.cfg.MaxBatchSize,
 		"max_retries", *r.cfg.MaxRetries, "stale_after", r.cfg.StaleAfter)
 	defer log.Info("relay stopped")

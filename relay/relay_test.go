@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,7 +189,7 @@ func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
 			got := b.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
 			require.Equal(t, 1, got.RetryCount, "the recovery counted as an attempt")
-			require.Equal(t, "other", *got.ClaimedBy)
+			require.Equal(t, other.Owner(), *got.ClaimedBy)
 		}
 	})
 }
@@ -235,7 +236,7 @@ func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
 		for _, m := range rows {
 			got := b.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Equal(t, "live", *got.ClaimedBy)
+			require.Equal(t, live.Owner(), *got.ClaimedBy)
 		}
 	})
 }
@@ -467,6 +468,7 @@ func TestConfigValidation(t *testing.T) {
 		{InstanceID: "x", MaxRetries: Retries(101)},
 		{InstanceID: "x", Interval: time.Minute, StaleAfter: time.Minute},
 		{InstanceID: "x", RetryBase: time.Minute, RetryMax: time.Second},
+		{InstanceID: strings.Repeat("x", MaxInstanceIDLen+1)},
 	} {
 		_, err := New(nil, nil, c)
 		require.ErrorContains(t, err, "invalid relay config", "%+v", c)
@@ -1464,7 +1466,7 @@ func TestCrashWithTwoBatchesInFlightLosesNothing(t *testing.T) {
 		for _, m := range rows[:8] {
 			got := b.row(t, m.ID)
 			require.Equal(t, 1, got.RetryCount, "the recovery counted as an attempt")
-			require.Equal(t, "other", *got.ClaimedBy)
+			require.Equal(t, other.Owner(), *got.ClaimedBy)
 		}
 
 		// The frozen relay wakes up: its acknowledgement comes too late.
@@ -1475,7 +1477,7 @@ func TestCrashWithTwoBatchesInFlightLosesNothing(t *testing.T) {
 		for _, m := range rows {
 			got := b.row(t, m.ID)
 			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Equal(t, "other", *got.ClaimedBy, "row %d", m.ID)
+			require.Equal(t, other.Owner(), *got.ClaimedBy, "row %d", m.ID)
 		}
 	})
 }
