@@ -19,6 +19,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/relay"
 )
 
 // A flag given on the command line wins over its environment twin, even when
@@ -244,6 +245,18 @@ func TestDatabasePoolSettingsOutOfLimitsNameTheSetting(t *testing.T) {
 			require.NoFileExists(t, filepath.Join(dir, "posting.db"), "a refused setting opened the database")
 		}
 	}
+}
+
+// An instance id too long for the claims' column stops serve before it
+// opens anything, naming the setting.
+func TestInstanceIDTooLongForClaimsNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, errOut, code := runCLI(t, "serve", "--data-dir", dir, "--instance-id", strings.Repeat("x", relay.MaxInstanceIDLen+1))
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, `invalid POSTING_INSTANCE_ID="`)
+	require.Contains(t, errOut, "longer than 200 bytes")
+	require.NoFileExists(t, filepath.Join(dir, "posting.db"), "a refused setting opened the database")
 }
 
 // POSTING_WEBHOOK_SECRET reaches the webhook's configuration; a bad secret
