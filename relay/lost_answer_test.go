@@ -57,6 +57,7 @@ func TestClaimWithoutAnAnswerIsReleasedAtTheNextPoll(t *testing.T) {
 		res, err := r.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Released, "the lost claim's rows were handed back")
+		require.Equal(t, 2, res.Lost)
 		require.Equal(t, 2, res.Claimed)
 		pumpUntilIdle(t, ctx, r, 10)
 		requireOrderedOnce(t, rows, b.send.SentIDs())

@@ -167,6 +167,9 @@ type Result struct {
 	// Held rows whose send ended without an answer (UnansweredError): kept
 	// PROCESSING until their request is torn down, then released.
 	Held int
+	// Lost rows a claim without an answer had taken, found under this
+	// relay's owner and released (counted in Released too).
+	Lost int
 	// Fenced result writes refused because the claim had been recovered by
 	// another instance meanwhile.
 	Fenced int
@@ -668,6 +671,7 @@ func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
 			return fmt.Errorf("release a claim that got no answer: %w", err)
 		}
 		res.Released, res.Fenced = res.Released+len(lost)-fenced, res.Fenced+fenced
+		res.Lost += len(lost) - fenced
 	}
 	r.lostClaim = false
 	return nil
@@ -805,6 +809,15 @@ func (r *Relay) flush(ctx context.Context, log *slog.Logger, final bool) {
 	case res.Fenced > 0:
 		log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
 	}
+	logLost(log, res)
+}
+
+// logLost says when a claim without an answer was found and handed back.
+func logLost(log *slog.Logger, res Result) {
+	if res.Lost > 0 {
+		log.Warn("a claim got no answer (connection lost during its commit); its rows were handed back unsent, no attempt spent",
+			"released", res.Lost)
+	}
 }
 
 // Start runs the relay loop in one goroutine until Stop is called or ctx ends.
@@ -862,6 +875,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			if res.Fenced > 0 {
 				log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
 			}
+			logLost(log, res)
 			if res.Claimed >= r.cfg.BatchSize || r.hasNext() {
 				wait = 0 // a full batch, or one claimed for the next poll: more are waiting
 			}
