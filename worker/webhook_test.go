@@ -33,6 +33,7 @@ import (
 	"github.com/postingsvc/posting/internal/nodetest"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/webhook"
+	"github.com/postingsvc/posting/webhook/webhooktest"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -268,21 +269,13 @@ func TestWebhookCallsVerifyWithStandardWebhooks(t *testing.T) {
 // post's own values.
 func TestWebhookBodyMatchesItsSchema(t *testing.T) {
 	t.Parallel()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(webhook.Schema()))
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	require.NoError(t, c.AddResource("webhook.json", doc))
-	schema, err := c.Compile("webhook.json")
-	require.NoError(t, err)
+	schema := webhooktest.Schema(t)
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		rc := newReceiver(t)
 		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: rc.URL})
 		require.NoError(t, err)
 		post, got := publishOne(t, db.DB, hook, rc)
-		value, err := jsonschema.UnmarshalJSON(bytes.NewReader(got.body))
-		require.NoError(t, err)
-		require.NoError(t, schema.Validate(value), "%s", got.body)
+		webhooktest.RequireValid(t, schema, got.body)
 		require.Equal(t, "application/json", got.header.Get("Content-Type"))
 
 		var body webhook.Body
