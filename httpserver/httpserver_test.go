@@ -14,6 +14,7 @@ import (
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/httpserver"
+	"github.com/postingsvc/posting/httpserver/httpservertest"
 )
 
 // startServer serves h with cfg on a loopback port and returns its address.
@@ -28,17 +29,17 @@ func startServer(t *testing.T, cfg httpserver.Config, h http.Handler) string {
 	return ln.Addr().String()
 }
 
-// get sends a GET of path on c and reads its answer.
-func get(c net.Conn, r *bufio.Reader, path string) (*http.Response, error) {
-	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path); err != nil {
-		return nil, err
-	}
-	resp, err := http.ReadResponse(r, nil)
-	if err != nil {
-		return nil, err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	return resp, errors.Join(err, resp.Body.Close())
+// requireNewClientServed opens a new connection to addr and requires its
+// GET / answered 200, msg saying what was in the way; the connection stays
+// open until the test ends.
+func requireNewClientServed(t *testing.T, addr, msg string) {
+	t.Helper()
+	c, r := httpservertest.Dial(t, addr)
+	// A guard, not the assertion: without room made at MaxConns it waits an hour.
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := httpservertest.Get(c, r, "/")
+	require.NoError(t, err, msg)
+	require.Equal(t, http.StatusOK, resp.StatusCode, msg)
 }
 
 // With MaxConns 1, a second connection is not served while the first one's
@@ -55,18 +56,13 @@ func TestMaxConnsBoundsConnectionsServed(t *testing.T) {
 		}
 		_, _ = fmt.Fprint(w, "ok")
 	}))
-	first, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer first.Close()
+	first, firstR := httpservertest.Dial(t, addr)
 	firstDone := make(chan error, 1)
-	go func() { _, err := get(first, bufio.NewReader(first), "/slow"); firstDone <- err }()
+	go func() { _, err := httpservertest.Get(first, firstR, "/slow"); firstDone <- err }()
 	<-entered
-	second, err := net.Dial("tcp", addr) // accepted by the kernel, not served
-	require.NoError(t, err)
-	defer second.Close()
+	second, r := httpservertest.Dial(t, addr) // accepted by the kernel, not served
 	require.NoError(t, second.SetReadDeadline(time.Now().Add(500*time.Millisecond)))
-	r := bufio.NewReader(second)
-	_, err = get(second, r, "/")
+	_, err := httpservertest.Get(second, r, "/")
 	var netErr net.Error
 	require.True(t, errors.As(err, &netErr) && netErr.Timeout(), "second connection served while the first is busy")
 
@@ -92,23 +88,13 @@ func TestIdleConnectionsGiveWayAtMaxConns(t *testing.T) {
 	var idle []net.Conn
 	var readers []*bufio.Reader
 	for range cfg.MaxConns {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		defer c.Close()
-		r := bufio.NewReader(c)
-		_, err = get(c, r, "/")
+		c, r := httpservertest.Dial(t, addr)
+		_, err := httpservertest.Get(c, r, "/")
 		require.NoError(t, err)
 		idle, readers = append(idle, c), append(readers, r)
 	}
 
-	next, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer next.Close()
-	// A guard, not the assertion: without room made it waits an hour.
-	require.NoError(t, next.SetReadDeadline(time.Now().Add(30*time.Second)))
-	resp, err := get(next, bufio.NewReader(next), "/")
-	require.NoError(t, err, "a new client served while idle connections fill MaxConns")
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	requireNewClientServed(t, addr, "a new client served while idle connections fill MaxConns")
 
 	// The one that has waited longest was closed to make room before next
 	// was admitted. The two went idle a moment apart, and which went first
@@ -125,7 +111,7 @@ func TestIdleConnectionsGiveWayAtMaxConns(t *testing.T) {
 	require.NotEqual(t, -1, closed, "an idle connection was closed")
 	kept := 1 - closed
 	require.NoError(t, idle[kept].SetReadDeadline(time.Now().Add(30*time.Second)))
-	resp, err = get(idle[kept], readers[kept], "/")
+	resp, err := httpservertest.Get(idle[kept], readers[kept], "/")
 	require.NoError(t, err, "the other idle connection is still served")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
@@ -162,24 +148,13 @@ func TestConnectionsWithoutARequestGiveWayAtMaxConns(t *testing.T) {
 	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprint(w, "ok")
 	}))
-	silent, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer silent.Close()
-	trickle, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer trickle.Close()
-	_, err = fmt.Fprint(trickle, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ") // headers never finished
+	silent, _ := httpservertest.Dial(t, addr)
+	trickle, _ := httpservertest.Dial(t, addr)
+	_, err := fmt.Fprint(trickle, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ") // headers never finished
 	require.NoError(t, err)
 
 	for range 2 { // each closes one of them; the first one stays open, idle
-		next, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		defer next.Close()
-		// A guard, not the assertion: without room made it waits an hour.
-		require.NoError(t, next.SetReadDeadline(time.Now().Add(30*time.Second)))
-		resp, err := get(next, bufio.NewReader(next), "/")
-		require.NoError(t, err, "a new client served while connections without a request fill MaxConns")
-		require.Equal(t, http.StatusOK, resp.StatusCode)
+		requireNewClientServed(t, addr, "a new client served while connections without a request fill MaxConns")
 	}
 	for _, c := range []net.Conn{silent, trickle} {
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
@@ -199,14 +174,9 @@ func TestANewConnectionHasTimeToSendItsRequest(t *testing.T) {
 	addr := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprint(w, "ok")
 	}))
-	first, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer first.Close()
-	r := bufio.NewReader(first)
-	second, err := net.Dial("tcp", addr) // waits for the only slot
-	require.NoError(t, err)
-	defer second.Close()
-	resp, err := get(first, r, "/")
+	first, r := httpservertest.Dial(t, addr)
+	httpservertest.Dial(t, addr) // a second one, waiting for the only slot
+	resp, err := httpservertest.Get(first, r, "/")
 	require.NoError(t, err, "the first connection was closed for the second before its request was read")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
@@ -222,17 +192,11 @@ func TestAnAnswerWithoutReadingTheBodyDoesNotWaitForIt(t *testing.T) {
 	cfg := httpserver.DefaultConfig()
 	cfg.ReadTimeout = time.Hour
 	addr := startServer(t, cfg, http.NotFoundHandler())
-	conn, err := net.Dial("tcp", addr)
+	conn := httpservertest.PostHeaders(t, addr, "/nowhere", 1000)
+	_, err := fmt.Fprint(conn, "{")
 	require.NoError(t, err)
-	defer conn.Close()
-	_, err = fmt.Fprint(conn, "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-	require.NoError(t, err)
-	// A guard, not the assertion: waiting for the body waits an hour.
-	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	require.NoError(t, err, "no answer before the body arrived")
-	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.True(t, resp.Close, "Connection: close")
+	// Waiting for the body would wait an hour.
+	httpservertest.RequireClosingAnswer(t, conn, 30*time.Second, http.StatusNotFound, "no answer before the body arrived")
 }
 
 // A request whose body was read keeps its connection alive.
@@ -242,12 +206,9 @@ func TestAnAnswerAfterReadingTheBodyKeepsTheConnection(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusCreated)
 	}))
-	conn, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer conn.Close()
-	r := bufio.NewReader(conn)
+	conn, r := httpservertest.Dial(t, addr)
 	for range 2 {
-		_, err = fmt.Fprint(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+		_, err := fmt.Fprint(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
 		require.NoError(t, err)
 		require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
 		resp, err := http.ReadResponse(r, nil)

@@ -23,6 +23,7 @@ import (
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -58,15 +59,6 @@ func (r *recorder) keysOf(id int64) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.keys[id]...)
-}
-
-func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
-	t.Helper()
-	now := database.Normalize(time.Now())
-	p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusWorking,
-		ScheduledAt: database.Normalize(at), CreatedAt: now, UpdatedAt: now}
-	require.NoError(t, db.Create(p).Error)
-	return p
 }
 
 func reservationMessage(t *testing.T, p *reservation.Post) outbox.Message {
@@ -155,7 +147,7 @@ func TestSecondWorkerTakesOverWhenTheActiveOneDies(t *testing.T) {
 		send := func(n int) {
 			var msgs []outbox.Message
 			for range n {
-				p := insertWorking(t, db.DB, time.Now().Add(4*time.Second))
+				p := reservationtest.InsertWorking(t, db.DB, time.Now().Add(4*time.Second))
 				posts = append(posts, p)
 				msgs = append(msgs, reservationMessage(t, p))
 			}
@@ -178,9 +170,11 @@ func TestSecondWorkerTakesOverWhenTheActiveOneDies(t *testing.T) {
 
 		active.kill()
 		send(after)
-		require.Eventually(t, func() bool { return standby.w.Pending() > 0 || publishedCount(t, db.DB) > 0 },
+		require.Eventually(t, func() bool {
+			return standby.w.Pending() > 0 || reservationtest.Count(t, db.DB, reservation.StatusPublished) > 0
+		},
 			30*time.Second, 10*time.Millisecond, "the other worker took over")
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == int64(len(posts)) },
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) == int64(len(posts)) },
 			time.Minute, 20*time.Millisecond)
 
 		var pubs []worker.Publication
@@ -203,13 +197,6 @@ func TestSecondWorkerTakesOverWhenTheActiveOneDies(t *testing.T) {
 			require.False(t, got.PublishedAt.Before(p.ScheduledAt), "post %d published early", p.ID)
 		}
 	})
-}
-
-func publishedCount(t *testing.T, db *gorm.DB) int64 {
-	t.Helper()
-	var n int64
-	require.NoError(t, db.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-	return n
 }
 
 // The consumer passes the suite every broker's consumer passes, on a queue
@@ -372,12 +359,12 @@ func eventIDs(msgs []inboxtest.Message) []string {
 // publishes its post at its time, once.
 func TestWorkerAdoptsPublicationsOfKafkaPartitions(t *testing.T) {
 	eachWorkerQueue(t, func(t *testing.T, db *database.DB, url, exchange, queue string) {
-		p := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
+		p := reservationtest.InsertWorking(t, db.DB, time.Now().Add(2*time.Second))
 		kafkaEra(t, db.DB, p, 3, worker.PublicationPending)
 
 		pub := &recorder{}
 		startMember(t, db.DB, url, exchange, queue, pub)
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == 1 }, 30*time.Second, 20*time.Millisecond,
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) == 1 }, 30*time.Second, 20*time.Millisecond,
 			"the post of the Kafka-era publication is published")
 		var got worker.Publication
 		require.NoError(t, db.DB.First(&got, "post_id = ?", p.ID).Error)
@@ -487,13 +474,13 @@ func TestTwoWorkersAdoptManyKafkaPublications(t *testing.T) {
 			if i%4 == 0 {
 				at = time.Now().Add(-10 * time.Second)
 			}
-			p := insertWorking(t, db.DB, at)
+			p := reservationtest.InsertWorking(t, db.DB, at)
 			posts = append(posts, p)
 			kafkaEra(t, db.DB, p, int32(i%6), worker.PublicationPending)
 		}
-		failed := insertWorking(t, db.DB, time.Now().Add(-time.Minute))
+		failed := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Minute))
 		kafkaEra(t, db.DB, failed, 3, worker.PublicationFailed)
-		cancelled := insertWorking(t, db.DB, time.Now().Add(time.Second))
+		cancelled := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Second))
 		require.NoError(t, db.DB.Model(cancelled).Update("status", reservation.StatusCancelled).Error)
 		kafkaEra(t, db.DB, cancelled, 3, worker.PublicationCancelled)
 
@@ -516,10 +503,10 @@ func TestTwoWorkersAdoptManyKafkaPublications(t *testing.T) {
 			}
 			return false
 		}, 30*time.Second, 5*time.Millisecond, "one worker adopted and armed")
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) > 0 }, 30*time.Second, 5*time.Millisecond)
-		require.Less(t, publishedCount(t, db.DB), int64(n), "killed mid-way")
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) > 0 }, 30*time.Second, 5*time.Millisecond)
+		require.Less(t, reservationtest.Count(t, db.DB, reservation.StatusPublished), int64(n), "killed mid-way")
 		active.kill()
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == n }, time.Minute, 20*time.Millisecond,
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) == n }, time.Minute, 20*time.Millisecond,
 			"the standby took over")
 		_ = standby
 
@@ -574,7 +561,7 @@ func TestKafkaWorkerStillRunningWhileRabbitMQAdopts(t *testing.T) {
 		var posts []*reservation.Post
 		partition := map[int64]int32{}
 		for i := range n {
-			p := insertWorking(t, db.DB, time.Now().Add(2*time.Second+time.Duration(i%10)*50*time.Millisecond))
+			p := reservationtest.InsertWorking(t, db.DB, time.Now().Add(2*time.Second+time.Duration(i%10)*50*time.Millisecond))
 			posts = append(posts, p)
 			partition[p.ID] = int32(i % 6)
 			kafkaEra(t, db.DB, p, partition[p.ID], worker.PublicationPending)
@@ -585,7 +572,7 @@ func TestKafkaWorkerStillRunningWhileRabbitMQAdopts(t *testing.T) {
 		require.Equal(t, n, kw.Pending())
 		startAdopter(t, db.DB, url, exchange, queue, rabbitPub, settled)
 
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == n }, time.Minute, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) == n }, time.Minute, 20*time.Millisecond)
 		// Both workers let go of every timer: no later attempt.
 		require.Eventually(t, func() bool { return kw.Pending() == 0 }, 30*time.Second, 20*time.Millisecond)
 		requirePublishedOnceUnder(t, db.DB, posts, partition)
@@ -615,7 +602,7 @@ func TestKafkaWorkerStillRunningWhileRabbitMQAdopts(t *testing.T) {
 // post is recorded once and the publication is settled PUBLISHED.
 func TestAdoptionRacesARetriedPublication(t *testing.T) {
 	eachWorkerQueue(t, func(t *testing.T, db *database.DB, url, exchange, queue string) {
-		p := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		p := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		kafkaEra(t, db.DB, p, 3, worker.PublicationPending)
 		kafkaPub := &recorder{failures: 3}
 		settled := &settledCounter{}
@@ -627,7 +614,7 @@ func TestAdoptionRacesARetriedPublication(t *testing.T) {
 		}, 30*time.Second, 5*time.Millisecond, "the Kafka worker is retrying")
 		rabbitPub := &recorder{failures: 2}
 		startAdopter(t, db.DB, url, exchange, queue, rabbitPub, settled)
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == 1 }, time.Minute, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) == 1 }, time.Minute, 20*time.Millisecond)
 		got, err := reservation.LoadPost(db.DB, p.ID)
 		require.NoError(t, err)
 		var pub worker.Publication
@@ -651,14 +638,14 @@ func TestPublicationRecordedUnderKafkaAfterAdoptionIsPublished(t *testing.T) {
 		settled := &settledCounter{}
 		m := startAdopter(t, db.DB, url, exchange, queue, rabbitPub, settled)
 		// The RabbitMQ worker is the active consumer (it adopted nothing).
-		probe := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		probe := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 		for _, err := range newSender(t, url, exchange).Send(context.Background(), []outbox.Message{reservationMessage(t, probe)}) {
 			require.NoError(t, err)
 		}
 		require.Eventually(t, func() bool { return m.w.Pending() == 1 }, 30*time.Second, 10*time.Millisecond)
 
 		kw := kafkaWorker(t, db.DB, kafkaPub, settled, 3)
-		p := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		p := reservationtest.InsertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		msg := reservationMessage(t, p)
 		ev, err := inbox.Decode([]byte(event.Key(p.ID)),
 			map[string]string{event.HeaderEventID: msg.EventID, event.HeaderEventType: msg.EventType}, []byte(msg.Payload))
@@ -669,7 +656,7 @@ func TestPublicationRecordedUnderKafkaAfterAdoptionIsPublished(t *testing.T) {
 		kw.Revoked("posting-events", []int32{3})
 		kw.Stop()
 
-		require.Eventually(t, func() bool { return publishedCount(t, db.DB) == 1 }, 30*time.Second, 20*time.Millisecond,
+		require.Eventually(t, func() bool { return reservationtest.Count(t, db.DB, reservation.StatusPublished) == 1 }, 30*time.Second, 20*time.Millisecond,
 			"the post the Kafka worker scheduled last is published")
 		requirePublishedOnce(t, db.DB, []*reservation.Post{p})
 		rabbitPub.mu.Lock()
@@ -684,7 +671,7 @@ func TestPublicationRecordedUnderKafkaAfterAdoptionIsPublished(t *testing.T) {
 func TestKafkaWorkerSweepDoesNotAdopt(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewSQLite(t)
-	p := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+	p := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 	kafkaEra(t, db.DB, p, 2, worker.PublicationPending)
 	kw := kafkaWorker(t, db.DB, &recorder{}, &settledCounter{}, 1)
 	_, err := kw.Sweep(context.Background())

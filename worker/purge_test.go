@@ -16,6 +16,7 @@ import (
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -158,7 +159,7 @@ func TestWorkerRedeliveryAfterTheCleanerPublishesNothing(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 
-		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		rec := reservationRecord(t, post)
 		require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
 		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },

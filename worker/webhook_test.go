@@ -32,7 +32,9 @@ import (
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/internal/nodetest"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/webhook"
+	"github.com/postingsvc/posting/webhook/webhooktest"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -59,7 +61,7 @@ func TestWebhookRedirectIsNotFollowed(t *testing.T) {
 			t.Cleanup(redirect.Close)
 			w, logs := webhookWorker(t, db.DB, worker.WebhookConfig{URL: redirect.URL, RedirectAttempts: 3})
 
-			post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+			post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 			require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
 			require.Eventually(t, func() bool { return loadPublication(t, db.DB, post.ID).Status == worker.PublicationFailed },
 				30*time.Second, 20*time.Millisecond, "answered %d", code)
@@ -117,7 +119,7 @@ func (rc *receiver) all() []call {
 func publishOne(t *testing.T, db *gorm.DB, hook *worker.Webhook, rc *receiver) (*reservation.Post, call) {
 	t.Helper()
 	w := newWorker(t, db, hook)
-	post := insertWorking(t, db, time.Now().Add(-time.Second))
+	post := reservationtest.InsertWorking(t, db, time.Now().Add(-time.Second))
 	rec := reservationRecord(t, post)
 	require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
 	require.Eventually(t, func() bool { return loadPost(t, db, post.ID).Status == reservation.StatusPublished },
@@ -268,21 +270,13 @@ func TestWebhookCallsVerifyWithStandardWebhooks(t *testing.T) {
 // post's own values.
 func TestWebhookBodyMatchesItsSchema(t *testing.T) {
 	t.Parallel()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(webhook.Schema()))
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	require.NoError(t, c.AddResource("webhook.json", doc))
-	schema, err := c.Compile("webhook.json")
-	require.NoError(t, err)
+	schema := webhooktest.Schema(t)
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		rc := newReceiver(t)
 		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: rc.URL})
 		require.NoError(t, err)
 		post, got := publishOne(t, db.DB, hook, rc)
-		value, err := jsonschema.UnmarshalJSON(bytes.NewReader(got.body))
-		require.NoError(t, err)
-		require.NoError(t, schema.Validate(value), "%s", got.body)
+		webhooktest.RequireValid(t, schema, got.body)
 		require.Equal(t, "application/json", got.header.Get("Content-Type"))
 
 		var body webhook.Body
@@ -337,7 +331,7 @@ func TestWebhookURLPasswordIsNeverShown(t *testing.T) {
 		t.Cleanup(srv.Close)
 		w, logs := webhookWorker(t, db.DB, worker.WebhookConfig{URL: strings.Replace(srv.URL, "://", "://hook:"+password+"@", 1)})
 
-		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		require.NoError(t, w.Handle(context.Background(), decode(t, reservationRecord(t, post), 0)))
 		require.Eventually(t, func() bool { return loadPublication(t, db.DB, post.ID).Attempts >= 2 },
 			30*time.Second, 20*time.Millisecond)
@@ -387,7 +381,7 @@ func TestWebhookRetryKeepsIDAndSignsWithAFreshTimestamp(t *testing.T) {
 		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL, Secret: secret, Now: now})
 		require.NoError(t, err)
 		w := newWorker(t, db.DB, hook)
-		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		rec := reservationRecord(t, post)
 		require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
 		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
@@ -435,7 +429,7 @@ func TestWorkerRedeliveredReservationRearmsTimer(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		pub := &recorder{}
 		ctx := context.Background()
-		post := insertWorking(t, db.DB, time.Now().Add(2*time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(2*time.Second))
 		rec := reservationRecord(t, post)
 
 		w1 := newWorker(t, db.DB, pub)
@@ -527,9 +521,9 @@ func TestWebhookAnswers(t *testing.T) {
 func TestWorkerWebhookRetriesAndRefusals(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		retried := insertWorking(t, db.DB, time.Now())
-		refused := insertWorking(t, db.DB, time.Now())
-		cancelled := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		retried := reservationtest.InsertWorking(t, db.DB, time.Now())
+		refused := reservationtest.InsertWorking(t, db.DB, time.Now())
+		cancelled := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 		var (
 			mu       sync.Mutex
 			answers  = []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusOK}

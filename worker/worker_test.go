@@ -28,6 +28,7 @@ import (
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -73,16 +74,6 @@ func newWorker(t *testing.T, db *gorm.DB, pub worker.Publisher) *worker.Worker {
 	require.NoError(t, err)
 	t.Cleanup(w.Stop)
 	return w
-}
-
-// insertWorking writes a WORKING post due at at, as the scheduler leaves it.
-func insertWorking(t *testing.T, db *gorm.DB, at time.Time) *reservation.Post {
-	t.Helper()
-	now := database.Normalize(time.Now())
-	p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusWorking,
-		ScheduledAt: database.Normalize(at), CreatedAt: now, UpdatedAt: now}
-	require.NoError(t, db.Create(p).Error)
-	return p
 }
 
 // message builds the Kafka record of an event about post, as the relay sends it.
@@ -140,7 +131,7 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 
-		post := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		rec := reservationRecord(t, post)
 		ctx := context.Background()
 		require.NoError(t, w.Handle(ctx, decode(t, rec, 3)))
@@ -189,8 +180,8 @@ func TestWorkerCancelledPostIsNotPublished(t *testing.T) {
 		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 		require.NoError(t, err)
 
-		heard := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
-		silent := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		heard := reservationtest.InsertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		silent := reservationtest.InsertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		for _, p := range []*reservation.Post{heard, silent} {
 			require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, p), 0)))
 			_, err := svc.Cancel(ctx, p.ID)
@@ -220,8 +211,8 @@ func TestWorkerRearmsPendingOnAssignment(t *testing.T) {
 		pub := &recorder{}
 		ctx := context.Background()
 		w1 := newWorker(t, db.DB, pub)
-		onFive := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
-		onSix := insertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		onFive := reservationtest.InsertWorking(t, db.DB, time.Now().Add(3*time.Second))
+		onSix := reservationtest.InsertWorking(t, db.DB, time.Now().Add(3*time.Second))
 		require.NoError(t, w1.Handle(ctx, decode(t, reservationRecord(t, onFive), 5)))
 		require.NoError(t, w1.Handle(ctx, decode(t, reservationRecord(t, onSix), 6)))
 		w1.Revoked("posting-events", []int32{5})
@@ -280,7 +271,7 @@ func TestWorkerWebhook(t *testing.T) {
 		w := newWorker(t, db.DB, hook)
 		ctx := context.Background()
 
-		post := insertWorking(t, db.DB, time.Now().Add(-time.Second)) // overdue: at once
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second)) // overdue: at once
 		rec := reservationRecord(t, post)
 		require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
 		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
@@ -295,7 +286,7 @@ func TestWorkerWebhook(t *testing.T) {
 		mu.Unlock()
 
 		refuse.Store(true)
-		refused := insertWorking(t, db.DB, time.Now())
+		refused := reservationtest.InsertWorking(t, db.DB, time.Now())
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, refused), 0)))
 		require.Eventually(t, func() bool { return loadPublication(t, db.DB, refused.ID).Status == worker.PublicationFailed },
 			10*time.Second, 20*time.Millisecond)
@@ -341,8 +332,8 @@ func TestWorkerRevokeDuringPublishAndFailingPosts(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		blocked := insertWorking(t, db.DB, time.Now())
-		failing := insertWorking(t, db.DB, time.Now())
+		blocked := reservationtest.InsertWorking(t, db.DB, time.Now())
+		failing := reservationtest.InsertWorking(t, db.DB, time.Now())
 		pub := &blocking{block: blocked.ID, fail: failing.ID, entered: make(chan struct{}, 1)}
 		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), Concurrency: 1,
 			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
@@ -361,7 +352,7 @@ func TestWorkerRevokeDuringPublishAndFailingPosts(t *testing.T) {
 		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, blocked.ID).Status)
 
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, failing), 2)))
-		later := insertWorking(t, db.DB, time.Now())
+		later := reservationtest.InsertWorking(t, db.DB, time.Now())
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, later), 2)))
 		require.Eventually(t, func() bool { return loadPost(t, db.DB, later.ID).Status == reservation.StatusPublished },
 			10*time.Second, 20*time.Millisecond, "a failing post starves the others")
@@ -414,8 +405,8 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := kafkatest.Start(t)
 		pub := &recorder{}
-		first := insertWorking(t, db.DB, time.Now().Add(6*time.Second))
-		second := insertWorking(t, db.DB, time.Now().Add(6*time.Second))
+		first := reservationtest.InsertWorking(t, db.DB, time.Now().Add(6*time.Second))
+		second := reservationtest.InsertWorking(t, db.DB, time.Now().Add(6*time.Second))
 		rec := reservationRecord(t, first)
 		b.Produce(t, rec)
 
@@ -487,9 +478,7 @@ func TestWorkerThroughKafkaDatabaseDownDuringABatchLosesNothing(t *testing.T) {
 		down.Store(false)
 
 		require.Eventually(t, func() bool {
-			var n int64
-			require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-			return n == int64(len(posts)-1)
+			return reservationtest.Count(t, db.DB, reservation.StatusPublished) == int64(len(posts)-1)
 		}, 30*time.Second, 20*time.Millisecond)
 		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&rows).Error)
 		require.EqualValues(t, len(recs), rows, "every event recorded once")
@@ -512,7 +501,7 @@ func reservedPosts(t *testing.T, db *gorm.DB, n int, at time.Time) ([]*reservati
 	var posts []*reservation.Post
 	var recs []kafkatest.Record
 	for range n {
-		p := insertWorking(t, db, at)
+		p := reservationtest.InsertWorking(t, db, at)
 		posts = append(posts, p)
 		recs = append(recs, reservationRecord(t, p))
 	}
@@ -548,9 +537,7 @@ func TestWorkerPublicationsFollowPartitionsAcrossRebalances(t *testing.T) {
 		}
 
 		require.Eventually(t, func() bool {
-			var n int64
-			require.NoError(t, db.DB.Model(&reservation.Post{}).Where("status = ?", reservation.StatusPublished).Count(&n).Error)
-			return n == int64(len(posts))
+			return reservationtest.Count(t, db.DB, reservation.StatusPublished) == int64(len(posts))
 		}, 30*time.Second, 20*time.Millisecond)
 		for _, p := range posts {
 			require.Equal(t, 1, pub.count(p.ID), "post %d", p.ID)
@@ -569,9 +556,9 @@ func TestWorkerHandleBatchRecordsInOrderOnce(t *testing.T) {
 		t.Parallel()
 		w := newWorker(t, db.DB, &recorder{})
 		ctx := context.Background()
-		kept := insertWorking(t, db.DB, time.Now().Add(time.Hour))
-		cancelled := insertWorking(t, db.DB, time.Now().Add(time.Hour))
-		bad := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		kept := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
+		cancelled := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
+		bad := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 		evs := []inbox.Event{
 			decode(t, reservationRecord(t, kept), 0),
 			decode(t, reservationRecord(t, cancelled), 0),
@@ -618,7 +605,7 @@ func TestWorkerRefusesAScheduledAtNoDatabaseCanStore(t *testing.T) {
 			time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
 			time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("", -23*3600)),
 		} {
-			post := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+			post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 			ev := decode(t, message(t, event.ReservationEvent, post, event.ReservationEventFields{ScheduledAt: at}), 0)
 			require.ErrorIs(t, w.Handle(ctx, ev), inbox.ErrMalformed, "%s", at)
 			malformed, err := w.HandleBatch(ctx, []inbox.Event{ev})
@@ -656,7 +643,7 @@ func TestWorkerDropsAnEventOlderThanOneApplied(t *testing.T) {
 		t.Cleanup(w.Stop)
 		ctx := context.Background()
 
-		post := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 		reservationEv := withSequence(reservationRecord(t, post), 10)
 		cancelEv := withSequence(cancelRecord(t, post), 11)
 		require.NoError(t, w.Handle(ctx, decode(t, cancelEv, 0)))
@@ -672,7 +659,7 @@ func TestWorkerDropsAnEventOlderThanOneApplied(t *testing.T) {
 
 		// Without a sequence (a producer that predates it) an event is
 		// applied as before.
-		old := insertWorking(t, db.DB, time.Now().Add(time.Hour))
+		old := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, old), 0)))
 		require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, old.ID).Status)
 		requireNoSequenceRow(t, db.DB, old.ID)
@@ -726,7 +713,7 @@ func TestWorkerClockAheadDoesNotPublishEarly(t *testing.T) {
 
 		dbNow, err := database.Now(ctx, db.DB)
 		require.NoError(t, err)
-		post := insertWorking(t, db.DB, dbNow.Add(2*time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, dbNow.Add(2*time.Second))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
 		status, err := w.PublishDue(ctx, post.ID)
 		require.ErrorIs(t, err, worker.ErrNotDue)
@@ -770,7 +757,7 @@ func TestWorkerClockBehindPublishesOnTime(t *testing.T) {
 
 		dbNow, err := database.Now(ctx, db.DB)
 		require.NoError(t, err)
-		post := insertWorking(t, db.DB, dbNow.Add(time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, dbNow.Add(time.Second))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
 
 		// Generous: the post is due in 1 s; a worker 3 minutes behind waits 3 minutes more.
@@ -793,9 +780,9 @@ func starvation(t *testing.T, db *database.DB, cfg worker.Config, hang bool) tim
 	now := time.Now()
 	var failing []*reservation.Post
 	for range 12 {
-		failing = append(failing, insertWorking(t, db.DB, now))
+		failing = append(failing, reservationtest.InsertWorking(t, db.DB, now))
 	}
-	good := insertWorking(t, db.DB, now.Add(100*time.Millisecond))
+	good := reservationtest.InsertWorking(t, db.DB, now.Add(100*time.Millisecond))
 
 	var (
 		mu       sync.Mutex
@@ -909,7 +896,7 @@ func TestBatchedPublishingPublishesEachPostOnceNotEarly(t *testing.T) {
 		far := databasetest.Now(t, db.DB).Add(time.Hour)
 		posts := make([]*reservation.Post, n)
 		for i := range posts {
-			posts[i] = insertWorking(t, db.DB, far)
+			posts[i] = reservationtest.InsertWorking(t, db.DB, far)
 		}
 		rec := &recorder{}
 		w := newWorker(t, db.DB, rec)
@@ -980,7 +967,7 @@ func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
 		pub := &recorder{}
 		w := newWorker(t, db.DB, pub)
 		ctx := context.Background()
-		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
 
 		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
@@ -1019,7 +1006,7 @@ func TestWorkerStopDoesNotWaitOutAFailingRecord(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 		ctx := context.Background()
-		post := insertWorking(t, db.DB, time.Now().Add(-time.Second))
+		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
 		select {
 		case <-pub.called:
@@ -1044,7 +1031,7 @@ func TestPostsDueTogetherPublishedWithoutTheOneCancelled(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		at := databasetest.Now(t, db.DB).Add(800 * time.Millisecond)
-		a, b, c := insertWorking(t, db.DB, at), insertWorking(t, db.DB, at), insertWorking(t, db.DB, at)
+		a, b, c := reservationtest.InsertWorking(t, db.DB, at), reservationtest.InsertWorking(t, db.DB, at), reservationtest.InsertWorking(t, db.DB, at)
 		rec := &recorder{}
 		w := newWorker(t, db.DB, rec)
 		ctx := context.Background()
@@ -1080,7 +1067,7 @@ func TestAlarmOfRevokedPostsDoesNotRing(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		at := databasetest.Now(t, db.DB).Add(500 * time.Millisecond)
-		a, b := insertWorking(t, db.DB, at), insertWorking(t, db.DB, at)
+		a, b := reservationtest.InsertWorking(t, db.DB, at), reservationtest.InsertWorking(t, db.DB, at)
 		rec := &recorder{}
 		w := newWorker(t, db.DB, rec)
 		ctx := context.Background()
@@ -1144,9 +1131,9 @@ func TestWorkerSweepPublishesRowsSetBackToPending(t *testing.T) {
 		ctx := context.Background()
 		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{4}))
 
-		owned := insertWorking(t, db.DB, time.Now())
-		other := insertWorking(t, db.DB, time.Now()) // partition 5: not this worker's
-		later := insertWorking(t, db.DB, time.Now()) // partition 4, retried after the revocation
+		owned := reservationtest.InsertWorking(t, db.DB, time.Now())
+		other := reservationtest.InsertWorking(t, db.DB, time.Now()) // partition 5: not this worker's
+		later := reservationtest.InsertWorking(t, db.DB, time.Now()) // partition 4, retried after the revocation
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, owned), 4)))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, other), 5)))
 		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, later), 4)))

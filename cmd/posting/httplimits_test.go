@@ -2,15 +2,14 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/httpserver/httpservertest"
 	"github.com/postingsvc/posting/internal/logtest"
 )
 
@@ -27,26 +26,13 @@ func serveInProcess(t *testing.T, args ...string) string {
 	return httpAddr
 }
 
-// slowPost opens a connection and sends the headers of a POST of a
-// bodyLen-byte JSON body, and nothing of the body yet.
-func slowPost(t *testing.T, addr, path, authorization string, bodyLen int) net.Conn {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	_, err = fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
-		"Authorization: %s\r\nContent-Length: %d\r\n\r\n", path, addr, authorization, bodyLen)
-	require.NoError(t, err)
-	return conn
-}
-
 // A body sent a byte a second is cut by the read timeout: 408 problem+json,
 // long before the body could have arrived, and the connection is closed.
 func TestServeCutsASlowBody(t *testing.T) {
 	t.Parallel()
 	addr := serveInProcess(t, "--http-read-timeout", "2s", "--http-read-header-timeout", "1s")
 	const bodyLen = 600 // 10 minutes at a byte a second
-	conn := slowPost(t, addr, "/api/v1/posts", "Bearer none", bodyLen)
+	conn := httpservertest.PostHeaders(t, addr, "/api/v1/posts", bodyLen, "Authorization: Bearer none")
 	sent := make(chan int, 1)
 	go func() {
 		n := 0
@@ -77,14 +63,10 @@ func TestServeCutsASlowBody(t *testing.T) {
 func TestServeRefusesABadTokenWithoutReadingItsBody(t *testing.T) {
 	t.Parallel()
 	addr := serveInProcess(t, "--auth-jwt-secret", cliSecret)
-	conn := slowPost(t, addr, "/api/v1/posts", "Bearer not-a-token", 1000)
+	conn := httpservertest.PostHeaders(t, addr, "/api/v1/posts", 1000, "Authorization: Bearer not-a-token")
 	_, err := conn.Write([]byte("{"))
 	require.NoError(t, err)
-	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	require.NoError(t, err, "no 401 before the body arrived")
-	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	require.True(t, resp.Close, "Connection: close")
+	httpservertest.RequireClosingAnswer(t, conn, 10*time.Second, http.StatusUnauthorized, "no 401 before the body arrived")
 }
 
 // An idle keep-alive connection is closed by the server after the idle
@@ -92,23 +74,17 @@ func TestServeRefusesABadTokenWithoutReadingItsBody(t *testing.T) {
 func TestServeClosesIdleConnections(t *testing.T) {
 	t.Parallel()
 	addr := serveInProcess(t, "--http-idle-timeout", "1s")
-	conn, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer conn.Close()
-	r := bufio.NewReader(conn)
+	conn, r := httpservertest.Dial(t, addr)
 	get := func() {
-		_, err := fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		resp, err := httpservertest.Get(conn, r, "/healthz")
 		require.NoError(t, err)
-		resp, err := http.ReadResponse(r, nil)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.False(t, resp.Close)
 	}
 	get()
 	get()                                                                 // a normal client on a kept-alive connection is unaffected
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute))) // a guard, not the assertion
-	_, err = r.ReadByte()
+	_, err := r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the server closed the idle connection")
 }
 
@@ -120,15 +96,9 @@ func TestWorkerClosesIdleConnectionsAndCountsRoutes(t *testing.T) {
 	addr := freeAddr(t)
 	startBinary(t, addr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
 		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_IDLE_TIMEOUT=1s"}, "worker")
-	conn, err := net.Dial("tcp", addr)
+	conn, r := httpservertest.Dial(t, addr)
+	_, err := httpservertest.Get(conn, r, "/healthz")
 	require.NoError(t, err)
-	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
-	require.NoError(t, err)
-	r := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(r, nil)
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(time.Minute)))
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the worker closed the idle connection")
