@@ -122,3 +122,27 @@ func TestLostNextClaimReadBackLeavesAnUnrecordedPipelinedSendToStaleRecovery(t *
 		}
 	})
 }
+
+// An InstanceID goes into claimed_by, which PostgreSQL and MySQL store as
+// UTF-8 text: an id that is not valid UTF-8, or holds a NUL, cannot be
+// written there. Either New refuses it (as it refuses one too long for the
+// column), or a relay given it claims and sends; a relay that starts and
+// then fails every claim for good is neither.
+func TestInstanceIDTheClaimsColumnCannotHoldIsRefused(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		for _, id := range []string{"host-\xff", "host-\x00-1"} {
+			b := setup(t, db)
+			row := b.append(t, 1)[0]
+			r, err := New(b.store, b.send, b.relay(t, "a", func(c *Config) { c.InstanceID = id }).Config())
+			if err != nil {
+				require.ErrorContains(t, err, "invalid relay config", "%q", id)
+				continue
+			}
+			res, err := r.RunOnce(context.Background())
+			require.NoError(t, err, "New took %q, which the claims cannot hold", id)
+			require.Equal(t, 1, res.Claimed, "%q", id)
+			require.Equal(t, outbox.StatusSent, b.row(t, row.ID).Status, "%q", id)
+		}
+	})
+}
