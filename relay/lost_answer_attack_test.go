@@ -134,7 +134,9 @@ func TestInstanceIDTheClaimsColumnCannotHoldIsRefused(t *testing.T) {
 		for _, id := range []string{"host-\xff", "host-\x00-1"} {
 			b := setup(t, db)
 			row := b.append(t, 1)[0]
-			r, err := New(b.store, b.send, b.relay(t, "a", func(c *Config) { c.InstanceID = id }).Config())
+			cfg := b.relay(t, "a").Config()
+			cfg.InstanceID = id
+			r, err := New(b.store, b.send, cfg)
 			if err != nil {
 				require.ErrorContains(t, err, "invalid relay config", "%q", id)
 				continue
