@@ -148,3 +148,51 @@ func TestInstanceIDTheClaimsColumnCannotHoldIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A claim carries the deferred acknowledgements of the batch before; when
+// its commit goes through and its answer is lost, those rows are SENT, by
+// this relay's own write. Writing them again must count them as sent, not
+// as fenced: a fenced write means another instance recovered the claim (the
+// relay logs so and posting_relay_claim_conflicts_total counts it), and no
+// other instance is there.
+func TestLostClaimAnswerCountsItsAcknowledgementsAsSentNotFenced(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		b.store = b.store.WithDeferredAcks()
+		rows := b.append(t, 1, 2, 3, 4)
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
+		var claims atomic.Int32
+		r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
+			if claims.Add(1) == 2 && err == nil {
+				return nil, driver.ErrBadConn // committed: the acknowledgements and the next batch
+			}
+			return msgs, err
+		}
+
+		var total Result
+		res, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Deferred)
+		_, err = r.RunOnce(ctx)
+		require.ErrorIs(t, err, driver.ErrBadConn)
+		for range 5 {
+			res, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			total.Sent += res.Sent
+			total.Fenced += res.Fenced
+		}
+		res, err = r.Flush(ctx)
+		require.NoError(t, err)
+		total.Sent += res.Sent
+		total.Fenced += res.Fenced
+
+		requireOrderedOnce(t, rows, b.send.SentIDs())
+		for _, m := range rows {
+			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status)
+		}
+		require.Zero(t, total.Fenced, "no other instance took a claim")
+		require.Equal(t, len(rows), total.Sent, "every acknowledged row counted as sent")
+	})
+}
