@@ -452,6 +452,38 @@ func (s *Store) ClaimedBy(ctx context.Context, owner string) ([]Message, error) 
 	return rows, nil
 }
 
+// WrittenSent returns the ids of msgs (rows as claimed) that are SENT at
+// the version their SENT write gives, the write of this very claim: a
+// relay whose combined acknowledgement and claim got no answer finds out
+// which acknowledgements that commit wrote.
+func (s *Store) WrittenSent(ctx context.Context, msgs []Message) (map[int64]bool, error) {
+	want := make(map[int64]int64, len(msgs))
+	for _, m := range msgs {
+		want[m.ID] = m.Version + 1
+	}
+	written := map[int64]bool{}
+	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
+		ids := make([]int64, len(chunk))
+		for i, m := range chunk {
+			ids[i] = m.ID
+		}
+		var rows []struct {
+			ID      int64
+			Version int64
+		}
+		if err := s.db.WithContext(ctx).Model(&Message{}).Select("id", "version").
+			Where("id IN ? AND status = ?", ids, StatusSent).Find(&rows).Error; err != nil {
+			return nil, fmt.Errorf("read acknowledgements back: %w", err)
+		}
+		for _, r := range rows {
+			if want[r.ID] == r.Version {
+				written[r.ID] = true
+			}
+		}
+	}
+	return written, nil
+}
+
 // Recovery counts what RecoverStale did.
 type Recovery struct {
 	// Retried rows went back to RETRY.

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -119,6 +121,8 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"InstanceID", c.InstanceID, "required")
 	case len(c.InstanceID) > MaxInstanceIDLen:
 		return config.Invalid(f+"InstanceID", c.InstanceID, "longer than %d bytes", MaxInstanceIDLen)
+	case !utf8.ValidString(c.InstanceID) || strings.ContainsRune(c.InstanceID, 0):
+		return config.Invalid(f+"InstanceID", c.InstanceID, "must be UTF-8 text without NUL (claimed_by is a text column)")
 	case c.Interval < 10*time.Millisecond:
 		return config.Invalid(f+"Interval", c.Interval, "below 10ms")
 	case c.BatchSize < 1 || c.BatchSize > 5000:
@@ -222,6 +226,11 @@ type Relay struct {
 	// The next write reads them back and releases them (releaseLost) rather
 	// than leave them and their posts' next events to stale recovery.
 	lostClaim bool
+	// unrecorded are rows a broken sender answered for fewer of than it
+	// was given: sent or not, nobody knows, so they are left PROCESSING for
+	// stale recovery, and the read-back of a lost claim must not take them
+	// for its rows (while they stay PROCESSING at the claim's version).
+	unrecorded []outbox.Message
 	// next is a batch claimed by a Pump while the batch before was being
 	// sent: PROCESSING under this relay's claim, not sent yet. The next poll
 	// sends it before it claims anything; Flush releases it (PENDING again,
@@ -489,6 +498,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	}
 	if len(errs) != len(msgs) {
 		// A broken sender: treat the outcome as unknown and let stale recovery retry.
+		r.unrecorded = append(r.unrecorded, msgs...)
 		return res, errors.Join(fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs)), claimErr)
 	}
 	// The sends happened: record them even if we are being stopped.
@@ -650,6 +660,19 @@ func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
 	if !r.lostClaim {
 		return nil
 	}
+	if len(r.acked) > 0 {
+		// The claim carried these acknowledgements: those its commit wrote
+		// are sent, not fenced when written again.
+		written, err := r.store.WrittenSent(ctx, r.acked)
+		if err != nil {
+			return fmt.Errorf("read back a claim that got no answer: %w", err)
+		}
+		r.acked = slices.DeleteFunc(r.acked, func(m outbox.Message) bool { return written[m.ID] })
+		res.Sent += len(written)
+		if len(r.acked) == 0 {
+			r.ackedAt = time.Time{}
+		}
+	}
 	rows, err := r.store.ClaimedBy(ctx, r.owner)
 	if err != nil {
 		return fmt.Errorf("read back a claim that got no answer: %w", err)
@@ -663,6 +686,20 @@ func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
 	}
 	for _, f := range r.unfailed {
 		held[f.Message.ID] = true
+	}
+	// An unrecorded send stays held while its row is PROCESSING at the
+	// version of that claim; once stale recovery (or anything else) has
+	// moved it on, it is forgotten.
+	version := make(map[int64]int64, len(rows))
+	for _, m := range rows {
+		version[m.ID] = m.Version
+	}
+	r.unrecorded = slices.DeleteFunc(r.unrecorded, func(m outbox.Message) bool {
+		v, ok := version[m.ID]
+		return !ok || v != m.Version
+	})
+	for _, m := range r.unrecorded {
+		held[m.ID] = true
 	}
 	lost := slices.DeleteFunc(rows, func(m outbox.Message) bool { return held[m.ID] })
 	if len(lost) > 0 {
