@@ -331,37 +331,40 @@ func reason(err error) string {
 	if ce := (*claimError)(nil); errors.As(err, &ce) {
 		return ce.reason
 	}
-	switch {
-	case errors.Is(err, jwt.ErrTokenMalformed):
-		return "the bearer token is not a well-formed JWT"
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && strings.Contains(err.Error(), "signing method"):
-		// golang-jwt reports an alg outside WithValidMethods (none, or
-		// another family than the configured keys) as a bad signature.
-		return "the token cannot be verified: its alg is not accepted"
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return "the token's signature does not verify"
-	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		// An algorithm this service does not accept (none, or another
-		// family than its keys), or no key for the token's kid.
-		return "the token cannot be verified: its alg is not accepted or no key matches its kid"
-	case errors.Is(err, jwt.ErrTokenExpired):
-		return "the token is expired (exp)"
-	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return "the token is not valid yet (nbf)"
-	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
-		return "the token is issued in the future (iat)"
-	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
-		return "the token's issuer (iss) is not the one this service accepts"
-	case errors.Is(err, jwt.ErrTokenInvalidAudience):
-		return "the token's audience (aud) does not include this service"
-	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+	for _, r := range reasons {
+		if errors.Is(err, r.err) && strings.Contains(err.Error(), r.saying) {
+			return r.text
+		}
+	}
+	if errors.Is(err, jwt.ErrTokenRequiredClaimMissing) {
 		for _, claim := range []string{"exp", "iss", "aud", "nbf", "iat"} {
 			if strings.Contains(err.Error(), claim+" claim is required") {
 				return "the token has no " + claim + " claim, which this service requires"
 			}
 		}
 		return "the token lacks a claim this service requires"
-	default:
-		return "the token's claims are not valid"
 	}
+	return "the token's claims are not valid"
+}
+
+// reasons are the words of reason for golang-jwt's errors, the first match
+// first: an error that is err and whose text contains saying ("" for any).
+var reasons = []struct {
+	err    error
+	saying string
+	text   string
+}{
+	{jwt.ErrTokenMalformed, "", "the bearer token is not a well-formed JWT"},
+	// golang-jwt reports an alg outside WithValidMethods (none, or another
+	// family than the configured keys) as a bad signature.
+	{jwt.ErrTokenSignatureInvalid, "signing method", "the token cannot be verified: its alg is not accepted"},
+	{jwt.ErrTokenSignatureInvalid, "", "the token's signature does not verify"},
+	// An algorithm this service does not accept (none, or another family
+	// than its keys), or no key for the token's kid.
+	{jwt.ErrTokenUnverifiable, "", "the token cannot be verified: its alg is not accepted or no key matches its kid"},
+	{jwt.ErrTokenExpired, "", "the token is expired (exp)"},
+	{jwt.ErrTokenNotValidYet, "", "the token is not valid yet (nbf)"},
+	{jwt.ErrTokenUsedBeforeIssued, "", "the token is issued in the future (iat)"},
+	{jwt.ErrTokenInvalidIssuer, "", "the token's issuer (iss) is not the one this service accepts"},
+	{jwt.ErrTokenInvalidAudience, "", "the token's audience (aud) does not include this service"},
 }

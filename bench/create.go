@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database"
 )
 
@@ -22,12 +23,7 @@ type Throughput struct {
 }
 
 // PerSecond is Count / Elapsed in seconds, 0 for no time.
-func (t Throughput) PerSecond() float64 {
-	if t.Elapsed <= 0 {
-		return 0
-	}
-	return float64(t.Count) / t.Elapsed.Seconds()
-}
+func (t Throughput) PerSecond() float64 { return relaybench.Rate(t.Count, t.Elapsed) }
 
 // Add sums two measurements.
 func (t Throughput) Add(u Throughput) Throughput {

@@ -9,12 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/backoff"
+	"github.com/postingsvc/posting/kafka/endoffset"
 )
 
 // LatencyConfig configures CommitToBroker.
@@ -205,58 +204,26 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 	return res, nil
 }
 
-// isPostingEvent reports whether rec is a POSTING_EVENT, by its header.
-// endOffsets lists the end offset of every partition of topic.
+// endOffsets lists the end offset of every partition of topic, as the
+// offsets to consume from.
 func endOffsets(ctx context.Context, brokers []string, topic string) (map[int32]kgo.Offset, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	metaResp, err := meta.RequestWith(ctx, cl)
+	ends, err := endoffset.List(ctx, cl, topic)
 	if err != nil {
-		return nil, fmt.Errorf("partitions of %s: %w", topic, err)
+		return nil, err
 	}
-	list := kmsg.NewPtrListOffsetsRequest()
-	lt := kmsg.NewListOffsetsRequestTopic()
-	lt.Topic = topic
-	for _, t := range metaResp.Topics {
-		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
-			return nil, fmt.Errorf("partitions of %s: %w", topic, err)
-		}
-		for _, p := range t.Partitions {
-			lp := kmsg.NewListOffsetsRequestTopicPartition()
-			lp.Partition, lp.Timestamp = p.Partition, -1 // -1: the end
-			lt.Partitions = append(lt.Partitions, lp)
-		}
-	}
-	if len(lt.Partitions) == 0 {
-		return nil, fmt.Errorf("partitions of %s: none", topic)
-	}
-	list.Topics = append(list.Topics, lt)
-	listResp, err := list.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
-	}
-	from := map[int32]kgo.Offset{}
-	for _, t := range listResp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("end offset of %s/%d: %w", topic, p.Partition, err)
-			}
-			from[p.Partition] = kgo.NewOffset().At(p.Offset)
-		}
-	}
-	if len(from) != len(lt.Partitions) {
-		return nil, fmt.Errorf("end offsets of %s: %d of %d partitions answered", topic, len(from), len(lt.Partitions))
+	from := make(map[int32]kgo.Offset, len(ends))
+	for p, end := range ends {
+		from[p] = kgo.NewOffset().At(end)
 	}
 	return from, nil
 }
 
+// isPostingEvent reports whether rec is a POSTING_EVENT, by its header.
 func isPostingEvent(rec *kgo.Record) bool {
 	for _, h := range rec.Headers {
 		if h.Key == event.HeaderEventType {

@@ -8,8 +8,6 @@ package outbox
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/postingsvc/posting/database"
 )
@@ -34,9 +32,9 @@ var (
 // Limits of the operator tools.
 const (
 	// DefaultListLimit is the number of rows List returns when asked for 0.
-	DefaultListLimit = 50
+	DefaultListLimit = database.DefaultListLimit
 	// MaxListLimit bounds one List call.
-	MaxListLimit = 1000
+	MaxListLimit = database.MaxListLimit
 	// MaxBlockingListed bounds Summary.Blocking; Summary.Blocked still counts all.
 	MaxBlockingListed = 100
 	// MaxPurgeBatchSize bounds the rows of one DELETE of Purge: large
@@ -50,15 +48,5 @@ const (
 // ParseStatus returns the status named s (case-insensitive), or an error
 // wrapping ErrInvalidStatus that lists the valid ones.
 func ParseStatus(s string) (Status, error) {
-	up := Status(strings.ToUpper(strings.TrimSpace(s)))
-	for _, st := range Statuses {
-		if up == st {
-			return st, nil
-		}
-	}
-	names := make([]string, len(Statuses))
-	for i, st := range Statuses {
-		names[i] = string(st)
-	}
-	return "", fmt.Errorf("%w %q: want one of %s", ErrInvalidStatus, s, strings.Join(names, ", "))
+	return database.ParseStatus(s, Statuses, ErrInvalidStatus)
 }

@@ -78,53 +78,50 @@ func Discard(ctx context.Context, db *gorm.DB, ids []int64, now time.Time) []Row
 	})
 }
 
-// eachRow reads each row, checks it is FAIL and not discarded, and applies
-// the update under the version it read.
+// eachRow applies update to each row of ids, once per id, in the order
+// given.
 func eachRow(ctx context.Context, db *gorm.DB, ids []int64, verb string,
 	update func(Entry) (map[string]any, Entry)) []RowResult {
-	seen := make(map[int64]bool, len(ids))
-	out := make([]RowResult, 0, len(ids))
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		res := RowResult{ID: id}
-		res.Row, res.Err = func() (Entry, error) {
-			e, err := Get(ctx, db, id)
-			if err != nil {
-				return e, err
-			}
-			if e.Status != StatusFail {
-				return e, &RowError{ID: id, Err: ErrNotFailed,
-					Reason: fmt.Sprintf("status %s, only FAIL rows can be %s", e.Status, verb)}
-			}
-			if e.DiscardedAt != nil {
-				reason := "already discarded at " + e.DiscardedAt.Format(time.RFC3339)
-				if verb == "requeued" {
-					reason = "discarded at " + e.DiscardedAt.Format(time.RFC3339) +
-						"; a discarded event is not requeued, later events of its key may have been sent after it"
-				}
-				return e, &RowError{ID: id, Err: ErrDiscarded, Reason: reason}
-			}
-			values, after := update(e)
-			res := db.WithContext(ctx).Model(&Message{}).
-				Where("id = ? AND version = ? AND status = ? AND discarded_at IS NULL", id, e.Version, StatusFail).
-				Updates(values)
-			if res.Error != nil {
-				return e, &RowError{ID: id, Reason: "update failed: " + res.Error.Error(), Err: res.Error}
-			}
-			if res.RowsAffected == 0 {
-				return e, &RowError{ID: id, Err: ErrConflict,
-					Reason: fmt.Sprintf("changed meanwhile (version %d is no longer current); read it again", e.Version)}
-			}
-			// A requeued row, or the rows a discarded one held, are due now.
-			database.WakeAfterCommit(db)
-			return after, nil
-		}()
-		out = append(out, res)
+	return database.EachID(ids, func(id int64) RowResult {
+		row, err := updateFailedRow(ctx, db, id, verb, update)
+		return RowResult{ID: id, Row: row, Err: err}
+	})
+}
+
+// updateFailedRow reads the row, checks it is FAIL and not discarded, and
+// applies the update under the version it read.
+func updateFailedRow(ctx context.Context, db *gorm.DB, id int64, verb string,
+	update func(Entry) (map[string]any, Entry)) (Entry, error) {
+	e, err := Get(ctx, db, id)
+	if err != nil {
+		return e, err
 	}
-	return out
+	if e.Status != StatusFail {
+		return e, &RowError{ID: id, Err: ErrNotFailed,
+			Reason: fmt.Sprintf("status %s, only FAIL rows can be %s", e.Status, verb)}
+	}
+	if e.DiscardedAt != nil {
+		reason := "already discarded at " + e.DiscardedAt.Format(time.RFC3339)
+		if verb == "requeued" {
+			reason = "discarded at " + e.DiscardedAt.Format(time.RFC3339) +
+				"; a discarded event is not requeued, later events of its key may have been sent after it"
+		}
+		return e, &RowError{ID: id, Err: ErrDiscarded, Reason: reason}
+	}
+	values, after := update(e)
+	res := db.WithContext(ctx).Model(&Message{}).
+		Where("id = ? AND version = ? AND status = ? AND discarded_at IS NULL", id, e.Version, StatusFail).
+		Updates(values)
+	if res.Error != nil {
+		return e, &RowError{ID: id, Reason: "update failed: " + res.Error.Error(), Err: res.Error}
+	}
+	if res.RowsAffected == 0 {
+		return e, &RowError{ID: id, Err: ErrConflict,
+			Reason: fmt.Sprintf("changed meanwhile (version %d is no longer current); read it again", e.Version)}
+	}
+	// A requeued row, or the rows a discarded one held, are due now.
+	database.WakeAfterCommit(db)
+	return after, nil
 }
 
 // RequeueAllFailed requeues every FAIL row that is not discarded, as Requeue

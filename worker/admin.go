@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -43,9 +41,9 @@ var (
 const (
 	// DefaultPublicationListLimit is the rows ListPublications returns when
 	// asked for 0.
-	DefaultPublicationListLimit = 50
+	DefaultPublicationListLimit = database.DefaultListLimit
 	// MaxPublicationListLimit bounds one ListPublications call.
-	MaxPublicationListLimit = 1000
+	MaxPublicationListLimit = database.MaxListLimit
 )
 
 // PublicationStatuses lists every publication status.
@@ -54,15 +52,7 @@ var PublicationStatuses = []PublicationStatus{PublicationPending, PublicationPub
 // ParsePublicationStatus returns the status named s (case-insensitive), or
 // an error wrapping ErrInvalidPublicationStatus that lists the valid ones.
 func ParsePublicationStatus(s string) (PublicationStatus, error) {
-	up := PublicationStatus(strings.ToUpper(strings.TrimSpace(s)))
-	if slices.Contains(PublicationStatuses, up) {
-		return up, nil
-	}
-	names := make([]string, len(PublicationStatuses))
-	for i, st := range PublicationStatuses {
-		names[i] = string(st)
-	}
-	return "", fmt.Errorf("%w %q: want one of %s", ErrInvalidPublicationStatus, s, strings.Join(names, ", "))
+	return database.ParseStatus(s, PublicationStatuses, ErrInvalidPublicationStatus)
 }
 
 // PublicationEntry is a publication as the operator tools show it, with the
@@ -177,18 +167,11 @@ type PublicationResult struct {
 // its partition publishes it as soon as it arms it: after a restart or a
 // rebalance, or at its periodic look for PENDING rows without a timer.
 func RetryPublications(ctx context.Context, db *gorm.DB, ids []int64) []PublicationResult {
-	seen := make(map[int64]bool, len(ids))
-	out := make([]PublicationResult, 0, len(ids))
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
+	return database.EachID(ids, func(id int64) PublicationResult {
 		res := PublicationResult{PostID: id}
 		res.Publication, res.Err = retryPublication(ctx, db, id)
-		out = append(out, res)
-	}
-	return out
+		return res
+	})
 }
 
 func retryPublication(ctx context.Context, db *gorm.DB, id int64) (PublicationEntry, error) {

@@ -43,11 +43,15 @@ type Result struct {
 }
 
 // PerSecond is Events / Elapsed in seconds.
-func (r Result) PerSecond() float64 {
-	if r.Elapsed <= 0 {
+func (r Result) PerSecond() float64 { return Rate(r.Events, r.Elapsed) }
+
+// Rate is n / elapsed in seconds, 0 for no time: the one rate every figure
+// of the benches (events, posts) is given in.
+func Rate(n int, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
 		return 0
 	}
-	return float64(r.Events) / r.Elapsed.Seconds()
+	return float64(n) / elapsed.Seconds()
 }
 
 // Seed writes n PENDING outbox events (n/5 posts x 5 events each, so per-post order is exercised)

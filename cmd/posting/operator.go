@@ -123,8 +123,19 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// helpOnly is the RunE of a command that only groups subcommands.
-func helpOnly(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+// commandGroup is a command that only groups the operator subcommands subs
+// (posting outbox, posting publications): alone it prints its help, and it
+// takes no arguments.
+func commandGroup(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  noArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(subs...)
+	return cmd
+}
 
 func badFlag(flag, value, why string) error {
 	return usageError{fmt.Errorf("invalid %s %q: %s", flag, value, why)}
@@ -171,6 +182,17 @@ func reportEach[R any](o *operator, idHeader, verb string, results []R, outcome 
 		return fmt.Errorf("%d of %d ids not %s", refused, len(results), verb)
 	}
 	return nil
+}
+
+// refusedReason is the text of a refused id's error: the Reason of the
+// operation's per-id error E (*outbox.RowError, *worker.PublicationError)
+// when err is one, else err's own text.
+func refusedReason[E error](err error, reason func(E) string) string {
+	var e E
+	if errors.As(err, &e) {
+		return reason(e)
+	}
+	return err.Error()
 }
 
 // listFlags are the flags of a list subcommand: --status, one of names (as

@@ -19,15 +19,9 @@ import (
 // options of one invocation (--status, --limit, --json, ...) do not, so a
 // stray variable cannot change what an operator typed.
 func newOutboxCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "outbox",
-		Short: "Inspect and repair the outbox: stats, list, requeue, discard, purge",
-		Args:  noArgs,
-		RunE:  helpOnly,
-	}
-	cmd.AddCommand((&outboxStats{}).command(), (&outboxList{}).command(), (&outboxRequeue{}).command(),
+	return commandGroup("outbox", "Inspect and repair the outbox: stats, list, requeue, discard, purge",
+		(&outboxStats{}).command(), (&outboxList{}).command(), (&outboxRequeue{}).command(),
 		(&outboxDiscard{}).command(), (&outboxPurge{}).command())
-	return cmd
 }
 
 // outboxStats is `posting outbox stats`.
@@ -215,11 +209,7 @@ func (c *outboxDiscard) Run(ctx context.Context, _ []string) error {
 func (o *operator) reportRows(verb string, results []outbox.RowResult) error {
 	return reportEach(o, "ID", verb, results, func(r outbox.RowResult) (int64, string, bool) {
 		if r.Err != nil {
-			var re *outbox.RowError
-			if errors.As(r.Err, &re) {
-				return r.ID, re.Reason, false
-			}
-			return r.ID, r.Err.Error(), false
+			return r.ID, refusedReason(r.Err, func(e *outbox.RowError) string { return e.Reason }), false
 		}
 		action := map[string]string{"requeued": "outbox.requeue", "discarded": "outbox.discard"}[verb]
 		o.log.Info("audit", append([]any{"action", action, "ids", []int64{r.ID}},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,14 +16,8 @@ import (
 // POSTING_DATABASE_URL, with the flag rules of `posting outbox` (only the
 // common flags have environment twins).
 func newPublicationsCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "publications",
-		Short: "Inspect the worker's publications and retry refused ones: list, retry",
-		Args:  noArgs,
-		RunE:  helpOnly,
-	}
-	cmd.AddCommand((&publicationsList{}).command(), (&publicationsRetry{}).command())
-	return cmd
+	return commandGroup("publications", "Inspect the worker's publications and retry refused ones: list, retry",
+		(&publicationsList{}).command(), (&publicationsRetry{}).command())
 }
 
 // publicationsList is `posting publications list`.
@@ -106,11 +99,7 @@ func (c *publicationsRetry) Run(ctx context.Context, _ []string) error {
 	results := worker.RetryPublications(ctx, c.db, c.ids)
 	return reportEach(&c.operator, "POST ID", "retried", results, func(r worker.PublicationResult) (int64, string, bool) {
 		if r.Err != nil {
-			var pe *worker.PublicationError
-			if errors.As(r.Err, &pe) {
-				return r.PostID, pe.Reason, false
-			}
-			return r.PostID, r.Err.Error(), false
+			return r.PostID, refusedReason(r.Err, func(e *worker.PublicationError) string { return e.Reason }), false
 		}
 		c.log.Info("audit", append([]any{"action", "publications.retry", "ids", []int64{r.PostID}},
 			append(operatorSource(), "event_id", r.Publication.EventID)...)...)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
+	"github.com/postingsvc/posting/kafka/endoffset"
 )
 
 // DefaultTopic and DefaultPartitions are what Start creates without WithTopic:
@@ -337,7 +338,7 @@ func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Du
 	var out []Record
 	next := map[int32]int64{}
 	for ctx.Err() == nil {
-		ends, err := endOffsets(ctx, cl, topic)
+		ends, err := endoffset.List(ctx, cl, topic)
 		if err == nil && caughtUp(next, ends) && len(out) >= atLeast {
 			break
 		}
@@ -375,48 +376,6 @@ func caughtUp(next, ends map[int32]int64) bool {
 		}
 	}
 	return true
-}
-
-// endOffsets returns the high watermark of every partition of topic.
-func endOffsets(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, err
-	}
-	if len(mresp.Topics) != 1 {
-		return nil, fmt.Errorf("metadata of %s: %d topics", topic, len(mresp.Topics))
-	}
-	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
-		return nil, err
-	}
-	lo := kmsg.NewPtrListOffsetsRequest()
-	lt := kmsg.NewListOffsetsRequestTopic()
-	lt.Topic = topic
-	for _, p := range mresp.Topics[0].Partitions {
-		lp := kmsg.NewListOffsetsRequestTopicPartition()
-		lp.Partition = p.Partition
-		lp.Timestamp = -1 // latest
-		lt.Partitions = append(lt.Partitions, lp)
-	}
-	lo.Topics = append(lo.Topics, lt)
-	lresp, err := lo.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, err
-	}
-	ends := map[int32]int64{}
-	for _, rt := range lresp.Topics {
-		for _, rp := range rt.Partitions {
-			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-				return nil, err
-			}
-			ends[rp.Partition] = rp.Offset
-		}
-	}
-	return ends, nil
 }
 
 // PartitionFor is the partition the Java client's default partitioner picks

@@ -47,13 +47,7 @@ var mutations = []mutation{
 		old: `			Where("status = ?", StatusProcessing).
 			Where(s.dialect.versionMatch(chunk)).`,
 		new: `			Where("status = ?", StatusProcessing).
-			Where("id IN ?", slices.Collect(func(yield func(int64) bool) {
-				for _, m := range chunk {
-					if !yield(m.ID) {
-						return
-					}
-				}
-			})).`,
+` + idsOnly("\t\t\t", "chunk"),
 	},
 	{
 		name: "outbox-markfailed-version",
@@ -73,13 +67,7 @@ var mutations = []mutation{
 		old: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
 		Where(s.dialect.versionMatch(rows)).`,
 		new: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
-		Where("id IN ?", slices.Collect(func(yield func(int64) bool) {
-			for _, m := range rows {
-				if !yield(m.ID) {
-					return
-				}
-			}
-		})).`,
+` + idsOnly("\t\t", "rows"),
 	},
 	{
 		name: "kafka-unavailable-unknown-topic",
@@ -302,6 +290,21 @@ func run() int {
 	}
 	fmt.Printf("mutants: all %d mutation(s) behaved as expected\n", len(picked))
 	return 0
+}
+
+// idsOnly is the source of the mutant of a version fence
+// (Where(s.dialect.versionMatch(rows))): a Where that takes the messages of
+// rows by id alone, whatever their version, each line indented by indent.
+func idsOnly(indent, rows string) string {
+	return indent + strings.Join([]string{
+		`Where("id IN ?", slices.Collect(func(yield func(int64) bool) {`,
+		"\tfor _, m := range " + rows + " {",
+		"\t\tif !yield(m.ID) {",
+		"\t\t\treturn",
+		"\t\t}",
+		"\t}",
+		"})).",
+	}, "\n"+indent)
 }
 
 func matches(name, only string) bool {
