@@ -52,6 +52,11 @@ type Config struct {
 	// CPUProfile, if set, is the file a pprof CPU profile of the create
 	// comparison is written to.
 	CPUProfile string
+	// ServeCPUProfile, if set, is the file a pprof CPU profile of the
+	// creates on the whole serve is written to: the serve runs in this
+	// process, so it holds its API, relay, broker and worker, and the
+	// bench's clients.
+	ServeCPUProfile string
 	// Producer is the relay drains' producer. Without Brokers, Run starts
 	// an in-process broker for them with Producer.Topic.
 	Producer kafka.ProducerConfig

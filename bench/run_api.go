@@ -92,7 +92,12 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	if err != nil {
 		return err
 	}
+	stopProfile, err = startCPUProfile(cfg.ServeCPUProfile)
+	if err != nil {
+		return err
+	}
 	full, err := APICreate(ctx, srv.BaseURL, cfg.APIClients, cfg.APIDuration)
+	stopProfile()
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -62,6 +66,27 @@ func runSmallBench(t *testing.T, url string, args ...string) string {
 	out, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), args...)...)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	return out
+}
+
+// TestBenchWritesCPUProfilesOfTheCreates: --cpu-profile and
+// --serve-cpu-profile each leave a pprof CPU profile (gzipped protobuf
+// naming its sample types) at their path.
+func TestBenchWritesCPUProfilesOfTheCreates(t *testing.T) {
+	dir := t.TempDir()
+	comparison, serve := filepath.Join(dir, "create.prof"), filepath.Join(dir, "serve.prof")
+	runSmallBench(t, "sqlite://"+filepath.Join(dir, "bench.db"), "--cpu-profile", comparison, "--serve-cpu-profile", serve)
+	for _, path := range []string{comparison, serve} {
+		f, err := os.Open(path)
+		require.NoError(t, err, "the profile file exists")
+		zr, err := gzip.NewReader(f)
+		require.NoError(t, err, "%s is gzipped, as pprof writes it", path)
+		data, err := io.ReadAll(zr)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		for _, want := range []string{"samples", "count", "cpu", "nanoseconds"} {
+			require.True(t, bytes.Contains(data, []byte(want)), "%s names the CPU profile's sample type %q", path, want)
+		}
+	}
 }
 
 // TestBenchRunsTheSpikeThroughRabbitMQToo: with --spike-rabbitmq-url the
