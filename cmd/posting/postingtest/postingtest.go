@@ -58,13 +58,34 @@ var Binary = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// FreeAddr is a loopback address with a port nothing listens on now.
+// handedOut are the addresses FreeAddr has returned in this test process.
+var handedOut struct {
+	sync.Mutex
+	addrs map[string]bool
+}
+
+// FreeAddr is a loopback address with a port nothing listens on now, and
+// one it has not returned before in this process: the kernel may give a
+// port just closed again to the next listener, so two calls in a row (the
+// API's and the worker's addresses of one test) could otherwise return the
+// same one, and the second process would fail with "address already in use".
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.addrs == nil {
+		handedOut.addrs = map[string]bool{}
+	}
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		require.NoError(t, l.Close())
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
 }
 
 // Proc is a running posting binary.
