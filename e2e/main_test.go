@@ -2,13 +2,10 @@ package e2e_test
 
 import (
 	"encoding/json"
-	"flag"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -23,26 +20,8 @@ import (
 )
 
 // TestMain bounds the database pool of every process the tests start
-// (postingtest.BoundPool) and, unless go test was given -parallel, runs up
-// to parallelTests of the package's parallel tests at once.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0)))); err != nil {
-			panic(err)
-		}
-	}
-	postingtest.Main(m)
-}
-
-// parallelTests is how many of this package's tests run at once by
-// default. They spend most of their time waiting on the clock (posts due
-// seconds ahead, a broker paused for 20 s, the phases of a failover), not
-// on the CPU: with go test's default of GOMAXPROCS (2 on CI) the package
-// took the sum of those waits halved, about three minutes.
-const parallelTests = 4
+// (postingtest.BoundPool).
+func TestMain(m *testing.M) { postingtest.Main(m) }
 
 // run starts one command of the binary as its own process until the test
 // ends, its output into out; when the test ends it gets SIGTERM and must
