@@ -8,14 +8,8 @@ test: vet unit fuzz
 vet:
 	$(GO) vet ./...
 
-# go test runs GOMAXPROCS packages at once (-p, 2 on CI) and starts them in
-# the order given: the slowest go first, so that none of them starts near the
-# end while the other slot has nothing left to run (./... adds the rest, each
-# once). Alphabetically, rabbitmq and relay started after 10 of 20 minutes.
-SLOW_PACKAGES = ./rabbitmq/ ./kafka/ ./e2e/ ./cmd/posting/ ./relay/ ./worker/ ./bench/relaybench/ ./reservation/ ./outbox/
-
 unit:
-	$(GO) test -race -count=1 -timeout 20m $(SLOW_PACKAGES) ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Go fuzz targets, a few seconds each, starting from their seed corpora
 # (testdata/fuzz, which unit runs as plain tests).
