@@ -25,12 +25,14 @@ var smallBench = []string{"--relay-events", "50", "--seed-style-events", "20", "
 // TestBenchPrintsEveryFigure runs posting bench with small sizes on a fresh
 // SQLite file and MariaDB database, and requires a line for every figure.
 func TestBenchPrintsEveryFigure(t *testing.T) {
+	t.Parallel()
 	urls := map[string]func(t *testing.T) string{
 		"sqlite": func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "bench.db") },
 		"mysql":  func(t *testing.T) string { return databasetest.MySQLURL(t, "posting_bench") },
 	}
 	for name, url := range urls {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			out := runSmallBench(t, url(t))
 			for _, want := range []string{
 				"machine: ", " cores, ", "go1.",
@@ -92,6 +94,7 @@ func TestBenchWritesCPUProfilesOfTheCreates(t *testing.T) {
 // TestBenchRunsTheSpikeThroughRabbitMQToo: with --spike-rabbitmq-url the
 // spike runs a second time, through RabbitMQ, and both lags are printed.
 func TestBenchRunsTheSpikeThroughRabbitMQToo(t *testing.T) {
+	t.Parallel()
 	out := runSmallBench(t, "sqlite://"+filepath.Join(t.TempDir(), "bench.db"), "--spike-rabbitmq-url", rabbitmqtest.URL(t))
 	require.Regexp(t, `relay and worker at their defaults, in-process Kafka broker\n  spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms`, out)
 	require.Regexp(t, `relay and worker at their defaults, RabbitMQ\n  spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms`, out)
@@ -101,6 +104,7 @@ func TestBenchRunsTheSpikeThroughRabbitMQToo(t *testing.T) {
 // (exit 2, naming --allow-nonempty) and keeps its post; with the flag the
 // bench runs and leaves the post as it was.
 func TestBenchRefusesADatabaseWithPosts(t *testing.T) {
+	t.Parallel()
 	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
 	db, err := database.Open(url, "")
 	require.NoError(t, err)
