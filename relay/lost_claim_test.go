@@ -16,14 +16,14 @@ import (
 	"github.com/postingsvc/posting/relay/relaytest"
 )
 
-// loseClaimAnswer makes the first claim of r that takes rows report a lost
-// connection instead: its commit went through, its answer did not (a
-// primary killed during the commit, a cut connection). The returned flag
-// tells whether it has.
-func loseClaimAnswer(r *Relay) *atomic.Bool {
+// loseClaimAnswer makes the next claim of r report a lost connection
+// instead of what it returned (with withRows, the next that took rows):
+// its commit went through, its answer did not (a primary killed during the
+// commit, a cut connection). The returned flag tells whether it has.
+func loseClaimAnswer(r *Relay, withRows bool) *atomic.Bool {
 	var lost atomic.Bool
 	r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
-		if err == nil && len(msgs) > 0 && lost.CompareAndSwap(false, true) {
+		if err == nil && (len(msgs) > 0 || !withRows) && lost.CompareAndSwap(false, true) {
 			return nil, driver.ErrBadConn
 		}
 		return msgs, err
@@ -42,7 +42,7 @@ func TestClaimWithoutAnAnswerIsReleasedAtTheNextPoll(t *testing.T) {
 		b := setup(t, db)
 		rows := b.append(t, 1, 1, 2)
 		r := b.relay(t, "a")
-		lost := loseClaimAnswer(r)
+		lost := loseClaimAnswer(r, true)
 
 		_, err := r.RunOnce(ctx)
 		require.ErrorIs(t, err, driver.ErrBadConn)
@@ -100,7 +100,7 @@ func TestClaimWithoutAnAnswerLeavesOtherRunsClaimsAlone(t *testing.T) {
 		r := b.relay(t, "host-1")
 		require.NotEqual(t, dead.Owner(), r.Owner())
 		require.NotEqual(t, twin.Owner(), r.Owner())
-		loseClaimAnswer(r)
+		loseClaimAnswer(r, true)
 		_, err = r.RunOnce(ctx)
 		require.ErrorIs(t, err, driver.ErrBadConn)
 		res, err := r.RunOnce(ctx)
@@ -130,7 +130,7 @@ func TestLoopReleasesALostClaimBeforePausing(t *testing.T) {
 		b := setup(t, db)
 		row := b.append(t, 1)[0]
 		r := b.relay(t, "a", func(c *Config) { c.Interval = time.Hour; c.OutageBackoffMax = time.Hour; c.StaleAfter = 3 * time.Hour })
-		lost := loseClaimAnswer(r)
+		lost := loseClaimAnswer(r, true)
 		require.NoError(t, r.Start(context.Background()))
 		t.Cleanup(r.Stop)
 		require.Eventually(t, func() bool { return lost.Load() && b.row(t, row.ID).Status == outbox.StatusPending },
@@ -197,19 +197,6 @@ func (s *shortSender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	return errs
 }
 
-// failNextClaim makes the next claim of r fail as a dropped connection
-// does, nothing committed.
-func failNextClaim(r *Relay) *atomic.Bool {
-	var failed atomic.Bool
-	r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
-		if err == nil && failed.CompareAndSwap(false, true) {
-			return nil, driver.ErrBadConn
-		}
-		return msgs, err
-	}
-	return &failed
-}
-
 // A batch whose sender answered for fewer messages than it was given is
 // sent but not recorded: its outcome is unknown, and the relay leaves it
 // PROCESSING for stale recovery. The read-back after a failed claim must
@@ -230,8 +217,8 @@ func TestLostClaimReadBackLeavesAnUnrecordedSendToStaleRecovery(t *testing.T) {
 		require.ErrorContains(t, err, "sender returned 1 results for 2 messages")
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs())
 
-		// A database blip fails the next claim; nothing was committed.
-		failed := failNextClaim(r)
+		// A database blip fails the next claim (which found nothing to take).
+		failed := loseClaimAnswer(r, false)
 		_, err = r.RunOnce(ctx)
 		require.ErrorIs(t, err, driver.ErrBadConn)
 		require.True(t, failed.Load())
