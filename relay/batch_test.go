@@ -17,6 +17,7 @@ import (
 // the configured one again. Every row is sent once, each post's events in
 // their order.
 func TestBatchGrowsUnderABacklogAndShrinksWhenIdle(t *testing.T) {
+	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		// 2,000 rows, 2 per post: a claim takes one row per post (the next
