@@ -40,17 +40,7 @@ func TestBatchGrowsUnderABacklogAndShrinksWhenIdle(t *testing.T) {
 		require.Equal(t, []int{200, 400, 800, 800, 800, 100}, sizes)
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, db.DB))
 
-		sent := b.send.SentIDs()
-		require.Len(t, sent, len(rows), "each row sent once")
-		post := map[int64]int64{}
-		for _, m := range rows {
-			post[m.ID] = m.AggregateID
-		}
-		last := map[int64]int64{}
-		for _, id := range sent {
-			require.Greater(t, id, last[post[id]], "post %d: row %d sent after a later one", post[id], id)
-			last[post[id]] = id
-		}
+		requireOrderedOnce(t, rows, b.send.SentIDs())
 
 		// Idle again: a few new rows are one claim of the configured size.
 		b.append(t, 1, 2, 3)

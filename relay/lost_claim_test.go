@@ -62,11 +62,7 @@ func TestClaimWithoutAnAnswerIsReleasedAtTheNextPoll(t *testing.T) {
 		pumpUntilIdle(t, ctx, r, 10)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Len(t, b.send.SentIDs(), 3)
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Zero(t, got.RetryCount, "row %d spent an attempt", m.ID)
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
 	})
 }
 
@@ -90,8 +86,7 @@ func TestClaimWithoutAnAnswerLeavesOtherRunsClaimsAlone(t *testing.T) {
 		inFlight := b.append(t, 2)[0]
 		twinSend := relaytest.NewSender()
 		release := twinSend.Hold()
-		twin, err := New(b.store, twinSend, b.relay(t, "host-1").Config())
-		require.NoError(t, err)
+		twin := b.relayVia(t, twinSend, "host-1")
 		twinDone := make(chan error, 1)
 		go func() { _, err := twin.RunOnce(ctx); twinDone <- err }()
 		<-twinSend.Entered()
@@ -210,10 +205,9 @@ func TestLostClaimReadBackLeavesAnUnrecordedSendToStaleRecovery(t *testing.T) {
 		b := setup(t, db)
 		send := &shortSender{Sender: b.send}
 		rows := b.append(t, 1, 2)
-		r, err := New(b.store, send, b.relay(t, "a").Config())
-		require.NoError(t, err)
+		r := b.relayVia(t, send, "a")
 
-		_, err = r.RunOnce(ctx)
+		_, err := r.RunOnce(ctx)
 		require.ErrorContains(t, err, "sender returned 1 results for 2 messages")
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs())
 
@@ -227,9 +221,7 @@ func TestLostClaimReadBackLeavesAnUnrecordedSendToStaleRecovery(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, res.Released, "the unrecorded send was released")
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs(), "sent again before the stale limit")
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "row %d left to stale recovery", m.ID)
-		}
+		b.requireStatus(t, rows, outbox.StatusProcessing, "left to stale recovery")
 	})
 }
 
@@ -244,8 +236,7 @@ func TestLostNextClaimReadBackLeavesAnUnrecordedPipelinedSendToStaleRecovery(t *
 		b := setup(t, db)
 		send := &shortSender{Sender: b.send}
 		rows := b.append(t, 1, 2, 3, 4)
-		r, err := New(b.store, send, b.relay(t, "a", func(c *Config) { c.BatchSize = 2 }).Config())
-		require.NoError(t, err)
+		r := b.relayVia(t, send, "a", func(c *Config) { c.BatchSize = 2 })
 		// The first claim (before the send) succeeds, the one of the
 		// next batch (during the send) fails.
 		var claims atomic.Int32
@@ -256,7 +247,7 @@ func TestLostNextClaimReadBackLeavesAnUnrecordedPipelinedSendToStaleRecovery(t *
 			return msgs, err
 		}
 
-		_, err = r.Pump(ctx)
+		_, err := r.Pump(ctx)
 		require.ErrorContains(t, err, "sender returned 1 results for 2 messages")
 		require.ErrorIs(t, err, driver.ErrBadConn)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs())
@@ -266,9 +257,7 @@ func TestLostNextClaimReadBackLeavesAnUnrecordedPipelinedSendToStaleRecovery(t *
 		res, err := r.Pump(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Released, "the unrecorded send was released with the lost claim's rows")
-		for _, m := range rows[:2] {
-			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "row %d left to stale recovery", m.ID)
-		}
+		b.requireStatus(t, rows[:2], outbox.StatusProcessing, "left to stale recovery")
 		for _, id := range b.send.SentIDs()[2:] {
 			require.NotContains(t, []int64{rows[0].ID, rows[1].ID}, id, "row %d sent again before the stale limit", id)
 		}
@@ -341,9 +330,7 @@ func TestLostClaimAnswerCountsItsAcknowledgementsAsSentNotFenced(t *testing.T) {
 		total.Fenced += res.Fenced
 
 		requireOrderedOnce(t, rows, b.send.SentIDs())
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status)
-		}
+		b.requireStatus(t, rows, outbox.StatusSent, "")
 		require.Zero(t, total.Fenced, "no other instance took a claim")
 		require.Equal(t, len(rows), total.Sent, "every acknowledged row counted as sent")
 	})

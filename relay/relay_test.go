@@ -45,6 +45,13 @@ func setup(t *testing.T, db *database.DB) *bundle {
 
 func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay {
 	t.Helper()
+	return b.relayVia(t, b.send, id, mutate...)
+}
+
+// relayVia is relay sending through send instead of the bundle's sender
+// (a relay that hangs or dies on its own while the others go on).
+func (b *bundle) relayVia(t *testing.T, send Sender, id string, mutate ...func(*Config)) *Relay {
+	t.Helper()
 	// MaxBatchSize 1: the batch stays the one a test sets (batch_test.go
 	// covers its growth).
 	cfg := Config{InstanceID: id, Interval: 20 * time.Millisecond, BatchSize: 100, MaxBatchSize: 1, StaleAfter: time.Minute,
@@ -52,7 +59,7 @@ func (b *bundle) relay(t *testing.T, id string, mutate ...func(*Config)) *Relay 
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	r, err := New(b.store, b.send, cfg)
+	r, err := New(b.store, send, cfg)
 	require.NoError(t, err)
 	return r
 }
@@ -74,6 +81,39 @@ func (b *bundle) row(t *testing.T, id int64) outbox.Message {
 	var m outbox.Message
 	require.NoError(t, b.db.DB.First(&m, id).Error)
 	return m
+}
+
+// requireStatus checks that every row of rows is in status want.
+func (b *bundle) requireStatus(t *testing.T, rows []outbox.Message, want outbox.Status, why string) {
+	t.Helper()
+	for _, m := range rows {
+		msg := fmt.Sprintf("row %d", m.ID)
+		if why != "" {
+			msg += ": " + why
+		}
+		require.Equal(t, want, b.row(t, m.ID).Status, msg)
+	}
+}
+
+// requireNoAttemptSpent checks that every row of rows is in status want
+// with no retry spent.
+func (b *bundle) requireNoAttemptSpent(t *testing.T, rows []outbox.Message, want outbox.Status) {
+	t.Helper()
+	for _, m := range rows {
+		got := b.row(t, m.ID)
+		require.Equal(t, want, got.Status, "row %d", m.ID)
+		require.Zero(t, got.RetryCount, "row %d spent an attempt (last_error %v)", m.ID, got.LastError)
+	}
+}
+
+// requireSentBy checks that every row of rows is SENT under owner's claim.
+func (b *bundle) requireSentBy(t *testing.T, rows []outbox.Message, owner string) {
+	t.Helper()
+	for _, m := range rows {
+		got := b.row(t, m.ID)
+		require.Equal(t, outbox.StatusSent, got.Status, "row %d", m.ID)
+		require.Equal(t, owner, *got.ClaimedBy, "row %d", m.ID)
+	}
 }
 
 var errRejected = errors.New("kafka: broker rejected the record: INVALID_RECORD")
@@ -141,11 +181,7 @@ func TestUnreachableBrokerSpendsNoRetries(t *testing.T) {
 			require.Equal(t, 2, res.Released)
 			b.clock.Add(time.Minute)
 		}
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusPending, got.Status)
-			require.Zero(t, got.RetryCount)
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusPending)
 		b.send.SetDown(nil)
 		for range 2 {
 			_, err := r.RunOnce(ctx)
@@ -167,9 +203,7 @@ func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, 3, res.Claimed)
 		require.Empty(t, b.send.SentIDs(), "nothing was sent")
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status)
-		}
+		b.requireStatus(t, rows, outbox.StatusProcessing, "")
 
 		other := b.relay(t, "other")
 		res, err = other.RunOnce(context.Background())
@@ -203,9 +237,7 @@ func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
 		rows := b.append(t, 1, 2)
 		hungSend := relaytest.NewSender()
 		release := hungSend.Hold()
-		hung, err := New(b.store, hungSend, Config{InstanceID: "hung", Interval: 20 * time.Millisecond,
-			StaleAfter: time.Minute, RetryBase: time.Second, Now: b.clock.Now})
-		require.NoError(t, err)
+		hung := b.relayVia(t, hungSend, "hung")
 
 		type out struct {
 			res Result
@@ -233,11 +265,7 @@ func TestLateWriteOfRecoveredClaimIsFenced(t *testing.T) {
 		require.NoError(t, late.err)
 		require.Equal(t, 2, late.res.Fenced)
 		require.Zero(t, late.res.Sent)
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Equal(t, live.Owner(), *got.ClaimedBy)
-		}
+		b.requireSentBy(t, rows, live.Owner())
 	})
 }
 
@@ -278,9 +306,7 @@ func TestFullBatchDefersSentToTheNextClaim(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs())
 		require.Equal(t, Result{Claimed: 2, Deferred: 2}, res)
-		for _, m := range rows[:2] {
-			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "SENT is deferred")
-		}
+		b.requireStatus(t, rows[:2], outbox.StatusProcessing, "SENT is deferred")
 
 		// The next poll writes them and, in the same transaction, sees that
 		// post 1's second event is now its head.
@@ -315,9 +341,7 @@ func TestFlushRecordsDeferredAndIsFenced(t *testing.T) {
 		res, err = r.Flush(ctx)
 		require.NoError(t, err)
 		require.Equal(t, Result{Sent: 2}, res)
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status)
-		}
+		b.requireStatus(t, rows, outbox.StatusSent, "")
 
 		// Deferred past the stale limit: another instance recovers the
 		// rows; the late write of the first claim is fenced.
@@ -332,9 +356,7 @@ func TestFlushRecordsDeferredAndIsFenced(t *testing.T) {
 		res, err = r.Flush(ctx)
 		require.NoError(t, err)
 		require.Equal(t, Result{Fenced: 2}, res)
-		for _, m := range more {
-			require.Equal(t, outbox.StatusRetry, b.row(t, m.ID).Status)
-		}
+		b.requireStatus(t, more, outbox.StatusRetry, "")
 	})
 }
 
@@ -358,11 +380,7 @@ func TestDeferredAcknowledgementsAreNotRecoveredAsStale(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, res.Recovered, "its own acknowledged rows were recovered as stale")
 		require.Zero(t, res.Fenced)
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Zero(t, got.RetryCount)
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs(), "sent once each")
 	})
 }
@@ -386,15 +404,9 @@ func TestStopRecordsDeferredAcknowledgements(t *testing.T) {
 		go func() { r.Stop(); close(stopped) }()
 		require.Eventually(t, r.Stopping, 10*time.Second, time.Millisecond)
 		release() // the send completes after Stop was asked
-		select {
-		case <-stopped:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Stop did not return")
-		}
+		requireWithin(t, stopped, 30*time.Second, "Stop did not return")
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "recorded before Stop returned")
-		}
+		b.requireStatus(t, rows, outbox.StatusSent, "recorded before Stop returned")
 		require.Equal(t, 1, b.send.Calls(), "no poll after Stop")
 	})
 }
@@ -423,9 +435,7 @@ func TestStaleClaimsAreLookedForOncePerInterval(t *testing.T) {
 		res, err = r.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Recovered)
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusRetry, b.row(t, m.ID).Status)
-		}
+		b.requireStatus(t, rows, outbox.StatusRetry, "")
 	})
 }
 
@@ -452,11 +462,7 @@ func TestStartStop(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, b.send.SentIDs())
 	require.True(t, returnsWithin(r2.Stop, 30*time.Second), "Stop")
-	select {
-	case <-r2.Done():
-	default:
-		t.Fatal("Stop returned before the loop exited")
-	}
+	requireLoopExited(t, r2)
 	require.True(t, returnsWithin(r2.Stop, 10*time.Second), "Stop twice")
 }
 
@@ -573,12 +579,7 @@ func TestCommitWakesAreCoalescedAndNeverBlockTheWriter(t *testing.T) {
 			r.Wake()
 			done <- appendPost(3)
 		}()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("a commit after Stop waited for the relay")
-		}
+		require.NoError(t, requireWithin(t, done, 30*time.Second, "a commit after Stop waited for the relay"))
 	})
 }
 
@@ -631,9 +632,7 @@ func TestSlowNextClaimDoesNotHoldTheSentBatch(t *testing.T) {
 		pumpUntilIdle(t, ctx, r, 10)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: 6}, relaytest.CountByStatus(t, db.DB))
-		for _, m := range rows {
-			require.Zero(t, b.row(t, m.ID).RetryCount, "row %d", m.ID)
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
 	})
 }
 
@@ -708,11 +707,7 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 		release()
 
 		// b polls while a sends the rows it has just claimed.
-		select {
-		case <-send.Entered():
-		case <-time.After(30 * time.Second):
-			t.Fatal("a never sent")
-		}
+		requireWithin(t, send.Entered(), 30*time.Second, "a never sent")
 		resB, err := b.RunOnce(ctx)
 		require.NoError(t, err)
 		proceed()
@@ -724,13 +719,10 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 		}
 
 		require.Zero(t, resB.Recovered, "b recovered a's live claims as stale")
-		for _, id := range ids {
-			var m outbox.Message
-			require.NoError(t, db.DB.First(&m, id).Error)
-			require.Equal(t, outbox.StatusSent, m.Status, "row %d", id)
-			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", id, m.LastError)
-			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", id)
-		}
+		var rows []outbox.Message
+		require.NoError(t, db.DB.Order("id").Find(&rows, ids).Error)
+		require.Len(t, rows, len(ids))
+		requireSentOnceEach(t, rows, send)
 	})
 }
 
@@ -762,10 +754,7 @@ func TestPipelinedRelaysKeepPerPostOrderAcrossRejections(t *testing.T) {
 			require.NoError(t, err)
 			relays = append(relays, r)
 		}
-		for _, r := range relays {
-			require.NoError(t, r.Start(context.Background()))
-			t.Cleanup(r.Stop)
-		}
+		startAll(t, relays)
 		require.Eventually(t, func() bool {
 			for _, r := range relays {
 				r.Wake()
@@ -784,6 +773,40 @@ func TestPipelinedRelaysKeepPerPostOrderAcrossRejections(t *testing.T) {
 			require.Equal(t, want, b.row(t, m.ID).RetryCount, "row %d", m.ID)
 		}
 	})
+}
+
+// requireWithin waits at most d for ch to deliver a value (or close) and
+// returns it; the test fails when nothing came.
+func requireWithin[T any](t *testing.T, ch <-chan T, d time.Duration, msgAndArgs ...any) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		require.FailNow(t, fmt.Sprintf("nothing within %s", d), msgAndArgs...)
+		var none T
+		return none
+	}
+}
+
+// requireLoopExited checks, right after Stop returned, that r's loop has
+// exited.
+func requireLoopExited(t *testing.T, r *Relay) {
+	t.Helper()
+	select {
+	case <-r.Done():
+	default:
+		t.Fatal("Stop returned before the loop exited")
+	}
+}
+
+// startAll starts every relay, each stopped when the test ends.
+func startAll(t *testing.T, relays []*Relay) {
+	t.Helper()
+	for _, r := range relays {
+		require.NoError(t, r.Start(context.Background()))
+		t.Cleanup(r.Stop)
+	}
 }
 
 // returnsWithin runs f in a goroutine and reports whether it returned
@@ -852,31 +875,19 @@ func TestStopWaitsForThePollInFlight(t *testing.T) {
 			t.Fatal("Stop returned while a poll's send was in flight")
 		case <-time.After(200 * time.Millisecond):
 		}
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "the send has not finished")
-		}
+		b.requireStatus(t, rows, outbox.StatusProcessing, "the send has not finished")
 
 		release()
 		for i := range 2 {
-			select {
-			case <-stops:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("Stop call %d did not return after the send finished", i+1)
-			}
+			requireWithin(t, stops, 30*time.Second, "Stop call %d did not return after the send finished", i+1)
 		}
 		// Stop returned: the poll was recorded and observed, the loop is gone.
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "recorded before Stop returned")
-		}
+		b.requireStatus(t, rows, outbox.StatusSent, "recorded before Stop returned")
 		mu.Lock()
 		require.Equal(t, []Result{{Claimed: 3, Sent: 3}}, polls, "the poll in flight, observed before Stop returned")
 		require.Empty(t, errs)
 		mu.Unlock()
-		select {
-		case <-r.Done():
-		default:
-			t.Fatal("Stop returned before the loop exited")
-		}
+		requireLoopExited(t, r)
 		require.True(t, returnsWithin(r.Stop, 10*time.Second), "Stop after Stop")
 		require.Error(t, r.Start(context.Background()), "a stopped relay does not start again")
 		require.Equal(t, 1, b.send.Calls(), "no poll after Stop")
@@ -923,11 +934,7 @@ func TestUnansweredSendHoldsItsRowUntilSettled(t *testing.T) {
 		}
 		_, err = r.Flush(ctx)
 		require.NoError(t, err)
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Zero(t, got.RetryCount, "no answer spent an attempt")
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
 		require.Equal(t, []int64{rows[2].ID, rows[0].ID, rows[1].ID},
 			b.send.SentIDs(), "acknowledged: the held row, sent again, before the post's next event")
 	})
@@ -941,7 +948,6 @@ func TestUnansweredSendHoldsItsRowUntilSettled(t *testing.T) {
 func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		ctx := context.Background()
 		const posts, perPost = 60, 5
 		var ids []int64
 		for range perPost {
@@ -962,9 +968,7 @@ func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 			require.NoError(t, err)
 			relays = append(relays, r)
 		}
-		for _, r := range relays {
-			require.NoError(t, r.Start(ctx))
-		}
+		startAll(t, relays)
 		require.Eventually(t, func() bool {
 			var n int64
 			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("status = ?", outbox.StatusSent).Count(&n).Error)
@@ -976,12 +980,19 @@ func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 
 		var rows []outbox.Message
 		require.NoError(t, db.DB.Order("id").Find(&rows).Error)
-		for _, m := range rows {
-			require.Equal(t, outbox.StatusSent, m.Status, "row %d", m.ID)
-			require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", m.ID, m.LastError)
-			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", m.ID)
-		}
+		requireSentOnceEach(t, rows, send)
 	})
+}
+
+// requireSentOnceEach checks that every row (as read back) is SENT with no
+// retry spent and went to send exactly once.
+func requireSentOnceEach(t *testing.T, rows []outbox.Message, send *relaytest.Sender) {
+	t.Helper()
+	for _, m := range rows {
+		require.Equal(t, outbox.StatusSent, m.Status, "row %d", m.ID)
+		require.Zero(t, m.RetryCount, "row %d spent a retry (last_error %v)", m.ID, m.LastError)
+		require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", m.ID)
+	}
 }
 
 // An event written by an instance whose clock runs 10 minutes ahead does not
@@ -1031,11 +1042,7 @@ func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
 		require.Equal(t, 1, res.Claimed)
 		require.Equal(t, 2, res.Sent)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID}, b.send.SentIDs(), "each sent once, in order")
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Zero(t, got.RetryCount)
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
 	})
 }
 
@@ -1152,15 +1159,9 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 		down := databasetest.Outage(t, db.DB, databasetest.StmtUpdate) // the relay's host lost its network
 		broker := s.send
 		broker.BeforeNextSend(func() { down.Store(true) }) // a's send: the database is cut off after a's claim
-		cfg := Config{Interval: 20 * time.Millisecond, StaleAfter: time.Minute, RetryBase: time.Second, Now: s.clock.Now}
-		cfg.InstanceID = "a"
-		a, err := New(s.store, broker, cfg)
-		require.NoError(t, err)
-		cfg.InstanceID = "b"
-		b, err := New(s.store, broker, cfg)
-		require.NoError(t, err)
+		a, b := s.relay(t, "a"), s.relay(t, "b")
 
-		_, err = a.RunOnce(ctx) // claimed, acknowledged, SENT write failed: kept
+		_, err := a.RunOnce(ctx) // claimed, acknowledged, SENT write failed: kept
 		require.Error(t, err)
 		s.clock.Add(2 * time.Minute) // the outage outlasts the stale limit
 		_, err = b.RunOnce(ctx)      // b polls during the outage too, and fails
@@ -1172,8 +1173,7 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 			_, _ = a.RunOnce(ctx)
 			s.clock.Add(2 * time.Second)
 		}
-		var got outbox.Message
-		require.NoError(t, db.DB.First(&got, row.ID).Error)
+		got := s.row(t, row.ID)
 		require.Equal(t, outbox.StatusSent, got.Status)
 		require.Zero(t, got.RetryCount, "a retry spent by a peer's recovery")
 		require.Equal(t, 1, broker.Sends(row.EventID), "sent twice")
@@ -1207,8 +1207,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		// The database is cut off once the rows are claimed, before the send,
 		// like a host losing its network mid-poll.
 		broker.BeforeNextSend(func() { dbDown.Store(true) })
-		r, err := New(b.store, broker, Config{InstanceID: "a", Interval: 20 * time.Millisecond, StaleAfter: time.Minute, Now: b.clock.Now})
-		require.NoError(t, err)
+		r := b.relay(t, "a")
 
 		// Claimed, then broker and database unreachable: the release fails.
 		res, err := r.RunOnce(ctx)
@@ -1225,8 +1224,7 @@ func TestUnreachableBrokerAndFailedReleaseSpendNoRetry(t *testing.T) {
 		}
 		require.NoError(t, func() error { _, err := r.Flush(ctx); return err }())
 
-		var got outbox.Message
-		require.NoError(t, db.DB.First(&got, row.ID).Error)
+		got := b.row(t, row.ID)
 		require.Equal(t, outbox.StatusSent, got.Status)
 		require.Zero(t, got.RetryCount, "an outage spent a retry (last_error %v)", got.LastError)
 		require.Equal(t, 1, broker.Sends(row.EventID))
@@ -1267,9 +1265,7 @@ func TestDatabaseRestartWhileTheNextBatchWaits(t *testing.T) {
 		pumpUntilIdle(t, ctx, r, 20)
 		requireOrderedOnce(t, rows, b.send.SentIDs())
 		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, db.DB))
-		for _, m := range rows {
-			require.Zero(t, b.row(t, m.ID).RetryCount, "row %d", m.ID)
-		}
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
 	})
 }
 
@@ -1380,20 +1376,12 @@ func TestFlushReleasesTheNextBatch(t *testing.T) {
 		res, err := r.Pump(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 8, res.Claimed)
-		for _, m := range rows[4:] {
-			require.Equal(t, outbox.StatusProcessing, b.row(t, m.ID).Status, "the next batch waits, claimed")
-		}
+		b.requireStatus(t, rows[4:], outbox.StatusProcessing, "the next batch waits, claimed")
 		res, err = r.Flush(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 4, res.Released)
-		for _, m := range rows[:4] {
-			require.Equal(t, outbox.StatusSent, b.row(t, m.ID).Status, "acknowledgements deferred or not, written")
-		}
-		for _, m := range rows[4:] {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusPending, got.Status)
-			require.Zero(t, got.RetryCount)
-		}
+		b.requireStatus(t, rows[:4], outbox.StatusSent, "acknowledgements deferred or not, written")
+		b.requireNoAttemptSpent(t, rows[4:], outbox.StatusPending)
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID}, b.send.SentIDs())
 		require.False(t, r.hasNext())
 	})
@@ -1436,9 +1424,7 @@ func TestCrashWithTwoBatchesInFlightLosesNothing(t *testing.T) {
 		b := setup(t, db)
 		rows := b.appendRounds(t, 8, 2)
 		dyingSend := relaytest.NewSender()
-		dying, err := New(b.store, dyingSend, Config{InstanceID: "dying", Interval: 20 * time.Millisecond,
-			BatchSize: 4, StaleAfter: time.Minute, RetryBase: time.Second, Now: b.clock.Now})
-		require.NoError(t, err)
+		dying := b.relayVia(t, dyingSend, "dying", func(c *Config) { c.BatchSize = 4 })
 		hang := dyingSend.Hold() // the process freezes in the send, then dies
 		var wg sync.WaitGroup
 		var late Result
@@ -1474,11 +1460,7 @@ func TestCrashWithTwoBatchesInFlightLosesNothing(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, 4, late.Fenced+late.Deferred, "the late batch is fenced (at once, or when its deferred write is tried)")
 		_, _ = dying.Flush(ctx)
-		for _, m := range rows {
-			got := b.row(t, m.ID)
-			require.Equal(t, outbox.StatusSent, got.Status)
-			require.Equal(t, other.Owner(), *got.ClaimedBy, "row %d", m.ID)
-		}
+		b.requireSentBy(t, rows, other.Owner())
 	})
 }
 
@@ -1495,10 +1477,7 @@ func TestPipelinedRelaysKeepPerPostOrder(t *testing.T) {
 			r := b.relay(t, "r"+string(rune('a'+i)), func(c *Config) { c.BatchSize = 7 })
 			relays = append(relays, r)
 		}
-		for _, r := range relays {
-			require.NoError(t, r.Start(context.Background()))
-			t.Cleanup(r.Stop)
-		}
+		startAll(t, relays)
 		require.Eventually(t, func() bool {
 			return relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] == int64(len(rows))
 		}, time.Minute, 10*time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -124,10 +125,39 @@ func raceAStalledRelay(t *testing.T, db *database.DB, stalled, healthy relay.Sen
 	return rows
 }
 
-// requireWorkerAppliesInOrder hands the messages, in their order on the
+// delivery is a message as it arrived on the partition or queue, with the
+// sequence and event id its headers carry.
+type delivery struct {
+	key     string
+	headers map[string]string
+	value   []byte
+	seq     int64
+	eventID string
+}
+
+// requireDeliveredInOrder checks the deliveries, in their order on the
+// partition or queue: each post's events in sequence order (a copy right
+// after itself, a resend inside the client, is harmless; an event after a
+// later one of its post is not), n distinct events in all, and a worker on
+// db handed them applies every event once and in order. note is added to
+// the order failure.
+func requireDeliveredInOrder(t *testing.T, db *database.DB, ds []delivery, n int, note string) {
+	t.Helper()
+	last := map[string]int64{}
+	seen := map[string]bool{}
+	for _, d := range ds {
+		require.GreaterOrEqual(t, d.seq, last[d.key], "post %s: event %d after %d %s", d.key, d.seq, last[d.key], note)
+		last[d.key] = d.seq
+		seen[d.eventID] = true
+	}
+	require.Len(t, seen, n, "all delivered")
+	requireWorkerAppliesInOrder(t, db, ds)
+}
+
+// requireWorkerAppliesInOrder hands the deliveries, in their order on the
 // partition or queue, to a worker on db, and checks that it applies every
 // event once and no event of a post after a later one (by sequence).
-func requireWorkerAppliesInOrder(t *testing.T, db *database.DB, keys []string, headers []map[string]string, values [][]byte) {
+func requireWorkerAppliesInOrder(t *testing.T, db *database.DB, ds []delivery) {
 	t.Helper()
 	var applied []inbox.Event
 	var current inbox.Event
@@ -139,8 +169,8 @@ func requireWorkerAppliesInOrder(t *testing.T, db *database.DB, keys []string, h
 		}})
 	require.NoError(t, err)
 	t.Cleanup(w.Stop)
-	for i := range keys {
-		ev, err := inbox.Decode([]byte(keys[i]), headers[i], values[i])
+	for _, d := range ds {
+		ev, err := inbox.Decode([]byte(d.key), d.headers, d.value)
 		require.NoError(t, err)
 		current = ev
 		require.NoError(t, w.Handle(context.Background(), ev))
@@ -180,9 +210,8 @@ func TestStalledSendKeepsPerPostOrderOnThePartition(t *testing.T) {
 		require.NoError(t, pb.Close())
 
 		records := broker.Records(t, len(rows), 30*time.Second)
-		last := map[string]int64{}
-		seen := map[string]bool{}
-		for _, r := range records {
+		ds := make([]delivery, len(records))
+		for i, r := range records {
 			seq, err := event.ParseSequence(r.Headers["ce_sequence"])
 			require.NoError(t, err)
 			var v struct {
@@ -190,18 +219,9 @@ func TestStalledSendKeepsPerPostOrderOnThePartition(t *testing.T) {
 			}
 			require.NoError(t, json.Unmarshal(r.Value, &v))
 			require.Equal(t, seq, v.Sequence, "header and value agree")
-			// A copy right after itself (a retry inside sarama) is harmless;
-			// an event after a later one of its post is not.
-			require.GreaterOrEqual(t, seq, last[r.Key], "post %s: event %d after %d (late copy arrived: %v)", r.Key, seq, last[r.Key], stall.arrived)
-			last[r.Key] = seq
-			seen[r.Headers[event.HeaderEventID]] = true
+			ds[i] = delivery{key: r.Key, headers: r.Headers, value: r.Value, seq: seq, eventID: r.Headers[event.HeaderEventID]}
 		}
-		require.Len(t, seen, len(rows), "all delivered")
-		keys, headers, values := make([]string, len(records)), make([]map[string]string, len(records)), make([][]byte, len(records))
-		for i, r := range records {
-			keys[i], headers[i], values[i] = r.Key, r.Headers, r.Value
-		}
-		requireWorkerAppliesInOrder(t, db, keys, headers, values)
+		requireDeliveredInOrder(t, db, ds, len(rows), fmt.Sprintf("late copy arrived: %v", stall.arrived))
 		require.False(t, stall.arrived, "the stalled request was torn down, not delivered")
 	})
 }
@@ -330,27 +350,20 @@ func TestStalledPublishKeepsPerPostOrderOnTheQueue(t *testing.T) {
 		require.NoError(t, sa.Close())
 		require.NoError(t, sb.Close())
 
-		ds := rabbitmqtest.Read(t, amqpURL, queue, len(rows), 30*time.Second)
-		require.GreaterOrEqual(t, len(ds), len(rows))
-		last := map[string]int64{}
-		seen := map[string]bool{}
-		for _, d := range ds {
-			seq, err := event.ParseSequence(d.Headers["cloudEvents_sequence"].(string))
-			require.NoError(t, err)
-			require.GreaterOrEqual(t, seq, last[d.RoutingKey], "post %s: event %d after %d", d.RoutingKey, seq, last[d.RoutingKey])
-			last[d.RoutingKey] = seq
-			seen[d.MessageId] = true
-		}
-		require.Len(t, seen, len(rows), "all delivered")
-		keys, headers, values := make([]string, len(ds)), make([]map[string]string, len(ds)), make([][]byte, len(ds))
-		for i, d := range ds {
-			keys[i], values[i], headers[i] = d.RoutingKey, d.Body, map[string]string{}
+		read := rabbitmqtest.Read(t, amqpURL, queue, len(rows), 30*time.Second)
+		require.GreaterOrEqual(t, len(read), len(rows))
+		ds := make([]delivery, len(read))
+		for i, d := range read {
+			headers := map[string]string{}
 			for k, v := range d.Headers {
 				if s, ok := v.(string); ok {
-					headers[i][k] = s
+					headers[k] = s
 				}
 			}
+			seq, err := event.ParseSequence(headers["cloudEvents_sequence"])
+			require.NoError(t, err)
+			ds[i] = delivery{key: d.RoutingKey, headers: headers, value: d.Body, seq: seq, eventID: d.MessageId}
 		}
-		requireWorkerAppliesInOrder(t, db, keys, headers, values)
+		requireDeliveredInOrder(t, db, ds, len(rows), "")
 	})
 }
