@@ -248,6 +248,32 @@ func inboxRows(t *testing.T, db *database.DB, consumer string) int64 {
 	return n
 }
 
+// lastSequences returns, per post, the last sequence consumer applied.
+func lastSequences(t *testing.T, db *database.DB, consumer string) map[int64]int64 {
+	t.Helper()
+	var rows []struct {
+		PostID   int64
+		Sequence int64
+	}
+	require.NoError(t, db.Table("inbox_sequences").Select("post_id", "sequence").Where("consumer = ?", consumer).Scan(&rows).Error)
+	last := make(map[int64]int64, len(rows))
+	for _, r := range rows {
+		last[r.PostID] = r.Sequence
+	}
+	return last
+}
+
+// requireEverySequence checks that consumer has a last sequence for posts
+// posts, each of them seq.
+func requireEverySequence(t *testing.T, db *database.DB, consumer string, posts int, seq int64) {
+	t.Helper()
+	last := lastSequences(t, db, consumer)
+	require.Len(t, last, posts)
+	for post, s := range last {
+		require.Equal(t, seq, s, "post %d", post)
+	}
+}
+
 // A batch is recorded once, in one transaction: every event is applied and
 // in the inbox; the same batch delivered again applies nothing and writes
 // nothing, and neither does a batch that repeats an event inside itself.
@@ -296,9 +322,7 @@ func TestProcessBatchRecordsNothingWhenTheHandlerFails(t *testing.T) {
 		_, _, err := processBatch(t, db, "c", evs, boom)
 		require.ErrorIs(t, err, boom)
 		require.Zero(t, inboxRows(t, db, "c"))
-		var seqs int64
-		require.NoError(t, db.Table("inbox_sequences").Count(&seqs).Error)
-		require.Zero(t, seqs)
+		require.Empty(t, lastSequences(t, db, "c"))
 
 		out, applied, err := processBatch(t, db, "c", evs, nil)
 		require.NoError(t, err)
@@ -333,15 +357,7 @@ func TestProcessBatchKeepsThePostOrderWithinABatch(t *testing.T) {
 		require.Equal(t, []string{evs[0].EventID, evs[1].EventID, evs[3].EventID, evs[4].EventID}, applied)
 		require.EqualValues(t, 8, inboxRows(t, db, "c"), "dropped events are recorded too")
 
-		var last []struct {
-			PostID   int64
-			Sequence int64
-		}
-		require.NoError(t, db.Table("inbox_sequences").Select("post_id", "sequence").Where("consumer = ?", "c").Order("post_id").Scan(&last).Error)
-		require.Equal(t, []struct {
-			PostID   int64
-			Sequence int64
-		}{{7, 5}, {8, 2}}, last)
+		require.Equal(t, map[int64]int64{7: 5, 8: 2}, lastSequences(t, db, "c"))
 	})
 }
 
@@ -373,6 +389,16 @@ func recordLockConflicts(t *testing.T, db *database.DB) *lockConflicts {
 	require.NoError(t, cb.Update().After("gorm:update").Register("test:lock_conflicts", record))
 	require.NoError(t, cb.Raw().After("gorm:raw").Register("test:lock_conflicts", record))
 	return c
+}
+
+// requireNone checks that every worker committed (errs holds each one's
+// error) and that no statement lost a deadlock or a lock wait meanwhile.
+func (c *lockConflicts) requireNone(t *testing.T, errs []error) {
+	t.Helper()
+	for w, err := range errs {
+		require.NoError(t, err, "worker %d", w)
+	}
+	require.Empty(t, c.all(), "statements that lost a deadlock or a lock wait")
 }
 
 func (c *lockConflicts) all() []string {
@@ -447,26 +473,13 @@ func TestProcessBatchRecordsConcurrentBatchesOfNewPostsWithoutADeadlock(t *testi
 			})
 		}
 		wg.Wait()
-		for w, err := range errs {
-			require.NoError(t, err, "worker %d", w)
-		}
-		require.Empty(t, conflicts.all(), "statements that lost a deadlock or a lock wait")
+		conflicts.requireNone(t, errs)
 		require.Len(t, applied, total)
 		for id, n := range applied {
 			require.Equal(t, 1, n, "event %s applied", id)
 		}
 		require.EqualValues(t, total, inboxRows(t, db, "c"))
-
-		var rows []struct {
-			PostID   int64
-			Sequence int64
-		}
-		require.NoError(t, db.Table("inbox_sequences").Select("post_id", "sequence").Where("consumer = ?", "c").Scan(&rows).Error)
-		got := map[int64]int64{}
-		for _, r := range rows {
-			got[r.PostID] = r.Sequence
-		}
-		require.Equal(t, want, got)
+		require.Equal(t, want, lastSequences(t, db, "c"))
 	})
 }
 
@@ -505,12 +518,7 @@ func TestProcessBatchJudgesConcurrentBatchesOfTheSamePostsInOrder(t *testing.T) 
 			require.Equal(t, inbox.Applied, outs[batches-1][i], "the newest event of post %d", evs[0][i].PostID)
 		}
 		require.EqualValues(t, batches*posts, inboxRows(t, db, "c"))
-		var seqs []int64
-		require.NoError(t, db.Table("inbox_sequences").Where("consumer = ?", "c").Pluck("sequence", &seqs).Error)
-		require.Len(t, seqs, posts)
-		for _, s := range seqs {
-			require.EqualValues(t, batches, s)
-		}
+		requireEverySequence(t, db, "c", posts, batches)
 	})
 }
 
@@ -544,13 +552,8 @@ func TestProcessRecordsConcurrentEventsOfNewPostsWithoutADeadlock(t *testing.T) 
 			})
 		}
 		wg.Wait()
-		for w, err := range errs {
-			require.NoError(t, err, "worker %d", w)
-		}
-		require.Empty(t, conflicts.all(), "statements that lost a deadlock or a lock wait")
+		conflicts.requireNone(t, errs)
 		require.EqualValues(t, workers*postsEach, inboxRows(t, db, "c"))
-		var n int64
-		require.NoError(t, db.Table("inbox_sequences").Where("consumer = ? AND sequence = 1", "c").Count(&n).Error)
-		require.EqualValues(t, workers*postsEach, n)
+		requireEverySequence(t, db, "c", workers*postsEach, 1)
 	})
 }

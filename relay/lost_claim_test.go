@@ -31,6 +31,19 @@ func loseClaimAnswer(r *Relay, withRows bool) *atomic.Bool {
 	return &lost
 }
 
+// loseSecondClaimAnswer makes the second claim of r (with a full batch,
+// the claim of the next batch taken during the first one's send) report a
+// lost connection although it committed.
+func loseSecondClaimAnswer(r *Relay) {
+	var claims atomic.Int32
+	r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
+		if claims.Add(1) == 2 && err == nil {
+			return nil, driver.ErrBadConn
+		}
+		return msgs, err
+	}
+}
+
 // A claim whose answer was lost left its rows PROCESSING under this relay's
 // run. The next poll reads them back and releases them before it claims:
 // they are sent then, in order, with no attempt spent, instead of holding
@@ -239,13 +252,7 @@ func TestLostNextClaimReadBackLeavesAnUnrecordedPipelinedSendToStaleRecovery(t *
 		r := b.relayVia(t, send, "a", func(c *Config) { c.BatchSize = 2 })
 		// The first claim (before the send) succeeds, the one of the
 		// next batch (during the send) fails.
-		var claims atomic.Int32
-		r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
-			if claims.Add(1) == 2 && err == nil {
-				return nil, driver.ErrBadConn
-			}
-			return msgs, err
-		}
+		loseSecondClaimAnswer(r)
 
 		_, err := r.Pump(ctx)
 		require.ErrorContains(t, err, "sender returned 1 results for 2 messages")
@@ -304,13 +311,7 @@ func TestLostClaimAnswerCountsItsAcknowledgementsAsSentNotFenced(t *testing.T) {
 		b.store = b.store.WithDeferredAcks()
 		rows := b.append(t, 1, 2, 3, 4)
 		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
-		var claims atomic.Int32
-		r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
-			if claims.Add(1) == 2 && err == nil {
-				return nil, driver.ErrBadConn // committed: the acknowledgements and the next batch
-			}
-			return msgs, err
-		}
+		loseSecondClaimAnswer(r) // committed: the acknowledgements and the next batch
 
 		var total Result
 		res, err := r.RunOnce(ctx)

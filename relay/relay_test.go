@@ -68,12 +68,28 @@ func (b *bundle) append(t *testing.T, postIDs ...int64) []outbox.Message {
 	t.Helper()
 	var out []outbox.Message
 	for _, id := range postIDs {
-		m, err := outbox.Append(b.db.DB, eventtest.Outbox(t, event.PostingEvent, id, b.clock.Now(), nil))
-		require.NoError(t, err)
-		out = append(out, *m)
+		out = append(out, appendEvent(t, b.db.DB, id, b.clock.Now()))
 		b.clock.Add(time.Millisecond)
 	}
 	return out
+}
+
+// appendEvent appends an event of post written at at (an instance's clock,
+// the bundle's or the real one).
+func appendEvent(t *testing.T, db *gorm.DB, post int64, at time.Time) outbox.Message {
+	t.Helper()
+	m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, post, at, nil))
+	require.NoError(t, err)
+	return *m
+}
+
+// leaveDeadClaim makes row id PROCESSING under a claim of the instance
+// "dead" taken at claimedAt, with retries spent.
+func leaveDeadClaim(t *testing.T, db *gorm.DB, id int64, claimedAt time.Time, retries int) {
+	t.Helper()
+	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", id).Updates(map[string]any{
+		"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": claimedAt,
+		"retry_count": retries, "version": gorm.Expr("version + 1")}).Error)
 }
 
 func (b *bundle) row(t *testing.T, id int64) outbox.Message {
@@ -679,16 +695,11 @@ func TestClaimWaitingForALockIsNotBornStale(t *testing.T) {
 		ctx := context.Background()
 		var ids []int64
 		for p := int64(1); p <= 3; p++ {
-			m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, p, time.Now(), nil))
-			require.NoError(t, err)
-			ids = append(ids, m.ID)
+			ids = append(ids, appendEvent(t, db.DB, p, time.Now()).ID)
 		}
 		// A claim left by a dead instance, out of retries: recovery makes it FAIL.
-		dead, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 99, time.Now(), nil))
-		require.NoError(t, err)
-		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", dead.ID).Updates(map[string]any{
-			"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": time.Now().Add(-time.Hour),
-			"retry_count": 3, "version": gorm.Expr("version + 1")}).Error)
+		dead := appendEvent(t, db.DB, 99, time.Now())
+		leaveDeadClaim(t, db.DB, dead.ID, time.Now().Add(-time.Hour), 3)
 
 		send := relaytest.NewSender()
 		proceed := send.Hold() // a's send waits, so that b polls while it is in flight
@@ -952,9 +963,7 @@ func TestRelaysWithSkewedClocksSendEachEventOnce(t *testing.T) {
 		var ids []int64
 		for range perPost {
 			for p := int64(1); p <= posts; p++ {
-				m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, p, time.Now(), nil))
-				require.NoError(t, err)
-				ids = append(ids, m.ID)
+				ids = append(ids, appendEvent(t, db.DB, p, time.Now()).ID)
 			}
 		}
 		send := relaytest.NewSender()
@@ -1001,10 +1010,8 @@ func TestEventFromAnInstanceAheadIsDueAtOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		first, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now().Add(10*time.Minute), nil))
-		require.NoError(t, err)
-		second, err := outbox.Append(db.DB, eventtest.Outbox(t, event.PostingEvent, 7, time.Now(), nil))
-		require.NoError(t, err)
+		first := appendEvent(t, db.DB, 7, time.Now().Add(10*time.Minute))
+		second := appendEvent(t, db.DB, 7, time.Now())
 		send := relaytest.NewSender()
 		r, err := New(outbox.NewStore(db), send, Config{InstanceID: "r", Interval: 10 * time.Millisecond})
 		require.NoError(t, err)
@@ -1180,8 +1187,7 @@ func TestPeerDoesNotRecoverKeptAcknowledgementsAfterALongOutage(t *testing.T) {
 
 		// Once the database has answered for a stale limit, recovery is back.
 		dead := s.append(t, 2)[0]
-		require.NoError(t, db.DB.Model(&outbox.Message{}).Where("id = ?", dead.ID).
-			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": s.clock.Now().Add(-time.Hour)}).Error)
+		leaveDeadClaim(t, db.DB, dead.ID, s.clock.Now().Add(-time.Hour), 0)
 		s.clock.Add(time.Minute)
 		res, err := b.RunOnce(ctx)
 		require.NoError(t, err)

@@ -94,11 +94,18 @@ func (c *stallingConn) Close() error {
 	return c.Conn.Close()
 }
 
+// closingSender is a relay.Sender the test closes when its relay is done.
+type closingSender interface {
+	relay.Sender
+	Close() error
+}
+
 // raceAStalledRelay seeds a few posts' events, starts a relay sending
 // through stalled (its first send stalls: entered is closed then), then,
 // once it stalls, a second through healthy, and returns the rows once every
-// one is SENT and the stall has ended (done). No attempt may be spent.
-func raceAStalledRelay(t *testing.T, db *database.DB, stalled, healthy relay.Sender, entered, done <-chan struct{}) []outbox.Message {
+// one is SENT and the stall has ended (done), both relays stopped and both
+// senders closed. No attempt may be spent.
+func raceAStalledRelay(t *testing.T, db *database.DB, stalled, healthy closingSender, entered, done <-chan struct{}) []outbox.Message {
 	t.Helper()
 	ctx := context.Background()
 	newRelay := func(id string, s relay.Sender) *relay.Relay {
@@ -119,6 +126,8 @@ func raceAStalledRelay(t *testing.T, db *database.DB, stalled, healthy relay.Sen
 	<-done
 	a.Stop()
 	b.Stop()
+	require.NoError(t, stalled.Close())
+	require.NoError(t, healthy.Close())
 	var retried int64
 	require.NoError(t, db.DB.Model(&outbox.Message{}).Where("retry_count > 0").Count(&retried).Error)
 	require.Zero(t, retried, "a send without an answer spends no attempt")
@@ -204,10 +213,7 @@ func TestStalledSendKeepsPerPostOrderOnThePartition(t *testing.T) {
 			require.NoError(t, err)
 			return p
 		}
-		pa, pb := producer(stall.Dial), producer(nil)
-		rows := raceAStalledRelay(t, db, pa, pb, stall.entered, stall.done)
-		require.NoError(t, pa.Close())
-		require.NoError(t, pb.Close())
+		rows := raceAStalledRelay(t, db, producer(stall.Dial), producer(nil), stall.entered, stall.done)
 
 		records := broker.Records(t, len(rows), 30*time.Second)
 		ds := make([]delivery, len(records))
@@ -345,10 +351,7 @@ func TestStalledPublishKeepsPerPostOrderOnTheQueue(t *testing.T) {
 			require.NoError(t, err)
 			return s
 		}
-		sa, sb := sender(proxy.URL), sender(amqpURL)
-		rows := raceAStalledRelay(t, db, sa, sb, proxy.entered, proxy.done)
-		require.NoError(t, sa.Close())
-		require.NoError(t, sb.Close())
+		rows := raceAStalledRelay(t, db, sender(proxy.URL), sender(amqpURL), proxy.entered, proxy.done)
 
 		read := rabbitmqtest.Read(t, amqpURL, queue, len(rows), 30*time.Second)
 		require.GreaterOrEqual(t, len(read), len(rows))

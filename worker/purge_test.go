@@ -15,7 +15,6 @@ import (
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
 )
@@ -162,8 +161,7 @@ func TestWorkerRedeliveryAfterTheCleanerPublishesNothing(t *testing.T) {
 		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		rec := reservationRecord(t, post)
 		require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
-		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
-			20*time.Second, 10*time.Millisecond)
+		awaitPublished(t, db.DB, post)
 
 		// The retention has passed for both rows.
 		later := time.Now().Add(time.Hour)

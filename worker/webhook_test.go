@@ -122,8 +122,7 @@ func publishOne(t *testing.T, db *gorm.DB, hook *worker.Webhook, rc *receiver) (
 	post := reservationtest.InsertWorking(t, db, time.Now().Add(-time.Second))
 	rec := reservationRecord(t, post)
 	require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
-	require.Eventually(t, func() bool { return loadPost(t, db, post.ID).Status == reservation.StatusPublished },
-		30*time.Second, 20*time.Millisecond)
+	awaitPublished(t, db, post)
 	var got []call
 	for _, c := range rc.all() {
 		if c.header.Get("Idempotency-Key") == rec.Headers[event.HeaderEventID] {
@@ -384,8 +383,7 @@ func TestWebhookRetryKeepsIDAndSignsWithAFreshTimestamp(t *testing.T) {
 		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second))
 		rec := reservationRecord(t, post)
 		require.NoError(t, w.Handle(context.Background(), decode(t, rec, 0)))
-		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
-			30*time.Second, 20*time.Millisecond)
+		awaitPublished(t, db.DB, post)
 
 		mu.Lock()
 		defer mu.Unlock()

@@ -110,6 +110,15 @@ func loadPost(t *testing.T, db *gorm.DB, id int64) *reservation.Post {
 	return p
 }
 
+// awaitPublished waits until every post of posts is PUBLISHED.
+func awaitPublished(t *testing.T, db *gorm.DB, posts ...*reservation.Post) {
+	t.Helper()
+	for _, p := range posts {
+		require.Eventually(t, func() bool { return loadPost(t, db, p.ID).Status == reservation.StatusPublished },
+			30*time.Second, 20*time.Millisecond, "post %d not published", p.ID)
+	}
+}
+
 func loadPublication(t *testing.T, db *gorm.DB, id int64) worker.Publication {
 	t.Helper()
 	return databasetest.Load[worker.Publication](t, db, id)
@@ -142,8 +151,7 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 		require.EqualValues(t, 3, p.PartitionID)
 		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, post.ID).Status, "published early")
 
-		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
-			10*time.Second, 20*time.Millisecond)
+		awaitPublished(t, db.DB, post)
 		got := loadPost(t, db.DB, post.ID)
 		require.NotNil(t, got.PublishedAt)
 		require.False(t, got.PublishedAt.Before(post.ScheduledAt), "published at %s, before %s", got.PublishedAt, post.ScheduledAt)
@@ -223,12 +231,10 @@ func TestWorkerRearmsPendingOnAssignment(t *testing.T) {
 		w2 := newWorker(t, db.DB, pub)
 		require.NoError(t, w2.Assigned(ctx, "posting-events", []int32{5}))
 		require.Equal(t, 1, w2.Pending())
-		require.Eventually(t, func() bool { return loadPost(t, db.DB, onFive.ID).Status == reservation.StatusPublished },
-			10*time.Second, 20*time.Millisecond)
+		awaitPublished(t, db.DB, onFive)
 		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, onSix.ID).Status, "partition 6 is nobody's")
 		require.NoError(t, w2.Assigned(ctx, "posting-events", []int32{6}))
-		require.Eventually(t, func() bool { return loadPost(t, db.DB, onSix.ID).Status == reservation.StatusPublished },
-			10*time.Second, 20*time.Millisecond)
+		awaitPublished(t, db.DB, onSix)
 		require.Equal(t, 1, pub.count(onFive.ID))
 		require.Equal(t, 1, pub.count(onSix.ID))
 	})
@@ -274,8 +280,7 @@ func TestWorkerWebhook(t *testing.T) {
 		post := reservationtest.InsertWorking(t, db.DB, time.Now().Add(-time.Second)) // overdue: at once
 		rec := reservationRecord(t, post)
 		require.NoError(t, w.Handle(ctx, decode(t, rec, 0)))
-		require.Eventually(t, func() bool { return loadPost(t, db.DB, post.ID).Status == reservation.StatusPublished },
-			10*time.Second, 20*time.Millisecond)
+		awaitPublished(t, db.DB, post)
 		mu.Lock()
 		require.Len(t, requests, 2, "a 503, then a 200")
 		require.Equal(t, rec.Headers[event.HeaderEventID], requests[1].Header.Get("Idempotency-Key"))
@@ -433,15 +438,10 @@ func TestWorkerThroughKafkaKilledBeforeOffsetCommit(t *testing.T) {
 
 		b.Produce(t, kafkatest.Record{Key: rec.Key, Value: []byte(`{"eventId":`), Headers: rec.Headers}, reservationRecord(t, second))
 		startWorker(t, b, db.DB, pub, nil)
-		require.Eventually(t, func() bool {
-			return loadPost(t, db.DB, first.ID).Status == reservation.StatusPublished &&
-				loadPost(t, db.DB, second.ID).Status == reservation.StatusPublished
-		}, 20*time.Second, 20*time.Millisecond)
+		awaitPublished(t, db.DB, first, second)
 		require.Equal(t, 1, pub.count(first.ID))
 		require.Equal(t, 1, pub.count(second.ID))
-		var inboxRows int64
-		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&inboxRows).Error)
-		require.EqualValues(t, 2, inboxRows)
+		require.EqualValues(t, 2, databasetest.Count[inbox.Record](t, db.DB))
 	})
 }
 
@@ -472,16 +472,13 @@ func TestWorkerThroughKafkaDatabaseDownDuringABatchLosesNothing(t *testing.T) {
 		startWorker(t, b, db.DB, pub, nil)
 		require.Eventually(t, func() bool { return refused.Load() >= 5 }, 20*time.Second, 10*time.Millisecond,
 			"the batch and its first event retried")
-		var rows int64
-		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&rows).Error)
-		require.Zero(t, rows, "nothing recorded while the database refused")
+		require.Zero(t, databasetest.Count[inbox.Record](t, db.DB), "nothing recorded while the database refused")
 		down.Store(false)
 
 		require.Eventually(t, func() bool {
 			return reservationtest.Count(t, db.DB, reservation.StatusPublished) == int64(len(posts)-1)
 		}, 30*time.Second, 20*time.Millisecond)
-		require.NoError(t, db.DB.Model(&inbox.Record{}).Count(&rows).Error)
-		require.EqualValues(t, len(recs), rows, "every event recorded once")
+		require.EqualValues(t, len(recs), databasetest.Count[inbox.Record](t, db.DB), "every event recorded once")
 		require.Equal(t, worker.PublicationCancelled, loadPublication(t, db.DB, cancelled.ID).Status,
 			"the cancellation applied after its reservation")
 		for _, p := range posts {
@@ -569,11 +566,8 @@ func TestWorkerHandleBatchRecordsInOrderOnce(t *testing.T) {
 			t.Helper()
 			require.Equal(t, worker.PublicationPending, loadPublication(t, db.DB, kept.ID).Status)
 			require.Equal(t, worker.PublicationCancelled, loadPublication(t, db.DB, cancelled.ID).Status)
-			var pubs, rows int64
-			require.NoError(t, db.Model(&worker.Publication{}).Count(&pubs).Error)
-			require.EqualValues(t, 2, pubs, "the malformed reservation scheduled nothing")
-			require.NoError(t, db.Model(&inbox.Record{}).Count(&rows).Error)
-			require.EqualValues(t, 3, rows)
+			require.EqualValues(t, 2, databasetest.Count[worker.Publication](t, db.DB), "the malformed reservation scheduled nothing")
+			require.EqualValues(t, 3, databasetest.Count[inbox.Record](t, db.DB))
 			require.Equal(t, 1, w.Pending(), "only the kept post has a timer")
 		}
 		malformed, err := w.HandleBatch(ctx, evs)
@@ -612,9 +606,7 @@ func TestWorkerRefusesAScheduledAtNoDatabaseCanStore(t *testing.T) {
 			require.NoError(t, err, "%s", at)
 			require.ErrorIs(t, malformed[0], inbox.ErrMalformed, "%s", at)
 		}
-		var pubs int64
-		require.NoError(t, db.Model(&worker.Publication{}).Count(&pubs).Error)
-		require.Zero(t, pubs)
+		require.Zero(t, databasetest.Count[worker.Publication](t, db.DB))
 		require.Zero(t, w.Pending())
 	})
 }
@@ -1043,10 +1035,7 @@ func TestPostsDueTogetherPublishedWithoutTheOneCancelled(t *testing.T) {
 		require.NoError(t, w.Handle(ctx, decode(t, cancelRecord(t, b), 0)))
 		require.Equal(t, 2, w.Pending(), "the cancelled post's timer is disarmed")
 
-		require.Eventually(t, func() bool {
-			return loadPost(t, db.DB, a.ID).Status == reservation.StatusPublished &&
-				loadPost(t, db.DB, c.ID).Status == reservation.StatusPublished
-		}, 30*time.Second, 10*time.Millisecond)
+		awaitPublished(t, db.DB, a, c)
 		for _, p := range []*reservation.Post{a, c} {
 			got := loadPost(t, db.DB, p.ID)
 			require.False(t, got.PublishedAt.Before(p.ScheduledAt), "published before its time")
@@ -1083,10 +1072,7 @@ func TestAlarmOfRevokedPostsDoesNotRing(t *testing.T) {
 		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, a.ID).Status)
 
 		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{3}))
-		require.Eventually(t, func() bool {
-			return loadPost(t, db.DB, a.ID).Status == reservation.StatusPublished &&
-				loadPost(t, db.DB, b.ID).Status == reservation.StatusPublished
-		}, 30*time.Second, 10*time.Millisecond)
+		awaitPublished(t, db.DB, a, b)
 		require.Equal(t, 1, rec.count(a.ID))
 		require.Equal(t, 1, rec.count(b.ID))
 	})
@@ -1168,8 +1154,7 @@ func TestWorkerSweepPublishesRowsSetBackToPending(t *testing.T) {
 
 		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{4, 5}))
 		for _, p := range []*reservation.Post{other, later} {
-			require.Eventually(t, func() bool { return loadPost(t, db.DB, p.ID).Status == reservation.StatusPublished },
-				10*time.Second, 10*time.Millisecond)
+			awaitPublished(t, db.DB, p)
 		}
 		for _, p := range []*reservation.Post{owned, other, later} {
 			require.Equal(t, 1, pub.count(p.ID))

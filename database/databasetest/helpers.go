@@ -61,3 +61,11 @@ func Load[T any](t testing.TB, db *gorm.DB, id any) T {
 	require.NoError(t, db.First(&row, id).Error)
 	return row
 }
+
+// Count returns how many rows of T the table holds.
+func Count[T any](t testing.TB, db *gorm.DB) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Model(new(T)).Count(&n).Error)
+	return n
+}
