@@ -205,6 +205,13 @@ func (s *shortSender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	return errs
 }
 
+// shortRelay is a relay "a" sending through b's sender answered short once
+// (shortSender); what reached the broker is in b.send.
+func (b *bundle) shortRelay(t *testing.T, mutate ...func(*Config)) *Relay {
+	t.Helper()
+	return b.relayVia(t, &shortSender{Sender: b.send}, "a", mutate...)
+}
+
 // A batch whose sender answered for fewer messages than it was given is
 // sent but not recorded: its outcome is unknown, and the relay leaves it
 // PROCESSING for stale recovery. The read-back after a failed claim must
@@ -216,9 +223,8 @@ func TestLostClaimReadBackLeavesAnUnrecordedSendToStaleRecovery(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		b := setup(t, db)
-		send := &shortSender{Sender: b.send}
 		rows := b.append(t, 1, 2)
-		r := b.relayVia(t, send, "a")
+		r := b.shortRelay(t)
 
 		_, err := r.RunOnce(ctx)
 		require.ErrorContains(t, err, "sender returned 1 results for 2 messages")
@@ -247,9 +253,8 @@ func TestLostNextClaimReadBackLeavesAnUnrecordedPipelinedSendToStaleRecovery(t *
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		b := setup(t, db)
-		send := &shortSender{Sender: b.send}
 		rows := b.append(t, 1, 2, 3, 4)
-		r := b.relayVia(t, send, "a", func(c *Config) { c.BatchSize = 2 })
+		r := b.shortRelay(t, func(c *Config) { c.BatchSize = 2 })
 		// The first claim (before the send) succeeds, the one of the
 		// next batch (during the send) fails.
 		loseSecondClaimAnswer(r)

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,13 +147,12 @@ func TestWorkerRedeliveryAfterTheCleanerPublishesNothing(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
-		var mu sync.Mutex
-		outcomes := map[string]int{}
+		var outcomes tally
 		pub := &recorder{}
 		// A short sweep: a redelivery that lands while the first timer is
 		// still winding down is armed by the sweep, not at once.
 		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), SweepInterval: 100 * time.Millisecond,
-			ObserveSettled: func(o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+			ObserveSettled: outcomes.add})
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 
@@ -182,8 +180,6 @@ func TestWorkerRedeliveryAfterTheCleanerPublishesNothing(t *testing.T) {
 
 		require.Equal(t, 1, pub.count(post.ID), "published again")
 		require.Equal(t, worker.PublicationPublished, loadPublication(t, db.DB, post.ID).Status)
-		mu.Lock()
-		defer mu.Unlock()
-		require.Equal(t, map[string]int{worker.OutcomePublished: 1}, outcomes, "one publication, counted once")
+		require.Equal(t, map[string]int{worker.OutcomePublished: 1}, outcomes.counts(), "one publication, counted once")
 	})
 }

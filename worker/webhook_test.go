@@ -555,11 +555,10 @@ func TestWorkerWebhookRetriesAndRefusals(t *testing.T) {
 		hook, err := worker.NewWebhook(worker.WebhookConfig{URL: srv.URL})
 		require.NoError(t, err)
 		logs := &logtest.Buffer{}
-		var outcomesMu sync.Mutex
-		outcomes := map[string]int{}
+		var outcomes tally
 		w, err := worker.New(db.DB, worker.Config{Publisher: hook, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-			ObserveSettled: func(o string) { outcomesMu.Lock(); outcomes[o]++; outcomesMu.Unlock() }})
+			ObserveSettled: outcomes.add})
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 		ctx := context.Background()
@@ -603,9 +602,7 @@ func TestWorkerWebhookRetriesAndRefusals(t *testing.T) {
 		require.Contains(t, line, "last_error=")
 		require.Contains(t, line, "answered 404: no such channel")
 
-		outcomesMu.Lock()
-		defer outcomesMu.Unlock()
-		require.Equal(t, map[string]int{worker.OutcomePublished: 1, worker.OutcomeFailed: 1, worker.OutcomeCancelled: 1}, outcomes)
+		require.Equal(t, map[string]int{worker.OutcomePublished: 1, worker.OutcomeFailed: 1, worker.OutcomeCancelled: 1}, outcomes.counts())
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,6 +32,31 @@ import (
 	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
 )
+
+// tally counts the outcomes a worker reports from its goroutines (its
+// ObserveConsumed or ObserveSettled).
+type tally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *tally) add(outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[outcome]++
+}
+
+// consumed is add as an ObserveConsumed.
+func (c *tally) consumed(_, outcome string) { c.add(outcome) }
+
+func (c *tally) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
 
 // recorder is a Publisher that counts calls per post.
 type recorder struct {
@@ -131,11 +157,10 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		pub := &recorder{}
+		var outcomes tally
 		var mu sync.Mutex
-		outcomes := map[string]int{}
 		var lags []time.Duration
-		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
-			ObserveConsumed:  func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() },
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), ObserveConsumed: outcomes.consumed,
 			ObservePublished: func(lag time.Duration) { mu.Lock(); lags = append(lags, lag); mu.Unlock() }})
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
@@ -168,9 +193,9 @@ func TestWorkerPublishesAtItsTimeOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, worker.PublicationPublished, status)
 		require.Equal(t, 1, pub.count(post.ID))
+		require.Equal(t, map[string]int{worker.OutcomeProcessed: 1, worker.OutcomeDuplicate: 2}, outcomes.counts())
 		mu.Lock()
 		defer mu.Unlock()
-		require.Equal(t, map[string]int{worker.OutcomeProcessed: 1, worker.OutcomeDuplicate: 2}, outcomes)
 		require.Len(t, lags, 1)
 		require.GreaterOrEqual(t, lags[0], time.Duration(0))
 	})
@@ -627,10 +652,8 @@ func TestWorkerDropsAnEventOlderThanOneApplied(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		pub := &recorder{}
-		var mu sync.Mutex
-		outcomes := map[string]int{}
-		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(),
-			ObserveConsumed: func(_, o string) { mu.Lock(); outcomes[o]++; mu.Unlock() }})
+		var outcomes tally
+		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), ObserveConsumed: outcomes.consumed})
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 		ctx := context.Background()
@@ -645,9 +668,7 @@ func TestWorkerDropsAnEventOlderThanOneApplied(t *testing.T) {
 		require.NoError(t, db.DB.Model(&worker.Publication{}).Where("post_id = ?", post.ID).Count(&n).Error)
 		require.Zero(t, n, "the overtaken reservation scheduled a publication")
 		require.Zero(t, w.Pending())
-		mu.Lock()
-		require.Equal(t, map[string]int{worker.OutcomeProcessed: 1, worker.OutcomeOutOfOrder: 1}, outcomes)
-		mu.Unlock()
+		require.Equal(t, map[string]int{worker.OutcomeProcessed: 1, worker.OutcomeOutOfOrder: 1}, outcomes.counts())
 
 		// Without a sequence (a producer that predates it) an event is
 		// applied as before.

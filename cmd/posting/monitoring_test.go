@@ -381,9 +381,7 @@ func TestMonitoringAgainstServeAndWorker(t *testing.T) {
 		second := createPost(t, serveAddr, time.Now().Add(time.Hour))
 		require.Equal(t, next, strconv.FormatInt(int64(second["id"].(float64)), 10))
 
-		db, err := database.Open(dbURL, "")
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
+		db := databasetest.Open(t, dbURL)
 		require.Eventually(t, func() bool {
 			var n int64
 			require.NoError(t, db.DB.Model(&outbox.Message{}).Where("status = ?", outbox.StatusFail).Count(&n).Error)
