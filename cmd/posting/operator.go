@@ -191,13 +191,13 @@ func reportEach[R any](o *operator, idHeader, verb string, results []R, outcome 
 	return nil
 }
 
-// refusedReason is the text of a refused id's error: the Reason of the
-// operation's per-id error E (*outbox.RowError, *worker.PublicationError)
-// when err is one, else err's own text.
-func refusedReason[E error](err error, reason func(E) string) string {
-	var e E
+// refusedReason is the text of a refused id's error: the Reason of a
+// *database.IDError (*outbox.RowError, *worker.PublicationError) when err
+// is one, else err's own text.
+func refusedReason(err error) string {
+	var e *database.IDError
 	if errors.As(err, &e) {
-		return reason(e)
+		return e.Reason
 	}
 	return err.Error()
 }

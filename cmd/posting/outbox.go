@@ -209,7 +209,7 @@ func (c *outboxDiscard) Run(ctx context.Context, _ []string) error {
 func (o *operator) reportRows(verb string, results []outbox.RowResult) error {
 	return reportEach(o, "ID", verb, results, func(r outbox.RowResult) (int64, string, bool) {
 		if r.Err != nil {
-			return r.ID, refusedReason(r.Err, func(e *outbox.RowError) string { return e.Reason }), false
+			return r.ID, refusedReason(r.Err), false
 		}
 		action := map[string]string{"requeued": "outbox.requeue", "discarded": "outbox.discard"}[verb]
 		o.audit(action, []int64{r.ID}, "event_id", r.Row.EventID, "post_id", r.Row.PostID)

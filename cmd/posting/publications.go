@@ -99,7 +99,7 @@ func (c *publicationsRetry) Run(ctx context.Context, _ []string) error {
 	results := worker.RetryPublications(ctx, c.db, c.ids)
 	return reportEach(&c.operator, "POST ID", "retried", results, func(r worker.PublicationResult) (int64, string, bool) {
 		if r.Err != nil {
-			return r.PostID, refusedReason(r.Err, func(e *worker.PublicationError) string { return e.Reason }), false
+			return r.PostID, refusedReason(r.Err), false
 		}
 		c.audit("publications.retry", []int64{r.PostID}, "event_id", r.Publication.EventID)
 		return r.PostID, string(r.Publication.Status), true
