@@ -63,3 +63,23 @@ func EachID[R any](ids []int64, do func(id int64) R) []R {
 	}
 	return out
 }
+
+// IDError is why an operator's action on rows named by id (EachID) refused
+// one of them: "id 12: status SENT, only FAIL rows can be requeued". Each
+// package names it for its rows (outbox.RowError, worker.PublicationError).
+type IDError struct {
+	// What the id names, first in the message: "id" for an outbox row,
+	// "post" for a publication (keyed by its post).
+	What string
+	// ID is the id refused.
+	ID int64
+	// Reason says why, for a person.
+	Reason string
+	// Err is the package's sentinel, or the database error.
+	Err error
+}
+
+func (e *IDError) Error() string { return fmt.Sprintf("%s %d: %s", e.What, e.ID, e.Reason) }
+
+// Unwrap returns the sentinel, for errors.Is.
+func (e *IDError) Unwrap() error { return e.Err }

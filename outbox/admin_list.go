@@ -64,7 +64,7 @@ func Get(ctx context.Context, db *gorm.DB, id int64) (Entry, error) {
 	var e Entry
 	err := db.WithContext(ctx).Select(entryColumns).Where("id = ?", id).Take(&e).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return e, &RowError{ID: id, Reason: "not found", Err: ErrNotFound}
+		return e, &RowError{What: "id", ID: id, Reason: "not found", Err: ErrNotFound}
 	}
 	if err != nil {
 		return e, fmt.Errorf("read outbox row %d: %w", id, err)

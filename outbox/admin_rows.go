@@ -11,18 +11,10 @@ import (
 )
 
 // RowError is why an operation refused one row: "id 12: status SENT, only
-// FAIL rows can be requeued". Err is the sentinel (ErrNotFound,
-// ErrNotFailed, ErrDiscarded, ErrConflict) or the database error.
-type RowError struct {
-	ID     int64
-	Reason string
-	Err    error
-}
-
-func (e *RowError) Error() string { return fmt.Sprintf("id %d: %s", e.ID, e.Reason) }
-
-// Unwrap returns the sentinel, for errors.Is.
-func (e *RowError) Unwrap() error { return e.Err }
+// FAIL rows can be requeued". What is "id"; Err is the sentinel
+// (ErrNotFound, ErrNotFailed, ErrDiscarded, ErrConflict) or the database
+// error.
+type RowError = database.IDError
 
 // RowResult is the outcome of Requeue or Discard for one id.
 type RowResult struct {
@@ -97,7 +89,7 @@ func updateFailedRow(ctx context.Context, db *gorm.DB, id int64, verb string,
 		return e, err
 	}
 	if e.Status != StatusFail {
-		return e, &RowError{ID: id, Err: ErrNotFailed,
+		return e, &RowError{What: "id", ID: id, Err: ErrNotFailed,
 			Reason: fmt.Sprintf("status %s, only FAIL rows can be %s", e.Status, verb)}
 	}
 	if e.DiscardedAt != nil {
@@ -106,17 +98,17 @@ func updateFailedRow(ctx context.Context, db *gorm.DB, id int64, verb string,
 			reason = "discarded at " + e.DiscardedAt.Format(time.RFC3339) +
 				"; a discarded event is not requeued, later events of its key may have been sent after it"
 		}
-		return e, &RowError{ID: id, Err: ErrDiscarded, Reason: reason}
+		return e, &RowError{What: "id", ID: id, Err: ErrDiscarded, Reason: reason}
 	}
 	values, after := update(e)
 	res := db.WithContext(ctx).Model(&Message{}).
 		Where("id = ? AND version = ? AND status = ? AND discarded_at IS NULL", id, e.Version, StatusFail).
 		Updates(values)
 	if res.Error != nil {
-		return e, &RowError{ID: id, Reason: "update failed: " + res.Error.Error(), Err: res.Error}
+		return e, &RowError{What: "id", ID: id, Reason: "update failed: " + res.Error.Error(), Err: res.Error}
 	}
 	if res.RowsAffected == 0 {
-		return e, &RowError{ID: id, Err: ErrConflict,
+		return e, &RowError{What: "id", ID: id, Err: ErrConflict,
 			Reason: fmt.Sprintf("changed meanwhile (version %d is no longer current); read it again", e.Version)}
 	}
 	// A requeued row, or the rows a discarded one held, are due now.

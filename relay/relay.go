@@ -135,14 +135,10 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"StaleAfter", c.StaleAfter, "must be at least 1s and more than twice the interval (%s)", c.Interval)
 	case c.WriteTimeout <= 0:
 		return config.Invalid(f+"WriteTimeout", c.WriteTimeout, "must be positive")
-	case c.RetryBase <= 0:
-		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
-	case c.RetryMax < c.RetryBase:
-		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
 	case c.OutageBackoffMax < c.Interval:
 		return config.Invalid(f+"OutageBackoffMax", c.OutageBackoffMax, "below the interval %s", c.Interval)
 	}
-	return nil
+	return backoff.CheckRetry(f, c.RetryBase, c.RetryMax)
 }
 
 // Result counts what one poll did.

@@ -75,14 +75,10 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"Wake", nil, "required")
 	case c.CheckEvery < 10*time.Millisecond:
 		return config.Invalid(f+"CheckEvery", c.CheckEvery, "below 10ms")
-	case c.RetryBase <= 0:
-		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
 	case c.ProbeWait <= 0:
 		return config.Invalid(f+"ProbeWait", c.ProbeWait, "must be positive")
-	case c.RetryMax < c.RetryBase:
-		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
 	}
-	return nil
+	return backoff.CheckRetry(f, c.RetryBase, c.RetryMax)
 }
 
 // Listener LISTENs on a PostgreSQL channel and calls Wake for each

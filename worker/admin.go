@@ -120,25 +120,16 @@ func GetPublication(ctx context.Context, db *gorm.DB, postID int64) (Publication
 		return PublicationEntry{}, fmt.Errorf("read publication of post %d: %w", postID, err)
 	}
 	if len(out) == 0 {
-		return PublicationEntry{}, &PublicationError{PostID: postID, Reason: "not found", Err: ErrPublicationNotFound}
+		return PublicationEntry{}, &PublicationError{What: "post", ID: postID, Reason: "not found", Err: ErrPublicationNotFound}
 	}
 	out[0].utc()
 	return out[0], nil
 }
 
 // PublicationError is why an operation refused one publication: "post 12:
-// publication is PUBLISHED, only FAILED ones can be retried". Err is the
-// sentinel or the database error.
-type PublicationError struct {
-	PostID int64
-	Reason string
-	Err    error
-}
-
-func (e *PublicationError) Error() string { return fmt.Sprintf("post %d: %s", e.PostID, e.Reason) }
-
-// Unwrap returns the sentinel, for errors.Is.
-func (e *PublicationError) Unwrap() error { return e.Err }
+// publication is PUBLISHED, only FAILED ones can be retried". What is
+// "post" and ID the post id; Err is the sentinel or the database error.
+type PublicationError = database.IDError
 
 // PublicationResult is the outcome of RetryPublications for one post id.
 type PublicationResult struct {
@@ -184,7 +175,7 @@ func retryPublication(ctx context.Context, db *gorm.DB, id int64) (PublicationEn
 	}
 	now, err := database.Now(ctx, db)
 	if err != nil {
-		return e, &PublicationError{PostID: id, Reason: err.Error(), Err: err}
+		return e, &PublicationError{What: "post", ID: id, Reason: err.Error(), Err: err}
 	}
 	return retryAsRead(ctx, db, e, now)
 }
@@ -192,7 +183,7 @@ func retryPublication(ctx context.Context, db *gorm.DB, id int64) (PublicationEn
 // retryable says why a publication as read cannot be retried, or nil.
 func retryable(e PublicationEntry) error {
 	if e.Status != PublicationFailed {
-		return &PublicationError{PostID: e.PostID, Err: ErrPublicationNotFailed,
+		return &PublicationError{What: "post", ID: e.PostID, Err: ErrPublicationNotFailed,
 			Reason: fmt.Sprintf("publication is %s, only FAILED ones can be retried", e.Status)}
 	}
 	if e.PostStatus != reservation.StatusWorking {
@@ -200,7 +191,7 @@ func retryable(e PublicationEntry) error {
 		if e.PostStatus != "" {
 			what = string(e.PostStatus)
 		}
-		return &PublicationError{PostID: e.PostID, Err: ErrPostNotWorking,
+		return &PublicationError{What: "post", ID: e.PostID, Err: ErrPostNotWorking,
 			Reason: fmt.Sprintf("post is %s, only a WORKING post is published", what)}
 	}
 	return nil
@@ -214,10 +205,10 @@ func retryAsRead(ctx context.Context, db *gorm.DB, e PublicationEntry, now time.
 		Where("EXISTS (SELECT 1 FROM posts WHERE posts.id = publications.post_id AND posts.status = ?)", reservation.StatusWorking).
 		Updates(map[string]any{"status": PublicationPending, "attempts": 0, "last_error": nil, "updated_at": now})
 	if res.Error != nil {
-		return e, &PublicationError{PostID: e.PostID, Reason: "update failed: " + res.Error.Error(), Err: res.Error}
+		return e, &PublicationError{What: "post", ID: e.PostID, Reason: "update failed: " + res.Error.Error(), Err: res.Error}
 	}
 	if res.RowsAffected == 0 {
-		return e, &PublicationError{PostID: e.PostID, Err: ErrPublicationConflict,
+		return e, &PublicationError{What: "post", ID: e.PostID, Err: ErrPublicationConflict,
 			Reason: fmt.Sprintf("publication or post changed meanwhile (FAILED with %d attempts, updated %s, is no longer current); read it again",
 				e.Attempts, e.UpdatedAt.Format(time.RFC3339Nano))}
 	}

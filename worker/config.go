@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/telemetry"
 )
 
@@ -123,14 +124,10 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"Consumer", c.Consumer, "want 1 to 100 characters")
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
 		return config.Invalid(f+"Concurrency", c.Concurrency, "want 1 to %d", MaxConcurrency)
-	case c.RetryBase <= 0:
-		return config.Invalid(f+"RetryBase", c.RetryBase, "must be positive")
-	case c.RetryMax < c.RetryBase:
-		return config.Invalid(f+"RetryMax", c.RetryMax, "below the retry base %s", c.RetryBase)
 	case c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour:
 		return config.Invalid(f+"SweepInterval", c.SweepInterval, "want 10ms to 1h")
 	}
-	return nil
+	return backoff.CheckRetry(f, c.RetryBase, c.RetryMax)
 }
 
 // tracer is the worker's tracer.

@@ -108,6 +108,13 @@ func (o *operator) define(cmd *cobra.Command, check func(args []string) error, r
 // from the one clock every instance shares, not the operator's machine.
 func (o *operator) now(ctx context.Context) (time.Time, error) { return database.Now(ctx, o.db) }
 
+// audit logs a change the operator made as one line with msg "audit", the
+// shape of the admin API's: the action, the ids it touched (empty for one
+// on many rows), who ran it (operatorSource), then fields.
+func (o *operator) audit(action string, ids []int64, fields ...any) {
+	o.log.Info("audit", append(append([]any{"action", action, "ids", ids}, operatorSource()...), fields...)...)
+}
+
 // printJSON prints v indented, for scripts.
 func (o *operator) printJSON(v any) error {
 	enc := json.NewEncoder(o.out)
@@ -184,13 +191,13 @@ func reportEach[R any](o *operator, idHeader, verb string, results []R, outcome 
 	return nil
 }
 
-// refusedReason is the text of a refused id's error: the Reason of the
-// operation's per-id error E (*outbox.RowError, *worker.PublicationError)
-// when err is one, else err's own text.
-func refusedReason[E error](err error, reason func(E) string) string {
-	var e E
+// refusedReason is the text of a refused id's error: the Reason of a
+// *database.IDError (*outbox.RowError, *worker.PublicationError) when err
+// is one, else err's own text.
+func refusedReason(err error) string {
+	var e *database.IDError
 	if errors.As(err, &e) {
-		return reason(e)
+		return e.Reason
 	}
 	return err.Error()
 }

@@ -169,7 +169,7 @@ func (c *outboxRequeue) Run(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	c.log.Info("audit", append([]any{"action", "outbox.requeue_failed", "ids", []int64{}}, append(operatorSource(), "requeued", n)...)...)
+	c.audit("outbox.requeue_failed", []int64{}, "requeued", n)
 	fmt.Fprintf(c.out, "requeued %d FAIL rows\n", n)
 	return nil
 }
@@ -209,11 +209,10 @@ func (c *outboxDiscard) Run(ctx context.Context, _ []string) error {
 func (o *operator) reportRows(verb string, results []outbox.RowResult) error {
 	return reportEach(o, "ID", verb, results, func(r outbox.RowResult) (int64, string, bool) {
 		if r.Err != nil {
-			return r.ID, refusedReason(r.Err, func(e *outbox.RowError) string { return e.Reason }), false
+			return r.ID, refusedReason(r.Err), false
 		}
 		action := map[string]string{"requeued": "outbox.requeue", "discarded": "outbox.discard"}[verb]
-		o.log.Info("audit", append([]any{"action", action, "ids", []int64{r.ID}},
-			append(operatorSource(), "event_id", r.Row.EventID, "post_id", r.Row.PostID)...)...)
+		o.audit(action, []int64{r.ID}, "event_id", r.Row.EventID, "post_id", r.Row.PostID)
 		return r.ID, string(r.Row.Status), true
 	})
 }
@@ -261,8 +260,7 @@ func (c *outboxPurge) Run(ctx context.Context, _ []string) error {
 	}
 	cutoff := database.Normalize(now.Add(-c.olderThan))
 	n, err := outbox.Purge(ctx, c.db, cutoff, c.batch, c.pause)
-	c.log.Info("audit", append([]any{"action", "outbox.purge", "ids", []int64{}},
-		append(operatorSource(), "deleted", n, "sent_before", cutoff)...)...)
+	c.audit("outbox.purge", []int64{}, "deleted", n, "sent_before", cutoff)
 	fmt.Fprintf(c.out, "deleted %d SENT rows sent before %s\n", n, cutoff.Format(time.RFC3339))
 	return err
 }

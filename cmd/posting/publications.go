@@ -99,10 +99,9 @@ func (c *publicationsRetry) Run(ctx context.Context, _ []string) error {
 	results := worker.RetryPublications(ctx, c.db, c.ids)
 	return reportEach(&c.operator, "POST ID", "retried", results, func(r worker.PublicationResult) (int64, string, bool) {
 		if r.Err != nil {
-			return r.PostID, refusedReason(r.Err, func(e *worker.PublicationError) string { return e.Reason }), false
+			return r.PostID, refusedReason(r.Err), false
 		}
-		c.log.Info("audit", append([]any{"action", "publications.retry", "ids", []int64{r.PostID}},
-			append(operatorSource(), "event_id", r.Publication.EventID)...)...)
+		c.audit("publications.retry", []int64{r.PostID}, "event_id", r.Publication.EventID)
 		return r.PostID, string(r.Publication.Status), true
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/postingsvc/posting/config"
 )
 
 // Backoff is a pause that doubles with every failure in a row, from Base
@@ -23,6 +25,20 @@ type Backoff struct {
 	Exact bool
 
 	failures int
+}
+
+// CheckRetry reports RetryBase and RetryMax settings that cannot make a
+// Backoff (Base positive, Max at least Base) as a *config.Error naming
+// prefix+"RetryBase" or prefix+"RetryMax": the check of every Config whose
+// retries back off without limits of their own (relay, worker, wakeup).
+func CheckRetry(prefix string, base, max time.Duration) error {
+	switch {
+	case base <= 0:
+		return config.Invalid(prefix+"RetryBase", base, "must be positive")
+	case max < base:
+		return config.Invalid(prefix+"RetryMax", max, "below the retry base %s", base)
+	}
+	return nil
 }
 
 // Next counts one more failure and returns the pause after it: Base
