@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -57,6 +58,12 @@ type Config struct {
 	// process, so it holds its API, relay, broker and worker, and the
 	// bench's clients.
 	ServeCPUProfile string
+	// LatencyTrace, if set, is the file a Go execution trace of the
+	// commit → broker loads is written to (the serve, its relay, broker and
+	// worker, and the bench's clients and consumer, one process): where the
+	// relay's goroutines wait, for a core, the database or the broker
+	// (go tool trace -pprof=sched|net|sync).
+	LatencyTrace string
 	// Producer is the relay drains' producer. Without Brokers, Run starts
 	// an in-process broker for them with Producer.Topic.
 	Producer kafka.ProducerConfig
@@ -149,6 +156,22 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
+
+// startTrace starts a Go execution trace into path; "" traces nothing.
+func startTrace(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return func() { trace.Stop(); _ = f.Close() }, nil
 }
 
 func ratio(a, b float64) float64 {

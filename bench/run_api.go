@@ -80,14 +80,20 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	// Rates in the order given: the events of one load are all on the
 	// topic before the next begins.
 	lats := make([]Latency, len(cfg.LatencyRates))
+	stopTrace, err := startTrace(cfg.LatencyTrace)
+	if err != nil {
+		return err
+	}
 	for i, rate := range cfg.LatencyRates {
 		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
 			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration})
 		if err != nil {
+			stopTrace()
 			return fmt.Errorf("commit to broker at %d posts/s: %w", rate, err)
 		}
 		lats[i] = lat
 	}
+	stopTrace()
 	poolBefore, err := scrapePool(ctx, srv.BaseURL)
 	if err != nil {
 		return err

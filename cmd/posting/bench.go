@@ -37,6 +37,7 @@ func addBenchFlags(fs *pflag.FlagSet, b *bench.Config, s *settings) {
 	fs.StringVar(&b.SpikeRabbitMQURL, "spike-rabbitmq-url", "", "amqp://user:pass@host:5672/vhost: also run the spike through this RabbitMQ broker (a fresh exchange and worker queue, deleted after); empty: the in-process Kafka broker only")
 	fs.StringVar(&b.CPUProfile, "cpu-profile", "", "write a pprof CPU profile of the create comparison (raw SQL, and the API alone with its clients, one process) to this file")
 	fs.StringVar(&b.ServeCPUProfile, "serve-cpu-profile", "", "write a pprof CPU profile of the creates on the whole serve (its API, relay, broker and worker, and the bench's clients, one process) to this file")
+	fs.StringVar(&b.LatencyTrace, "latency-trace", "", "write a Go execution trace of the commit → broker loads (the serve with its relay, broker and worker, and the bench's clients and consumer, one process) to this file, for go tool trace")
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "an external Kafka cluster to send to; empty: an in-process broker")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic the bench's events go to")
 	showEnvTwins(fs)

@@ -70,13 +70,20 @@ func runSmallBench(t *testing.T, url string, args ...string) string {
 	return out
 }
 
-// TestBenchWritesCPUProfilesOfTheCreates: --cpu-profile and
+// TestBenchWritesCPUProfilesAndALatencyTrace: --cpu-profile and
 // --serve-cpu-profile each leave a pprof CPU profile (gzipped protobuf
-// naming its sample types) at their path.
-func TestBenchWritesCPUProfilesOfTheCreates(t *testing.T) {
+// naming its sample types) at their path, and --latency-trace a Go
+// execution trace, for go tool trace.
+func TestBenchWritesCPUProfilesAndALatencyTrace(t *testing.T) {
 	dir := t.TempDir()
 	comparison, serve := filepath.Join(dir, "create.prof"), filepath.Join(dir, "serve.prof")
-	runSmallBench(t, "sqlite://"+filepath.Join(dir, "bench.db"), "--cpu-profile", comparison, "--serve-cpu-profile", serve)
+	tracePath := filepath.Join(dir, "latency.trace")
+	runSmallBench(t, "sqlite://"+filepath.Join(dir, "bench.db"), "--cpu-profile", comparison, "--serve-cpu-profile", serve,
+		"--latency-trace", tracePath)
+	trace, err := os.ReadFile(tracePath)
+	require.NoError(t, err, "the trace file exists")
+	require.Regexp(t, `^go 1\.\d+ trace\x00`, string(trace[:min(len(trace), 16)]), "a Go execution trace's header")
+	require.Greater(t, len(trace), 1<<10, "the trace holds the loads' events, not a header alone")
 	for _, path := range []string{comparison, serve} {
 		f, err := os.Open(path)
 		require.NoError(t, err, "the profile file exists")
