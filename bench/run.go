@@ -144,34 +144,29 @@ func (c Config) where() string {
 
 // startCPUProfile starts a CPU profile into path; "" profiles nothing.
 func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+	return startRecording(path, "cpu profile", pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // startTrace starts a Go execution trace into path; "" traces nothing.
 func startTrace(path string) (stop func(), err error) {
+	return startRecording(path, "trace", trace.Start, trace.Stop)
+}
+
+// startRecording creates path and starts writing the runtime's record
+// (what) into it; the returned stop ends it and closes the file.
+func startRecording(path, what string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return func() { trace.Stop(); _ = f.Close() }, nil
+	return func() { end(); _ = f.Close() }, nil
 }
 
 func ratio(a, b float64) float64 {
