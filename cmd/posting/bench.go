@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -73,6 +74,21 @@ func validateBench(b *bench.Config, s *settings) error {
 		return bad("spike-due-in", b.SpikeDueIn, "must be at least 1s")
 	case strings.TrimSpace(s.KafkaTopic) == "":
 		return bad("kafka-topic", s.KafkaTopic, "must not be empty")
+	}
+	// The profiles and the trace are written minutes into the run: a path
+	// that cannot be created is refused before anything is measured.
+	for _, o := range []struct{ flag, path string }{
+		{"cpu-profile", b.CPUProfile}, {"serve-cpu-profile", b.ServeCPUProfile}, {"latency-trace", b.LatencyTrace},
+	} {
+		if o.path == "" {
+			continue
+		}
+		if fi, err := os.Stat(o.path); err == nil && fi.IsDir() {
+			return bad(o.flag, o.path, "is a folder; name the file to write")
+		}
+		if fi, err := os.Stat(filepath.Dir(o.path)); err != nil || !fi.IsDir() {
+			return bad(o.flag, o.path, "its folder "+filepath.Dir(o.path)+" does not exist")
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,7 +143,8 @@ func TestBenchRefusesADatabaseWithPosts(t *testing.T) {
 	require.Equal(t, reservation.StatusReserved, kept.Status)
 }
 
-// TestBenchSettingErrors: a bad size or no database exits 2 naming it.
+// TestBenchSettingErrors: a bad size, an output file that cannot be
+// created or no database exits 2 naming it, before any database is opened.
 func TestBenchSettingErrors(t *testing.T) {
 	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
 	for _, tc := range []struct {
@@ -154,11 +156,15 @@ func TestBenchSettingErrors(t *testing.T) {
 		{[]string{"--latency-duration", "-1s"}, "--latency-duration"},
 		{[]string{"--latency-rate", "200,0"}, "--latency-rate"},
 		{[]string{"--api-duration", "soon"}, "api-duration"},
+		{[]string{"--latency-trace", filepath.Join(t.TempDir(), "missing", "latency.trace")}, "--latency-trace (POSTING_LATENCY_TRACE)"},
+		{[]string{"--serve-cpu-profile", t.TempDir()}, "--serve-cpu-profile (POSTING_SERVE_CPU_PROFILE)"},
+		{[]string{"--cpu-profile", filepath.Join(t.TempDir(), "missing", "create.prof")}, "--cpu-profile (POSTING_CPU_PROFILE)"},
 	} {
 		_, errOut, code := runCLI(t, append([]string{"bench", "--database-url", url}, tc.args...)...)
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
 		require.Contains(t, errOut, tc.want)
 	}
+	require.NoFileExists(t, strings.TrimPrefix(url, "sqlite://"), "a refused setting opens no database")
 	t.Setenv("POSTING_DATABASE_URL", "")
 	_, errOut, code := runCLI(t, "bench")
 	require.Equal(t, exitUsage, code, errOut)
