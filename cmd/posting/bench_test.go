@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -146,7 +145,8 @@ func TestBenchRefusesADatabaseWithPosts(t *testing.T) {
 // TestBenchSettingErrors: a bad size, an output file that cannot be
 // created or no database exits 2 naming it, before any database is opened.
 func TestBenchSettingErrors(t *testing.T) {
-	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
+	path := filepath.Join(t.TempDir(), "bench.db")
+	url := "sqlite://" + path
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -164,7 +164,7 @@ func TestBenchSettingErrors(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
 		require.Contains(t, errOut, tc.want)
 	}
-	require.NoFileExists(t, strings.TrimPrefix(url, "sqlite://"), "a refused setting opens no database")
+	require.NoFileExists(t, path, "a refused setting opens no database")
 	t.Setenv("POSTING_DATABASE_URL", "")
 	_, errOut, code := runCLI(t, "bench")
 	require.Equal(t, exitUsage, code, errOut)
