@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -76,21 +77,59 @@ func validateBench(b *bench.Config, s *settings) error {
 		return bad("kafka-topic", s.KafkaTopic, "must not be empty")
 	}
 	// The profiles and the trace are written minutes into the run: a path
-	// that cannot be created is refused before anything is measured.
+	// that cannot be created is refused before anything is measured, and
+	// so is one path for two of them (the later would overwrite the other).
+	written := map[string]string{}
 	for _, o := range []struct{ flag, path string }{
 		{"cpu-profile", b.CPUProfile}, {"serve-cpu-profile", b.ServeCPUProfile}, {"latency-trace", b.LatencyTrace},
 	} {
 		if o.path == "" {
 			continue
 		}
-		if fi, err := os.Stat(o.path); err == nil && fi.IsDir() {
-			return bad(o.flag, o.path, "is a folder; name the file to write")
+		file, why := writable(o.path)
+		if why != "" {
+			return bad(o.flag, o.path, why)
 		}
-		if fi, err := os.Stat(filepath.Dir(o.path)); err != nil || !fi.IsDir() {
-			return bad(o.flag, o.path, "its folder "+filepath.Dir(o.path)+" does not exist")
+		if other, ok := written[file]; ok {
+			return bad(o.flag, o.path, "is the file of --"+other+" too; each needs its own")
 		}
+		written[file] = o.flag
 	}
 	return nil
+}
+
+// writable opens path for writing as the bench will, and returns the
+// file it names (absolute, every symbolic link resolved, so two spellings
+// of one file compare equal), or why it cannot be written. A file this
+// made is removed again; an existing one is not truncated.
+func writable(path string) (file, why string) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return "", "is a folder; name the file to write"
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return "", "its folder " + filepath.Dir(path) + " does not exist"
+	}
+	_, err := os.Stat(path)
+	made := errors.Is(err, fs.ErrNotExist)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		return "", "cannot be written: " + err.Error()
+	}
+	_ = f.Close()
+	file, err = filepath.EvalSymlinks(path)
+	if err == nil {
+		file, err = filepath.Abs(file)
+	}
+	switch {
+	case made && err == nil:
+		_ = os.Remove(file) // the target, not a link the operator made
+	case made:
+		_ = os.Remove(path)
+	}
+	if err != nil {
+		return "", "cannot be resolved: " + err.Error()
+	}
+	return file, ""
 }
 
 func newBenchCommand() *cobra.Command {

@@ -170,3 +170,66 @@ func TestBenchSettingErrors(t *testing.T) {
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, "POSTING_DATABASE_URL")
 }
+
+// TestBenchRefusesARecordingPathThatCannotBeWritten: a path whose folder
+// exists but which cannot be created (a symbolic link into a missing
+// folder, a folder the kernel allows no file in) exits 2 naming its flag
+// before a database is opened, instead of failing with exit 1 minutes into
+// the run; a good path given beside it is left as it was (not created).
+func TestBenchRefusesARecordingPathThatCannotBeWritten(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "bench.db")
+	dangling := filepath.Join(dir, "latency.trace")
+	require.NoError(t, os.Symlink(filepath.Join(dir, "missing", "latency.trace"), dangling))
+	good := filepath.Join(dir, "create.prof")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cpu-profile", good, "--latency-trace", dangling}, "--latency-trace (POSTING_LATENCY_TRACE)"},
+		{[]string{"--cpu-profile", good, "--serve-cpu-profile", "/proc/posting-bench.prof"}, "--serve-cpu-profile (POSTING_SERVE_CPU_PROFILE)"},
+	} {
+		_, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), tc.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want)
+		require.Contains(t, errOut, "cannot be written")
+		require.NoFileExists(t, good, "checking a path leaves no file behind")
+	}
+	require.NoFileExists(t, strings.TrimPrefix(url, "sqlite://"), "a refused setting opens no database")
+}
+
+// TestBenchRefusesOneFileForTwoRecordings: the same file for two of the
+// profiles and the trace, however spelt (relative, through a symbolic
+// link), exits 2 naming both flags; the later recording would otherwise
+// overwrite the earlier one without a word. An existing file given once is
+// accepted and not truncated by the check.
+func TestBenchRefusesOneFileForTwoRecordings(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "bench.db")
+	prof := filepath.Join(dir, "out.prof")
+	require.NoError(t, os.WriteFile(prof, []byte("an earlier profile"), 0o644))
+	link := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(dir, link))
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, filepath.Join(dir, "new.trace"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		args       []string
+		want, also string
+	}{
+		{[]string{"--cpu-profile", prof, "--latency-trace", prof}, "--latency-trace (POSTING_LATENCY_TRACE)", "--cpu-profile"},
+		{[]string{"--cpu-profile", prof, "--serve-cpu-profile", filepath.Join(link, "out.prof")}, "--serve-cpu-profile (POSTING_SERVE_CPU_PROFILE)", "--cpu-profile"},
+		{[]string{"--serve-cpu-profile", filepath.Join(dir, "new.trace"), "--latency-trace", rel}, "--latency-trace (POSTING_LATENCY_TRACE)", "--serve-cpu-profile"},
+	} {
+		_, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), tc.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want)
+		require.Contains(t, errOut, "is the file of "+tc.also+" too")
+		require.NoFileExists(t, filepath.Join(dir, "new.trace"), "checking a path leaves no file behind")
+	}
+	kept, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Equal(t, "an earlier profile", string(kept), "the check does not truncate an existing file")
+	require.NoFileExists(t, strings.TrimPrefix(url, "sqlite://"), "a refused setting opens no database")
+}
