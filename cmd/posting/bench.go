@@ -109,13 +109,17 @@ func writable(path string) (file, why string) {
 	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
 		return "", "its folder " + filepath.Dir(path) + " does not exist"
 	}
-	_, err := os.Stat(path)
+	fi, err := os.Stat(path)
 	made := errors.Is(err, fs.ErrNotExist)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
-	if err != nil {
-		return "", "cannot be written: " + err.Error()
+	// A pipe or device is not opened: a FIFO's open waits for its reader,
+	// and its reader would take this close for the end of the recording.
+	if made || err == nil && fi.Mode().IsRegular() {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+		if err != nil {
+			return "", "cannot be written: " + err.Error()
+		}
+		_ = f.Close()
 	}
-	_ = f.Close()
 	file, err = filepath.EvalSymlinks(path)
 	if err == nil {
 		file, err = filepath.Abs(file)

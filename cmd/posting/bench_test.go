@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -232,4 +233,31 @@ func TestBenchRefusesOneFileForTwoRecordings(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "an earlier profile", string(kept), "the check does not truncate an existing file")
 	require.NoFileExists(t, strings.TrimPrefix(url, "sqlite://"), "a refused setting opens no database")
+}
+
+// TestBenchChecksARecordingFIFOWithoutOpeningIt: a named pipe given for
+// the trace is accepted without being opened, since opening it would wait
+// for a reader (the check would hang) and closing it would end the
+// reader's stream before the bench writes anything. The refusal of a
+// later setting shows the check got past the pipe.
+func TestBenchChecksARecordingFIFOWithoutOpeningIt(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "latency.trace")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	url := "sqlite://" + filepath.Join(dir, "bench.db")
+	done := make(chan int, 1)
+	var errOut string
+	go func() {
+		var code int
+		_, errOut, code = runCLI(t, "bench", "--database-url", url, "--latency-trace", fifo, "--cpu-profile", fifo)
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, exitUsage, code, errOut)
+		require.Contains(t, errOut, "--latency-trace (POSTING_LATENCY_TRACE)")
+		require.Contains(t, errOut, "is the file of --cpu-profile too")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the check of a named pipe waited for a reader")
+	}
 }
