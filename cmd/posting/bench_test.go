@@ -261,3 +261,16 @@ func TestBenchChecksARecordingFIFOWithoutOpeningIt(t *testing.T) {
 		t.Fatal("the check of a named pipe waited for a reader")
 	}
 }
+
+// TestBenchFailsWhenARecordingCannotBeWrittenOut: a trace whose writes
+// fail (/dev/full, as a disk that fills during the run) makes the bench
+// exit 1 naming the trace and the write error, after printing the figures
+// it measured. The runtime drops its writer's errors, so the bench exited
+// 0 and left an empty or cut trace without a word.
+func TestBenchFailsWhenARecordingCannotBeWrittenOut(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
+	out, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), "--latency-trace", "/dev/full")...)
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Regexp(t, `trace: write /dev/full: no space left on device`, errOut)
+	require.Contains(t, out, "commit -> broker latency: ", "the figures measured are printed")
+}
