@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/bench"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/migrations"
 )
@@ -78,8 +80,14 @@ func validateBench(b *bench.Config, s *settings) error {
 	}
 	// The profiles and the trace are written minutes into the run: a path
 	// that cannot be created is refused before anything is measured, and
-	// so is one path for two of them (the later would overwrite the other).
+	// so is one path for two of them (the later would overwrite the other)
+	// or for the SQLite database the bench measures.
 	written := map[string]string{}
+	if u, err := url.Parse(s.DatabaseURL); err == nil && u.Scheme == "sqlite" {
+		if path, err := database.SQLitePath(u); err == nil {
+			written[resolved(path)] = "database-url"
+		}
+	}
 	for _, o := range []struct{ flag, path string }{
 		{"cpu-profile", b.CPUProfile}, {"serve-cpu-profile", b.ServeCPUProfile}, {"latency-trace", b.LatencyTrace},
 	} {
@@ -120,20 +128,25 @@ func writable(path string) (file, why string) {
 		}
 		_ = f.Close()
 	}
-	file, err = filepath.EvalSymlinks(path)
-	if err == nil {
-		file, err = filepath.Abs(file)
-	}
-	switch {
-	case made && err == nil:
+	file = resolved(path)
+	if made {
 		_ = os.Remove(file) // the target, not a link the operator made
-	case made:
-		_ = os.Remove(path)
-	}
-	if err != nil {
-		return "", "cannot be resolved: " + err.Error()
 	}
 	return file, ""
+}
+
+// resolved is the absolute path of the file path names, with the symbolic
+// links of it (if it exists) or of its folder resolved.
+func resolved(path string) string {
+	if file, err := filepath.EvalSymlinks(path); err == nil {
+		path = file
+	} else if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 func newBenchCommand() *cobra.Command {

@@ -274,3 +274,21 @@ func TestBenchFailsWhenARecordingCannotBeWrittenOut(t *testing.T) {
 	require.Regexp(t, `trace: write /dev/full: no space left on device`, errOut)
 	require.Contains(t, out, "commit -> broker latency: ", "the figures measured are printed")
 }
+
+// TestBenchRefusesARecordingOverItsDatabase: a profile or trace path that
+// is the SQLite file being measured (here through a relative path) exits 2
+// naming both settings; the recording would truncate the database under
+// the running bench.
+func TestBenchRefusesARecordingOverItsDatabase(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "bench.db")
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, dbPath)
+	require.NoError(t, err)
+	out, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", "sqlite://" + dbPath}, smallBench...), "--cpu-profile", rel)...)
+	require.Equal(t, exitUsage, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, errOut, "--cpu-profile (POSTING_CPU_PROFILE)")
+	require.Contains(t, errOut, "is the file of --database-url too")
+	require.NoFileExists(t, dbPath, "a refused setting opens no database")
+}
