@@ -114,8 +114,10 @@ func writable(path string) (file, why string) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return "", "is a folder; name the file to write"
 	}
-	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil {
 		return "", "its folder " + filepath.Dir(path) + " does not exist"
+	} else if !fi.IsDir() {
+		return "", filepath.Dir(path) + " is a file, not a folder"
 	}
 	fi, err := os.Stat(path)
 	made := errors.Is(err, fs.ErrNotExist)

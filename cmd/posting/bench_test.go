@@ -292,3 +292,15 @@ func TestBenchRefusesARecordingOverItsDatabase(t *testing.T) {
 	require.Contains(t, errOut, "is the file of --database-url too")
 	require.NoFileExists(t, dbPath, "a refused setting opens no database")
 }
+
+// TestBenchNamesAFileGivenAsARecordingsFolder: a recording path under a
+// file says that file is not a folder, not that the folder does not exist.
+func TestBenchNamesAFileGivenAsARecordingsFolder(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "notes.txt")
+	require.NoError(t, os.WriteFile(notDir, []byte("x"), 0o644))
+	_, errOut, code := runCLI(t, "bench", "--database-url", "sqlite://"+filepath.Join(dir, "bench.db"), "--latency-trace", filepath.Join(notDir, "latency.trace"))
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--latency-trace (POSTING_LATENCY_TRACE)")
+	require.Contains(t, errOut, notDir+" is a file, not a folder")
+}
