@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -143,30 +144,53 @@ func (c Config) where() string {
 }
 
 // startCPUProfile starts a CPU profile into path; "" profiles nothing.
-func startCPUProfile(path string) (stop func(), err error) {
+func startCPUProfile(path string) (stop func() error, err error) {
 	return startRecording(path, "cpu profile", pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
 // startTrace starts a Go execution trace into path; "" traces nothing.
-func startTrace(path string) (stop func(), err error) {
+func startTrace(path string) (stop func() error, err error) {
 	return startRecording(path, "trace", trace.Start, trace.Stop)
 }
 
 // startRecording creates path and starts writing the runtime's record
-// (what) into it; the returned stop ends it and closes the file.
-func startRecording(path, what string, start func(io.Writer) error, end func()) (stop func(), err error) {
+// (what) into it; the returned stop ends it, closes the file and returns
+// the first write error, which the runtime's writer drops (a full disk
+// would otherwise leave a cut record without a word).
+func startRecording(path, what string, start func(io.Writer) error, end func()) (stop func() error, err error) {
 	if path == "" {
-		return func() {}, nil
+		return func() error { return nil }, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := start(f); err != nil {
+	w := &recordFile{f: f}
+	if err := start(w); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return func() { end(); _ = f.Close() }, nil
+	return func() error {
+		end() // returns once every write is done, so w.err is read after them
+		if err := cmp.Or(w.err, f.Close()); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}, nil
+}
+
+// recordFile is a recording's file that keeps its first write error.
+type recordFile struct {
+	f   *os.File
+	err error
+}
+
+func (r *recordFile) Write(p []byte) (int, error) {
+	n, err := r.f.Write(p)
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return n, err
 }
 
 func ratio(a, b float64) float64 {

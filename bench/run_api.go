@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -58,7 +59,9 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		}
 		raw, alone = raw.Add(r), alone.Add(a)
 	}
-	stopProfile()
+	// A recording that could not be written out fails the run once its
+	// figures are printed: they hold, the file does not.
+	recorded := []error{stopProfile()}
 	stopAPI()
 	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", cfg.APIClients, cfg.APIDuration, apiRounds)
 	fmt.Fprintf(out, "  raw two-row transaction posts/s: %.0f\n", raw.PerSecond())
@@ -88,12 +91,12 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
 			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration})
 		if err != nil {
-			stopTrace()
+			_ = stopTrace()
 			return fmt.Errorf("commit to broker at %d posts/s: %w", rate, err)
 		}
 		lats[i] = lat
 	}
-	stopTrace()
+	recorded = append(recorded, stopTrace())
 	poolBefore, err := scrapePool(ctx, srv.BaseURL)
 	if err != nil {
 		return err
@@ -103,7 +106,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		return err
 	}
 	full, err := APICreate(ctx, srv.BaseURL, cfg.APIClients, cfg.APIDuration)
-	stopProfile()
+	recorded = append(recorded, stopProfile())
 	if err != nil {
 		return err
 	}
@@ -125,7 +128,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 			fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
 		}
 	}
-	return nil
+	return errors.Join(recorded...)
 }
 
 // startAPIAlone serves the API's handler as serve mounts it (with its

@@ -135,10 +135,15 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"StaleAfter", c.StaleAfter, "must be at least 1s and more than twice the interval (%s)", c.Interval)
 	case c.WriteTimeout <= 0:
 		return config.Invalid(f+"WriteTimeout", c.WriteTimeout, "must be positive")
-	case c.OutageBackoffMax < c.Interval:
+	}
+	// In the fields' order, so the setting named first is the first out.
+	if err := backoff.CheckRetry(f, c.RetryBase, c.RetryMax); err != nil {
+		return err
+	}
+	if c.OutageBackoffMax < c.Interval {
 		return config.Invalid(f+"OutageBackoffMax", c.OutageBackoffMax, "below the interval %s", c.Interval)
 	}
-	return backoff.CheckRetry(f, c.RetryBase, c.RetryMax)
+	return nil
 }
 
 // Result counts what one poll did.

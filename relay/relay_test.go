@@ -497,6 +497,19 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestConfigValidationNamesTheFirstSettingOut: with RetryBase (or RetryMax)
+// and OutageBackoffMax all out of their limits, the refusal names the
+// retry setting, the first of them in the Config, as it did before the
+// retry check moved into backoff.CheckRetry.
+func TestConfigValidationNamesTheFirstSettingOut(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.InstanceID, c.RetryBase, c.OutageBackoffMax = "x", -time.Second, time.Second
+	require.ErrorContains(t, c.Validate(), "relay.Config.RetryBase ")
+	c.RetryBase, c.RetryMax = time.Second, time.Millisecond
+	require.ErrorContains(t, c.Validate(), "relay.Config.RetryMax ")
+}
+
 // While the broker is down the relay backs off, but with a sender it can
 // ping it polls again within an interval of the broker's return, not at the
 // end of a backoff that has grown to seconds.

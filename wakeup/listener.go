@@ -75,10 +75,15 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"Wake", nil, "required")
 	case c.CheckEvery < 10*time.Millisecond:
 		return config.Invalid(f+"CheckEvery", c.CheckEvery, "below 10ms")
-	case c.ProbeWait <= 0:
+	}
+	// In the fields' order, so the setting named first is the first out.
+	if err := backoff.CheckRetry(f, c.RetryBase, c.RetryMax); err != nil {
+		return err
+	}
+	if c.ProbeWait <= 0 {
 		return config.Invalid(f+"ProbeWait", c.ProbeWait, "must be positive")
 	}
-	return backoff.CheckRetry(f, c.RetryBase, c.RetryMax)
+	return nil
 }
 
 // Listener LISTENs on a PostgreSQL channel and calls Wake for each

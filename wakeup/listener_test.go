@@ -26,6 +26,21 @@ import (
 	"github.com/postingsvc/posting/reservation"
 )
 
+// TestConfigValidationNamesTheFirstSettingOut: with RetryBase (or RetryMax)
+// and ProbeWait both out of their limits, the refusal names the retry
+// setting, the first of them in the Config (RetryBase was named first
+// before the retry check moved into backoff.CheckRetry).
+func TestConfigValidationNamesTheFirstSettingOut(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Connect = func(context.Context) (*pgx.Conn, error) { return nil, errors.New("unused") }
+	c.Channel, c.Wake = "posting_outbox", func() {}
+	c.RetryBase, c.ProbeWait = -time.Second, -time.Second
+	require.ErrorContains(t, c.Validate(), "wakeup.Config.RetryBase ")
+	c.RetryBase, c.RetryMax = time.Second, time.Millisecond
+	require.ErrorContains(t, c.Validate(), "wakeup.Config.RetryMax ")
+}
+
 // startListener starts a Listener on db that calls wake, and returns a
 // channel that receives once per LISTEN on a new connection.
 func startListener(t testing.TB, db *database.DB, wake func()) <-chan struct{} {

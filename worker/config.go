@@ -124,10 +124,15 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"Consumer", c.Consumer, "want 1 to 100 characters")
 	case c.Concurrency < 1 || c.Concurrency > MaxConcurrency:
 		return config.Invalid(f+"Concurrency", c.Concurrency, "want 1 to %d", MaxConcurrency)
-	case c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour:
+	}
+	// In the fields' order, so the setting named first is the first out.
+	if err := backoff.CheckRetry(f, c.RetryBase, c.RetryMax); err != nil {
+		return err
+	}
+	if c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour {
 		return config.Invalid(f+"SweepInterval", c.SweepInterval, "want 10ms to 1h")
 	}
-	return backoff.CheckRetry(f, c.RetryBase, c.RetryMax)
+	return nil
 }
 
 // tracer is the worker's tracer.

@@ -1182,3 +1182,16 @@ func TestWorkerSweepPublishesRowsSetBackToPending(t *testing.T) {
 		}
 	})
 }
+
+// TestConfigValidationNamesTheFirstSettingOut: with RetryBase (or RetryMax)
+// and SweepInterval both out of their limits, the refusal names the retry
+// setting, the first of them in the Config, as it did before the retry
+// check moved into backoff.CheckRetry.
+func TestConfigValidationNamesTheFirstSettingOut(t *testing.T) {
+	t.Parallel()
+	c := worker.DefaultConfig()
+	c.RetryBase, c.SweepInterval = -time.Second, time.Nanosecond
+	require.ErrorContains(t, c.Validate(), "worker.Config.RetryBase ")
+	c.RetryBase, c.RetryMax = time.Second, time.Millisecond
+	require.ErrorContains(t, c.Validate(), "worker.Config.RetryMax ")
+}

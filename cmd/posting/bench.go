@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/bench"
+	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/migrations"
 )
@@ -76,21 +79,76 @@ func validateBench(b *bench.Config, s *settings) error {
 		return bad("kafka-topic", s.KafkaTopic, "must not be empty")
 	}
 	// The profiles and the trace are written minutes into the run: a path
-	// that cannot be created is refused before anything is measured.
+	// that cannot be created is refused before anything is measured, and
+	// so is one path for two of them (the later would overwrite the other)
+	// or for the SQLite database the bench measures.
+	written := map[string]string{}
+	if u, err := url.Parse(s.DatabaseURL); err == nil && u.Scheme == "sqlite" {
+		if path, err := database.SQLitePath(u); err == nil {
+			written[resolved(path)] = "database-url"
+		}
+	}
 	for _, o := range []struct{ flag, path string }{
 		{"cpu-profile", b.CPUProfile}, {"serve-cpu-profile", b.ServeCPUProfile}, {"latency-trace", b.LatencyTrace},
 	} {
 		if o.path == "" {
 			continue
 		}
-		if fi, err := os.Stat(o.path); err == nil && fi.IsDir() {
-			return bad(o.flag, o.path, "is a folder; name the file to write")
+		file, why := writable(o.path)
+		if why != "" {
+			return bad(o.flag, o.path, why)
 		}
-		if fi, err := os.Stat(filepath.Dir(o.path)); err != nil || !fi.IsDir() {
-			return bad(o.flag, o.path, "its folder "+filepath.Dir(o.path)+" does not exist")
+		if other, ok := written[file]; ok {
+			return bad(o.flag, o.path, "is the file of --"+other+" too; each needs its own")
 		}
+		written[file] = o.flag
 	}
 	return nil
+}
+
+// writable opens path for writing as the bench will, and returns the
+// file it names (absolute, every symbolic link resolved, so two spellings
+// of one file compare equal), or why it cannot be written. A file this
+// made is removed again; an existing one is not truncated.
+func writable(path string) (file, why string) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return "", "is a folder; name the file to write"
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil {
+		return "", "its folder " + filepath.Dir(path) + " does not exist"
+	} else if !fi.IsDir() {
+		return "", filepath.Dir(path) + " is a file, not a folder"
+	}
+	fi, err := os.Stat(path)
+	made := errors.Is(err, fs.ErrNotExist)
+	// A pipe or device is not opened: a FIFO's open waits for its reader,
+	// and its reader would take this close for the end of the recording.
+	if made || err == nil && fi.Mode().IsRegular() {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o666)
+		if err != nil {
+			return "", "cannot be written: " + err.Error()
+		}
+		_ = f.Close()
+	}
+	file = resolved(path)
+	if made {
+		_ = os.Remove(file) // the target, not a link the operator made
+	}
+	return file, ""
+}
+
+// resolved is the absolute path of the file path names, with the symbolic
+// links of it (if it exists) or of its folder resolved.
+func resolved(path string) string {
+	if file, err := filepath.EvalSymlinks(path); err == nil {
+		path = file
+	} else if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		path = filepath.Join(dir, filepath.Base(path))
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 func newBenchCommand() *cobra.Command {

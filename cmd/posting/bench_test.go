@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,4 +170,137 @@ func TestBenchSettingErrors(t *testing.T) {
 	_, errOut, code := runCLI(t, "bench")
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, "POSTING_DATABASE_URL")
+}
+
+// TestBenchRefusesARecordingPathThatCannotBeWritten: a path whose folder
+// exists but which cannot be created (a symbolic link into a missing
+// folder, a folder the kernel allows no file in) exits 2 naming its flag
+// before a database is opened, instead of failing with exit 1 minutes into
+// the run; a good path given beside it is left as it was (not created).
+func TestBenchRefusesARecordingPathThatCannotBeWritten(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "bench.db")
+	dangling := filepath.Join(dir, "latency.trace")
+	require.NoError(t, os.Symlink(filepath.Join(dir, "missing", "latency.trace"), dangling))
+	good := filepath.Join(dir, "create.prof")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cpu-profile", good, "--latency-trace", dangling}, "--latency-trace (POSTING_LATENCY_TRACE)"},
+		{[]string{"--cpu-profile", good, "--serve-cpu-profile", "/proc/posting-bench.prof"}, "--serve-cpu-profile (POSTING_SERVE_CPU_PROFILE)"},
+	} {
+		_, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), tc.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want)
+		require.Contains(t, errOut, "cannot be written")
+		require.NoFileExists(t, good, "checking a path leaves no file behind")
+	}
+	require.NoFileExists(t, filepath.Join(dir, "bench.db"), "a refused setting opens no database")
+}
+
+// TestBenchRefusesOneFileForTwoRecordings: the same file for two of the
+// profiles and the trace, however spelt (relative, through a symbolic
+// link), exits 2 naming both flags; the later recording would otherwise
+// overwrite the earlier one without a word. An existing file given once is
+// accepted and not truncated by the check.
+func TestBenchRefusesOneFileForTwoRecordings(t *testing.T) {
+	dir := t.TempDir()
+	url := "sqlite://" + filepath.Join(dir, "bench.db")
+	prof := filepath.Join(dir, "out.prof")
+	require.NoError(t, os.WriteFile(prof, []byte("an earlier profile"), 0o644))
+	link := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(dir, link))
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, filepath.Join(dir, "new.trace"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		args       []string
+		want, also string
+	}{
+		{[]string{"--cpu-profile", prof, "--latency-trace", prof}, "--latency-trace (POSTING_LATENCY_TRACE)", "--cpu-profile"},
+		{[]string{"--cpu-profile", prof, "--serve-cpu-profile", filepath.Join(link, "out.prof")}, "--serve-cpu-profile (POSTING_SERVE_CPU_PROFILE)", "--cpu-profile"},
+		{[]string{"--serve-cpu-profile", filepath.Join(dir, "new.trace"), "--latency-trace", rel}, "--latency-trace (POSTING_LATENCY_TRACE)", "--serve-cpu-profile"},
+	} {
+		_, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), tc.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.want)
+		require.Contains(t, errOut, "is the file of "+tc.also+" too")
+		require.NoFileExists(t, filepath.Join(dir, "new.trace"), "checking a path leaves no file behind")
+	}
+	kept, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Equal(t, "an earlier profile", string(kept), "the check does not truncate an existing file")
+	require.NoFileExists(t, filepath.Join(dir, "bench.db"), "a refused setting opens no database")
+}
+
+// TestBenchChecksARecordingFIFOWithoutOpeningIt: a named pipe given for
+// the trace is accepted without being opened, since opening it would wait
+// for a reader (the check would hang) and closing it would end the
+// reader's stream before the bench writes anything. The refusal of a
+// later setting shows the check got past the pipe.
+func TestBenchChecksARecordingFIFOWithoutOpeningIt(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "latency.trace")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	url := "sqlite://" + filepath.Join(dir, "bench.db")
+	done := make(chan int, 1)
+	var errOut string
+	go func() {
+		var code int
+		_, errOut, code = runCLI(t, "bench", "--database-url", url, "--latency-trace", fifo, "--cpu-profile", fifo)
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		require.Equal(t, exitUsage, code, errOut)
+		require.Contains(t, errOut, "--latency-trace (POSTING_LATENCY_TRACE)")
+		require.Contains(t, errOut, "is the file of --cpu-profile too")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the check of a named pipe waited for a reader")
+	}
+}
+
+// TestBenchFailsWhenARecordingCannotBeWrittenOut: a trace whose writes
+// fail (/dev/full, as a disk that fills during the run) makes the bench
+// exit 1 naming the trace and the write error, after printing the figures
+// it measured. The runtime drops its writer's errors, so the bench exited
+// 0 and left an empty or cut trace without a word.
+func TestBenchFailsWhenARecordingCannotBeWrittenOut(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "bench.db")
+	out, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", url}, smallBench...), "--latency-trace", "/dev/full")...)
+	require.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Regexp(t, `trace: write /dev/full: no space left on device`, errOut)
+	require.Contains(t, out, "commit -> broker latency: ", "the figures measured are printed")
+}
+
+// TestBenchRefusesARecordingOverItsDatabase: a profile or trace path that
+// is the SQLite file being measured (here through a relative path) exits 2
+// naming both settings; the recording would truncate the database under
+// the running bench.
+func TestBenchRefusesARecordingOverItsDatabase(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "bench.db")
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	rel, err := filepath.Rel(wd, dbPath)
+	require.NoError(t, err)
+	out, errOut, code := runCLI(t, append(append([]string{"bench", "--database-url", "sqlite://" + dbPath}, smallBench...), "--cpu-profile", rel)...)
+	require.Equal(t, exitUsage, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, errOut, "--cpu-profile (POSTING_CPU_PROFILE)")
+	require.Contains(t, errOut, "is the file of --database-url too")
+	require.NoFileExists(t, dbPath, "a refused setting opens no database")
+}
+
+// TestBenchNamesAFileGivenAsARecordingsFolder: a recording path under a
+// file says that file is not a folder, not that the folder does not exist.
+func TestBenchNamesAFileGivenAsARecordingsFolder(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "notes.txt")
+	require.NoError(t, os.WriteFile(notDir, []byte("x"), 0o644))
+	_, errOut, code := runCLI(t, "bench", "--database-url", "sqlite://"+filepath.Join(dir, "bench.db"), "--latency-trace", filepath.Join(notDir, "latency.trace"))
+	require.Equal(t, exitUsage, code, errOut)
+	require.Contains(t, errOut, "--latency-trace (POSTING_LATENCY_TRACE)")
+	require.Contains(t, errOut, notDir+" is a file, not a folder")
 }
