@@ -110,7 +110,15 @@ func DefaultConfig() Config {
 // Retries returns n for Config.MaxRetries.
 func Retries(n int) *int { return &n }
 
-func (c *Config) setDefaults() { config.FillZero(c, DefaultConfig()) }
+func (c *Config) setDefaults() {
+	// An outage's backoff starts at the interval: with an interval longer
+	// than the default cap, the cap is the interval (polls no less often
+	// than usual), not a refusal of a setting the operator cannot set.
+	if c.OutageBackoffMax == 0 && c.Interval > DefaultConfig().OutageBackoffMax {
+		c.OutageBackoffMax = c.Interval
+	}
+	config.FillZero(c, DefaultConfig())
+}
 
 // Validate reports the first setting out of its limits, as a *config.Error
 // naming the field.

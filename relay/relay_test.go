@@ -510,6 +510,20 @@ func TestConfigValidationNamesTheFirstSettingOut(t *testing.T) {
 	require.ErrorContains(t, c.Validate(), "relay.Config.RetryMax ")
 }
 
+// An interval longer than the outage backoff's default cap raises the cap
+// to the interval instead of refusing a field the operator cannot set; a
+// cap given below the interval is still refused.
+func TestLongIntervalRaisesTheOutageBackoffCap(t *testing.T) {
+	t.Parallel()
+	r, err := New(outbox.NewStore(databasetest.NewSQLite(t)), relaytest.NewSender(),
+		Config{InstanceID: "a", Interval: time.Minute, StaleAfter: 5 * time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, r.Config().OutageBackoffMax)
+	_, err = New(outbox.NewStore(databasetest.NewSQLite(t)), relaytest.NewSender(),
+		Config{InstanceID: "a", Interval: time.Minute, StaleAfter: 5 * time.Minute, OutageBackoffMax: 30 * time.Second})
+	require.ErrorContains(t, err, "OutageBackoffMax")
+}
+
 // While the broker is down the relay backs off, but with a sender it can
 // ping it polls again within an interval of the broker's return, not at the
 // end of a backoff that has grown to seconds.

@@ -382,6 +382,9 @@ func (s *settings) relayConfig() relay.Config {
 	c.InstanceID, c.Interval, c.BatchSize = s.InstanceID, s.RelayInterval, s.RelayBatchSize
 	c.MaxBatchSize = s.RelayMaxBatch
 	c.MaxRetries, c.StaleAfter = relay.Retries(s.RelayMaxRetries), s.RelayStaleAfter
+	// An outage's backoff starts at the interval; its cap is no setting, so
+	// a longer interval raises it rather than being refused for it.
+	c.OutageBackoffMax = max(c.OutageBackoffMax, c.Interval)
 	return c
 }
 

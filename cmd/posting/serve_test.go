@@ -539,3 +539,14 @@ func TestMigrateFalse(t *testing.T) {
 	p.Terminate(t)
 	require.Contains(t, p.Out.String(), "migrations skipped")
 }
+
+// A relay interval longer than the outage backoff's default cap (30 s)
+// starts serve: the cap, which is no setting, follows the interval.
+func TestLongRelayIntervalRaisesTheOutageBackoffCap(t *testing.T) {
+	t.Parallel()
+	s := settings{InstanceID: "a", RelayInterval: time.Minute, RelayBatchSize: 100, RelayMaxBatch: 1000,
+		RelayMaxRetries: 3, RelayStaleAfter: 5 * time.Minute}
+	c := s.relayConfig()
+	require.NoError(t, c.Validate())
+	require.Equal(t, time.Minute, c.OutageBackoffMax)
+}
