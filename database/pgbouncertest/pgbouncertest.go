@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/postingsvc/posting/internal/freeport"
 )
 
 // Mode is a pgbouncer pool_mode.
@@ -218,13 +220,12 @@ func write(t testing.TB, path, content string, cred *syscall.Credential) {
 	}
 }
 
-// freePort is a loopback port nobody listens on now.
+// freePort is a loopback port nobody listens on now (see freeport).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/internal/freeport"
 	"github.com/postingsvc/posting/internal/logtest"
 )
 
@@ -58,34 +58,15 @@ var Binary = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// handedOut are the addresses FreeAddr has returned in this test process.
-var handedOut struct {
-	sync.Mutex
-	addrs map[string]bool
-}
-
 // FreeAddr is a loopback address with a port nothing listens on now, and
-// one it has not returned before in this process: the kernel may give a
-// port just closed again to the next listener, so two calls in a row (the
-// API's and the worker's addresses of one test) could otherwise return the
-// same one, and the second process would fail with "address already in use".
+// one it has not returned before in this process (see freeport: the port
+// is not asked of the kernel, which may give it to the next listener or
+// connection of any process before the child binds it).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.addrs == nil {
-		handedOut.addrs = map[string]bool{}
-	}
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := l.Addr().String()
-		require.NoError(t, l.Close())
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
+	addr, err := freeport.Addr()
+	require.NoError(t, err)
+	return addr
 }
 
 // Proc is a running posting binary.
