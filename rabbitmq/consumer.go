@@ -263,6 +263,10 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return err
 	}
+	// Confirmed, for the probe that closes the session (flushAcks).
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
 	// The work of a session lasts as long as its connection: once that is
 	// lost the broker hands the unacknowledged messages, and the queue, to
 	// another consumer, so the batch in hand (an event retried while the
@@ -304,6 +308,7 @@ func (c *Consumer) session(ctx context.Context, b *backoff.Backoff) error {
 	active := false
 	defer func() {
 		if active {
+			c.flushAcks(ch)
 			// Let go before the connection closes, so that the next
 			// active consumer never overlaps this one's timers.
 			if ph, ok := c.handler.(inbox.PartitionHandler); ok {
@@ -392,6 +397,34 @@ func (c *Consumer) sendProbe(ctx context.Context, ch *amqp.Channel) {
 	err := ch.PublishWithContext(ctx, "", c.cfg.Queue, false, false, amqp.Publishing{Type: probeType, DeliveryMode: amqp.Transient})
 	if err != nil {
 		c.log.Debug("active consumer probe not sent", "err", err)
+	}
+}
+
+// flushAcks waits until the broker applied the acknowledgements sent on
+// ch, so that closing the connection returns only what this consumer did
+// not handle. An acknowledgement has no reply, and a quorum queue's channel
+// holds back the ones past 32 in flight until the queue applied earlier
+// commands, and drops them if the channel closes first (RabbitMQ's
+// rabbit_fifo_client stashes those settles and never flushes the stash at a
+// close): under load the next consumer got events this one had handled.
+// A probe published on ch goes to the queue after the settles sent before
+// it, and its confirm comes once the queue applied it, when the channel
+// has also sent the ones it held back, ahead of its close. The probe waits
+// in the queue for the next consumer, which drops it. Bounded by
+// DialTimeout.
+func (c *Consumer) flushAcks(ch *amqp.Channel) {
+	if ch.IsClosed() {
+		return // the broker requeues what it held anyway
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DialTimeout)
+	defer cancel()
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", c.cfg.Queue, false, false,
+		amqp.Publishing{Type: probeType, DeliveryMode: amqp.Transient})
+	if err == nil {
+		_, err = confirm.WaitContext(ctx)
+	}
+	if err != nil {
+		c.log.Warn("acknowledgements maybe not applied before the close; the next consumer may get some again", "err", err)
 	}
 }
 
