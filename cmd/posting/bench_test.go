@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -85,6 +86,16 @@ func TestBenchWritesCPUProfilesAndALatencyTrace(t *testing.T) {
 	require.NoError(t, err, "the trace file exists")
 	require.Regexp(t, `^go 1\.\d+ trace\x00`, string(trace[:min(len(trace), 16)]), "a Go execution trace's header")
 	require.Greater(t, len(trace), 1<<10, "the trace holds the loads' events, not a header alone")
+	// go tool trace, as the benchmarks page reads it, makes a profile of it.
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command that runs these tests")
+	prof, err := exec.Command(goTool, "tool", "trace", "-pprof=sync", tracePath).Output()
+	require.NoError(t, err, "go tool trace reads the trace")
+	zr, err := gzip.NewReader(bytes.NewReader(prof))
+	require.NoError(t, err, "go tool trace wrote a pprof profile")
+	syncProf, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	require.True(t, bytes.Contains(syncProf, []byte("nanoseconds")), "the blocking profile names its unit")
 	for _, path := range []string{comparison, serve} {
 		f, err := os.Open(path)
 		require.NoError(t, err, "the profile file exists")
