@@ -54,6 +54,9 @@ const (
 	ActionCreated   Action = "CREATED"
 	ActionUpdated   Action = "UPDATED"
 	ActionCancelled Action = "CANCELLED"
+	// ActionExpired: the post was not published by its publishBy and
+	// never will be.
+	ActionExpired Action = "EXPIRED"
 )
 
 // Envelope is the part of every event value that the contract fixes; the
@@ -74,7 +77,7 @@ type PostingEventFields struct {
 	// Action is what happened to the post.
 	Action Action `json:"action"`
 	// Status is the post's status after the change (RESERVED, WORKING,
-	// PUBLISHED or CANCELLED, as reservation.Status names them).
+	// PUBLISHED, CANCELLED or EXPIRED, as reservation.Status names them).
 	Status string `json:"status"`
 	// ScheduledAt is the post's time after the change.
 	ScheduledAt time.Time `json:"scheduledAt"`

@@ -15,16 +15,24 @@ import (
 // Status is the state of a post.
 type Status string
 
-// The post statuses: RESERVED → WORKING → PUBLISHED, and RESERVED/WORKING → CANCELLED.
+// The post statuses: RESERVED → WORKING → PUBLISHED, RESERVED/WORKING →
+// CANCELLED, and RESERVED/WORKING → EXPIRED (not published by its
+// publishBy). PUBLISHED, CANCELLED and EXPIRED are terminal.
 const (
 	StatusReserved  Status = "RESERVED"
 	StatusWorking   Status = "WORKING"
 	StatusPublished Status = "PUBLISHED"
 	StatusCancelled Status = "CANCELLED"
+	StatusExpired   Status = "EXPIRED"
 )
 
 // Statuses lists every status.
-var Statuses = []Status{StatusReserved, StatusWorking, StatusPublished, StatusCancelled}
+var Statuses = []Status{StatusReserved, StatusWorking, StatusPublished, StatusCancelled, StatusExpired}
+
+// Terminal reports whether s is an end: PUBLISHED, CANCELLED or EXPIRED.
+func (s Status) Terminal() bool {
+	return s == StatusPublished || s == StatusCancelled || s == StatusExpired
+}
 
 // Valid reports whether s is one of the statuses.
 func (s Status) Valid() bool {
@@ -50,8 +58,8 @@ var (
 
 // transitions lists, per status, the statuses it may move to.
 var transitions = map[Status][]Status{
-	StatusReserved: {StatusWorking, StatusCancelled},
-	StatusWorking:  {StatusPublished, StatusCancelled},
+	StatusReserved: {StatusWorking, StatusCancelled, StatusExpired},
+	StatusWorking:  {StatusPublished, StatusCancelled, StatusExpired},
 }
 
 // CanTransition reports whether a post in from may move to to.
@@ -90,6 +98,20 @@ type Post struct {
 	// reservation event; nil: none (a post older than the column, or a
 	// change made outside any trace). It is not part of the post's JSON.
 	Traceparent *string `gorm:"column:traceparent" json:"-"`
+	// PublishBy is the latest instant the post may still be published
+	// (migration 00011): the client's publishBy, or scheduledAt plus the
+	// service's late limit when the client gave none; nil: no deadline.
+	// Past it a post not yet published becomes EXPIRED.
+	PublishBy *time.Time `gorm:"column:publish_by"`
+	// PublishClaimedAt is when the worker first called a publisher for
+	// the post, set in one conditional UPDATE only while the post is
+	// WORKING and before PublishBy; the expirer leaves a claimed post to
+	// the worker, so a publication and an expiry never both happen. nil:
+	// not claimed. Not part of the post's JSON.
+	PublishClaimedAt *time.Time `gorm:"column:publish_claimed_at" json:"-"`
+	// Reannounced counts the reservation events the overdue check sent
+	// again for the post. Not part of the post's JSON.
+	Reannounced int `gorm:"column:reannounced" json:"-"`
 	// Version is the optimistic lock: GORM adds "AND version = ?" to every
 	// update of the post and increments it.
 	Version optimisticlock.Version `gorm:"column:version"`
