@@ -44,6 +44,7 @@ type postRequest struct {
 	Title       jsontext.Value `json:"title"`
 	Content     jsontext.Value `json:"content"`
 	ScheduledAt jsontext.Value `json:"scheduledAt"`
+	PublishBy   jsontext.Value `json:"publishBy"`
 }
 
 // posts serves /api/v1/posts.
@@ -244,7 +245,11 @@ func (req *postRequest) createInput() (reservation.CreateInput, error) {
 	if err != nil {
 		return in, err
 	}
-	return reservation.CreateInput{Title: *title, Content: *content, ScheduledAt: *at}, nil
+	by, err := timeField("publishBy", req.PublishBy)
+	if err != nil {
+		return in, err
+	}
+	return reservation.CreateInput{Title: *title, Content: *content, ScheduledAt: *at, PublishBy: by}, nil
 }
 
 func (req *postRequest) updateInput() (reservation.UpdateInput, error) {
@@ -257,6 +262,9 @@ func (req *postRequest) updateInput() (reservation.UpdateInput, error) {
 		return in, err
 	}
 	if in.ScheduledAt, err = timeField("scheduledAt", req.ScheduledAt); err != nil {
+		return in, err
+	}
+	if in.PublishBy, err = timeField("publishBy", req.PublishBy); err != nil {
 		return in, err
 	}
 	return in, nil

@@ -78,6 +78,8 @@ type Metrics struct {
 	adminAuthFailed  *prometheus.CounterVec
 	relayBatchSize   func() int // guarded by batchMu
 	batchMu          *sync.Mutex
+	overdueOnce      sync.Once
+	overdueC         *overdueCollector
 }
 
 // New returns the metrics of one process. db, if not nil, is read at each

@@ -198,7 +198,13 @@ func replay(rec *idempotencyRecord, hash string) (Created, error) {
 // content and scheduledAt instant (so "01:00:00+01:00" and "00:00:00Z" are
 // the same request), in hex.
 func requestHash(in CreateInput) string {
-	b, _ := json.Marshal([]string{in.Title, in.Content, FormatJSONTime(database.Normalize(in.ScheduledAt))})
+	fields := []string{in.Title, in.Content, FormatJSONTime(database.Normalize(in.ScheduledAt))}
+	if in.PublishBy != nil {
+		// Only when given, so that a key stored before publishBy existed
+		// still matches its request.
+		fields = append(fields, FormatJSONTime(database.Normalize(*in.PublishBy)))
+	}
+	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -221,6 +227,14 @@ func postFromJSON(b []byte) (*Post, error) {
 			return nil, fmt.Errorf("stored post: %w", err)
 		}
 		*f.dst = t.UTC()
+	}
+	if j.PublishBy != nil {
+		t, err := time.Parse(time.RFC3339Nano, *j.PublishBy)
+		if err != nil {
+			return nil, fmt.Errorf("stored post: %w", err)
+		}
+		t = t.UTC()
+		p.PublishBy = &t
 	}
 	return p, nil
 }

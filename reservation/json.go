@@ -15,6 +15,9 @@ type PostJSON struct {
 	CreatedAt   string  `json:"createdAt"`
 	UpdatedAt   string  `json:"updatedAt"`
 	PublishedAt *string `json:"publishedAt"`
+	// PublishBy is the latest instant the post may be published (its own,
+	// or scheduledAt plus the service's late limit); null: no deadline.
+	PublishBy *string `json:"publishBy"`
 	// OwnerID is the JWT subject that created the post; "" when it was
 	// created without authentication.
 	OwnerID string `json:"ownerId"`
@@ -35,6 +38,10 @@ func NewPostJSON(p *Post) PostJSON {
 	if p.PublishedAt != nil {
 		s := FormatJSONTime(*p.PublishedAt)
 		out.PublishedAt = &s
+	}
+	if p.PublishBy != nil {
+		s := FormatJSONTime(*p.PublishBy)
+		out.PublishBy = &s
 	}
 	return out
 }

@@ -216,7 +216,10 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 	read := false
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		due, res, read = nil, SchedulerResult{}, false // a retried attempt starts afresh
-		q := tx.Select("id", "scheduled_at", "version", "owner_id", "traceparent").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon)
+		q := tx.Select("id", "scheduled_at", "version", "owner_id", "traceparent").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon).
+			// A post past its deadline is the expirer's: it becomes EXPIRED,
+			// never WORKING.
+			Where("publish_by IS NULL OR publish_by >= ?", now)
 		if after != nil {
 			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
 		}

@@ -47,6 +47,11 @@ type ServiceConfig struct {
 	// DefaultIdempotencyRetention (24h); MinIdempotencyRetention (1m) to
 	// MaxIdempotencyRetention (720h).
 	IdempotencyRetention time.Duration
+	// LateLimit is how late a post without its own publishBy may still be
+	// published: its publish_by is scheduledAt plus LateLimit, past which it
+	// becomes EXPIRED. Default 0: no limit, a post is published however
+	// late. At most MaxAhead.
+	LateLimit time.Duration
 }
 
 // DefaultServiceConfig returns a ServiceConfig with every field at its
@@ -76,6 +81,9 @@ func (c ServiceConfig) Validate() error {
 	}
 	if c.MaxAhead <= 0 {
 		return config.Invalid(f+"MaxAhead", c.MaxAhead, "must be positive")
+	}
+	if c.LateLimit < 0 || c.LateLimit > c.MaxAhead {
+		return config.Invalid(f+"LateLimit", c.LateLimit, "want 0 (no limit) up to MaxAhead %s", c.MaxAhead)
 	}
 	if c.IdempotencyRetention < MinIdempotencyRetention || c.IdempotencyRetention > MaxIdempotencyRetention {
 		return config.Invalid(f+"IdempotencyRetention", c.IdempotencyRetention, "want %s..%s",
@@ -113,12 +121,19 @@ func NewService(db *gorm.DB, cfg ServiceConfig) (*Service, error) {
 type CreateInput struct {
 	Title, Content string
 	ScheduledAt    time.Time
+	// PublishBy, when set, is the latest instant the post may be
+	// published, not before ScheduledAt; nil takes the service's
+	// LateLimit (or no deadline).
+	PublishBy *time.Time
 }
 
-// UpdateInput changes a RESERVED post; nil fields keep their value.
+// UpdateInput changes a RESERVED post; nil fields keep their value. A
+// ScheduledAt changed without PublishBy moves the post's deadline by the
+// same amount, so its late window keeps its length.
 type UpdateInput struct {
 	Title, Content *string
 	ScheduledAt    *time.Time
+	PublishBy      *time.Time
 }
 
 // ListOrder is the order of List's pages.
@@ -215,6 +230,7 @@ func (s *Service) insertPost(ctx context.Context, tx *gorm.DB, in CreateInput, n
 		OwnerID:     ownerOf(ctx),
 		Version:     optimisticlock.Version{Int64: 1, Valid: true},
 		Traceparent: traceparentOf(ctx),
+		PublishBy:   s.publishBy(in.ScheduledAt, in.PublishBy),
 	}
 	if err := s.insert.exec(ctx, tx, created); err != nil {
 		return nil, fmt.Errorf("insert post: %w", err)
@@ -230,7 +246,39 @@ func (s *Service) validateCreate(in CreateInput, now time.Time) error {
 	if err := validateText("content", in.Content, MaxContentLength, contentControls); err != nil {
 		return err
 	}
-	return s.validateScheduledAt(in.ScheduledAt, now)
+	if err := s.validateScheduledAt(in.ScheduledAt, now); err != nil {
+		return err
+	}
+	return validatePublishBy(in.PublishBy, in.ScheduledAt)
+}
+
+// publishBy is the deadline stored for a post scheduled at at: the
+// client's own, else at plus the service's LateLimit, else none.
+func (s *Service) publishBy(at time.Time, own *time.Time) *time.Time {
+	switch {
+	case own != nil:
+		t := database.Normalize(*own)
+		return &t
+	case s.cfg.LateLimit > 0:
+		t := database.Normalize(at).Add(s.cfg.LateLimit)
+		return &t
+	}
+	return nil
+}
+
+// validatePublishBy checks a client's publishBy against the post's
+// scheduledAt: not before it, and within the years every database stores.
+func validatePublishBy(by *time.Time, at time.Time) error {
+	if by == nil {
+		return nil
+	}
+	if y := by.UTC().Year(); y < 1 || y > 9999 {
+		return invalidField("publishBy", "must lie within the years 1 to 9999 UTC")
+	}
+	if database.Normalize(*by).Before(database.Normalize(at)) {
+		return invalidField("publishBy", "must not lie before scheduledAt")
+	}
+	return nil
 }
 
 // Get returns the post with id, or an error wrapping ErrNotFound (also when
@@ -335,8 +383,8 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 // retry). Every successful update bumps the version and writes an event, also
 // when the values equal the stored ones.
 func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, error) {
-	if in.Title == nil && in.Content == nil && in.ScheduledAt == nil {
-		return nil, invalidField("body", "must set at least one of title, content, scheduledAt")
+	if in.Title == nil && in.Content == nil && in.ScheduledAt == nil && in.PublishBy == nil {
+		return nil, invalidField("body", "must set at least one of title, content, scheduledAt, publishBy")
 	}
 	if in.Title != nil {
 		if err := validateText("title", *in.Title, MaxTitleLength, titleControls); err != nil {
@@ -375,8 +423,21 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 				return nil, err
 			}
 		}
+		if in.PublishBy == nil && current.PublishBy != nil {
+			by := current.PublishBy.Add(at.Sub(current.ScheduledAt))
+			next.PublishBy = &by
+			changes["publish_by"] = by
+		}
 		next.ScheduledAt = at
 		changes["scheduled_at"] = at
+	}
+	if in.PublishBy != nil {
+		if err := validatePublishBy(in.PublishBy, next.ScheduledAt); err != nil {
+			return nil, err
+		}
+		by := database.Normalize(*in.PublishBy)
+		next.PublishBy = &by
+		changes["publish_by"] = by
 	}
 	next.UpdatedAt = now
 	next.Traceparent = traceparentOf(ctx) // the reservation continues the last edit's trace

@@ -18,6 +18,7 @@ import (
 	"github.com/postingsvc/posting/httpserver"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/overdue"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
 )
@@ -62,6 +63,10 @@ type settings struct {
 	Migrate           bool
 	OutboxRetention   time.Duration
 	IdemRetention     time.Duration
+	PublishLateLimit  time.Duration
+	OverdueAfter      time.Duration
+	OverdueInterval   time.Duration
+	OverdueReannounce int
 	ShutdownTimeout   time.Duration
 	WorkerGroup       string
 	PublishWebhookURL string
@@ -127,6 +132,14 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.IdemRetention, "idempotency-retention", reservation.DefaultIdempotencyRetention,
 		"how long an Idempotency-Key of POST /api/v1/posts is honoured, then deleted by the cleaner (1m..720h)")
 	fs.DurationVar(&s.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on a graceful shutdown")
+	od := overdue.DefaultConfig()
+	fs.DurationVar(&s.PublishLateLimit, "publish-late-limit", 0,
+		"a post without its own publishBy may be published at most this long after its scheduledAt, then it becomes EXPIRED; 0: published however late")
+	fs.DurationVar(&s.OverdueAfter, "overdue-after", od.Grace,
+		"grace after scheduledAt past which a post neither PUBLISHED, CANCELLED nor EXPIRED is overdue: counted, listed, alerted (1s..24h)")
+	fs.DurationVar(&s.OverdueInterval, "overdue-interval", od.Interval, "pause between two overdue checks (100ms..the grace)")
+	fs.IntVar(&s.OverdueReannounce, "overdue-reannounce", od.Reannounce,
+		"how many times an overdue post whose reservation event was sent but made no publication is announced again (0..100; 0: never)")
 	showEnvTwins(fs)
 }
 
@@ -236,14 +249,14 @@ func (s *settings) validateServe() error {
 			"generate one with: openssl rand -hex 32", admin.MinTokenBytes, len(s.AdminToken))}
 	}
 	if s.RabbitMQURL != "" {
-		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig())
+		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig(), s.overdueConfig())
 	}
 	brokers := s.brokers()
 	var cfgs []validator
 	if len(s.KafkaBrokers) == 0 {
 		cfgs = append(cfgs, s.embeddedConfig(""))
 	}
-	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig())
+	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig(), s.overdueConfig())
 	cfgs = append(cfgs, s.workerConfigs(brokers)...)
 	return s.validateConfigs(cfgs...)
 }
@@ -313,6 +326,11 @@ var settingOf = map[string]string{
 
 	// Its own block: a long key that would realign the lines above.
 	"reservation.ServiceConfig.IdempotencyRetention": "POSTING_IDEMPOTENCY_RETENTION",
+	"reservation.ServiceConfig.LateLimit":            "POSTING_PUBLISH_LATE_LIMIT",
+	"overdue.Config.Grace":                           "POSTING_OVERDUE_AFTER",
+	"overdue.Config.Interval":                        "POSTING_OVERDUE_INTERVAL",
+	"overdue.Config.Reannounce":                      "POSTING_OVERDUE_REANNOUNCE",
+	"overdue.Config.InstanceID":                      "POSTING_INSTANCE_ID",
 
 	// The HTTP servers of serve and worker.
 	"httpserver.Config.ReadHeaderTimeout": "POSTING_HTTP_READ_HEADER_TIMEOUT",
@@ -406,7 +424,13 @@ func (s *settings) cleanerConfig() outbox.CleanerConfig {
 
 func (s *settings) serviceConfig() reservation.ServiceConfig {
 	c := reservation.DefaultServiceConfig()
-	c.IdempotencyRetention = s.IdemRetention
+	c.IdempotencyRetention, c.LateLimit = s.IdemRetention, s.PublishLateLimit
+	return c
+}
+
+func (s *settings) overdueConfig() overdue.Config {
+	c := overdue.DefaultConfig()
+	c.Grace, c.Interval, c.Reannounce, c.InstanceID = s.OverdueAfter, s.OverdueInterval, s.OverdueReannounce, s.InstanceID
 	return c
 }
 

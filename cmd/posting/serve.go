@@ -25,6 +25,7 @@ import (
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/overdue"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/telemetry"
@@ -165,6 +166,18 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return s.settingError(err)
 	}
+	// The end-to-end promise against the posts table: expiries, the
+	// re-announcements, the overdue count (one instance at a time).
+	oc := s.overdueConfig()
+	oc.Logger = log
+	oc.Observe = func(r overdue.Result, err error) {
+		m.ObserveOverdue(r.Leader, err == nil, r.Overdue, r.Oldest, r.Expired, r.Reannounced)
+	}
+	checker, err := overdue.New(writers, oc)
+	if err != nil {
+		return s.settingError(err)
+	}
+	m.WatchOverdue()
 	var history *admin.History
 	if s.AdminToken != "" {
 		// The console's chart: samples of the outbox, kept in memory.
@@ -215,7 +228,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// cut off by the signal.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	services := append(notifiers, sched, rel, cleaner)
+	services := append(notifiers, sched, rel, cleaner, checker)
 	if history != nil {
 		services = append(services, history)
 	}
