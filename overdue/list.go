@@ -97,18 +97,26 @@ func Count(ctx context.Context, db *gorm.DB, grace time.Duration) (Summary, erro
 	if err != nil {
 		return Summary{}, err
 	}
-	var row struct {
-		N      int
-		Oldest *time.Time
+	cutoff := now.Add(-grace)
+	q := func() *gorm.DB {
+		return db.WithContext(ctx).Model(&reservation.Post{}).Where("status IN ? AND scheduled_at < ?", open, cutoff)
 	}
-	err = db.WithContext(ctx).Table("posts").Select("COUNT(*) AS n, MIN(scheduled_at) AS oldest").
-		Where("status IN ? AND scheduled_at < ?", open, now.Add(-grace)).Scan(&row).Error
-	if err != nil {
+	var n int64
+	if err := q().Count(&n).Error; err != nil {
 		return Summary{}, fmt.Errorf("count overdue posts: %w", err)
 	}
-	s := Summary{Count: row.N, Now: now}
-	if row.Oldest != nil {
-		s.Oldest = now.Sub(row.Oldest.UTC())
+	s := Summary{Count: int(n), Now: now}
+	if n == 0 {
+		return s, nil
+	}
+	// The oldest by the same index, read as the column's type (an
+	// aggregate's type is lost on SQLite).
+	var oldest []time.Time
+	if err := q().Order("scheduled_at").Limit(1).Pluck("scheduled_at", &oldest).Error; err != nil {
+		return Summary{}, fmt.Errorf("find the oldest overdue post: %w", err)
+	}
+	if len(oldest) == 1 {
+		s.Oldest = now.Sub(oldest[0].UTC())
 	}
 	return s, nil
 }
