@@ -33,7 +33,7 @@ func requirePostShape(t *testing.T, post map[string]any) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	require.Equal(t, []string{"content", "createdAt", "id", "ownerId", "publishedAt", "scheduledAt", "status", "title", "updatedAt"}, keys)
+	require.Equal(t, []string{"content", "createdAt", "id", "ownerId", "publishBy", "publishedAt", "scheduledAt", "status", "title", "updatedAt"}, keys)
 	require.IsType(t, float64(0), post["id"])
 	require.IsType(t, "", post["ownerId"])
 	require.Nil(t, post["publishedAt"])
@@ -154,6 +154,10 @@ func TestPostsErrors(t *testing.T) {
 			{"scheduledAt without zone", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"2030-01-03T00:00:00"}`, 400, "scheduledAt", "scheduledAt", ""},
 			{"scheduledAt in the past", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"2030-01-02T03:04:04Z"}`, 400, "future", "scheduledAt", ""},
 			{"scheduledAt over a year ahead", "POST", posts, jsonCT, `{"title":"t","content":"c","scheduledAt":"2031-01-03T00:00:00Z"}`, 400, "365 days", "scheduledAt", ""},
+			{"publishBy not RFC 3339", "POST", posts, jsonCT, valid(`,"publishBy":"later"`), 400, "publishBy", "publishBy", ""},
+			{"null publishBy", "POST", posts, jsonCT, valid(`,"publishBy":null`), 400, "publishBy", "publishBy", ""},
+			{"publishBy before scheduledAt", "POST", posts, jsonCT, valid(`,"publishBy":"2030-01-02T23:59:59Z"`), 400, "before scheduledAt", "publishBy", ""},
+			{"patch publishBy before scheduledAt", "PATCH", one, jsonCT, `{"publishBy":"2030-01-02T23:59:59Z"}`, 400, "before scheduledAt", "publishBy", ""},
 			{"id not a number", "GET", posts + "/abc", "", "", 400, "id", "id", ""},
 			{"id zero", "GET", posts + "/0", "", "", 400, "id", "id", ""},
 			{"id negative", "GET", posts + "/-1", "", "", 400, "id", "id", ""},
@@ -951,5 +955,40 @@ func TestPostsListReadsScheduledBoundsAsStrictlyAsScheduledAt(t *testing.T) {
 		}
 		resp, body := e.do(t, http.MethodGet, "/api/v1/posts?scheduledFrom=2030-01-03t00:00:00z", "", "")
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	})
+}
+
+// A post's publishBy is read like scheduledAt, shown in UTC, moved with a
+// reschedule and changed by a PATCH of its own; a post has null without one.
+func TestPostsCarryTheirPublishBy(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		resp, body := e.do(t, http.MethodPost, "/api/v1/posts", "application/json",
+			`{"title":"t","content":"c","scheduledAt":"2030-01-03T10:00:00+02:00","publishBy":"2030-01-03T10:30:00+02:00"}`)
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		created := decodeObject(t, body)
+		requirePostShape(t, created)
+		require.Equal(t, "2030-01-03T08:30:00Z", created["publishBy"])
+		id := idOf(t, created)
+
+		resp, body = e.do(t, http.MethodPatch, "/api/v1/posts/"+id, "application/json", `{"scheduledAt":"2030-01-03T09:00:00Z"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, "2030-01-03T09:30:00Z", decodeObject(t, body)["publishBy"], "the deadline moves with the schedule")
+
+		resp, body = e.do(t, http.MethodPatch, "/api/v1/posts/"+id, "application/json", `{"publishBy":"2030-01-03T12:00:00Z"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, "2030-01-03T12:00:00Z", decodeObject(t, body)["publishBy"])
+		require.True(t, loadPost(t, e.db.DB, id).PublishBy.Equal(time.Date(2030, 1, 3, 12, 0, 0, 0, time.UTC)))
+
+		plain := e.createPost(t, "no deadline")
+		require.Contains(t, plain, "publishBy")
+		require.Nil(t, plain["publishBy"])
+
+		// EXPIRED is a status the list filters by.
+		require.NoError(t, e.db.Exec("UPDATE posts SET status = 'EXPIRED' WHERE id = ?", id).Error)
+		resp, body = e.do(t, http.MethodGet, "/api/v1/posts?status=EXPIRED", "", "")
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		items := decodeObject(t, body)["items"].([]any)
+		require.Len(t, items, 1)
+		require.Equal(t, "EXPIRED", items[0].(map[string]any)["status"])
 	})
 }

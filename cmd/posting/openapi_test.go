@@ -269,7 +269,7 @@ func TestOpenAPIValidationCatchesDrift(t *testing.T) {
 	_, router := loadOpenAPI(t)
 	good := map[string]any{"id": 1, "title": "t", "content": "c", "status": "RESERVED", "ownerId": "u1",
 		"scheduledAt": "2030-01-02T15:04:05Z", "createdAt": "2030-01-01T00:00:00Z",
-		"updatedAt": "2030-01-01T00:00:00Z", "publishedAt": nil}
+		"updatedAt": "2030-01-01T00:00:00Z", "publishedAt": nil, "publishBy": nil}
 	validate := func(post map[string]any) error {
 		req := httptest.NewRequest("GET", "/api/v1/posts/1", nil)
 		route, params, err := router.FindRoute(req)
