@@ -4,6 +4,7 @@ package auth
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,16 @@ const (
 // process's memory. A larger answer is refused and logged; the keys held
 // before stay in use.
 const MaxJWKSBytes = 1 << 20
+
+// MaxTokenBytes bounds a bearer token's length: a longer one is refused
+// before any of it is decoded, so an unauthenticated caller cannot make the
+// service parse a claims set of megabytes. 16 KiB holds the largest tokens
+// identity providers issue (group and role claims included).
+const MaxTokenBytes = 16 << 10
+
+// MaxHeaderBytes bounds the encoded JOSE header that is decoded to find the
+// key before the signature is checked (an x5c certificate chain fits).
+const MaxHeaderBytes = 8 << 10
 
 // HMACMethods are the algorithms a token verified with Config.Secret may
 // use; AsymmetricMethods those a token verified with a JWKS key may use.
@@ -202,6 +213,9 @@ func New(cfg Config) (*Verifier, error) {
 		jwt.WithLeeway(cfg.Leeway),
 		jwt.WithTimeFunc(cfg.Now),
 		jwt.WithExpirationRequired(),
+		// An iat later than the clock plus the leeway: a token from the
+		// future is refused like one not valid yet.
+		jwt.WithIssuedAt(),
 	}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
@@ -275,7 +289,9 @@ type scopeClaim []string
 func (s *scopeClaim) UnmarshalJSON(b []byte) error {
 	var str string
 	if err := json.Unmarshal(b, &str); err == nil {
-		*s = strings.Fields(str)
+		// RFC 6749 3.3: scope tokens are separated by spaces (0x20) and
+		// nothing else: "x\u00a0posts:admin" is one token, not two.
+		*s = slices.DeleteFunc(strings.Split(str, " "), func(w string) bool { return w == "" })
 		return nil
 	}
 	var list []string
@@ -289,21 +305,15 @@ func (s *scopeClaim) UnmarshalJSON(b []byte) error {
 // Verify checks a compact JWT and returns its Caller, or an error wrapping
 // ErrUnauthorized whose text says what was wrong (never the token itself).
 func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
+	if len(token) > MaxTokenBytes {
+		return Caller{}, fmt.Errorf("%w: the bearer token is %d bytes long, more than %d", ErrUnauthorized, len(token), MaxTokenBytes)
+	}
+	if err := v.verifySignature(ctx, token); err != nil {
+		return Caller{}, fmt.Errorf("%w: %s", ErrUnauthorized, reason(err))
+	}
 	var c claims
 	_, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
-		alg, _ := t.Header["alg"].(string)
-		switch {
-		case slices.Contains(HMACMethods, alg) && len(v.cfg.Secret) > 0:
-			return v.cfg.Secret, nil
-		case slices.Contains(AsymmetricMethods, alg) && v.jwks != nil:
-			// Not the request's cancellation: a fetch for an unknown kid
-			// spends the rate limiter's token for every caller, so a caller
-			// that hangs up must not abort it (keyfunc bounds it by
-			// JWKSTimeout all the same).
-			return v.jwks.KeyfuncCtx(context.WithoutCancel(ctx))(t)
-		}
-		// WithValidMethods refuses such a token before this is called.
-		return nil, fmt.Errorf("no key for alg %q", alg)
+		return v.key(ctx, t)
 	})
 	if err != nil {
 		return Caller{}, fmt.Errorf("%w: %s", ErrUnauthorized, reason(err))
@@ -323,6 +333,84 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Caller, error) {
 		return Caller{}, fmt.Errorf("%w: the token's sub begins or ends with white space", ErrUnauthorized)
 	}
 	return Caller{Subject: c.Subject, Scopes: []string(c.Scope)}, nil
+}
+
+// key is the key that verifies t: the secret for an HMAC alg, the key set's
+// key of its kid for an asymmetric one.
+func (v *Verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
+	alg, _ := t.Header["alg"].(string)
+	switch {
+	case slices.Contains(HMACMethods, alg) && len(v.cfg.Secret) > 0:
+		return v.cfg.Secret, nil
+	case slices.Contains(AsymmetricMethods, alg) && v.jwks != nil:
+		// Not the request's cancellation: a fetch for an unknown kid
+		// spends the rate limiter's token for every caller, so a caller
+		// that hangs up must not abort it (keyfunc bounds it by
+		// JWKSTimeout all the same).
+		return v.jwks.KeyfuncCtx(context.WithoutCancel(ctx))(t)
+	}
+	// WithValidMethods refuses such a token before this is called.
+	return nil, fmt.Errorf("no key for alg %q", alg)
+}
+
+// verifySignature checks the token's signature before anything reads its
+// claims: golang-jwt decodes the claims set (several JSON passes over it)
+// before it verifies, so an unsigned token of many claims would cost CPU
+// for nothing. Only the header, at most MaxHeaderBytes, is decoded first. A
+// token this cannot judge (malformed, an alg that is not accepted) is left
+// to the parser, whose refusal says why.
+func (v *Verifier) verifySignature(ctx context.Context, token string) error {
+	head, rest, ok := strings.Cut(token, ".")
+	if !ok || len(head) > MaxHeaderBytes {
+		return nil
+	}
+	payload, sig, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(sig, ".") {
+		return nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(head)
+	if err != nil {
+		return nil
+	}
+	var header map[string]any
+	if err := json.Unmarshal(raw, &header); err != nil {
+		return nil
+	}
+	alg, _ := header["alg"].(string)
+	method := jwt.GetSigningMethod(alg)
+	if method == nil || !v.acceptsAlg(alg) {
+		return nil
+	}
+	key, err := v.key(ctx, &jwt.Token{Header: header, Method: method})
+	if err != nil {
+		return fmt.Errorf("%w: %w", jwt.ErrTokenUnverifiable, err)
+	}
+	sigBytes, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		return nil
+	}
+	keys := []any{key}
+	if set, ok := key.(jwt.VerificationKeySet); ok {
+		// A token without a kid: any key of the set may have signed it, as
+		// golang-jwt itself tries them.
+		keys = make([]any, len(set.Keys))
+		for i, k := range set.Keys {
+			keys[i] = k
+		}
+	}
+	err = jwt.ErrSignatureInvalid
+	for _, k := range keys {
+		if err = method.Verify(head+"."+payload, sigBytes, k); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w", jwt.ErrTokenSignatureInvalid, err)
+}
+
+// acceptsAlg reports whether alg is one the verifier has keys for.
+func (v *Verifier) acceptsAlg(alg string) bool {
+	return (len(v.cfg.Secret) > 0 && slices.Contains(HMACMethods, alg)) ||
+		(v.cfg.JWKSURL != "" && slices.Contains(AsymmetricMethods, alg))
 }
 
 // reason says why golang-jwt refused a token, in words a client can act

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -574,4 +576,75 @@ func TestJWKSRedirectMustBeHTTPSUnlessLoopback(t *testing.T) {
 			require.Contains(t, logs.String(), "must be https")
 		})
 	}
+}
+
+// Scope tokens are separated by spaces (0x20) only, as RFC 6749 3.3 says:
+// another white space character joins two words into one token, which
+// grants nothing.
+func TestScopeIsSplitOnSpacesOnly(t *testing.T) {
+	t.Parallel()
+	v := newVerifier(t, auth.Config{Secret: secret})
+	for scope, want := range map[string][]string{
+		"posts:read  posts:admin": {"posts:read", "posts:admin"},
+		"x\u00a0posts:admin":      {"x\u00a0posts:admin"},
+		"x\tposts:admin":          {"x\tposts:admin"},
+		"x\u2003posts:admin y":    {"x\u2003posts:admin", "y"},
+		" posts:admin ":           {"posts:admin"},
+	} {
+		c, err := v.Verify(context.Background(), hs256(t, with(valid("alice"), "scope", scope)))
+		require.NoError(t, err, "%q", scope)
+		require.Equal(t, want, c.Scopes, "%q", scope)
+	}
+	c, err := v.Verify(context.Background(), hs256(t, with(valid("alice"), "scope", "x\u00a0posts:admin")))
+	require.NoError(t, err)
+	require.NotContains(t, c.Scopes, auth.AdminScope)
+}
+
+// A token issued in the future beyond the clock leeway is refused; within
+// the leeway it passes.
+func TestTokenIssuedInTheFutureIsRefused(t *testing.T) {
+	t.Parallel()
+	v := newVerifier(t, auth.Config{Secret: secret})
+	_, err := v.Verify(context.Background(), hs256(t, with(valid("alice"), "iat", now.Add(auth.DefaultLeeway+time.Minute).Unix())))
+	require.ErrorIs(t, err, auth.ErrUnauthorized)
+	require.Contains(t, err.Error(), "issued in the future (iat)")
+	_, err = v.Verify(context.Background(), hs256(t, with(valid("alice"), "iat", now.Add(auth.DefaultLeeway/2).Unix())))
+	require.NoError(t, err)
+}
+
+// A token longer than MaxTokenBytes is refused by its length, and a
+// token's signature is checked before its claims are read: a badly signed
+// token whose claims are not even JSON is refused for its signature.
+func TestTokenLengthAndSignatureAreCheckedBeforeTheClaims(t *testing.T) {
+	t.Parallel()
+	hs := newVerifier(t, auth.Config{Secret: secret})
+	jwks := authtest.NewJWKS(t)
+	js := newVerifier(t, auth.Config{JWKSURL: jwks.URL})
+
+	claims := valid("alice")
+	for i := 0; len(hs256(t, claims)) <= auth.MaxTokenBytes; i++ {
+		claims = with(claims, fmt.Sprintf("c%05d", i), strings.Repeat("x", 200))
+	}
+	long := hs256(t, claims)
+	_, err := hs.Verify(context.Background(), long)
+	require.ErrorIs(t, err, auth.ErrUnauthorized)
+	require.Contains(t, err.Error(), fmt.Sprintf("more than %d", auth.MaxTokenBytes))
+
+	enc := base64.RawURLEncoding.EncodeToString
+	head := enc([]byte(`{"alg":"HS256","typ":"JWT"}`))
+	body := enc([]byte(`{"sub":"alice","sub":"mallory",` + strings.Repeat(`"a":1,`, 1000)))
+	forged := head + "." + body + "." + enc([]byte("not the signature"))
+	_, err = hs.Verify(context.Background(), forged)
+	require.ErrorIs(t, err, auth.ErrUnauthorized)
+	require.Contains(t, err.Error(), "signature does not verify")
+
+	rsHead := enc([]byte(`{"alg":"RS256","kid":"` + jwks.KID() + `"}`))
+	_, err = js.Verify(context.Background(), rsHead+"."+body+"."+enc(make([]byte, 256)))
+	require.ErrorIs(t, err, auth.ErrUnauthorized)
+	require.Contains(t, err.Error(), "signature does not verify")
+
+	// A well-signed token still passes both checks.
+	c, err := js.Verify(context.Background(), jwks.Sign(t, valid("alice")))
+	require.NoError(t, err)
+	require.Equal(t, "alice", c.Subject)
 }
