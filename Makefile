@@ -17,6 +17,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzVerifyClaims$$' -fuzztime 5s ./auth/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePost$$' -fuzztime 5s ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDateTime$$' -fuzztime 5s ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 5s ./api/
 
 # Benchmarks print figures; they are not part of make test.
 # posting bench on a fresh SQLite file, then on a fresh MariaDB/MySQL database

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -889,6 +890,11 @@ func TestPostsListRangeAndOrder(t *testing.T) {
 	})
 }
 
+// cursorOf encodes raw as a cursor's text.
+func cursorOf(raw string) string {
+	return url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(raw)))
+}
+
 // TestPostsListRefusesBadParameters: an unknown, repeated or malformed
 // parameter is a 400 naming it, never a list that ignores it.
 func TestPostsListRefusesBadParameters(t *testing.T) {
@@ -930,6 +936,14 @@ func TestPostsListRefusesBadParameters(t *testing.T) {
 			{"order=scheduledAt&cursor=" + url.QueryEscape("MTow"), "cursor", "not a cursor"}, // "1:0": no post has id 0
 			{"status=RESERVED&cursor=" + url.QueryEscape("YTox"), "cursor", "not a cursor"},   // "a:1"
 			{"limit=1;status=RESERVED", "", "malformed query"},
+			// Bounds and cursors beyond the years a database compares.
+			{"scheduledFrom=0000-01-01T00:00:00Z", "scheduledFrom", "years 1 to 9999"},
+			{"scheduledFrom=9999-12-31T23:59:59-23:59", "scheduledFrom", "years 1 to 9999"},
+			{"scheduledTo=9999-12-31T23:59:59-23:59", "scheduledTo", "years 1 to 9999"},
+			{"order=scheduledAt&cursor=" + cursorOf("9223372036854775807:1"), "cursor", "not a cursor"},
+			{"order=scheduledAt&cursor=" + cursorOf("253402300800000000:1"), "cursor", "not a cursor"},
+			{"order=scheduledAt&cursor=" + cursorOf("-9223372036854775807:1"), "cursor", "not a cursor"},
+			{"ownerId=%FF%FE", "ownerId", "UTF-8"},
 		} {
 			resp, body := e.do(t, http.MethodGet, "/api/v1/posts?"+tc.query, "", "")
 			p := requireProblem(t, resp, body, http.StatusBadRequest)

@@ -266,13 +266,21 @@ func (s *Service) publishBy(at time.Time, own *time.Time) *time.Time {
 	return nil
 }
 
+// storable reports whether t lies within the years 1 to 9999 UTC, what
+// every database (and the MySQL driver) can compare with a DATETIME; a
+// bound outside them failed the query (a 500) on MariaDB and PostgreSQL.
+func storable(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 1 && y <= 9999
+}
+
 // validatePublishBy checks a client's publishBy against the post's
 // scheduledAt: not before it, and within the years every database stores.
 func validatePublishBy(by *time.Time, at time.Time) error {
 	if by == nil {
 		return nil
 	}
-	if y := by.UTC().Year(); y < 1 || y > 9999 {
+	if !storable(*by) {
 		return invalidField("publishBy", "must lie within the years 1 to 9999 UTC")
 	}
 	if database.Normalize(*by).Before(database.Normalize(at)) {
@@ -303,6 +311,17 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 		return nil, invalidField("order", fmt.Sprintf("must be %s or %s", OrderByID, OrderByScheduledAt))
 	}
 	from, to := database.Normalize(q.ScheduledFrom), database.Normalize(q.ScheduledTo)
+	for _, b := range []struct {
+		name string
+		at   time.Time
+	}{{"scheduledFrom", q.ScheduledFrom}, {"scheduledTo", q.ScheduledTo}} {
+		if !b.at.IsZero() && !storable(b.at) {
+			return nil, invalidField(b.name, "must lie within the years 1 to 9999 UTC")
+		}
+	}
+	if q.OwnerID != nil && (!utf8.ValidString(*q.OwnerID) || utf8.RuneCountInString(*q.OwnerID) > 255) {
+		return nil, invalidField("ownerId", "must be valid UTF-8 of at most 255 characters, as a token's sub is")
+	}
 	if !q.ScheduledFrom.IsZero() && !q.ScheduledTo.IsZero() && !to.After(from) {
 		return nil, invalidField("scheduledTo", "must lie after scheduledFrom")
 	}
@@ -644,7 +663,7 @@ func decodeCursor(s string) (listCursor, bool) {
 			return listCursor{}, false
 		}
 		c.at, idPart = time.UnixMicro(micros).UTC(), rest
-		if c.at.IsZero() {
+		if c.at.IsZero() || !storable(c.at) {
 			return listCursor{}, false
 		}
 	}
