@@ -123,11 +123,38 @@ func (p *posts) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	out := PostListJSON{Items: make([]PostJSON, 0, len(page.Items)), NextCursor: page.NextCursor}
+	out := pageJSON{Items: make([]json.RawMessage, 0, len(page.Items)), NextCursor: page.NextCursor}
+	size := 0
 	for i := range page.Items {
-		out.Items = append(out.Items, NewPostJSON(&page.Items[i]))
+		item, err := json.Marshal(NewPostJSON(&page.Items[i]))
+		if err != nil {
+			writeError(w, r, p.log, fmt.Errorf("encode response: %w", err))
+			return
+		}
+		if i > 0 && size+len(item) > MaxPageBytes {
+			// The page ends early; the next one starts after the last post
+			// answered, so the client misses nothing.
+			out.NextCursor = page.CursorAfter(i - 1)
+			break
+		}
+		size += len(item) + 1
+		out.Items = append(out.Items, item)
 	}
+	page = nil // the posts are encoded: let them go while a slow client reads
 	writeJSON(w, r, p.log, http.StatusOK, out)
+}
+
+// MaxPageBytes bounds the posts of one list answer, encoded: a page ends
+// before the post that would take it past this, with a nextCursor after the
+// last post answered (a page has at least one post, of at most about 120 KB).
+// So a client that asks for many large posts and reads slowly holds little
+// of the server's memory.
+const MaxPageBytes = 1 << 20
+
+// pageJSON is PostListJSON with each post already encoded.
+type pageJSON struct {
+	Items      []json.RawMessage `json:"items"`
+	NextCursor string            `json:"nextCursor"`
 }
 
 // listQuery reads the query parameters of a list request. Each may appear

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1004,5 +1005,43 @@ func TestPostsCarryTheirPublishBy(t *testing.T) {
 		items := decodeObject(t, body)["items"].([]any)
 		require.Len(t, items, 1)
 		require.Equal(t, "EXPIRED", items[0].(map[string]any)["status"])
+	})
+}
+
+// A page of large posts ends before it passes MaxPageBytes, and its
+// nextCursor continues after the last post answered: walking the pages
+// returns every post once, each answer bounded.
+func TestPostsListPageIsBoundedInBytes(t *testing.T) {
+	eachAPI(t, func(t *testing.T, e *apiEnv) {
+		big := strings.Repeat("<", reservation.MaxContentLength) // 6 bytes each once escaped
+		var want []string
+		for range 40 {
+			p, err := e.svc.Create(context.Background(), reservation.CreateInput{Title: "t", Content: big,
+				ScheduledAt: testNow.Add(time.Hour)})
+			require.NoError(t, err)
+			want = append(want, strconv.FormatInt(p.ID, 10))
+		}
+		for _, order := range []string{"id", "scheduledAt"} {
+			var got []string
+			cursor, pages := "", 0
+			for {
+				resp, body := e.do(t, http.MethodGet, "/api/v1/posts?limit=100&order="+order+"&cursor="+url.QueryEscape(cursor), "", "")
+				require.Equal(t, http.StatusOK, resp.StatusCode, string(body[:min(len(body), 300)]))
+				require.LessOrEqual(t, len(body), api.MaxPageBytes+200, "one answer's size")
+				page := decodeObject(t, body)
+				items := page["items"].([]any)
+				require.NotEmpty(t, items)
+				for _, it := range items {
+					got = append(got, idOf(t, it.(map[string]any)))
+				}
+				pages++
+				cursor = page["nextCursor"].(string)
+				if cursor == "" {
+					break
+				}
+			}
+			require.Equal(t, want, got, "every post once, in order (%s)", order)
+			require.Greater(t, pages, 4, "40 posts of ~120 KB take several pages of at most 1 MiB")
+		}
 	})
 }

@@ -175,6 +175,18 @@ type Page struct {
 	Items []Post
 	// NextCursor continues after the last item; "" when there are no more posts.
 	NextCursor string
+	order      ListOrder
+}
+
+// CursorAfter is the cursor that continues after Items[i], for a caller that
+// answers only the first i+1 items (a page cut short by its size).
+func (p *Page) CursorAfter(i int) string {
+	last := p.Items[i]
+	next := listCursor{id: last.ID}
+	if p.order == OrderByScheduledAt {
+		next.at = database.Normalize(last.ScheduledAt)
+	}
+	return next.encode()
 }
 
 // ValidationError is an input the rules refuse; Field names it the way the
@@ -378,15 +390,10 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	if err := query.Limit(limit + 1).Find(&posts).Error; err != nil {
 		return nil, fmt.Errorf("list posts: %w", err)
 	}
-	page := &Page{Items: posts}
+	page := &Page{Items: posts, order: order}
 	if len(posts) > limit {
 		page.Items = posts[:limit]
-		last := page.Items[limit-1]
-		next := listCursor{id: last.ID}
-		if order == OrderByScheduledAt {
-			next.at = database.Normalize(last.ScheduledAt)
-		}
-		page.NextCursor = next.encode()
+		page.NextCursor = page.CursorAfter(limit - 1)
 	}
 	if page.Items == nil {
 		page.Items = []Post{}
