@@ -231,39 +231,62 @@ func (s *Sender) sendLane(ctx context.Context, l lane, msgs []outbox.Message, id
 
 // sendChunk publishes msgs and waits for each confirm, filling errs. A
 // non-nil result means the channel failed and must be dropped; errs is
-// filled then too.
+// filled then too: a message the broker answered keeps its answer (an ack
+// is nil, a nack or a return a rejection), only the unanswered ones are
+// unavailable. Reporting an acked message unanswered made the relay send it
+// again, outside the crash window; reporting a nacked one unanswered spent
+// no attempt on it.
 func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan amqp.Return, msgs []outbox.Message, errs []error) error {
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	now := time.Now().UTC()
+	var lost error
 	for i, m := range msgs {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, m.Key(), true, false, publishing(m, now))
 		if err != nil {
-			err = fmt.Errorf("%w: publish to rabbitmq: %w", relay.ErrUnavailable, err)
-			relay.FailAll(errs, err)
-			return err
+			lost = fmt.Errorf("%w: publish to rabbitmq: %w", relay.ErrUnavailable, err)
+			break
 		}
 		dcs[i] = dc
 	}
-	var lost error
 	for i, dc := range dcs {
-		ack, err := dc.WaitContext(ctx)
+		var (
+			ack bool
+			err error
+		)
+		switch {
+		case dc == nil: // not published
+			errs[i] = lost
+			continue
+		case lost == nil:
+			ack, err = dc.WaitContext(ctx)
+		default:
+			// The channel failed: take the answers already in, wait for
+			// no more.
+			select {
+			case <-dc.Done():
+				ack = dc.Acked()
+			default:
+				errs[i] = lost
+				continue
+			}
+		}
 		switch {
 		case err != nil:
 			lost = fmt.Errorf("%w: no confirm from rabbitmq: %w", relay.ErrUnavailable, err)
+			errs[i] = lost
 		case !ack && ch.IsClosed():
 			// The library nacks what is pending when the channel closes.
-			lost = fmt.Errorf("%w: rabbitmq channel closed before the confirm", relay.ErrUnavailable)
+			if lost == nil {
+				lost = fmt.Errorf("%w: rabbitmq channel closed before the confirm", relay.ErrUnavailable)
+			}
+			errs[i] = lost
 		case !ack:
 			errs[i] = fmt.Errorf("%w: nack for event %s", ErrRejected, msgs[i].EventID)
-			continue
-		default:
-			continue
 		}
-		relay.FailAll(errs, lost)
-		return lost
 	}
 	// A return comes before the ack of its message, from the same reader,
-	// so every return of this chunk is in the buffer by now.
+	// so every return of an acked message of this chunk is in the buffer by
+	// now.
 	returned := map[string]amqp.Return{}
 	for drained := false; !drained; {
 		select {
@@ -282,7 +305,7 @@ func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan a
 			errs[i] = fmt.Errorf("%w: returned by exchange %s with routing key %s: %d %s", ErrRejected, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
 		}
 	}
-	return nil
+	return lost
 }
 
 // publishing is the AMQP message of one outbox row.
