@@ -69,11 +69,13 @@ type AsyncAPISettings struct {
 	// RabbitMQHost is set, the document describes RabbitMQ alone. The URL's
 	// credentials are never part of the document.
 	RabbitMQHost, RabbitMQProtocol, RabbitMQVhost string
-	// WebhookScheme, WebhookHost and WebhookPath are those of
-	// POSTING_PUBLISH_WEBHOOK_URL (never its credentials). A running
-	// service (KafkaBrokers or RabbitMQHost set) with no WebhookHost calls
-	// no webhook, and the document leaves the webhook out.
-	WebhookScheme, WebhookHost, WebhookPath string
+	// WebhookScheme and WebhookHost are those of
+	// POSTING_PUBLISH_WEBHOOK_URL. Its credentials, path and query are
+	// never part of the document: Slack, Discord and Teams keep the
+	// webhook's credential in the path. A running service (KafkaBrokers
+	// or RabbitMQHost set) with no WebhookHost calls no webhook, and the
+	// document leaves the webhook out.
+	WebhookScheme, WebhookHost string
 }
 
 // AsyncAPIServed returns the document a service running with s sends by:
@@ -120,11 +122,8 @@ func AsyncAPIServed(s AsyncAPISettings) ([]byte, error) {
 			return nil, fmt.Errorf("asyncapi document: channel %s or its server missing", AsyncAPIChannelWebhook)
 		}
 		hookServer["host"], hookServer["protocol"] = s.WebhookHost, s.WebhookScheme
-		path := s.WebhookPath
-		if path == "" {
-			path = "/"
-		}
-		hook["address"] = path
+		// null: the path is not told (AsyncAPI 3.0: an unknown address).
+		hook["address"] = nil
 	} else if s.RabbitMQHost != "" || len(s.KafkaBrokers) > 0 {
 		drop(AsyncAPIServerWebhook, AsyncAPIChannelWebhook)
 	}

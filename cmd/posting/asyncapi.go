@@ -15,7 +15,7 @@ import (
 // sends (GET /asyncapi.json), naming the brokers (the Kafka bootstrap list
 // brokers, or the host of POSTING_RABBITMQ_URL), topic and exchange it runs
 // with, and the webhook its embedded worker calls (POSTING_PUBLISH_WEBHOOK_URL's
-// scheme, host and path).
+// scheme and host: its path often holds the receiver's credential).
 func asyncAPIRoute(s *settings, brokers []string) (http.Handler, error) {
 	as := event.AsyncAPISettings{Topic: s.KafkaTopic, Exchange: s.RabbitMQExchange, KafkaBrokers: brokers}
 	if s.RabbitMQURL != "" {
@@ -32,7 +32,7 @@ func asyncAPIRoute(s *settings, brokers []string) (http.Handler, error) {
 		if err != nil {
 			return nil, badSetting("POSTING_PUBLISH_WEBHOOK_URL", "(hidden)", err)
 		}
-		as.WebhookScheme, as.WebhookHost, as.WebhookPath = u.Scheme, u.Host, u.EscapedPath()
+		as.WebhookScheme, as.WebhookHost = u.Scheme, u.Host
 	}
 	doc, err := event.AsyncAPIServed(as)
 	if err != nil {
