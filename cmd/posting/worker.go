@@ -74,7 +74,12 @@ func (s *settings) validateWorker() error {
 		}
 		return s.validateConfigs(cfgs...)
 	}
-	return s.validateConfigs(s.workerConfigs(s.brokers())...)
+	cfgs := s.workerConfigs(s.brokers())
+	if len(s.KafkaBrokers) == 0 {
+		// The embedded broker of a serve listens on loopback only.
+		cfgs = append(cfgs, s.embeddedConfig(""))
+	}
+	return s.validateConfigs(cfgs...)
 }
 
 // workerConfigs are the configurations of the worker's components, which
