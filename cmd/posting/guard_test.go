@@ -2,9 +2,12 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/kafka/kafkatest"
 )
 
 // requireEmptyDir fails unless dir holds nothing: no SQLite file, no broker
@@ -39,4 +42,22 @@ func TestEmbeddedBrokerListensOnLoopbackOnly(t *testing.T) {
 			requireEmptyDir(t, dataDir, command+" "+addr+": nothing opened")
 		}
 	}
+}
+
+// A worker logs its database and its Kafka brokers at start, as serve
+// does; migrate logs its database before it applies anything.
+func TestWorkerAndMigrateLogTheirDatabase(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	file := filepath.Join(t.TempDir(), "w.db")
+	out, code := runBinary(t, []string{"POSTING_DATABASE_URL=sqlite://" + file}, "migrate")
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `msg="applying migrations" .*database=sqlite://`+file, out)
+
+	addr := freeAddr(t)
+	w := startBinary(t, addr, []string{"POSTING_DATABASE_URL=sqlite://" + file, "POSTING_KAFKA_BROKERS=" + b.Addr,
+		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir()}, "worker")
+	require.Regexp(t, `msg="database ready" .*database=sqlite://`+file, w.Out.String())
+	require.Contains(t, w.Out.String(), "broker=kafka broker_addr="+b.Addr)
+	w.Terminate(t)
 }

@@ -143,6 +143,7 @@ func newMigrateCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
+			log.Info("applying migrations", "component", "database", "database", db.Location)
 			n, err := applyMigrations(cmd.Context(), db)
 			if err != nil {
 				return err
