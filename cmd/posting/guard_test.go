@@ -1,13 +1,20 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 )
 
 // requireEmptyDir fails unless dir holds nothing: no SQLite file, no broker
@@ -42,6 +49,86 @@ func TestEmbeddedBrokerListensOnLoopbackOnly(t *testing.T) {
 			requireEmptyDir(t, dataDir, command+" "+addr+": nothing opened")
 		}
 	}
+}
+
+// workerQueue declares the worker group's queue as the worker does, bound
+// to a fresh exchange, puts one message in it and returns the URL, the
+// exchange, the queue and a function that counts its messages and
+// consumers.
+func workerQueue(t *testing.T) (url, exchange, queue string, count func() (messages, consumers int)) {
+	t.Helper()
+	url = rabbitmqtest.URL(t)
+	exchange, queue = rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+	rabbitmqtest.DeleteAfter(t, url, exchange, queue, queue+".dead")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 5*time.Second))
+	ch := rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.PublishWithContext(ctx, exchange, "1", false, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(`{"postId":1}`)}))
+	count = func() (int, int) {
+		q, err := rabbitmqtest.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
+		require.NoError(t, err)
+		return q.Messages, q.Consumers
+	}
+	require.Eventually(t, func() bool { m, _ := count(); return m == 1 }, 15*time.Second, 50*time.Millisecond,
+		"the message reached the worker's queue")
+	return url, exchange, queue, count
+}
+
+// Case 1 of issue 34: a worker started in a new shell of the RabbitMQ setup
+// without POSTING_DATABASE_URL would take the setup's events into
+// ./data/posting.db. It stops at start with exit 2 naming
+// POSTING_DATABASE_URL and why, before it opens anything: no SQLite file,
+// and the message waiting in its queue is still there, never consumed.
+// The same for serve, and for Kafka brokers; an explicit sqlite:// URL
+// starts.
+func TestExternalBrokerOnTheEmbeddedSQLiteFileIsRefused(t *testing.T) {
+	t.Parallel()
+	url, exchange, queue, count := workerQueue(t)
+	kafka := kafkatest.Start(t)
+	rabbitEnv := []string{"POSTING_RABBITMQ_URL=" + url, "POSTING_RABBITMQ_EXCHANGE=" + exchange, "POSTING_WORKER_GROUP=" + queue}
+	for _, c := range []struct {
+		command string
+		env     []string
+		says    string
+	}{
+		{"worker", rabbitEnv, "this worker would use the embedded SQLite file %s while it reads events from RabbitMQ"},
+		{"worker", []string{"POSTING_KAFKA_BROKERS=" + kafka.Addr}, "this worker would use the embedded SQLite file %s while it reads events from the Kafka brokers POSTING_KAFKA_BROKERS=" + kafka.Addr},
+		{"serve", rabbitEnv, "this serve would use the embedded SQLite file %s while it sends events to RabbitMQ"},
+		{"serve", []string{"POSTING_KAFKA_BROKERS=" + kafka.Addr}, "this serve would use the embedded SQLite file %s while it sends events to the Kafka brokers"},
+	} {
+		dataDir := t.TempDir()
+		env := append([]string{"POSTING_DATABASE_URL=", "POSTING_DATA_DIR=" + dataDir, "POSTING_HTTP_ADDR=" + freeAddr(t),
+			"POSTING_WORKER_HTTP_ADDR=" + freeAddr(t)}, c.env...)
+		out, code := runBinary(t, env, c.command)
+		require.Equal(t, 2, code, "%s %v: %s", c.command, c.env, out)
+		require.Contains(t, out, "POSTING_DATABASE_URL is not set", c.command)
+		require.Contains(t, out, strings.ReplaceAll(c.says, "%s", filepath.Join(dataDir, "posting.db")), c.command)
+		require.Contains(t, out, "its events would go into a private SQLite file, not the database the rest of the setup uses", c.command)
+		require.Contains(t, out, "an explicit sqlite:// URL is allowed", c.command)
+		require.NotContains(t, out, "guest:guest", "the password is not shown")
+		requireEmptyDir(t, dataDir, c.command+": nothing opened, no ./data/posting.db")
+		messages, consumers := count()
+		require.Equal(t, 1, messages, "%s: the queue's message was not consumed", c.command)
+		require.Zero(t, consumers, c.command)
+	}
+
+	// An explicit sqlite:// URL is the operator's choice: both start, and
+	// say which database and which broker they use.
+	dataDir := t.TempDir()
+	file := filepath.Join(dataDir, "own.db")
+	addr := freeAddr(t)
+	w := startBinary(t, addr, append([]string{"POSTING_DATABASE_URL=sqlite://" + file, "POSTING_DATA_DIR=" + dataDir,
+		"POSTING_WORKER_HTTP_ADDR=" + addr}, rabbitEnv...), "worker")
+	require.Contains(t, w.Out.String(), `msg="database ready" instance_id=`)
+	require.Contains(t, w.Out.String(), "database=sqlite://"+file)
+	require.Contains(t, w.Out.String(), "broker=rabbitmq broker_addr=amqp://guest:xxxxx@")
+	require.NotContains(t, w.Out.String(), "guest:guest")
+	w.Terminate(t)
+	s := postingtest.StartFreshServe(t, "POSTING_DATABASE_URL=sqlite://"+filepath.Join(t.TempDir(), "serve.db"),
+		"POSTING_KAFKA_BROKERS="+kafka.Addr)
+	s.Terminate(t)
 }
 
 // A worker logs its database and its Kafka brokers at start, as serve

@@ -64,6 +64,9 @@ func longRunning(use, short, long string, validate func(*settings) error, run fu
 			if err := validate(s); err != nil {
 				return err
 			}
+			if err := s.validateSharedDatabase(use); err != nil {
+				return err
+			}
 			return run(cmd.Context(), s, newLogger(cmd.ErrOrStderr(), s))
 		},
 	}, s
