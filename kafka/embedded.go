@@ -57,12 +57,20 @@ func (e *OtherDatabaseError) Error() string {
 // Is makes errors.Is(err, ErrOtherDatabase) true.
 func (e *OtherDatabaseError) Is(target error) bool { return target == ErrOtherDatabase }
 
+// ErrNotLoopback is EmbeddedConfig.Validate's reason (in a *config.Error
+// naming Addr) for a host that is not a loopback address.
+var ErrNotLoopback = errors.New("not a loopback address: the embedded broker has no authentication, " +
+	"so it listens on loopback only (127.0.0.1, ::1 or localhost)")
+
 // EmbeddedConfig configures the in-process broker of embedded mode.
 type EmbeddedConfig struct {
 	// Addr is host:port to listen on. Default "127.0.0.1:9092". The host
-	// must be a concrete address, not a wildcard such as 0.0.0.0: the broker
-	// advertises it to clients in metadata. Port 0 picks a free port (see
-	// Embedded.Addr).
+	// must be a loopback address (127.0.0.1, ::1) or localhost: the broker
+	// takes any client's records without authentication, and a forged
+	// record on the topic reaches every worker (ErrNotLoopback). A wildcard
+	// (0.0.0.0, ::), a LAN address or another host name is refused. The
+	// broker advertises the address it listens on to clients in metadata.
+	// Port 0 picks a free port (see Embedded.Addr).
 	Addr string
 	// DataDir holds the broker's log and state, so records and committed
 	// offsets survive a restart. It is created if missing. Empty keeps
@@ -110,8 +118,8 @@ func (cfg EmbeddedConfig) Validate() error {
 	if host == "" {
 		return config.Invalid(f+"Addr", cfg.Addr, "no host; clients need an address to connect back to")
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return config.Invalid(f+"Addr", cfg.Addr, "a wildcard host cannot be advertised to clients; use a concrete address")
+	if !loopbackHost(host) {
+		return config.Invalid(f+"Addr", cfg.Addr, "%w", ErrNotLoopback)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return config.Invalid(f+"Addr", cfg.Addr, "bad port")
@@ -123,6 +131,17 @@ func (cfg EmbeddedConfig) Validate() error {
 		return config.Invalid(f+"Partitions", cfg.Partitions, "want 1 to 1000")
 	}
 	return nil
+}
+
+// loopbackHost reports whether host names the loopback interface only: a
+// loopback IP or localhost. Any other name could resolve to an interface
+// other hosts reach, now or after a change of /etc/hosts or DNS.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Embedded is a running one-node Kafka-protocol broker (franz-go's kfake)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -156,6 +158,34 @@ func TestEmbeddedRejectsBadConfigAndBusyPort(t *testing.T) {
 	e := embeddedTestStart(t, EmbeddedConfig{Addr: "127.0.0.1:0"})
 	_, err := StartEmbedded(EmbeddedConfig{Addr: e.Addr()}, nil)
 	require.ErrorContains(t, err, e.Addr())
+}
+
+// The embedded broker takes records from anyone who reaches it, so it
+// listens on loopback only: a wildcard, a LAN address or a host name other
+// than localhost is refused before anything listens, naming the address and
+// why; loopback addresses and localhost start.
+func TestEmbeddedListensOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", "[::]:0", "192.168.1.10:0", "10.0.0.1:0", "example.com:0", "posting-host:0"} {
+		cfg := DefaultEmbeddedConfig()
+		cfg.Addr = addr
+		err := cfg.Validate()
+		require.ErrorIs(t, err, ErrNotLoopback, addr)
+		var ce *config.Error
+		require.ErrorAs(t, err, &ce, addr)
+		require.Equal(t, "kafka.EmbeddedConfig.Addr", ce.Field, addr)
+		_, err = StartEmbedded(EmbeddedConfig{Addr: addr}, nil)
+		require.ErrorIs(t, err, ErrNotLoopback, addr)
+	}
+	for _, addr := range []string{"127.0.0.1:0", "127.0.0.2:0", "localhost:0", "LOCALHOST:0", "[::1]:0"} {
+		cfg := DefaultEmbeddedConfig()
+		cfg.Addr = addr
+		require.NoError(t, cfg.Validate(), addr)
+	}
+	e := embeddedTestStart(t, EmbeddedConfig{Addr: "localhost:0"})
+	host, _, err := net.SplitHostPort(e.Addr())
+	require.NoError(t, err)
+	require.True(t, net.ParseIP(host).IsLoopback(), "localhost listens on %s", e.Addr())
 }
 
 // TestEmbeddedWithKcat reads the embedded broker with the kcat command its

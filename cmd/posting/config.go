@@ -374,6 +374,10 @@ var settingAlso = map[string]string{
 // (s.brokers), so a refused broker is POSTING_EMBEDDED_KAFKA_ADDR's fault,
 // and the message names the setting the operator actually gave.
 func (s *settings) settingError(err error) error {
+	if errors.Is(err, kafka.ErrNotLoopback) {
+		return badSetting("POSTING_EMBEDDED_KAFKA_ADDR", s.EmbeddedKafkaAddr,
+			fmt.Sprintf("%v; for a broker that other hosts reach, set POSTING_KAFKA_BROKERS to a Kafka cluster", kafka.ErrNotLoopback))
+	}
 	var ce *config.Error
 	if len(s.KafkaBrokers) == 0 && errors.As(err, &ce) && settingOf[ce.Field] == "POSTING_KAFKA_BROKERS" {
 		return badSetting("POSTING_EMBEDDED_KAFKA_ADDR", s.EmbeddedKafkaAddr, ce.Err)

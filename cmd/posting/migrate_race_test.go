@@ -97,8 +97,10 @@ func startTogether(t *testing.T, bin, dataDir, url string) {
 		"migrate 2": start("migrate"),
 		"serve": start("serve", "POSTING_HTTP_ADDR="+httpAddr, "POSTING_INSTANCE_ID=race-serve",
 			"POSTING_RELAY_INTERVAL=200ms"),
-		"worker": start("worker", "POSTING_KAFKA_BROKERS="+kafkaAddr, "POSTING_WORKER_HTTP_ADDR="+workerAddr,
-			"POSTING_INSTANCE_ID=race-worker"),
+		// The worker finds serve's embedded broker at
+		// POSTING_EMBEDDED_KAFKA_ADDR, as in the embedded quick start: with
+		// POSTING_KAFKA_BROKERS and no database URL it would be refused.
+		"worker": start("worker", "POSTING_WORKER_HTTP_ADDR="+workerAddr, "POSTING_INSTANCE_ID=race-worker"),
 	}
 	for _, name := range []string{"migrate 1", "migrate 2"} {
 		p := procs[name]

@@ -64,6 +64,9 @@ func longRunning(use, short, long string, validate func(*settings) error, run fu
 			if err := validate(s); err != nil {
 				return err
 			}
+			if err := s.validateSharedDatabase(use); err != nil {
+				return err
+			}
 			return run(cmd.Context(), s, newLogger(cmd.ErrOrStderr(), s))
 		},
 	}, s
@@ -143,6 +146,7 @@ func newMigrateCommand() *cobra.Command {
 				return err
 			}
 			defer db.Close()
+			log.Info("applying migrations", "component", "database", "database", db.Location)
 			n, err := applyMigrations(cmd.Context(), db)
 			if err != nil {
 				return err

@@ -364,6 +364,10 @@ func startKafka(s *settings, db *database.DB, log *slog.Logger, st *startstop.St
 		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
 		return s.KafkaBrokers, false, nil
 	}
+	lease, err := takeBrokerLease(s, db, log, st) // one embedded broker per database (guard.go)
+	if err != nil {
+		return nil, false, err
+	}
 	e, err := kafka.StartEmbedded(s.embeddedConfig(brokerDatabase(s, db)), log)
 	var other *kafka.OtherDatabaseError
 	if errors.As(err, &other) {
@@ -378,6 +382,9 @@ func startKafka(s *settings, db *database.DB, log *slog.Logger, st *startstop.St
 		return nil, false, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
 	}
 	st.OnStop(e.Close)
+	if err := lease.keep(st, e.Addr()); err != nil {
+		return nil, false, err
+	}
 	return []string{e.Addr()}, true, nil
 }
 

@@ -434,6 +434,7 @@ func TestServeStopsOnMissingTopic(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t, kafkatest.WithTopic("something-else", 1))
 	out, code := runBinary(t, []string{"POSTING_KAFKA_BROKERS=" + b.Addr, "POSTING_DATA_DIR=" + t.TempDir(),
+		"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "posting.db"),
 		"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_KAFKA_TOPIC=posting-events"}, "serve")
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, out, `kafka topic does not exist: "posting-events"`)

@@ -151,8 +151,9 @@ func TestKafkaJSReadsServeDefaults(t *testing.T) {
 func TestAmqplibReadsServeExchange(t *testing.T) {
 	t.Parallel()
 	url, exchange, queue := rabbitmqtest.BoundExchange(t)
+	// An external broker needs an explicit database (a SQLite file here).
 	p, _ := thirdPartyServe(t, "POSTING_RABBITMQ_URL="+url, "POSTING_RABBITMQ_EXCHANGE="+exchange,
-		"POSTING_SCHEDULER_SPEC=@every 1s")
+		"POSTING_DATABASE_URL=sqlite://"+filepath.Join(t.TempDir(), "posting.db"), "POSTING_SCHEDULER_SPEC=@every 1s")
 	docURL := "http://" + p.HTTP + "/asyncapi.json"
 	code, body := httpGet(p.HTTP, "/asyncapi.json")
 	require.Equal(t, http.StatusOK, code, body)

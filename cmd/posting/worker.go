@@ -74,7 +74,12 @@ func (s *settings) validateWorker() error {
 		}
 		return s.validateConfigs(cfgs...)
 	}
-	return s.validateConfigs(s.workerConfigs(s.brokers())...)
+	cfgs := s.workerConfigs(s.brokers())
+	if len(s.KafkaBrokers) == 0 {
+		// The embedded broker of a serve listens on loopback only.
+		cfgs = append(cfgs, s.embeddedConfig(""))
+	}
+	return s.validateConfigs(cfgs...)
 }
 
 // workerConfigs are the configurations of the worker's components, which
@@ -184,8 +189,17 @@ func startWorker(ctx context.Context, s *settings, db *database.DB, brokers []st
 		concurrency = fmt.Sprint(s.WorkerConcurrency)
 	}
 	log.Info("worker started", "component", "worker", "group", s.WorkerGroup, "publisher", publisher,
-		"concurrency", concurrency, "broker", brokerName(s))
+		"concurrency", concurrency, "broker", brokerName(s), "broker_addr", brokerAddr(s, brokers))
 	return ping, nil
+}
+
+// brokerAddr is where the worker reads: the Kafka bootstrap list, or the
+// RabbitMQ URL without its password.
+func brokerAddr(s *settings, brokers []string) string {
+	if s.RabbitMQURL != "" {
+		return redactURL(s.RabbitMQURL)
+	}
+	return strings.Join(brokers, ",")
 }
 
 // runWorker runs the worker until ctx ends, then stops it within the
@@ -196,9 +210,16 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer st.undo()
-	db, _, err := openSchema(ctx, s, st.Stack, "posts", "inbox", "publications")
+	db, applied, err := openSchema(ctx, s, st.Stack, "posts", "inbox", "publications")
 	if err != nil {
 		return err
+	}
+	// Which database, as serve says: a worker on the wrong one publishes
+	// nothing, and nothing else would tell.
+	if s.Migrate {
+		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", applied)
+	} else {
+		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
 	}
 	brokers := s.brokers()
 	m := metrics.New(db.DB, s.InstanceID)

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/startstop"
+)
+
+// This file holds the refusals of configurations that split the chain
+// outbox → broker → inbox → publication between two databases or two
+// brokers (issue 34): each is found at start and stops the command with
+// exit status 2, naming the setting to change.
+
+// validateSharedDatabase refuses a serve or worker that would talk to an
+// external broker from the embedded SQLite file. The broker is shared with
+// the rest of the setup, the file is not: a worker would take the setup's
+// events into the file and publish nothing, a serve would send events of
+// posts no other worker's database holds. It runs with the other settings'
+// checks, before anything is opened.
+func (s *settings) validateSharedDatabase(command string) error {
+	if s.DatabaseURL != "" {
+		return nil // an explicit URL, sqlite:// included, is the operator's choice
+	}
+	var broker, verb string
+	switch {
+	case s.RabbitMQURL != "":
+		broker = "RabbitMQ at POSTING_RABBITMQ_URL=" + redactURL(s.RabbitMQURL)
+	case len(s.KafkaBrokers) > 0:
+		broker = "the Kafka brokers POSTING_KAFKA_BROKERS=" + strings.Join(s.KafkaBrokers, ",")
+	default:
+		return nil // embedded: serve and its worker share the file
+	}
+	switch command {
+	case "worker":
+		verb = "reads events from"
+	default:
+		verb = "sends events to"
+	}
+	file := filepath.Join(s.DataDir, database.EmbeddedFileName)
+	return usageError{fmt.Errorf("POSTING_DATABASE_URL is not set, so this %s would use the embedded SQLite file %s "+
+		"while it %s %s: its events would go into a private SQLite file, not the database the rest of the setup uses. "+
+		"Set POSTING_DATABASE_URL to the database of your serve instances (an explicit sqlite:// URL is allowed)",
+		command, file, verb, broker)}
+}
+
+// embeddedBrokerLease is the lease (database.AcquireLease) that the serve
+// running the embedded broker of a database holds: one embedded broker per
+// database, so that every event of the database is on one log. Its info is
+// the broker's address and host (brokerInfo).
+const embeddedBrokerLease = "embedded-broker"
+
+const (
+	// brokerLeaseTTL is how long the lease outlives its holder's last
+	// renewal: a serve killed on another host blocks a new embedded
+	// broker on its database this long at most.
+	brokerLeaseTTL = 30 * time.Second
+	// brokerLeaseRenewEvery leaves two renewals to fail before the expiry.
+	brokerLeaseRenewEvery = brokerLeaseTTL / 3
+	// brokerLeaseDialTimeout bounds the dial that tells a live holder on
+	// this host from a dead one; a listener on loopback answers at once.
+	brokerLeaseDialTimeout = time.Second
+	// brokerLeaseTimeout bounds each database round of the lease.
+	brokerLeaseTimeout = 10 * time.Second
+)
+
+// brokerInfo is what the holder tells the others: "<addr> on <host>", with
+// ", starting" until its broker listens. A holder whose broker should
+// listen on this host and does not answer is dead (killed), and its lease
+// is taken over at once rather than at its expiry; a holder on another
+// host, or one still starting, is waited out.
+type brokerInfo struct {
+	addr, host string
+	starting   bool
+}
+
+const (
+	brokerInfoOn       = " on "
+	brokerInfoStarting = ", starting"
+)
+
+func (i brokerInfo) String() string {
+	s := i.addr + brokerInfoOn + i.host
+	if i.starting {
+		s += brokerInfoStarting
+	}
+	return s
+}
+
+// parseBrokerInfo reads a lease's info; ok is false for one this code did
+// not write.
+func parseBrokerInfo(raw string) (i brokerInfo, ok bool) {
+	addr, rest, found := strings.Cut(raw, brokerInfoOn)
+	if !found || addr == "" {
+		return brokerInfo{}, false
+	}
+	i.addr = addr
+	i.host, i.starting = strings.CutSuffix(rest, brokerInfoStarting)
+	return i, i.host != ""
+}
+
+// thisHost names the host in the lease, cut to fit the info column.
+func thisHost() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	if len(host) > 180 {
+		host = host[:180]
+	}
+	return host
+}
+
+// brokerLease is serve's hold on embeddedBrokerLease.
+type brokerLease struct {
+	db     *database.DB
+	holder string // instance id # a token of this run: a restart is another holder
+	info   brokerInfo
+	log    *slog.Logger
+}
+
+// takeBrokerLease takes the embedded broker's lease on db before the broker
+// starts, and registers its release on st (run after the broker's Close,
+// registered later). A live holder refuses it with a usage error naming the
+// holder and POSTING_KAFKA_BROKERS; a holder on this host whose broker no
+// longer answers was killed, and its lease is taken over.
+func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startstop.Stack) (*brokerLease, error) {
+	var token [4]byte
+	_, _ = rand.Read(token[:]) // crypto/rand.Read does not fail
+	l := &brokerLease{db: db, holder: s.InstanceID + "#" + hex.EncodeToString(token[:]),
+		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), starting: true}, log: log}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*brokerLeaseTimeout)
+	defer cancel()
+	held, ok, err := database.AcquireLease(ctx, db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	if !ok && l.holderIsDead(held) {
+		// Only this holder's lease goes: if another serve took it over
+		// meanwhile, the take below is refused and names that one.
+		if err := database.ReleaseLease(ctx, db.DB, embeddedBrokerLease, held.Holder); err != nil {
+			return nil, fmt.Errorf("embedded broker: %w", err)
+		}
+		dead := held
+		if held, ok, err = database.AcquireLease(ctx, db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL); err != nil {
+			return nil, fmt.Errorf("embedded broker: %w", err)
+		}
+		if ok {
+			log.Warn("took over the embedded broker's lease of a serve whose broker no longer answers",
+				"component", "kafka", "lease", embeddedBrokerLease, "previous_holder", dead.Holder, "previous", dead.Info)
+		}
+	}
+	if !ok {
+		return nil, l.refusal(s, held)
+	}
+	st.OnStop(l.release)
+	return l, nil
+}
+
+// holderIsDead reports whether the lease's holder is a serve on this host
+// whose broker, listening when it last renewed, no longer answers.
+func (l *brokerLease) holderIsDead(held database.Lease) bool {
+	info, ok := parseBrokerInfo(held.Info)
+	if !ok || info.starting || info.host != l.info.host {
+		return false // waited out: its expiry is the only sign
+	}
+	conn, err := net.DialTimeout("tcp", info.addr, brokerLeaseDialTimeout)
+	if err != nil {
+		return true
+	}
+	_ = conn.Close()
+	return false
+}
+
+// refusal is the usage error for a lease another serve holds.
+func (l *brokerLease) refusal(s *settings, held database.Lease) error {
+	instance := held.Holder // instance id # token of its run; the id may hold a # too
+	if i := strings.LastIndex(instance, "#"); i > 0 {
+		instance = instance[:i]
+	}
+	info, ok := parseBrokerInfo(held.Info)
+	if !ok {
+		info = brokerInfo{addr: held.Info, host: "unknown"}
+	}
+	first := fmt.Sprintf("serve %s already runs the embedded broker of this database at %s on host %s", instance, info.addr, info.host)
+	why := "; a second embedded broker would split the database's events between two logs"
+	point := "POSTING_KAFKA_BROKERS=" + info.addr
+	if l.db.Dialect == database.SQLite && s.DatabaseURL == "" {
+		point += " and POSTING_DATABASE_URL=" + l.db.Location
+	}
+	var todo string
+	if info.host == l.info.host {
+		todo = fmt.Sprintf(". Point this serve at that broker with %s, or give every serve an external Kafka cluster (POSTING_KAFKA_BROKERS) or RabbitMQ (POSTING_RABBITMQ_URL)", point)
+	} else {
+		todo = fmt.Sprintf(". That broker listens on the loopback of %s only: run this serve there with %s, "+
+			"or give every serve an external Kafka cluster (POSTING_KAFKA_BROKERS) or RabbitMQ (POSTING_RABBITMQ_URL)", info.host, point)
+	}
+	if info.starting || info.host != l.info.host {
+		todo += fmt.Sprintf(". If that serve is gone, its lease expires at %s (database clock)", held.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return usageError{fmt.Errorf("%s%s%s", first, why, todo)}
+}
+
+// keep records addr, where the broker listens now, and starts renewing the
+// lease until st stops.
+func (l *brokerLease) keep(st *startstop.Stack, addr string) error {
+	l.info.addr, l.info.starting = addr, false
+	ctx, cancel := context.WithTimeout(context.Background(), brokerLeaseTimeout)
+	defer cancel()
+	if err := l.renew(ctx); err != nil {
+		return err
+	}
+	l.log.Info("embedded broker lease taken", "component", "kafka", "lease", embeddedBrokerLease,
+		"holder", l.holder, "info", l.info.String(), "ttl", brokerLeaseTTL)
+	return st.Start(context.Background(), &brokerLeaseRenewer{lease: l})
+}
+
+// renew extends the lease; an error says it failed or was lost.
+func (l *brokerLease) renew(ctx context.Context) error {
+	held, ok, err := database.AcquireLease(ctx, l.db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL)
+	if err != nil {
+		return fmt.Errorf("embedded broker: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("embedded broker: lease %s lost to %s (%s): two embedded brokers may serve this database",
+			embeddedBrokerLease, held.Holder, held.Info)
+	}
+	return nil
+}
+
+// release gives the lease up at a clean stop, so the next serve takes it
+// at once.
+func (l *brokerLease) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), brokerLeaseTimeout)
+	defer cancel()
+	if err := database.ReleaseLease(ctx, l.db.DB, embeddedBrokerLease, l.holder); err != nil {
+		l.log.Warn("embedded broker lease not released; it expires by itself", "component", "kafka", "err", err, "ttl", brokerLeaseTTL)
+	}
+}
+
+// brokerLeaseRenewer renews the lease every brokerLeaseRenewEvery while the
+// broker runs. It logs when a renewal fails and when renewals work again.
+type brokerLeaseRenewer struct {
+	startstop.BaseStartStop
+	lease *brokerLease
+}
+
+// Start begins renewing.
+func (r *brokerLeaseRenewer) Start(ctx context.Context) error {
+	return r.StartLoop(ctx, "embedded broker lease", r.loop)
+}
+
+func (r *brokerLeaseRenewer) loop(ctx context.Context) {
+	tick := time.NewTicker(brokerLeaseRenewEvery)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := r.runOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil && !failing:
+			r.lease.log.Error("embedded broker lease not renewed", "component", "kafka", "err", err)
+		case err == nil && failing:
+			r.lease.log.Info("embedded broker lease renewed again", "component", "kafka")
+		}
+		failing = err != nil
+	}
+}
+
+// runOnce renews the lease once.
+func (r *brokerLeaseRenewer) runOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, brokerLeaseTimeout)
+	defer cancel()
+	return r.lease.renew(ctx)
+}

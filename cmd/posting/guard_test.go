@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/startstop"
+	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/rabbitmq"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+)
+
+// requireEmptyDir fails unless dir holds nothing: no SQLite file, no broker
+// log, nothing a refused command should have made.
+func requireEmptyDir(t *testing.T, dir, why string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Empty(t, names, why)
+}
+
+// The embedded broker takes records from anyone who reaches it, so it
+// listens on loopback only: serve refuses any other address with exit 2
+// naming POSTING_EMBEDDED_KAFKA_ADDR before anything is opened, and so does
+// a worker told to find a serve's embedded broker there.
+func TestEmbeddedBrokerListensOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{"0.0.0.0", "[::]", "192.168.1.10", "10.1.2.3", "posting.example.com"} {
+		for _, command := range []string{"serve", "worker"} {
+			dataDir := t.TempDir()
+			addr := host + ":19092"
+			out, code := runBinary(t, []string{"POSTING_EMBEDDED_KAFKA_ADDR=" + addr, "POSTING_DATA_DIR=" + dataDir,
+				"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_WORKER_HTTP_ADDR="}, command)
+			require.Equal(t, 2, code, "%s %s: %s", command, addr, out)
+			require.Contains(t, out, `invalid POSTING_EMBEDDED_KAFKA_ADDR="`+addr+`": not a loopback address`, command)
+			require.Contains(t, out, "listens on loopback only (127.0.0.1, ::1 or localhost)", command)
+			require.Contains(t, out, "set POSTING_KAFKA_BROKERS to a Kafka cluster", command)
+			requireEmptyDir(t, dataDir, command+" "+addr+": nothing opened")
+		}
+	}
+}
+
+// workerQueue declares the worker group's queue as the worker does, bound
+// to a fresh exchange, puts one message in it and returns the URL, the
+// exchange, the queue and a function that counts its messages and
+// consumers.
+func workerQueue(t *testing.T) (url, exchange, queue string, count func() (messages, consumers int)) {
+	t.Helper()
+	url = rabbitmqtest.URL(t)
+	exchange, queue = rabbitmqtest.Name("posting-events"), rabbitmqtest.Name("posting-worker")
+	rabbitmqtest.DeleteAfter(t, url, exchange, queue, queue+".dead")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	require.NoError(t, rabbitmq.DeclareQueue(ctx, url, exchange, queue, 5*time.Second))
+	ch := rabbitmqtest.Channel(t, url)
+	require.NoError(t, ch.PublishWithContext(ctx, exchange, "1", false, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(`{"postId":1}`)}))
+	count = func() (int, int) {
+		q, err := rabbitmqtest.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
+		require.NoError(t, err)
+		return q.Messages, q.Consumers
+	}
+	require.Eventually(t, func() bool { m, _ := count(); return m == 1 }, 15*time.Second, 50*time.Millisecond,
+		"the message reached the worker's queue")
+	return url, exchange, queue, count
+}
+
+// Case 1 of issue 34: a worker started in a new shell of the RabbitMQ setup
+// without POSTING_DATABASE_URL would take the setup's events into
+// ./data/posting.db. It stops at start with exit 2 naming
+// POSTING_DATABASE_URL and why, before it opens anything: no SQLite file,
+// and the message waiting in its queue is still there, never consumed.
+// The same for serve, and for Kafka brokers; an explicit sqlite:// URL
+// starts.
+func TestExternalBrokerOnTheEmbeddedSQLiteFileIsRefused(t *testing.T) {
+	t.Parallel()
+	url, exchange, queue, count := workerQueue(t)
+	kafka := kafkatest.Start(t)
+	rabbitEnv := []string{"POSTING_RABBITMQ_URL=" + url, "POSTING_RABBITMQ_EXCHANGE=" + exchange, "POSTING_WORKER_GROUP=" + queue}
+	for _, c := range []struct {
+		command string
+		env     []string
+		says    string
+	}{
+		{"worker", rabbitEnv, "this worker would use the embedded SQLite file %s while it reads events from RabbitMQ"},
+		{"worker", []string{"POSTING_KAFKA_BROKERS=" + kafka.Addr}, "this worker would use the embedded SQLite file %s while it reads events from the Kafka brokers POSTING_KAFKA_BROKERS=" + kafka.Addr},
+		{"serve", rabbitEnv, "this serve would use the embedded SQLite file %s while it sends events to RabbitMQ"},
+		{"serve", []string{"POSTING_KAFKA_BROKERS=" + kafka.Addr}, "this serve would use the embedded SQLite file %s while it sends events to the Kafka brokers"},
+	} {
+		dataDir := t.TempDir()
+		env := append([]string{"POSTING_DATABASE_URL=", "POSTING_DATA_DIR=" + dataDir, "POSTING_HTTP_ADDR=" + freeAddr(t),
+			"POSTING_WORKER_HTTP_ADDR=" + freeAddr(t)}, c.env...)
+		out, code := runBinary(t, env, c.command)
+		require.Equal(t, 2, code, "%s %v: %s", c.command, c.env, out)
+		require.Contains(t, out, "POSTING_DATABASE_URL is not set", c.command)
+		require.Contains(t, out, strings.ReplaceAll(c.says, "%s", filepath.Join(dataDir, "posting.db")), c.command)
+		require.Contains(t, out, "its events would go into a private SQLite file, not the database the rest of the setup uses", c.command)
+		require.Contains(t, out, "an explicit sqlite:// URL is allowed", c.command)
+		require.NotContains(t, out, "guest:guest", "the password is not shown")
+		requireEmptyDir(t, dataDir, c.command+": nothing opened, no ./data/posting.db")
+		messages, consumers := count()
+		require.Equal(t, 1, messages, "%s: the queue's message was not consumed", c.command)
+		require.Zero(t, consumers, c.command)
+	}
+
+	// An explicit sqlite:// URL is the operator's choice: both start, and
+	// say which database and which broker they use.
+	dataDir := t.TempDir()
+	file := filepath.Join(dataDir, "own.db")
+	addr := freeAddr(t)
+	w := startBinary(t, addr, append([]string{"POSTING_DATABASE_URL=sqlite://" + file, "POSTING_DATA_DIR=" + dataDir,
+		"POSTING_WORKER_HTTP_ADDR=" + addr}, rabbitEnv...), "worker")
+	require.Contains(t, w.Out.String(), `msg="database ready" instance_id=`)
+	require.Contains(t, w.Out.String(), "database=sqlite://"+file)
+	require.Contains(t, w.Out.String(), "broker=rabbitmq broker_addr=amqp://guest:xxxxx@")
+	require.NotContains(t, w.Out.String(), "guest:guest")
+	w.Terminate(t)
+	s := postingtest.StartFreshServe(t, "POSTING_DATABASE_URL=sqlite://"+filepath.Join(t.TempDir(), "serve.db"),
+		"POSTING_KAFKA_BROKERS="+kafka.Addr)
+	s.Terminate(t)
+}
+
+// A worker logs its database and its Kafka brokers at start, as serve
+// does; migrate logs its database before it applies anything.
+func TestWorkerAndMigrateLogTheirDatabase(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	file := filepath.Join(t.TempDir(), "w.db")
+	out, code := runBinary(t, []string{"POSTING_DATABASE_URL=sqlite://" + file}, "migrate")
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `msg="applying migrations" .*database=sqlite://`+file, out)
+
+	addr := freeAddr(t)
+	w := startBinary(t, addr, []string{"POSTING_DATABASE_URL=sqlite://" + file, "POSTING_KAFKA_BROKERS=" + b.Addr,
+		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir()}, "worker")
+	require.Regexp(t, `msg="database ready" .*database=sqlite://`+file, w.Out.String())
+	require.Contains(t, w.Out.String(), "broker=kafka broker_addr="+b.Addr)
+	w.Terminate(t)
+}
+
+// embeddedServeEnv is a serve with its own embedded broker on databaseURL.
+func embeddedServeEnv(t *testing.T, databaseURL, instance string) (env []string, brokerAddr, dataDir string) {
+	brokerAddr, dataDir = freeAddr(t), t.TempDir()
+	return []string{"POSTING_DATABASE_URL=" + databaseURL, "POSTING_DATA_DIR=" + dataDir, "POSTING_HTTP_ADDR=" + freeAddr(t),
+		"POSTING_EMBEDDED_KAFKA_ADDR=" + brokerAddr, "POSTING_INSTANCE_ID=" + instance}, brokerAddr, dataDir
+}
+
+// One embedded broker per database: a second serve that would start its
+// own on a MariaDB database another serve's embedded broker serves stops
+// with exit 2, naming the first (its address and instance id) and
+// POSTING_KAFKA_BROKERS, before its broker or its API listen; pointed at
+// the first one's broker as told, it starts. The first killed with kill -9,
+// its restart takes the lease over at once (its broker no longer answers)
+// rather than after the expiry; a clean stop releases the lease.
+func TestSecondEmbeddedBrokerOnOneDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	dbURL := databasetest.MySQLURL(t, "guard")
+	firstEnv, firstBroker, _ := embeddedServeEnv(t, dbURL, "first-serve")
+	first := startServe(t, firstEnv...)
+	require.Contains(t, first.Out.String(), "embedded broker lease taken")
+
+	secondEnv, _, secondDir := embeddedServeEnv(t, dbURL, "second-serve")
+	out, code := runBinary(t, secondEnv, "serve")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "serve first-serve already runs the embedded broker of this database at "+firstBroker)
+	require.Contains(t, out, "a second embedded broker would split the database's events between two logs")
+	require.Contains(t, out, "Point this serve at that broker with POSTING_KAFKA_BROKERS="+firstBroker)
+	require.NotContains(t, out, "embedded kafka broker started")
+	require.NotContains(t, out, "http api listening")
+	require.NoDirExists(t, filepath.Join(secondDir, "kafka"), "the second broker never started")
+
+	// As the refusal says: the second serve on the first one's broker.
+	second := startServe(t, append(secondEnv, "POSTING_KAFKA_BROKERS="+firstBroker)...)
+	post := createPost(t, second.HTTP, time.Now().Add(time.Hour))
+	require.Equal(t, "RESERVED", getPost(t, first.HTTP, post["id"])["status"], "one database")
+	records := kafkatest.ReadTopic(t, firstBroker, "posting-events", 1, 30*time.Second)
+	require.Equal(t, []string{"POSTING_EVENT"}, eventsOf(records, post["id"]), "and one broker")
+	second.Terminate(t)
+
+	// kill -9: no release, the lease runs on; the restart on the same data
+	// dir and address finds nothing answering there and takes it over.
+	require.NoError(t, first.Cmd.Process.Signal(syscall.SIGKILL))
+	<-first.Done
+	db := databasetest.Open(t, dbURL)
+	lease, held, err := database.ReadLease(context.Background(), db.DB, embeddedBrokerLease)
+	require.NoError(t, err)
+	require.True(t, held, "kill -9 left the lease held")
+	require.True(t, strings.HasPrefix(lease.Holder, "first-serve#"), lease.Holder)
+	started := time.Now()
+	restarted := startServe(t, firstEnv...)
+	require.Less(t, time.Since(started), brokerLeaseTTL, "the restart did not wait for the lease to expire")
+	require.Contains(t, restarted.Out.String(), "took over the embedded broker's lease of a serve whose broker no longer answers")
+	require.Equal(t, "RESERVED", getPost(t, restarted.HTTP, post["id"])["status"])
+	after, held, err := database.ReadLease(context.Background(), db.DB, embeddedBrokerLease)
+	require.NoError(t, err)
+	require.True(t, held)
+	require.NotEqual(t, lease.Holder, after.Holder, "a new holder: this run's token")
+
+	restarted.Terminate(t)
+	_, held, err = database.ReadLease(context.Background(), db.DB, embeddedBrokerLease)
+	require.NoError(t, err)
+	require.False(t, held, "a clean stop releases the lease")
+}
+
+// A lease held by a serve on another host, or by one whose broker is still
+// starting, is not taken over though nothing answers here at its address:
+// the embedded broker listens on its own host's loopback, so only the
+// expiry tells that such a holder is gone. The refusal says when it is.
+func TestEmbeddedBrokerLeaseOfAnotherHostIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	dbURL := databasetest.MySQLURL(t, "guardhost")
+	db := databasetest.Open(t, dbURL)
+	databasetest.Migrate(t, db)
+	silent := freeAddr(t) // nothing listens there
+	for _, info := range []brokerInfo{
+		{addr: silent, host: "another-host"},
+		{addr: silent, host: thisHost(), starting: true},
+	} {
+		held, ok, err := database.AcquireLease(context.Background(), db.DB, embeddedBrokerLease, "elsewhere#00000000", info.String(), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		env, _, dataDir := embeddedServeEnv(t, dbURL, "here")
+		out, code := runBinary(t, env, "serve")
+		require.Equal(t, 2, code, out)
+		require.Contains(t, out, "serve elsewhere already runs the embedded broker of this database at "+silent+" on host "+info.host)
+		require.Contains(t, out, "its lease expires at "+held.ExpiresAt.UTC().Format(time.RFC3339))
+		if !info.starting {
+			require.Contains(t, out, "That broker listens on the loopback of another-host only: run this serve there with POSTING_KAFKA_BROKERS="+silent)
+		}
+		require.NoDirExists(t, filepath.Join(dataDir, "kafka"))
+		lease, _, err := database.ReadLease(context.Background(), db.DB, embeddedBrokerLease)
+		require.NoError(t, err)
+		require.Equal(t, "elsewhere#00000000", lease.Holder, "not taken over")
+		require.NoError(t, database.ReleaseLease(context.Background(), db.DB, embeddedBrokerLease, lease.Holder))
+	}
+}
+
+// The lease's renewals extend it by the database clock and record where the
+// broker listens once it does; a renewal of a lease another serve took is
+// an error that names it, and a stop releases only a lease still held.
+func TestBrokerLeaseRenewsAndSaysWhenLost(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		s := &settings{InstanceID: "renew#test", EmbeddedKafkaAddr: "127.0.0.1:0"}
+		st := &startstop.Stack{}
+		l, err := takeBrokerLease(s, db, slog.New(slog.DiscardHandler), st)
+		require.NoError(t, err)
+		taken, held, err := database.ReadLease(ctx, db.DB, embeddedBrokerLease)
+		require.NoError(t, err)
+		require.True(t, held)
+		require.True(t, strings.HasPrefix(taken.Holder, "renew#test#"), taken.Holder)
+		require.Equal(t, "127.0.0.1:0 on "+thisHost()+", starting", taken.Info, "starting: not taken over while its broker is not up yet")
+
+		require.NoError(t, l.keep(st, "127.0.0.1:9999"))
+		kept, _, err := database.ReadLease(ctx, db.DB, embeddedBrokerLease)
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1:9999 on "+thisHost(), kept.Info, "the address it listens on")
+		require.True(t, kept.ExpiresAt.After(taken.ExpiresAt), "renewed")
+		r := &brokerLeaseRenewer{lease: l}
+		require.NoError(t, r.runOnce(ctx))
+		again, _, err := database.ReadLease(ctx, db.DB, embeddedBrokerLease)
+		require.NoError(t, err)
+		require.True(t, again.ExpiresAt.After(kept.ExpiresAt), "renewed again")
+
+		require.NoError(t, database.ReleaseLease(ctx, db.DB, embeddedBrokerLease, l.holder))
+		_, ok, err := database.AcquireLease(ctx, db.DB, embeddedBrokerLease, "thief#1", "127.0.0.1:1 on elsewhere", time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.ErrorContains(t, r.runOnce(ctx), "lease embedded-broker lost to thief#1 (127.0.0.1:1 on elsewhere)")
+		st.Stop()
+		after, held, err := database.ReadLease(ctx, db.DB, embeddedBrokerLease)
+		require.NoError(t, err)
+		require.True(t, held)
+		require.Equal(t, "thief#1", after.Holder, "the stop released only its own lease")
+	})
+}
