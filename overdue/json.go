@@ -7,6 +7,15 @@ import (
 	"github.com/postingsvc/posting/reservation"
 )
 
+// Limits of a listing (posting posts overdue --limit, GET
+// /admin/posts/overdue?limit=).
+const (
+	// DefaultListLimit is the posts a listing shows without a limit.
+	DefaultListLimit = 100
+	// MaxListLimit bounds a listing's limit.
+	MaxListLimit = 1000
+)
+
 // ListJSON is a listing of overdue posts as GET /admin/posts/overdue and
 // `posting posts overdue --json` answer it (the OpenAPI document's
 // OverduePosts): the summary of all overdue posts and the listed ones.

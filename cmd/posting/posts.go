@@ -11,12 +11,6 @@ import (
 	"github.com/postingsvc/posting/overdue"
 )
 
-// Limits of posting posts overdue --limit, those of GET /admin/posts/overdue.
-const (
-	defaultOverdueLimit = 100
-	maxOverdueLimit     = 1000
-)
-
 // newPostsCommand is `posting posts`: the posts seen from the operator's
 // side, with the flag rules of `posting outbox`.
 func newPostsCommand() *cobra.Command {
@@ -50,7 +44,7 @@ func (c *postsOverdue) command() *cobra.Command {
 	fs.DurationVar(&c.grace, "overdue-after", overdue.DefaultConfig().Grace,
 		"grace after scheduledAt past which a post is overdue; the same setting as serve's (1s..24h)")
 	showEnvTwins(fs)
-	fs.IntVar(&c.limit, "limit", defaultOverdueLimit, fmt.Sprintf("posts to show, longest overdue first (1..%d); the count is of all", maxOverdueLimit))
+	fs.IntVar(&c.limit, "limit", overdue.DefaultListLimit, fmt.Sprintf("posts to show, longest overdue first (1..%d); the count is of all", overdue.MaxListLimit))
 	fs.BoolVar(&c.asJSON, "json", false, "print JSON for scripts")
 	return c.cmd
 }
@@ -70,8 +64,8 @@ func (c *postsOverdue) check([]string) error {
 	if err := oc.Validate(); err != nil {
 		return settingError(err)
 	}
-	if c.limit < 1 || c.limit > maxOverdueLimit {
-		return badFlag("--limit", strconv.Itoa(c.limit), fmt.Sprintf("want 1..%d", maxOverdueLimit))
+	if c.limit < 1 || c.limit > overdue.MaxListLimit {
+		return badFlag("--limit", strconv.Itoa(c.limit), fmt.Sprintf("want 1..%d", overdue.MaxListLimit))
 	}
 	return nil
 }
