@@ -18,6 +18,7 @@ import (
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/overdue"
 	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
 )
@@ -56,6 +57,11 @@ type Config struct {
 	// ObserveAuthFailure, if set, is called with the outcome (AuthMissing,
 	// AuthInvalid, AuthLimited) of every refused authentication: a metric.
 	ObserveAuthFailure func(outcome string)
+	// OverdueGrace is how long past its scheduledAt a post may be before
+	// GET /admin/posts/overdue lists it: serve passes its
+	// POSTING_OVERDUE_AFTER, so the route lists what the check counts.
+	// Default overdue.DefaultConfig().Grace (5m); positive.
+	OverdueGrace time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -70,6 +76,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.AuthFailureWindow == 0 {
 		c.AuthFailureWindow = DefaultAuthFailureWindow
+	}
+	if c.OverdueGrace == 0 {
+		c.OverdueGrace = overdue.DefaultConfig().Grace
 	}
 	switch c.PurgePause {
 	case 0:
@@ -97,6 +106,8 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"AuthFailures", c.AuthFailures, "want -1 (no bound) or more than 0")
 	case c.AuthFailureWindow < time.Second:
 		return config.Invalid(f+"AuthFailureWindow", c.AuthFailureWindow, "want at least 1s")
+	case c.OverdueGrace <= 0:
+		return config.Invalid(f+"OverdueGrace", c.OverdueGrace, "must be positive")
 	}
 	return nil
 }
@@ -116,6 +127,8 @@ func (c Config) Validate() error {
 //	POST /admin/publications/{id}/retry   FAILED → PENDING for the worker, while the post is WORKING
 //	GET  /admin/outbox/history            the History's samples of the outbox, oldest first
 //	GET  /admin/posts?limit=              the latest posts, newest first (default 20, max 100)
+//	GET  /admin/posts/overdue?limit=      the overdue posts and why each is stuck, longest overdue
+//	                                      first, with their count and oldest age (default 100, max 1000)
 //	GET  /admin/                          the operator console (console.go); the page itself
 //	                                      is public and holds no data, it asks the routes above
 func Routes(cfg Config) (map[string]http.Handler, error) {
@@ -147,6 +160,7 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 		"POST /admin/publications/{id}/retry": protect(s.retryPublication),
 		"GET /admin/outbox/history":           protect(s.history),
 		"GET /admin/posts":                    protect(s.recentPosts),
+		"GET /admin/posts/overdue":            protect(s.overduePosts),
 		"GET /admin":                          http.RedirectHandler("/admin/", http.StatusMovedPermanently),
 		"GET /admin/{$}":                      consoleFile("index.html"),
 		"GET /admin/console.js":               consoleFile("console.js"),
@@ -204,16 +218,23 @@ func listQuery[S any](w http.ResponseWriter, r *http.Request, parse func(string)
 		}
 		status = st
 	}
-	limit := defLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxLimit {
-			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, maxLimit), "limit")
-			return status, 0, false
-		}
-		limit = n
+	limit, ok := limitQuery(w, r, defLimit, maxLimit)
+	return status, limit, ok
+}
+
+// limitQuery reads ?limit= in 1..maxLimit, def when absent. On a bad one it
+// answers 400 naming limit and returns false.
+func limitQuery(w http.ResponseWriter, r *http.Request, def, maxLimit int) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, true
 	}
-	return status, limit, true
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxLimit {
+		response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, maxLimit), "limit")
+		return 0, false
+	}
+	return n, true
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request) {

@@ -138,6 +138,7 @@ func TestUnauthorized(t *testing.T) {
 				{"POST", "/admin/publications/" + id(m) + "/retry"},
 				{"GET", "/admin/outbox/history"},
 				{"GET", "/admin/posts"},
+				{"GET", "/admin/posts/overdue"},
 			} {
 				rec, body := f.do(t, target.method, target.path, auth)
 				require.Equal(t, http.StatusUnauthorized, rec.Code, "%s %s with %q", target.method, target.path, auth)

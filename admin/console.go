@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/postingsvc/posting/reservation"
-	"github.com/postingsvc/posting/response"
 )
 
 // The operator console: plain HTML, CSS and JavaScript, embedded in the
@@ -85,14 +84,9 @@ type postsResponse struct {
 // API shows a post. It reads by primary key, newest first, so it costs
 // limit rows whatever the table holds.
 func (s *server) recentPosts(w http.ResponseWriter, r *http.Request) {
-	limit := DefaultRecentPosts
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxRecentPosts {
-			response.WriteProblem(w, http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number in 1..%d", v, MaxRecentPosts), "limit")
-			return
-		}
-		limit = n
+	limit, ok := limitQuery(w, r, DefaultRecentPosts, MaxRecentPosts)
+	if !ok {
+		return
 	}
 	var posts []reservation.Post
 	if err := s.cfg.DB.WithContext(r.Context()).Order("id DESC").Limit(limit).Find(&posts).Error; err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/worker"
 )
 
 // kafkaInvalidRecord is a produce error the relay counts as a rejection
@@ -155,6 +156,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 	blockedID := rowsOf(bad)[1].ID
 	require.Equal(t, outbox.StatusPending, rowsOf(bad)[1].Status, "held behind the FAIL row")
+	// A post two hours past its time that no scheduler made WORKING: overdue.
+	stuck := ids[3]
+	require.NoError(t, db.Exec("UPDATE posts SET scheduled_at = ? WHERE id = ?",
+		database.Normalize(time.Now().Add(-2*time.Hour)), stuck).Error)
 
 	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, Logger: quiet, History: history})
 	srv := httptest.NewServer(mux)
@@ -162,6 +167,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	tab := browser(t, execPath)
 	failRow := `#fail-rows tr[data-id="` + strconv.FormatInt(failID, 10) + `"]`
+	overdueRow := `#overdue-rows tr[data-id="` + strconv.FormatInt(stuck, 10) + `"]`
 
 	// A wrong token: an error, the console hidden, no data in the page.
 	require.NoError(t, chromedp.Do(tab,
@@ -175,21 +181,30 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, msg, "not valid")
 	shown, err := chromedp.Run(tab, chromedp.Evaluate[int](
-		`document.querySelectorAll("#fail-rows tr, #posts tr, #chart svg").length +
+		`document.querySelectorAll("#fail-rows tr, #posts tr, #overdue-rows tr, #chart svg").length +
 		 (document.getElementById("console").hidden ? 0 : 1000) +
 		 (sessionStorage.length * 100)`))
 	require.NoError(t, err)
 	require.Zero(t, shown, "no data, no console, no token kept after a refused token")
 
 	// The right token: the FAIL row with the row it blocks, the counts, the
-	// chart and the recent posts.
+	// chart, the recent posts and the overdue post with its reason.
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.SendKeys("#token", token),
 		chromedp.Click("#signin-button"),
 		chromedp.WaitVisible(failRow),
 		chromedp.WaitVisible("#chart polyline"),
 		chromedp.WaitVisible(`#posts tr[data-id="`+strconv.FormatInt(bad, 10)+`"]`),
+		chromedp.WaitVisible(overdueRow),
 	))
+	late, err := chromedp.Run(tab, chromedp.Text(overdueRow))
+	require.NoError(t, err)
+	require.Contains(t, late, "not_reserved", "the reason is shown")
+	require.Contains(t, late, "RESERVED")
+	require.Contains(t, late, "2.0 h", "overdue for two hours")
+	overdueCount, err := chromedp.Run(tab, chromedp.Text("#count-overdue"))
+	require.NoError(t, err)
+	require.Equal(t, "1", overdueCount)
 	row, err := chromedp.Run(tab, chromedp.Text(failRow))
 	require.NoError(t, err)
 	require.Contains(t, row, "rows "+strconv.FormatInt(blockedID, 10), "the blocked row is shown")
@@ -206,6 +221,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, png, 0o644))
 	}
+
+	// The page refreshes itself: once the post is cancelled it leaves the
+	// overdue list, with no click.
+	require.NoError(t, db.Exec("UPDATE posts SET status = 'CANCELLED' WHERE id = ?", stuck).Error)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.WaitNotPresent(overdueRow),
+		chromedp.WaitVisible("#overdue-empty"),
+	))
+	overdueCount, err = chromedp.Run(tab, chromedp.Text("#count-overdue"))
+	require.NoError(t, err)
+	require.Equal(t, "0", overdueCount)
 
 	// Requeue: the row leaves the list, and the relay sends it and the row
 	// it held.
@@ -238,6 +264,15 @@ func TestConsoleShowsMarkupAsText(t *testing.T) {
 	require.EqualValues(t, 1, res.RowsAffected)
 	var failID int64
 	require.NoError(t, db.Raw("SELECT id FROM outbox WHERE aggregate_id = ?", p.ID).Scan(&failID).Error)
+	// An overdue post whose publication a webhook receiver refused with markup.
+	const receiverError = `<iframe src="javascript:window.__xss=5"></iframe><img src=x onerror="window.__xss=6">`
+	late, err := posts.Create(ctx, reservation.CreateInput{Title: "late", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	past := database.Normalize(time.Now().Add(-time.Hour))
+	require.NoError(t, db.Exec("UPDATE posts SET status = 'WORKING', scheduled_at = ? WHERE id = ?", past, late.ID).Error)
+	refusal := receiverError
+	require.NoError(t, db.Create(&worker.Publication{PostID: late.ID, EventID: "0193a1b2-0000-7000-8000-000000000001",
+		ScheduledAt: past, Status: worker.PublicationFailed, Attempts: 1, LastError: &refusal, CreatedAt: past, UpdatedAt: past}).Error)
 
 	mux := routesMux(t, admin.Config{DB: db.DB, Token: token, Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(mux)
@@ -246,6 +281,7 @@ func TestConsoleShowsMarkupAsText(t *testing.T) {
 	tab := browser(t, execPath)
 	failRow := `#fail-rows tr[data-id="` + strconv.FormatInt(failID, 10) + `"]`
 	postRow := `#posts tr[data-id="` + strconv.FormatInt(p.ID, 10) + `"]`
+	overdueRow := `#overdue-rows tr[data-id="` + strconv.FormatInt(late.ID, 10) + `"]`
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.Navigate(srv.URL+"/admin/"),
 		chromedp.WaitVisible("#token"),
@@ -253,7 +289,11 @@ func TestConsoleShowsMarkupAsText(t *testing.T) {
 		chromedp.Click("#signin-button"),
 		chromedp.WaitVisible(failRow),
 		chromedp.WaitVisible(postRow),
+		chromedp.WaitVisible(overdueRow),
 	))
+	shownDetail, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('`+overdueRow+` td.error-text').textContent`))
+	require.NoError(t, err)
+	require.Equal(t, receiverError, shownDetail, "the receiver's answer as text")
 	shownTitle, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('`+postRow+` td:nth-child(2)').textContent`))
 	require.NoError(t, err)
 	require.Equal(t, title, shownTitle, "the title as text")
@@ -261,7 +301,7 @@ func TestConsoleShowsMarkupAsText(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, lastError, shownError, "last_error as text")
 	injected, err := chromedp.Run(tab, chromedp.Evaluate[int](
-		`document.querySelectorAll("#posts img, #posts script, #posts b, #fail-rows svg, #fail-rows a").length +
+		`document.querySelectorAll("#posts img, #posts script, #posts b, #fail-rows svg, #fail-rows a, #overdue-rows iframe, #overdue-rows img").length +
 		 (window.__xss === undefined ? 0 : 1000)`))
 	require.NoError(t, err)
 	require.Zero(t, injected, "no element made from the data, no script run")

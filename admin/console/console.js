@@ -12,6 +12,17 @@
     { key: "RETRY", color: "var(--retry)" },
     { key: "FAIL", color: "var(--fail)", value: (s) => s.failed },
   ];
+  // What each overdue reason means (docs/operations.md#postingpostsoverdue
+  // says what to do), shown as the reason's tooltip.
+  const REASONS = {
+    not_reserved: "still RESERVED: no scheduler made it WORKING",
+    event_unsent: "its reservation event waits in the outbox",
+    event_failed: "its reservation event is FAIL: requeue it",
+    no_publication: "the event was sent, but no worker on this database made a publication",
+    publication_pending: "the worker holds a PENDING publication: worker down or publisher failing",
+    publication_failed: "the publisher refused the post: retry the publication",
+    publication_settled: "the publication is settled but the post did not follow",
+  };
   const $ = (id) => document.getElementById(id);
   let timer = null;
 
@@ -69,9 +80,10 @@
   // clearData removes every value shown, so that nothing stays on screen
   // after signing out or a refused token.
   function clearData() {
-    for (const id of ["fail-rows", "posts", "chart", "legend"]) $(id).replaceChildren();
+    for (const id of ["fail-rows", "posts", "overdue-rows", "chart", "legend"]) $(id).replaceChildren();
     for (const o of document.querySelectorAll("main output")) o.textContent = "–";
-    for (const id of ["discarded", "oldest-row", "chart-window", "updated"]) $(id).textContent = "";
+    for (const id of ["discarded", "oldest-row", "chart-window", "updated", "overdue-oldest", "overdue-grace", "overdue-more"]) $(id).textContent = "";
+    $("overdue-card").classList.remove("alarm");
   }
 
   function showConsole() {
@@ -90,13 +102,14 @@
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (!token) { showSignIn(); return; }
     try {
-      const [stats, history, failed, pending, retry, posts] = await Promise.all([
+      const [stats, history, failed, pending, retry, posts, overdue] = await Promise.all([
         call("GET", "/admin/outbox/stats", token),
         call("GET", "/admin/outbox/history", token),
         call("GET", "/admin/outbox?status=FAIL&limit=200", token),
         call("GET", "/admin/outbox?status=PENDING&limit=1000", token),
         call("GET", "/admin/outbox?status=RETRY&limit=1000", token),
         call("GET", "/admin/posts?limit=20", token),
+        call("GET", "/admin/posts/overdue?limit=100", token),
       ]);
       showConsole();
       $("error").hidden = true;
@@ -104,6 +117,7 @@
       renderChart(history, stats);
       renderFailed(failed.items, stats.blocking, pending.items.concat(retry.items));
       renderPosts(posts.items);
+      renderOverdue(overdue);
       $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     } catch (e) {
       if (e instanceof Unauthorized) { showSignIn(e.message); return; }
@@ -243,6 +257,40 @@
     });
     $("posts").replaceChildren(...trs);
     $("posts-empty").hidden = trs.length > 0;
+  }
+
+  // renderOverdue shows the posts past their time that are neither
+  // published, cancelled nor expired, longest overdue first, and why.
+  function renderOverdue(o) {
+    $("count-overdue").textContent = o.count;
+    $("overdue-card").classList.toggle("alarm", o.count > 0);
+    $("overdue-oldest").textContent = o.count ? "oldest " + age(o.oldestSeconds) : "";
+    $("overdue-grace").textContent = "more than " + age(o.graceSeconds) + " past their time, neither published, cancelled nor expired";
+    const trs = o.items.map((p) => {
+      const tr = el("tr");
+      tr.dataset.id = p.postId;
+      tr.appendChild(el("td", p.postId));
+      const st = el("td");
+      st.appendChild(el("span", p.status, "badge " + p.status));
+      tr.appendChild(st);
+      tr.appendChild(el("td", time(p.scheduledAt)));
+      tr.appendChild(el("td", age(p.overdueSeconds)));
+      const reason = el("td", p.reason, "reason");
+      reason.title = REASONS[p.reason] || "";
+      tr.appendChild(reason);
+      tr.appendChild(el("td", p.reannounced));
+      tr.appendChild(el("td", p.eventStatus || "–"));
+      tr.appendChild(el("td", p.publicationStatus
+        ? p.publicationStatus + (p.publicationAttempts ? " (" + p.publicationAttempts + " failed)" : "")
+        : "–"));
+      tr.appendChild(el("td", p.detail || "", "error-text"));
+      return tr;
+    });
+    $("overdue-rows").replaceChildren(...trs);
+    $("overdue-empty").hidden = o.count > 0;
+    const more = $("overdue-more");
+    more.textContent = o.count > trs.length ? "The " + trs.length + " longest overdue of " + o.count + "; posting posts overdue --limit 1000 lists more." : "";
+    more.hidden = !more.textContent;
   }
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -34,6 +34,8 @@ import (
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/overdue"
+	"github.com/postingsvc/posting/overdue/overduetest"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -59,7 +61,7 @@ func oaHandler(t *testing.T, db *database.DB, history *admin.History, ready ...a
 	t.Helper()
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	require.NoError(t, err)
-	h, err := httpHandler(db.DB, metrics.New(db.DB, "openapi-test"), oaAdminToken, history, oaAsyncAPI(t),
+	h, err := httpHandler(admin.Config{DB: db.DB, Token: oaAdminToken, History: history}, metrics.New(db.DB, "openapi-test"), oaAsyncAPI(t),
 		api.Config{Posts: posts, Logger: slog.New(slog.DiscardHandler), Ready: ready})
 	require.NoError(t, err)
 	return h
@@ -249,6 +251,12 @@ func TestOpenAPIResponses(t *testing.T) {
 		f.exchange(t, "POST", "/admin/outbox/purge?olderThan=soon", "", "", "admin", http.StatusBadRequest)
 		f.exchange(t, "GET", "/admin/publications?status=FAILED", "", "", "admin", http.StatusOK)
 		f.exchange(t, "POST", "/admin/publications/999999/retry", "", "", "admin", http.StatusNotFound)
+		f.exchange(t, "GET", "/admin/posts/overdue", "", "", "admin", http.StatusOK) // none: an empty list
+		seeded := overduetest.Seed(t, db)                                            // one post stuck per reason
+		var listed overdue.ListJSON
+		require.NoError(t, json.Unmarshal(f.exchange(t, "GET", "/admin/posts/overdue?limit=1000", "", "", "admin", http.StatusOK), &listed))
+		require.Len(t, listed.Items, len(seeded.Overdue), "every reason is part of what is validated")
+		f.exchange(t, "GET", "/admin/posts/overdue?limit=1001", "", "", "admin", http.StatusBadRequest)
 		// Admin: 401 without the token or with a wrong one.
 		f.exchange(t, "GET", "/admin/outbox/stats", "", "", "", http.StatusUnauthorized)
 		f.exchange(t, "GET", "/admin/posts", "", "", "not-the-token", http.StatusUnauthorized)
@@ -356,7 +364,7 @@ func TestOpenAPIDocumentsEveryRefusal(t *testing.T) {
 	t.Cleanup(v.Close)
 	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	require.NoError(t, err)
-	h, err := httpHandler(db.DB, metrics.New(db.DB, "openapi-refusals"), oaAdminToken, nil, oaAsyncAPI(t), api.Config{
+	h, err := httpHandler(admin.Config{DB: db.DB, Token: oaAdminToken}, metrics.New(db.DB, "openapi-refusals"), oaAsyncAPI(t), api.Config{
 		Posts: posts, Logger: slog.New(slog.DiscardHandler), Auth: v,
 		WriteLimit: api.WriteLimit{Requests: 2, Window: time.Hour}})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -254,13 +255,37 @@ func printList[T any](o *operator, l *listFlags, items []T, none, header string,
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-// oneLine keeps a table row on one line and readable.
+// oneLine keeps a table row on one line and readable: each run of white
+// space becomes one space, and what a terminal would act on rather than
+// show is escaped (terminalSafe). The cells it makes hold text from brokers
+// and webhook receivers.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = terminalSafe(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// terminalSafe returns s with every character that is not printable
+// written as a Go escape (\x1b, \u202e): escape sequences, carriage
+// returns, bells and bidirectional overrides from outside could otherwise
+// recolour the terminal, rewrite its title or hide part of the line.
+func terminalSafe(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xffff:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+	}
+	return b.String()
 }
 
 // lastErrorCell is a row's last error as a table cell: "-" when none.

@@ -24,7 +24,7 @@ func TestOperatorCommandsNameTheirDatabase(t *testing.T) {
 	lite := outboxSetup(t, database.SQLite)
 	path, err := filepath.Abs(lite.db.Location[len("sqlite://"):])
 	require.NoError(t, err)
-	for _, args := range [][]string{{"outbox", "stats"}, {"outbox", "list"}, {"publications", "list"}} {
+	for _, args := range [][]string{{"outbox", "stats"}, {"outbox", "list"}, {"publications", "list"}, {"posts", "overdue"}} {
 		out, errOut, code := runCLI(t, append(args, "--database-url", lite.url)...)
 		require.Equal(t, 0, code, errOut)
 		require.Regexp(t, `msg="reading database" .*database=`+regexp.QuoteMeta(path)+`\n`, errOut, args)
@@ -57,6 +57,7 @@ func TestOutboxCommandsNeverCreateADatabase(t *testing.T) {
 		{"outbox", "requeue", "12"},
 		{"outbox", "discard", "12"},
 		{"outbox", "purge", "--older-than", "168h"},
+		{"posts", "overdue"},
 	} {
 		dir := t.TempDir()
 		dataDir := filepath.Join(dir, "data")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"gorm.io/gorm"
 	"log/slog"
 	"net"
 	"net/http"
@@ -197,7 +196,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		st.OnStop(verifier.Close)
 	}
 	writeLimit, _ := parseWriteRate(s.APIWriteRate) // checked by validateAuth
-	handler, err := httpHandler(writers, m, s.AdminToken, history, asyncAPI, api.Config{
+	adm := admin.Config{DB: writers, Token: s.AdminToken, History: history, OverdueGrace: s.OverdueAfter}
+	handler, err := httpHandler(adm, m, asyncAPI, api.Config{
 		Posts:      posts,
 		Logger:     log,
 		Auth:       verifier,
@@ -340,13 +340,13 @@ func openSchema(ctx context.Context, s *settings, st *startstop.Stack, tables ..
 }
 
 // httpHandler is the API with every route serve mounts: the API's own,
-// /metrics, /openapi.json and, with an admin token, the admin routes and the
-// console (history feeds its chart; nil for none). The OpenAPI document's
-// test builds it the same way, so a route added here must be documented.
-func httpHandler(adminDB *gorm.DB, m *metrics.Metrics, adminToken string,
-	history *admin.History, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
-	routes, err := admin.Routes(admin.Config{DB: adminDB, Token: adminToken, Logger: cfg.Logger, History: history,
-		ObserveAuthFailure: m.ObserveAdminAuthFailure})
+// /metrics, /openapi.json and, with adm.Token, the admin routes and the
+// console of adm (its logger and its authentication failures' metric are
+// added here). The OpenAPI document's test builds it the same way, so a
+// route added here must be documented.
+func httpHandler(adm admin.Config, m *metrics.Metrics, asyncAPI http.Handler, cfg api.Config) (http.Handler, error) {
+	adm.Logger, adm.ObserveAuthFailure = cfg.Logger, m.ObserveAdminAuthFailure
+	routes, err := admin.Routes(adm)
 	if err != nil {
 		return nil, err
 	}
