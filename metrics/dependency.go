@@ -101,8 +101,8 @@ func (m *Metrics) WatchDependency(name string, ping func(context.Context) error)
 // kafka.LagReader's Lag. Every worker of a group reports the same numbers:
 // aggregate them with max, not sum. Call it once per process.
 func (m *Metrics) WatchConsumerLag(group, topic string, read func(context.Context) (map[int32]int64, error)) {
-	m.registerer.MustRegister(&consumerLagCollector{timeout: m.scrapeTimeout, group: group, topic: topic, read: read,
+	m.registerer.MustRegister(cached(&consumerLagCollector{timeout: m.scrapeTimeout, group: group, topic: topic, read: read,
 		lag: prometheus.NewDesc("posting_kafka_consumer_lag_messages",
 			"Events of the topic the consumer group has not committed yet, by partition (newest offset minus committed), read from the cluster.",
-			[]string{"group", "topic", "partition"}, nil)})
+			[]string{"group", "topic", "partition"}, nil)}, m.refresh, time.Now))
 }

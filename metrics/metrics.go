@@ -31,6 +31,18 @@ type Option func(*options)
 type options struct {
 	now           func() time.Time
 	scrapeTimeout time.Duration
+	refresh       time.Duration
+}
+
+// WithRefreshInterval sets how long the figures a scrape reads from the
+// database or the brokers are served again before they are read anew.
+// Default DefaultRefreshInterval; values <= 0 keep it.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.refresh = d
+		}
+	}
 }
 
 // WithClock sets the clock the oldest pending age is measured with. Default
@@ -78,6 +90,7 @@ type Metrics struct {
 	adminAuthFailed  *prometheus.CounterVec
 	relayBatchSize   func() int // guarded by batchMu
 	batchMu          *sync.Mutex
+	refresh          time.Duration
 	overdueOnce      sync.Once
 	overdueC         *overdueCollector
 }
@@ -86,7 +99,7 @@ type Metrics struct {
 // scrape for the outbox gauges (bounded by the scrape timeout); instanceID
 // becomes the const label instance_id of every metric.
 func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
-	o := options{now: time.Now, scrapeTimeout: DefaultScrapeTimeout}
+	o := options{now: time.Now, scrapeTimeout: DefaultScrapeTimeout, refresh: DefaultRefreshInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -110,7 +123,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		return h
 	}
 	m := &Metrics{
-		reg: reg, registerer: r, scrapeTimeout: o.scrapeTimeout,
+		reg: reg, registerer: r, scrapeTimeout: o.scrapeTimeout, refresh: o.refresh,
 		deps:           newDependencyCollector(o.scrapeTimeout),
 		relayBatchSize: func() int { return 0 },
 		relayPolls: counterVec("posting_relay_polls_total",
@@ -160,7 +173,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "code"}),
 	}
-	r.MustRegister(m.httpDuration, m.deps)
+	r.MustRegister(m.httpDuration, cached(m.deps, o.refresh, time.Now))
 	var batchMu sync.Mutex
 	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "posting_relay_batch_size",
 		Help: "Rows the relay's next claim asks for: POSTING_RELAY_BATCH_SIZE, doubled while polls come back full up to POSTING_RELAY_MAX_BATCH_SIZE; 0 without a relay."},
@@ -189,7 +202,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 		m.workerPublished.WithLabelValues(res)
 	}
 	if db != nil {
-		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout), newPoolCollector(db))
+		r.MustRegister(cached(newOutboxCollector(db, o.now, o.scrapeTimeout), o.refresh, time.Now), newPoolCollector(db))
 	}
 	// ContinueOnError: a metric that cannot be gathered must not hide the rest.
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: r, ErrorHandling: promhttp.ContinueOnError})

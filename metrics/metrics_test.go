@@ -323,7 +323,7 @@ func TestMetricNames(t *testing.T) {
 // scrape.
 func TestDependencyUp(t *testing.T) {
 	t.Parallel()
-	m := metrics.New(nil, "test-1", metrics.WithScrapeTimeout(200*time.Millisecond))
+	m := metrics.New(nil, "test-1", metrics.WithScrapeTimeout(200*time.Millisecond), metrics.WithRefreshInterval(time.Nanosecond))
 	var brokerErr error
 	var mu sync.Mutex
 	m.WatchDependency("database", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
@@ -346,7 +346,7 @@ func TestDependencyUp(t *testing.T) {
 // read that fails leaves the gauge out rather than showing a lag of 0.
 func TestConsumerLagGauge(t *testing.T) {
 	t.Parallel()
-	m := metrics.New(nil, "test-1")
+	m := metrics.New(nil, "test-1", metrics.WithRefreshInterval(time.Nanosecond))
 	var readErr error
 	m.WatchConsumerLag("posting-worker", "posting-events", func(context.Context) (map[int32]int64, error) {
 		return map[int32]int64{0: 5, 1: 0, 2: 12}, readErr
