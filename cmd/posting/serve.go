@@ -60,7 +60,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	}
 	defer st.undo()
 	tp := tracing.TracerProvider()
-	db, applied, err := openSchema(ctx, s, st.Stack, "posts", "outbox", "inbox", "publications")
+	db, applied, err := openSchema(ctx, s, st.Stack, "posts", "outbox", "inbox", "publications", "leases")
 	if err != nil {
 		return err
 	}
