@@ -62,6 +62,7 @@ type Sender struct {
 	connected bool // logged the first connection
 	redial    backoff.Backoff
 	nextDial  time.Time // no dialing before this, after a failure
+	dialErr   error     // why the last connection attempt failed
 }
 
 // lane is one confirm channel of the connection and the listener of the
@@ -338,14 +339,20 @@ func (s *Sender) channel(ctx context.Context) (*amqp.Connection, []lane, net.Con
 	}
 	s.dropLocked()
 	if wait := time.Until(s.nextDial); wait > 0 {
-		return nil, nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s", relay.ErrUnavailable, wait.Round(time.Millisecond))
+		// The broker's own reason stays in the answer until the next
+		// attempt: a wrong password or a missing vhost is named, not
+		// hidden behind the wait.
+		return nil, nil, nil, fmt.Errorf("%w: rabbitmq unreachable, next connection attempt in %s (last attempt: %w)",
+			relay.ErrUnavailable, wait.Round(time.Millisecond), s.dialErr)
 	}
 	conn, sock, lanes, err := s.open(ctx)
 	if err != nil {
 		s.nextDial = time.Now().Add(s.redial.Next())
+		s.dialErr = err
 		return nil, nil, nil, fmt.Errorf("%w: connect to rabbitmq %s: %w", relay.ErrUnavailable, config.RedactURL(s.cfg.URL), err)
 	}
 	s.redial.Reset()
+	s.dialErr = nil
 	s.conn, s.sock, s.lanes = conn, sock, lanes
 	if !s.connected {
 		s.connected = true

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/internal/backoff"
@@ -72,12 +74,26 @@ func declareExchange(ctx context.Context, s *settings, rs *rabbitmq.Sender) erro
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	b := backoff.Backoff{Base: 250 * time.Millisecond, Max: 2 * time.Second}
+	var cause error // the broker's last own answer, kept past a probe that timed out
 	for {
 		err := rs.Ping(ctx)
 		if err == nil {
 			return nil
 		}
+		var refused *amqp.Error
+		if errors.As(err, &refused) {
+			cause = err
+			if !refused.Recover {
+				// A wrong password, a missing vhost, no permission: trying
+				// again for 15 s changes nothing.
+				return fmt.Errorf("rabbitmq refused the connection (POSTING_RABBITMQ_URL=%s): %s (%d)",
+					redactURL(s.RabbitMQURL), refused.Reason, refused.Code)
+			}
+		}
 		if !backoff.Sleep(ctx, b.Next()) {
+			if cause != nil && !errors.Is(err, cause) {
+				err = fmt.Errorf("%w; before that: %w", err, cause)
+			}
 			return fmt.Errorf("rabbitmq exchange %s (POSTING_RABBITMQ_URL=%s): %w", s.RabbitMQExchange, redactURL(s.RabbitMQURL), err)
 		}
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +68,27 @@ func TestWorkerRefusesBothBrokers(t *testing.T) {
 	require.Equal(t, 2, code, out)
 	require.Contains(t, out, "POSTING_RABBITMQ_URL")
 	require.Contains(t, out, "POSTING_KAFKA_BROKERS")
+}
+
+// serve names RabbitMQ's own refusal at start and stops at once: a wrong
+// password or a missing vhost is the broker's answer, which retrying does
+// not change (before, serve said only "rabbitmq did not answer within 2s"
+// after 16 s, or nothing at all).
+func TestServeNamesRabbitMQsRefusal(t *testing.T) {
+	t.Parallel()
+	url := rabbitmqtest.URL(t)
+	for name, c := range map[string]struct{ url, says string }{
+		"wrong password": {strings.Replace(url, "guest:guest@", "guest:not-the-password@", 1), "username or password not allowed (403)"},
+		"missing vhost":  {strings.TrimSuffix(url, "/") + "/no-such-vhost", "vhost no-such-vhost not found (530)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			out, code := runBinary(t, []string{"POSTING_RABBITMQ_URL=" + c.url, "POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"),
+				"POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_RABBITMQ_EXCHANGE=" + rabbitmqtest.Name("x")}, "serve")
+			require.NotEqual(t, 0, code, out)
+			require.Contains(t, out, "rabbitmq refused the connection")
+			require.Contains(t, out, c.says)
+			require.NotContains(t, out, "not-the-password")
+		})
+	}
 }
