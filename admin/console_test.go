@@ -64,6 +64,9 @@ func browser(t *testing.T, execPath string) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 1000),
+		// A zone far from UTC: a time the page showed in the browser's
+		// local time would differ from the UTC everything else shows.
+		chromedp.Env("TZ=Pacific/Kiritimati"),
 	)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
@@ -212,6 +215,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	failCount, err := chromedp.Run(tab, chromedp.Text("#count-FAIL"))
 	require.NoError(t, err)
 	require.Equal(t, "1", failCount)
+	updated, err := chromedp.Run(tab, chromedp.Text("#updated"))
+	require.NoError(t, err)
+	require.Regexp(t, `^updated \d\d:\d\d:\d\dZ$`, updated, "the page's times are UTC, as everything else")
+	stamp, err := time.Parse("15:04:05Z", strings.TrimPrefix(updated, "updated "))
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	gap := now.Sub(time.Date(now.Year(), now.Month(), now.Day(), stamp.Hour(), stamp.Minute(), stamp.Second(), 0, time.UTC))
+	require.True(t, gap.Abs() < time.Hour || (24*time.Hour-gap.Abs()) < time.Hour, "updated %s is UTC, not the browser's zone (now %s)", updated, now)
 	postRows, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("#posts tr").length`))
 	require.NoError(t, err)
 	require.Equal(t, len(ids), postRows)

@@ -118,7 +118,7 @@
       renderFailed(failed.items, stats.blocking, pending.items.concat(retry.items));
       renderPosts(posts.items);
       renderOverdue(overdue);
-      $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      $("updated").textContent = "updated " + new Date().toISOString().slice(11, 19) + "Z";
     } catch (e) {
       if (e instanceof Unauthorized) { showSignIn(e.message); return; }
       $("error").textContent = "Could not refresh: " + e.message;

@@ -119,7 +119,7 @@ func (c *outboxList) Run(ctx context.Context, _ []string) error {
 		return err
 	}
 	return printList(&c.operator, &c.listFlags, items, fmt.Sprintf("no %s rows", c.st),
-		"ID\tEVENT ID\tTYPE\tPOST ID\tRETRIES\tCREATED\tLAST ERROR", func(e outbox.Entry) string {
+		"ID\tEVENT ID\tTYPE\tPOST ID\tFAILED ATTEMPTS\tCREATED\tLAST ERROR", func(e outbox.Entry) string {
 			return fmt.Sprintf("%d\t%s\t%s\t%d\t%d\t%s\t%s", e.ID, e.EventID, e.EventType, e.PostID, e.RetryCount,
 				e.Created.Format(time.RFC3339), lastErrorCell(e.LastError))
 		})

@@ -110,7 +110,7 @@ func TestOutboxList(t *testing.T) {
 		require.Equal(t, 0, code, errOut)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 2, out)
-		require.Regexp(t, `^ID\s+EVENT ID\s+TYPE\s+POST ID\s+RETRIES\s+CREATED\s+LAST ERROR$`, lines[0])
+		require.Regexp(t, `^ID\s+EVENT ID\s+TYPE\s+POST ID\s+FAILED ATTEMPTS\s+CREATED\s+LAST ERROR$`, lines[0])
 		require.Regexp(t, `^`+outboxID(f.failed)+`\s+`+f.failed.EventID+`\s+POSTING_EVENT\s+1\s+4\s+\S+Z\s+`+
 			regexp.QuoteMeta("kafka: message too large (broker said so)")+`$`, lines[1])
 		// The columns line up: the last error starts at the header's column.

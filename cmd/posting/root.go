@@ -25,7 +25,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "posting",
-		Short:         "Scheduled posting with a transactional outbox to Kafka",
+		Short:         "Scheduled posting with a transactional outbox to Kafka or RabbitMQ",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
