@@ -256,7 +256,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// No route matched: the mux answers 404, 405 (with Allow) or a
 		// redirect to the clean path in text/plain; give the first two the
 		// problem+json form.
-		h.mux.ServeHTTP(&fallbackWriter{ResponseWriter: tw, r: r}, r)
+		h.mux.ServeHTTP(&fallbackWriter{ResponseWriter: tw, r: r, hint: h.hint(r.URL.Path)}, r)
 		return
 	}
 	h.mux.ServeHTTP(tw, r)
@@ -267,14 +267,32 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type fallbackWriter struct {
 	http.ResponseWriter
 	r        *http.Request
+	hint     string // the 404's detail: where to look instead
 	replaced bool
+}
+
+// hint says, for a path nothing answers, what a person who typed it may
+// have looked for: the API's routes at the root, and what turns the admin
+// endpoints and the console on under /admin.
+func (h *handler) hint(path string) string {
+	switch {
+	case path == "/":
+		return "this is the posting service's API: GET /openapi.json lists its routes; the operator console is at /admin/ when POSTING_ADMIN_TOKEN is set"
+	case (path == "/admin" || strings.HasPrefix(path, "/admin/")) && !slices.Contains(h.patterns, "GET /admin/{$}"):
+		return "the admin endpoints and the operator console are off: set POSTING_ADMIN_TOKEN (at least 32 bytes) on serve to turn them on"
+	}
+	return ""
 }
 
 func (w *fallbackWriter) WriteHeader(code int) {
 	switch code {
 	case http.StatusNotFound:
 		w.replaced = true
-		response.WriteProblem(w.ResponseWriter, code, fmt.Sprintf("no resource at %s", w.r.URL.Path), "")
+		detail := fmt.Sprintf("no resource at %s", w.r.URL.Path)
+		if w.hint != "" {
+			detail += "; " + w.hint
+		}
+		response.WriteProblem(w.ResponseWriter, code, detail, "")
 	case http.StatusMethodNotAllowed:
 		w.replaced = true
 		allow := w.Header().Get("Allow")

@@ -331,3 +331,28 @@ func loadPost(t *testing.T, db *gorm.DB, id string) reservation.Post {
 	t.Helper()
 	return databasetest.Load[reservation.Post](t, db, id)
 }
+
+// A 404 at the root or under /admin says where to look: the API's routes
+// in /openapi.json, and which setting turns the admin endpoints and the
+// console on while they are off.
+func TestNotFoundSaysWhatTurnsTheConsoleOn(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	off := apiSetup(t, db, nil)
+	for path, says := range map[string]string{
+		"/":             "/openapi.json",
+		"/admin/":       "POSTING_ADMIN_TOKEN",
+		"/admin":        "POSTING_ADMIN_TOKEN",
+		"/admin/outbox": "POSTING_ADMIN_TOKEN",
+	} {
+		resp, body := off.do(t, http.MethodGet, path, "", "")
+		p := requireProblem(t, resp, body, http.StatusNotFound)
+		require.Contains(t, p.Detail, says, path)
+	}
+	on := apiSetup(t, db, func(c *api.Config) {
+		c.Routes = map[string]http.Handler{"GET /admin/{$}": http.NotFoundHandler()}
+	})
+	resp, body := on.do(t, http.MethodGet, "/admin/nothing-here", "", "")
+	p := requireProblem(t, resp, body, http.StatusNotFound)
+	require.NotContains(t, p.Detail, "POSTING_ADMIN_TOKEN", "the console is on")
+}
