@@ -55,6 +55,12 @@ func Open(rawURL, dataDir string) (*DB, error) { return open(rawURL, dataDir, tr
 // database without tables.
 func OpenExisting(rawURL, dataDir string) (*DB, error) { return open(rawURL, dataDir, false) }
 
+// looksLikeMySQLDSN reports whether s is in the go-sql-driver form,
+// user:password@tcp(host:port)/db, rather than a URL.
+func looksLikeMySQLDSN(s string) bool {
+	return !strings.Contains(s, "://") && (strings.Contains(s, "@tcp(") || strings.HasPrefix(s, "tcp(") || strings.Contains(s, "@unix("))
+}
+
 func open(rawURL, dataDir string, create bool) (*DB, error) {
 	if rawURL == "" {
 		if dataDir == "" {
@@ -62,9 +68,19 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 		}
 		return openSQLite(filepath.Join(dataDir, EmbeddedFileName), create)
 	}
+	if looksLikeMySQLDSN(rawURL) {
+		return nil, fmt.Errorf("%w: this is a go-sql-driver DSN (user@tcp(host:port)/db); write it as a URL: "+
+			"mysql://user:password@host:3306/db", ErrInvalidURL)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		// url.Parse's error quotes the whole URL, password included: only
+		// its reason is told.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: cannot be parsed as a URL: %v", ErrInvalidURL, err)
 	}
 	switch u.Scheme {
 	case "mysql":

@@ -140,6 +140,26 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 	require.ErrorIs(t, err, database.ErrInvalidURL, "no URL and no data dir")
 }
 
+// A go-sql-driver DSN is refused with the URL form it should take; a URL
+// that cannot be parsed is refused without its text, so its password
+// appears in no message.
+func TestOpenNamesTheURLFormAndHidesAnUnparseableURL(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{"root@tcp(127.0.0.1:3306)/db", "u:canary-pw@tcp(h:3306)/db?parseTime=true", "tcp(h:3306)/db"} {
+		_, err := database.Open(dsn, t.TempDir())
+		require.ErrorIs(t, err, database.ErrInvalidURL, dsn)
+		require.ErrorContains(t, err, "mysql://user:password@host:3306/db", dsn)
+		require.NotContains(t, err.Error(), "canary-pw")
+	}
+	for _, raw := range []string{"mysql://u:canary-pw@h:3306/%zz", "postgres://u:canary-pw@[::1/db", "mysql://u:canary-pw@h:port/db",
+		"postgres://u:canary-pw@h:5432/db\x7f\x00"} {
+		_, err := database.Open(raw, t.TempDir())
+		require.Error(t, err, raw)
+		require.ErrorIs(t, err, database.ErrInvalidURL, raw)
+		require.NotContains(t, err.Error(), "canary-pw", raw)
+	}
+}
+
 // sqlite://relative/path is relative to the working directory (its first
 // element parses as the URL's host), sqlite:///abs/path is absolute.
 func TestSQLitePath(t *testing.T) {
