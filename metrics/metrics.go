@@ -142,6 +142,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			[]float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}),
 		workerPublished: counterVec("posting_worker_publications_total",
 			"Publications the worker settled by outcome: published, cancelled (the post was cancelled first), "+
+				"expired (the post was not published by its publishBy), "+
 				"failed (the publisher refused it; the post stays WORKING for an operator).", "outcome"),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
 			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, malformed, error.", "event_type", "outcome"),
@@ -302,7 +303,7 @@ func (m *Metrics) ObserveScheduler(marked, skipped, failed int, d time.Duration,
 
 // publicationOutcomes are the outcome label values of
 // posting_worker_publications_total, all exported from the start at 0.
-var publicationOutcomes = []string{"published", "cancelled", "failed"}
+var publicationOutcomes = []string{"published", "cancelled", "expired", "failed"}
 
 // ObservePublication records a post the worker published, lag after its
 // scheduledAt: outcome "published" and one lag observation. It has the
@@ -316,12 +317,13 @@ func (m *Metrics) ObservePublication(lag time.Duration) {
 
 // ObservePublicationOutcome counts a publication the worker settled, by
 // outcome: "published", "cancelled" (the post was cancelled, or gone, when
-// its time came) or "failed" (the publisher refused it for good). Other
+// its time came), "expired" (the post was not published by its publishBy)
+// or "failed" (the publisher refused it for good). Other
 // values are counted as "other", so a caller's typo cannot create label
 // values.
 func (m *Metrics) ObservePublicationOutcome(outcome string) {
 	switch outcome {
-	case "published", "cancelled", "failed":
+	case "published", "cancelled", "expired", "failed":
 	default:
 		outcome = "other"
 	}

@@ -266,7 +266,7 @@ func TestPublicationOutcomes(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil, "test-1")
 	f := scrape(t, m.Handler())
-	for _, o := range []string{"published", "cancelled", "failed"} {
+	for _, o := range []string{"published", "cancelled", "expired", "failed"} {
 		require.Zero(t, value(t, f, "posting_worker_publications_total", map[string]string{"outcome": o}), o)
 	}
 
@@ -274,15 +274,16 @@ func TestPublicationOutcomes(t *testing.T) {
 	m.ObservePublicationOutcome("published")
 	m.ObservePublicationLag(time.Second)
 	m.ObservePublicationOutcome("cancelled")
+	m.ObservePublicationOutcome("expired")
 	m.ObservePublicationOutcome("failed")
 	m.ObservePublicationOutcome("failed")
 	m.ObservePublicationOutcome("exploded")
 
 	f = scrape(t, m.Handler())
-	for o, want := range map[string]float64{"published": 2, "cancelled": 1, "failed": 2, "other": 1} {
+	for o, want := range map[string]float64{"published": 2, "cancelled": 1, "expired": 1, "failed": 2, "other": 1} {
 		require.Equal(t, want, value(t, f, "posting_worker_publications_total", map[string]string{"outcome": o}), o)
 	}
-	require.Len(t, f["posting_worker_publications_total"].GetMetric(), 4)
+	require.Len(t, f["posting_worker_publications_total"].GetMetric(), 5)
 	lag := f["posting_worker_publication_lag_seconds"].GetMetric()[0].GetHistogram()
 	require.EqualValues(t, 2, lag.GetSampleCount())
 	require.Equal(t, 3.0, lag.GetSampleSum())

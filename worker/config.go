@@ -29,6 +29,7 @@ const (
 const (
 	OutcomePublished = "published" // the post is PUBLISHED
 	OutcomeCancelled = "cancelled" // the post was cancelled (or deleted) first
+	OutcomeExpired   = "expired"   // the post was not published by its publishBy
 	OutcomeFailed    = "failed"    // refused for good; the post stays WORKING
 )
 
@@ -87,7 +88,8 @@ type Config struct {
 	// with how long after its scheduledAt.
 	ObservePublished func(lag time.Duration)
 	// ObserveSettled, if set, is told of every publication this worker
-	// settled: OutcomePublished, OutcomeCancelled or OutcomeFailed.
+	// settled: OutcomePublished, OutcomeCancelled, OutcomeExpired or
+	// OutcomeFailed.
 	ObserveSettled func(outcome string)
 }
 

@@ -195,6 +195,8 @@ func (w *Worker) observeSettled(status PublicationStatus) {
 		w.cfg.ObserveSettled(OutcomePublished)
 	case PublicationCancelled:
 		w.cfg.ObserveSettled(OutcomeCancelled)
+	case PublicationExpired:
+		w.cfg.ObserveSettled(OutcomeExpired)
 	case PublicationFailed:
 		w.cfg.ObserveSettled(OutcomeFailed)
 	}
