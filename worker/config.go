@@ -52,10 +52,11 @@ type Config struct {
 	// Publisher makes posts public. Default RecordOnly, logging to Logger.
 	Publisher Publisher
 	// Concurrency bounds the publication attempts in progress at once: an
-	// attempt holds a slot while it reads the post, makes one publisher
-	// call (one webhook request) and records the result, never while it
-	// waits for its time or for its next try. Default DefaultConcurrency
-	// (64); 1 to MaxConcurrency (256).
+	// attempt holds a slot while it claims the post (reads it again: still
+	// WORKING, publishBy not passed) and makes one publisher call (one
+	// webhook request), never while it waits for its time, for a slot or
+	// for its next try. Default DefaultConcurrency (64); 1 to
+	// MaxConcurrency (256).
 	Concurrency int
 	// RetryBase is the pause before trying a publication again after a
 	// database error or a publisher's passing failure, doubled per failure

@@ -26,9 +26,10 @@ type Worker struct {
 	log *slog.Logger
 	sem chan struct{} // one token per publisher call in progress
 
-	// loads and records batch the reads and the PUBLISHED writes of the
-	// attempts running at the same time.
+	// loads, claims and records batch the reads, the claims at the slot
+	// and the PUBLISHED writes of the attempts running at the same time.
 	loads   *group[int64, loaded]
+	claims  *group[int64, claimRes]
 	records *group[recordReq, recordRes]
 
 	base   context.Context // ends at Stop: every timer's publication stops

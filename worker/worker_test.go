@@ -893,17 +893,21 @@ func TestWorkerDefaultConcurrency(t *testing.T) {
 }
 
 // Posts due at the same instant are published in batches: each exactly once,
-// none before its time by the database's clock, and with fewer PUBLISHED
-// writes than posts; a post cancelled before its time is not published.
+// none before its time by the database's clock, and with far fewer claims
+// and PUBLISHED writes than posts; a post cancelled before its time is not
+// published.
 func TestBatchedPublishingPublishesEachPostOnceNotEarly(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		const n = 400
-		var writes atomic.Int64
+		var writes, claims atomic.Int64
 		databasetest.Before(t, db.DB, databasetest.StmtExec, func(tx *gorm.DB) {
-			if markPublished(tx) {
+			switch {
+			case markPublished(tx):
 				writes.Add(1)
+			case claim(tx):
+				claims.Add(1)
 			}
 		})
 		far := databasetest.Now(t, db.DB).Add(time.Hour)
@@ -930,6 +934,7 @@ func TestBatchedPublishingPublishesEachPostOnceNotEarly(t *testing.T) {
 		require.NoError(t, db.Exec("UPDATE publications SET scheduled_at = ?", due).Error)
 		w.Revoked("posting-events", []int32{0})
 		writes.Store(0)
+		claims.Store(0)
 		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{0}))
 
 		deadline := time.Now().Add(time.Minute)
@@ -961,7 +966,8 @@ func TestBatchedPublishingPublishesEachPostOnceNotEarly(t *testing.T) {
 		published := n - len(cancelled)
 		require.Equal(t, published, rec.total())
 		require.Less(t, writes.Load(), int64(published)/4, "the PUBLISHED writes were batched")
-		t.Logf("%d posts published with %d UPDATE statements", published, writes.Load())
+		require.Less(t, claims.Load(), int64(published)/4, "the claims at the slot were batched")
+		t.Logf("%d posts published with %d UPDATE statements, claimed with %d", published, writes.Load(), claims.Load())
 	})
 }
 
@@ -995,6 +1001,9 @@ func TestWorkerFailedRecordDoesNotPublishAgain(t *testing.T) {
 
 // markPublished is the worker's write of PUBLISHED to posts.
 var markPublished = databasetest.SQLStarts("UPDATE posts SET status")
+
+// claim is the worker's claim of posts at the slot.
+var claim = databasetest.SQLStarts("UPDATE posts SET publish_claimed_at")
 
 // signalling is a Publisher that says yes and tells of each call.
 type signalling struct{ called chan struct{} }
