@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,6 +74,7 @@ type Metrics struct {
 	workerPublished  *prometheus.CounterVec
 	workerConsumed   *prometheus.CounterVec
 	workerOutOfOrder *prometheus.CounterVec
+	workerRefused    *prometheus.CounterVec
 	httpRequests     *prometheus.CounterVec
 	httpDuration     *prometheus.HistogramVec
 	adminAuthFailed  *prometheus.CounterVec
@@ -145,9 +147,12 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 				"expired (the post was not published by its publishBy), "+
 				"failed (the publisher refused it; the post stays WORKING for an operator).", "outcome"),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
-			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, malformed, error.", "event_type", "outcome"),
+			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, refused, malformed, error.", "event_type", "outcome"),
 		workerOutOfOrder: counterVec("posting_worker_events_out_of_order_total",
 			"Events the worker dropped by event_type because it had applied an event of the same post with the same or a higher sequence.", "event_type"),
+		workerRefused: counterVec("posting_worker_events_refused_total",
+			"Events the worker refused because its database contradicts them, by reason: unknown_post (no such post), "+
+				"unknown_sequence (a sequence the database never wrote for the post), contradicted (a status the posts table denies).", "reason"),
 		httpRequests: counterVec("posting_http_requests_total",
 			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
 		adminAuthFailed: counterVec("posting_admin_auth_failures_total",
@@ -186,6 +191,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	}
 	for _, res := range publicationOutcomes {
 		m.workerPublished.WithLabelValues(res)
+	}
+	for _, reason := range refusalReasons {
+		m.workerRefused.WithLabelValues(reason)
 	}
 	if db != nil {
 		r.MustRegister(newOutboxCollector(db, o.now, o.scrapeTimeout), newPoolCollector(db))
@@ -339,7 +347,8 @@ func (m *Metrics) ObservePublicationLag(lag time.Duration) {
 // ObserveConsumed records an event the worker consumed, by outcome:
 // processed, duplicate (a redelivery its inbox recognised), out_of_order
 // (older than an event of its post already applied, dropped; also counted
-// in posting_worker_events_out_of_order_total), malformed
+// in posting_worker_events_out_of_order_total), refused (contradicted by
+// the worker's database, dropped; ObserveRefused counts why), malformed
 // (skipped) or error (handling failed and is tried again). Event types
 // outside the contract's two, and unknown outcomes, are counted as "other",
 // so a stray message cannot create label values.
@@ -348,13 +357,28 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 		eventType = "other"
 	}
 	switch outcome {
-	case "processed", "duplicate", "malformed", "error":
+	case "processed", "duplicate", "refused", "malformed", "error":
 	case "out_of_order":
 		m.workerOutOfOrder.WithLabelValues(eventType).Inc()
 	default:
 		outcome = "other"
 	}
 	m.workerConsumed.WithLabelValues(eventType, outcome).Inc()
+}
+
+// refusalReasons are the reason label values of
+// posting_worker_events_refused_total (worker.Refused*), all exported from
+// the start at 0.
+var refusalReasons = []string{"unknown_post", "unknown_sequence", "contradicted"}
+
+// ObserveRefused counts an event the worker refused, by reason:
+// unknown_post, unknown_sequence or contradicted. It has the signature of
+// worker.Config.ObserveRefused. Other reasons are counted as "other".
+func (m *Metrics) ObserveRefused(reason string) {
+	if !slices.Contains(refusalReasons, reason) {
+		reason = "other"
+	}
+	m.workerRefused.WithLabelValues(reason).Inc()
 }
 
 // HTTP counts and times the requests next serves, by route and status code.

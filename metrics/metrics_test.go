@@ -260,6 +260,29 @@ func TestWrapSenderKeepsPing(t *testing.T) {
 	require.False(t, ok)
 }
 
+// The worker's refused events are counted by reason, every reason exported
+// from the start at 0; an unknown reason is "other". A refused event is
+// also consumed, with outcome refused.
+func TestRefusedEvents(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	f := scrape(t, m.Handler())
+	for _, r := range []string{"unknown_post", "unknown_sequence", "contradicted"} {
+		require.Zero(t, value(t, f, "posting_worker_events_refused_total", map[string]string{"reason": r}), r)
+	}
+	m.ObserveRefused("unknown_sequence")
+	m.ObserveRefused("unknown_sequence")
+	m.ObserveRefused("contradicted")
+	m.ObserveRefused("forged")
+	m.ObserveConsumed("POSTING_EVENT", "refused")
+	f = scrape(t, m.Handler())
+	for r, want := range map[string]float64{"unknown_post": 0, "unknown_sequence": 2, "contradicted": 1, "other": 1} {
+		require.Equal(t, want, value(t, f, "posting_worker_events_refused_total", map[string]string{"reason": r}), r)
+	}
+	require.Equal(t, 1.0, value(t, f, "posting_worker_events_consumed_total",
+		map[string]string{"event_type": "POSTING_EVENT", "outcome": "refused"}))
+}
+
 // The worker's publications are counted by outcome; an unknown outcome is
 // "other", and the lag is observed for published posts only.
 func TestPublicationOutcomes(t *testing.T) {
@@ -314,7 +337,8 @@ func TestMetricNames(t *testing.T) {
 		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
 		"posting_http_requests_total", "posting_http_request_duration_seconds", "posting_admin_auth_failures_total",
-		"posting_worker_events_consumed_total", "posting_worker_publications_total", "posting_worker_publication_lag_seconds",
+		"posting_worker_events_consumed_total", "posting_worker_events_refused_total",
+		"posting_worker_publications_total", "posting_worker_publication_lag_seconds",
 		"posting_dependency_up", "posting_kafka_consumer_lag_messages",
 	}, got)
 }

@@ -191,6 +191,8 @@ func TestWorkerStartedAfterThePublishByNeverPublishes(t *testing.T) {
 		awaitPublication(t, db.DB, post.ID, worker.PublicationExpired)
 		require.Zero(t, pub.total(), "the publisher was called past the post's publishBy")
 		requireExpired(t, db.DB, post.ID)
+		// Told once the attempt is over, after the commit.
+		require.Eventually(t, func() bool { return w.Pending() == 0 }, 10*time.Second, 10*time.Millisecond)
 		require.Equal(t, map[string]int{worker.OutcomeExpired: 1}, settled.counts())
 	})
 }

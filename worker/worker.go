@@ -54,6 +54,8 @@ type Worker struct {
 	stopped  bool
 	// sweep is the sweep loop's lifecycle, started at the first assignment.
 	sweep startstop.BaseStartStop
+	// refusedLogged are the posts whose refused events were logged.
+	refusedLogged postSet
 }
 
 // New returns a worker on db, which holds the posts, inbox and publications
