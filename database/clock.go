@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // Now returns the database's current time, UTC with microsecond precision,
@@ -35,6 +36,18 @@ func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
 	}
 	return t, nil
+}
+
+// NowExpr is Now as a value of a statement of db: the database's time when
+// that statement runs, so that a conditional write decides by it without a
+// read of the clock first. It is CURRENT_TIMESTAMP(6) on MySQL and
+// clock_timestamp() on PostgreSQL; on SQLite, whose clock is the host's,
+// the host's time as a parameter.
+func NowExpr(db *gorm.DB) clause.Expr {
+	if d := dialectFor(DialectOf(db)); d != nil {
+		return d.nowExpr()
+	}
+	return clause.Expr{SQL: "?", Vars: []any{Normalize(time.Now())}}
 }
 
 // Normalize returns t as the database keeps it: UTC, microsecond precision.

@@ -35,3 +35,30 @@ func TestNowReadsTheDatabaseClock(t *testing.T) {
 		}))
 	})
 }
+
+// NowExpr is the database's clock inside a statement: a stored time a
+// second behind it is before it, one a second ahead after it, on every
+// database (SQLite keeps times as text, so the value must be written like
+// the stored ones to compare).
+func TestNowExprComparesWithStoredTimes(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		now := databasetest.Now(t, db.DB)
+		require.NoError(t, db.Exec("CREATE TABLE clock_probe (id INT NOT NULL PRIMARY KEY, at "+timeType(db)+" NOT NULL)").Error)
+		require.NoError(t, db.Exec("INSERT INTO clock_probe (id, at) VALUES (1, ?), (2, ?)", now.Add(-time.Second), now.Add(time.Second)).Error)
+		var before []int
+		require.NoError(t, db.Raw("SELECT id FROM clock_probe WHERE at < ? ORDER BY id", database.NowExpr(db.DB)).Scan(&before).Error)
+		require.Equal(t, []int{1}, before)
+	})
+}
+
+// timeType is the column type of a time on db's dialect.
+func timeType(db *database.DB) string {
+	switch db.Dialect {
+	case database.MySQL:
+		return "DATETIME(6)"
+	case database.PostgreSQL:
+		return "TIMESTAMPTZ(6)"
+	}
+	return "DATETIME"
+}

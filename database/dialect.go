@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // Dialect names the SQL dialect a database speaks: "mysql", "postgres" or
@@ -30,6 +31,8 @@ func DialectOf(db *gorm.DB) Dialect { return Dialect(db.Dialector.Name()) }
 type dialect interface {
 	// now reads the database's clock through db (see Now).
 	now(db *gorm.DB) (time.Time, error)
+	// nowExpr is the same clock as a value inside a statement (see NowExpr).
+	nowExpr() clause.Expr
 	// isRetryable reports whether err, if it comes from this database's
 	// driver, is a transient lock conflict (see IsRetryable).
 	isRetryable(err error) bool

@@ -10,6 +10,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // MySQLDSN turns a mysql:// URL into a go-sql-driver DSN with the settings the
@@ -137,6 +138,8 @@ type mysqlDialect struct{}
 func (mysqlDialect) now(db *gorm.DB) (time.Time, error) {
 	return scanTime(db, "SELECT CURRENT_TIMESTAMP(6)")
 }
+
+func (mysqlDialect) nowExpr() clause.Expr { return clause.Expr{SQL: "CURRENT_TIMESTAMP(6)"} }
 
 // isRetryable: the transaction was chosen as a deadlock victim (1213) or a
 // lock wait timed out (1205).

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // PostgresConfig turns a postgres:// or postgresql:// URL into the pgx
@@ -241,6 +242,8 @@ type postgresDialect struct{}
 func (postgresDialect) now(db *gorm.DB) (time.Time, error) {
 	return scanTime(db, "SELECT clock_timestamp()")
 }
+
+func (postgresDialect) nowExpr() clause.Expr { return clause.Expr{SQL: "clock_timestamp()"} }
 
 // isRetryable: serialization_failure (40001), deadlock_detected (40P01),
 // lock_not_available (55P03, a lock_timeout or NOWAIT).

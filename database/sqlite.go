@@ -13,6 +13,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // sqliteBusyWait bounds how long opening a SQLite file waits for another
@@ -121,6 +122,13 @@ func (sqliteDialect) now(db *gorm.DB) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%q: %w", s, err)
 	}
 	return t, nil
+}
+
+// nowExpr is the host's clock, the one SQLite's 'now' reads, as a
+// parameter: written like every other time, so it compares with the
+// stored ones (SQLite keeps times as text).
+func (sqliteDialect) nowExpr() clause.Expr {
+	return clause.Expr{SQL: "?", Vars: []any{Normalize(time.Now())}}
 }
 
 // isRetryable: SQLITE_BUSY or SQLITE_LOCKED, which the driver reports only

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +86,7 @@ type Metrics struct {
 	workerPublished  *prometheus.CounterVec
 	workerConsumed   *prometheus.CounterVec
 	workerOutOfOrder *prometheus.CounterVec
+	workerRefused    *prometheus.CounterVec
 	httpRequests     *prometheus.CounterVec
 	httpDuration     *prometheus.HistogramVec
 	adminAuthFailed  *prometheus.CounterVec
@@ -157,11 +159,15 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			[]float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}),
 		workerPublished: counterVec("posting_worker_publications_total",
 			"Publications the worker settled by outcome: published, cancelled (the post was cancelled first), "+
+				"expired (the post was not published by its publishBy), "+
 				"failed (the publisher refused it; the post stays WORKING for an operator).", "outcome"),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
-			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, malformed, error.", "event_type", "outcome"),
+			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, refused, malformed, error.", "event_type", "outcome"),
 		workerOutOfOrder: counterVec("posting_worker_events_out_of_order_total",
 			"Events the worker dropped by event_type because it had applied an event of the same post with the same or a higher sequence.", "event_type"),
+		workerRefused: counterVec("posting_worker_events_refused_total",
+			"Events the worker refused because its database contradicts them, by reason: unknown_post (no such post), "+
+				"unknown_sequence (a sequence the database never wrote for the post), contradicted (a status the posts table denies).", "reason"),
 		httpRequests: counterVec("posting_http_requests_total",
 			"HTTP requests by route (the mux pattern, or unmatched) and status code.", "route", "code"),
 		adminAuthFailed: counterVec("posting_admin_auth_failures_total",
@@ -200,6 +206,9 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	}
 	for _, res := range publicationOutcomes {
 		m.workerPublished.WithLabelValues(res)
+	}
+	for _, reason := range refusalReasons {
+		m.workerRefused.WithLabelValues(reason)
 	}
 	if db != nil {
 		r.MustRegister(cached(newOutboxCollector(db, o.now, o.scrapeTimeout), o.refresh, time.Now), newPoolCollector(db))
@@ -317,7 +326,7 @@ func (m *Metrics) ObserveScheduler(marked, skipped, failed int, d time.Duration,
 
 // publicationOutcomes are the outcome label values of
 // posting_worker_publications_total, all exported from the start at 0.
-var publicationOutcomes = []string{"published", "cancelled", "failed"}
+var publicationOutcomes = []string{"published", "cancelled", "expired", "failed"}
 
 // ObservePublication records a post the worker published, lag after its
 // scheduledAt: outcome "published" and one lag observation. It has the
@@ -331,12 +340,13 @@ func (m *Metrics) ObservePublication(lag time.Duration) {
 
 // ObservePublicationOutcome counts a publication the worker settled, by
 // outcome: "published", "cancelled" (the post was cancelled, or gone, when
-// its time came) or "failed" (the publisher refused it for good). Other
+// its time came), "expired" (the post was not published by its publishBy)
+// or "failed" (the publisher refused it for good). Other
 // values are counted as "other", so a caller's typo cannot create label
 // values.
 func (m *Metrics) ObservePublicationOutcome(outcome string) {
 	switch outcome {
-	case "published", "cancelled", "failed":
+	case "published", "cancelled", "expired", "failed":
 	default:
 		outcome = "other"
 	}
@@ -352,7 +362,8 @@ func (m *Metrics) ObservePublicationLag(lag time.Duration) {
 // ObserveConsumed records an event the worker consumed, by outcome:
 // processed, duplicate (a redelivery its inbox recognised), out_of_order
 // (older than an event of its post already applied, dropped; also counted
-// in posting_worker_events_out_of_order_total), malformed
+// in posting_worker_events_out_of_order_total), refused (contradicted by
+// the worker's database, dropped; ObserveRefused counts why), malformed
 // (skipped) or error (handling failed and is tried again). Event types
 // outside the contract's two, and unknown outcomes, are counted as "other",
 // so a stray message cannot create label values.
@@ -361,13 +372,28 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 		eventType = "other"
 	}
 	switch outcome {
-	case "processed", "duplicate", "malformed", "error":
+	case "processed", "duplicate", "refused", "malformed", "error":
 	case "out_of_order":
 		m.workerOutOfOrder.WithLabelValues(eventType).Inc()
 	default:
 		outcome = "other"
 	}
 	m.workerConsumed.WithLabelValues(eventType, outcome).Inc()
+}
+
+// refusalReasons are the reason label values of
+// posting_worker_events_refused_total (worker.Refused*), all exported from
+// the start at 0.
+var refusalReasons = []string{"unknown_post", "unknown_sequence", "contradicted"}
+
+// ObserveRefused counts an event the worker refused, by reason:
+// unknown_post, unknown_sequence or contradicted. It has the signature of
+// worker.Config.ObserveRefused. Other reasons are counted as "other".
+func (m *Metrics) ObserveRefused(reason string) {
+	if !slices.Contains(refusalReasons, reason) {
+		reason = "other"
+	}
+	m.workerRefused.WithLabelValues(reason).Inc()
 }
 
 // HTTP counts and times the requests next serves, by route and status code.

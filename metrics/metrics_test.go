@@ -260,13 +260,36 @@ func TestWrapSenderKeepsPing(t *testing.T) {
 	require.False(t, ok)
 }
 
+// The worker's refused events are counted by reason, every reason exported
+// from the start at 0; an unknown reason is "other". A refused event is
+// also consumed, with outcome refused.
+func TestRefusedEvents(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	f := scrape(t, m.Handler())
+	for _, r := range []string{"unknown_post", "unknown_sequence", "contradicted"} {
+		require.Zero(t, value(t, f, "posting_worker_events_refused_total", map[string]string{"reason": r}), r)
+	}
+	m.ObserveRefused("unknown_sequence")
+	m.ObserveRefused("unknown_sequence")
+	m.ObserveRefused("contradicted")
+	m.ObserveRefused("forged")
+	m.ObserveConsumed("POSTING_EVENT", "refused")
+	f = scrape(t, m.Handler())
+	for r, want := range map[string]float64{"unknown_post": 0, "unknown_sequence": 2, "contradicted": 1, "other": 1} {
+		require.Equal(t, want, value(t, f, "posting_worker_events_refused_total", map[string]string{"reason": r}), r)
+	}
+	require.Equal(t, 1.0, value(t, f, "posting_worker_events_consumed_total",
+		map[string]string{"event_type": "POSTING_EVENT", "outcome": "refused"}))
+}
+
 // The worker's publications are counted by outcome; an unknown outcome is
 // "other", and the lag is observed for published posts only.
 func TestPublicationOutcomes(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil, "test-1")
 	f := scrape(t, m.Handler())
-	for _, o := range []string{"published", "cancelled", "failed"} {
+	for _, o := range []string{"published", "cancelled", "expired", "failed"} {
 		require.Zero(t, value(t, f, "posting_worker_publications_total", map[string]string{"outcome": o}), o)
 	}
 
@@ -274,15 +297,16 @@ func TestPublicationOutcomes(t *testing.T) {
 	m.ObservePublicationOutcome("published")
 	m.ObservePublicationLag(time.Second)
 	m.ObservePublicationOutcome("cancelled")
+	m.ObservePublicationOutcome("expired")
 	m.ObservePublicationOutcome("failed")
 	m.ObservePublicationOutcome("failed")
 	m.ObservePublicationOutcome("exploded")
 
 	f = scrape(t, m.Handler())
-	for o, want := range map[string]float64{"published": 2, "cancelled": 1, "failed": 2, "other": 1} {
+	for o, want := range map[string]float64{"published": 2, "cancelled": 1, "expired": 1, "failed": 2, "other": 1} {
 		require.Equal(t, want, value(t, f, "posting_worker_publications_total", map[string]string{"outcome": o}), o)
 	}
-	require.Len(t, f["posting_worker_publications_total"].GetMetric(), 4)
+	require.Len(t, f["posting_worker_publications_total"].GetMetric(), 5)
 	lag := f["posting_worker_publication_lag_seconds"].GetMetric()[0].GetHistogram()
 	require.EqualValues(t, 2, lag.GetSampleCount())
 	require.Equal(t, 3.0, lag.GetSampleSum())
@@ -313,7 +337,8 @@ func TestMetricNames(t *testing.T) {
 		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
 		"posting_http_requests_total", "posting_http_request_duration_seconds", "posting_admin_auth_failures_total",
-		"posting_worker_events_consumed_total", "posting_worker_publications_total", "posting_worker_publication_lag_seconds",
+		"posting_worker_events_consumed_total", "posting_worker_events_refused_total",
+		"posting_worker_publications_total", "posting_worker_publication_lag_seconds",
 		"posting_dependency_up", "posting_kafka_consumer_lag_messages",
 	}, got)
 }

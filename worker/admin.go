@@ -47,7 +47,7 @@ const (
 )
 
 // PublicationStatuses lists every publication status.
-var PublicationStatuses = []PublicationStatus{PublicationPending, PublicationPublished, PublicationCancelled, PublicationFailed}
+var PublicationStatuses = []PublicationStatus{PublicationPending, PublicationPublished, PublicationCancelled, PublicationExpired, PublicationFailed}
 
 // ParsePublicationStatus returns the status named s (case-insensitive), or
 // an error wrapping ErrInvalidPublicationStatus that lists the valid ones.

@@ -96,7 +96,7 @@ func TestParsePublicationStatus(t *testing.T) {
 	require.Equal(t, PublicationFailed, st)
 	_, err = ParsePublicationStatus("FAIL")
 	require.ErrorIs(t, err, ErrInvalidPublicationStatus)
-	require.ErrorContains(t, err, "PENDING, PUBLISHED, CANCELLED, FAILED")
+	require.ErrorContains(t, err, "PENDING, PUBLISHED, CANCELLED, EXPIRED, FAILED")
 }
 
 func TestRetryPublications(t *testing.T) {

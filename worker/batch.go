@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -49,9 +50,22 @@ type recordRes struct {
 	err     error
 }
 
+// claimRes is how the claim of a post ended, once its attempt holds a slot:
+// claimed (call the publisher), or not, and then the publication settled as
+// the post's status says (status; changed: by this worker; reason: a FAILED
+// one's last_error), or left PENDING with err (try again).
+type claimRes struct {
+	claimed bool
+	status  PublicationStatus
+	changed bool
+	reason  string
+	err     error
+}
+
 // newGroups sets up the worker's batched reads and writes.
 func (w *Worker) newGroups() {
 	w.loads = &group[int64, loaded]{max: maxLoadBatch, runners: batchRunners, run: w.loadBatch}
+	w.claims = &group[int64, claimRes]{max: maxBatch, runners: batchRunners, run: w.claimBatch}
 	w.records = &group[recordReq, recordRes]{max: maxBatch, runners: batchRunners, run: w.recordBatch}
 }
 
@@ -103,6 +117,138 @@ func (w *Worker) loadBatch(ids []int64) []loaded {
 		out[i] = loaded{pub: pub, post: posts[id], now: now}
 	}
 	return out
+}
+
+// claimBatch claims the posts ids for a publisher call, each only while it
+// is WORKING and its publishBy has not passed by the database's clock: one
+// UPDATE that sets publish_claimed_at (an earlier claim's is kept), with the
+// database's time of that statement (database.NowExpr), so the attempts
+// that got their slots at the same time share one statement and no clock
+// read. Serve's expirer leaves a claimed post alone, so a post is either
+// published by its claimer or expired, never both.
+//
+// When the UPDATE did not match every post (one cancelled, expired or
+// published since it was read, one past its publishBy, or one claimed by an
+// earlier attempt, which MySQL does not count as a changed row), one
+// transaction reads them again by the database's clock: a WORKING post with
+// publishBy passed is expired there by the worker itself
+// (reservation.Expire, which writes its POSTING_EVENT EXPIRED) and its
+// publication settled EXPIRED in the same transaction; a post claimed before
+// and still in time is claimed; every other publication settles as its
+// post's status says.
+func (w *Worker) claimBatch(ids []int64) []claimRes {
+	ctx, cancel := context.WithTimeout(w.base, 30*time.Second)
+	defer cancel()
+	out := make([]claimRes, len(ids))
+	fail := func(err error) []claimRes {
+		for i := range out {
+			out[i] = claimRes{status: PublicationPending, err: err}
+		}
+		return out
+	}
+	uniq := slices.Compact(slices.Sorted(slices.Values(ids)))
+	now := database.NowExpr(w.db)
+	res := w.db.WithContext(ctx).Exec("UPDATE posts SET publish_claimed_at = COALESCE(publish_claimed_at, ?) "+
+		"WHERE id IN ? AND status = ? AND (publish_by IS NULL OR publish_by >= ?)", now, uniq, reservation.StatusWorking, now)
+	if res.Error != nil {
+		return fail(fmt.Errorf("claim %d posts: %w", len(uniq), res.Error))
+	}
+	if int(res.RowsAffected) == len(uniq) {
+		for i := range out {
+			out[i] = claimRes{claimed: true}
+		}
+		return out
+	}
+	var verdicts map[int64]claimRes
+	err := database.Transaction(ctx, w.db, func(tx *gorm.DB) error {
+		verdicts = make(map[int64]claimRes, len(uniq)) // a retried transaction starts afresh
+		return unclaimed(ctx, tx, uniq, verdicts)
+	})
+	if err != nil {
+		return fail(fmt.Errorf("claim %d posts: %w", len(uniq), err))
+	}
+	for i, id := range ids {
+		out[i] = verdicts[id]
+	}
+	return out
+}
+
+// unclaimed is claimBatch's transaction: it reads the posts ids again by
+// the database's clock and writes into verdicts which are claimed and how
+// the publications of the others ended.
+func unclaimed(ctx context.Context, tx *gorm.DB, ids []int64, verdicts map[int64]claimRes) error {
+	now, err := database.Now(ctx, tx)
+	if err != nil {
+		return err
+	}
+	var posts []reservation.Post
+	if err := tx.Select("id", "status", "publish_by", "publish_claimed_at").Where("id IN ?", ids).Find(&posts).Error; err != nil {
+		return fmt.Errorf("read %d posts: %w", len(ids), err)
+	}
+	byID := make(map[int64]*reservation.Post, len(posts))
+	for i := range posts {
+		byID[posts[i].ID] = &posts[i]
+	}
+	settleAs := func(id int64, st PublicationStatus, reason string) error {
+		var lastError *string
+		if reason != "" {
+			lastError = &reason
+		}
+		changed, err := settle(tx, id, st, now, lastError)
+		// A post published by someone else is not a publication of
+		// this worker's to count.
+		verdicts[id] = claimRes{status: st, changed: changed && st != PublicationPublished, reason: reason}
+		return err
+	}
+	var late []int64
+	for _, id := range ids {
+		p := byID[id]
+		var err error
+		switch {
+		case p == nil:
+			err = settleAs(id, PublicationCancelled, "")
+		case p.Status == reservation.StatusWorking && p.PublishBy != nil && p.PublishBy.Before(now):
+			late = append(late, id)
+		case p.Status == reservation.StatusWorking && p.PublishClaimedAt != nil:
+			verdicts[id] = claimRes{claimed: true}
+		case p.Status == reservation.StatusWorking:
+			// Not matched by the claim, yet WORKING in time now: it
+			// changed between the two reads; the next attempt decides.
+			verdicts[id] = claimRes{status: PublicationPending, err: fmt.Errorf("claim post %d: changed meanwhile", id)}
+		case p.Status == reservation.StatusCancelled:
+			err = settleAs(id, PublicationCancelled, "")
+		case p.Status == reservation.StatusExpired:
+			err = settleAs(id, PublicationExpired, "")
+		case p.Status == reservation.StatusPublished:
+			err = settleAs(id, PublicationPublished, "")
+		default:
+			err = settleAs(id, PublicationFailed, fmt.Sprintf("post is %s, not %s", p.Status, reservation.StatusWorking))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	expired, err := reservation.Expire(tx, late, now, true)
+	if err != nil {
+		return err
+	}
+	done := make(map[int64]bool, len(expired))
+	for _, p := range expired {
+		done[p.ID] = true
+	}
+	for _, id := range late {
+		if !done[id] {
+			verdicts[id] = claimRes{status: PublicationPending, err: fmt.Errorf("expire post %d: changed meanwhile", id)}
+			continue
+		}
+		if err := settleAs(id, PublicationExpired, ""); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recordBatch records the posts of reqs PUBLISHED, with their publications,
@@ -157,9 +303,12 @@ func recordAt(tx *gorm.DB, reqs []recordReq, idx []int, at time.Time, out []reco
 			if marked[id] {
 				continue
 			}
-			st := PublicationPublished
-			if status[id] != reservation.StatusPublished {
-				st = PublicationCancelled
+			st := PublicationCancelled
+			switch status[id] {
+			case reservation.StatusPublished:
+				st = PublicationPublished
+			case reservation.StatusExpired:
+				st = PublicationExpired
 			}
 			changed, err := settle(tx, id, st, at, nil)
 			if err != nil {

@@ -23,12 +23,34 @@ const (
 	// OutcomeOutOfOrder is an event dropped because the worker had applied
 	// an event of its post with the same or a higher sequence.
 	OutcomeOutOfOrder = "out_of_order"
+	// OutcomeRefused is an event the worker refused because its database
+	// contradicts it (see HandleBatch); Config.ObserveRefused is told why.
+	OutcomeRefused = "refused"
+)
+
+// Reasons of refused events, as given to Config.ObserveRefused.
+const (
+	// RefusedUnknownPost: the worker's database holds no post of the
+	// event's key (a worker on another database than the service's, or a
+	// message the service did not write).
+	RefusedUnknownPost = "unknown_post"
+	// RefusedUnknownSequence: the database never wrote the event with its
+	// sequence: the sequence is beyond every outbox row the database wrote
+	// for the post, or it is the id of a row of another event, or the
+	// event's id is a row of another sequence, post or type.
+	RefusedUnknownSequence = "unknown_sequence"
+	// RefusedContradicted: the posts table says otherwise: a reservation
+	// of a post still RESERVED (the service writes one only as the post
+	// becomes WORKING), or a CANCELLED or EXPIRED posting event of a post
+	// that is not CANCELLED or EXPIRED.
+	RefusedContradicted = "contradicted"
 )
 
 // Outcomes of settled publications, as given to Config.ObserveSettled.
 const (
 	OutcomePublished = "published" // the post is PUBLISHED
 	OutcomeCancelled = "cancelled" // the post was cancelled (or deleted) first
+	OutcomeExpired   = "expired"   // the post was not published by its publishBy
 	OutcomeFailed    = "failed"    // refused for good; the post stays WORKING
 )
 
@@ -51,10 +73,11 @@ type Config struct {
 	// Publisher makes posts public. Default RecordOnly, logging to Logger.
 	Publisher Publisher
 	// Concurrency bounds the publication attempts in progress at once: an
-	// attempt holds a slot while it reads the post, makes one publisher
-	// call (one webhook request) and records the result, never while it
-	// waits for its time or for its next try. Default DefaultConcurrency
-	// (64); 1 to MaxConcurrency (256).
+	// attempt holds a slot while it claims the post (reads it again: still
+	// WORKING, publishBy not passed) and makes one publisher call (one
+	// webhook request), never while it waits for its time, for a slot or
+	// for its next try. Default DefaultConcurrency (64); 1 to
+	// MaxConcurrency (256).
 	Concurrency int
 	// RetryBase is the pause before trying a publication again after a
 	// database error or a publisher's passing failure, doubled per failure
@@ -80,14 +103,20 @@ type Config struct {
 	// kept with the publication).
 	TracerProvider trace.TracerProvider
 	// ObserveConsumed, if set, is told of every event the worker handled:
-	// OutcomeProcessed, OutcomeDuplicate (a redelivery the inbox knew) or
-	// OutcomeOutOfOrder (older than one applied, dropped).
+	// OutcomeProcessed, OutcomeDuplicate (a redelivery the inbox knew),
+	// OutcomeOutOfOrder (older than one applied, dropped) or
+	// OutcomeRefused (contradicted by the database, dropped).
 	ObserveConsumed func(eventType, outcome string)
+	// ObserveRefused, if set, is told of every event the worker refused,
+	// by reason: RefusedUnknownPost, RefusedUnknownSequence or
+	// RefusedContradicted.
+	ObserveRefused func(reason string)
 	// ObservePublished, if set, is told of every post the worker published,
 	// with how long after its scheduledAt.
 	ObservePublished func(lag time.Duration)
 	// ObserveSettled, if set, is told of every publication this worker
-	// settled: OutcomePublished, OutcomeCancelled or OutcomeFailed.
+	// settled: OutcomePublished, OutcomeCancelled, OutcomeExpired or
+	// OutcomeFailed.
 	ObserveSettled func(outcome string)
 }
 

@@ -19,10 +19,12 @@ import (
 
 // Handle processes one event effectively once: the inbox row and the
 // event's effect on the publications table commit together, so a
-// redelivered event changes nothing in the database. A reservation schedules the post's
-// publication and arms its timer; a CANCELLED posting event settles a
-// pending publication as CANCELLED and disarms it; other posting events
-// are only recorded.
+// redelivered event changes nothing in the database. A reservation
+// schedules the post's publication at the post's scheduledAt (as the posts
+// table holds it) and arms its timer; a CANCELLED or EXPIRED posting event
+// settles a pending publication so and disarms it; other posting events
+// are only recorded. An event the database contradicts is refused, as
+// HandleBatch says: nothing is recorded and Handle returns nil.
 //
 // The handling is a span "process <event type>", a child of the trace
 // context the event arrived with (its traceparent header).
@@ -35,11 +37,13 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 }
 
 // plan is what an event asks of the worker: a publication to schedule (a
-// reservation), or a pending one to cancel (a CANCELLED posting event), or
-// nothing (other posting events are only recorded).
+// reservation), or a pending one to settle (end: CANCELLED or EXPIRED, for a
+// posting event of that action once the posts table agrees, see
+// tableView.apply), or nothing (other posting events are only recorded).
 type plan struct {
 	pub    *Publication
-	cancel bool
+	action event.Action // a posting event's
+	end    PublicationStatus
 }
 
 // planFor reads what ev asks for; an error wraps inbox.ErrMalformed. The
@@ -72,7 +76,7 @@ func planFor(ctx context.Context, ev inbox.Event, now time.Time) (plan, error) {
 		if err := ev.Fields(&f); err != nil {
 			return plan{}, err
 		}
-		return plan{cancel: f.Action == event.ActionCancelled}, nil
+		return plan{action: f.Action}, nil
 	}
 	return plan{}, nil
 }
@@ -88,26 +92,36 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 	if err != nil {
 		return err
 	}
-	var cancelled bool // the effect settled a pending publication CANCELLED
+	view, err := w.readTable(ctx, []inbox.Event{ev})
+	if err != nil {
+		return fmt.Errorf("process event %s: %w", ev.EventID, err)
+	}
+	if reason := view.refusal(ev, p); reason != "" {
+		w.refuse(ev, reason, trace.SpanFromContext(ctx))
+		return nil
+	}
+	view.apply(ev, &p)
+	var ended bool // the effect settled a pending publication
 	outcomeIn, err := inbox.Process(ctx, w.db, w.cfg.Consumer, ev, now, func(tx *gorm.DB) error {
 		var err error
 		switch {
 		case p.pub != nil:
 			err = createPublications(tx, []Publication{*p.pub})
-		case p.cancel:
-			cancelled, err = settle(tx, ev.PostID, PublicationCancelled, now, nil)
+		case p.end != "":
+			ended, err = settle(tx, ev.PostID, p.end, now, nil)
 		}
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
-	w.handled(ev, p, outcomeIn, cancelled)
+	w.handled(ev, p, outcomeIn, ended)
 	return nil
 }
 
-// handled does what follows an event's commit: timers, and the observers.
-func (w *Worker) handled(ev inbox.Event, p plan, outcomeIn inbox.Outcome, cancelled bool) {
+// handled does what follows an event's commit: timers, and the observers;
+// ended says that the event settled a pending publication (as p.end).
+func (w *Worker) handled(ev inbox.Event, p plan, outcomeIn inbox.Outcome, ended bool) {
 	outcome := OutcomeProcessed
 	switch outcomeIn {
 	case inbox.Duplicate:
@@ -126,11 +140,11 @@ func (w *Worker) handled(ev inbox.Event, p plan, outcomeIn inbox.Outcome, cancel
 	switch {
 	case p.pub != nil:
 		w.arm(*p.pub, false)
-	case p.cancel:
+	case p.end != "":
 		w.disarm(ev.PostID)
 	}
-	if cancelled {
-		w.observeSettled(PublicationCancelled)
+	if ended {
+		w.observeSettled(p.end)
 	}
 	if w.cfg.ObserveConsumed != nil {
 		w.cfg.ObserveConsumed(string(ev.Type), outcome)
@@ -151,10 +165,22 @@ func createPublications(tx *gorm.DB, pubs []Publication) error {
 
 // HandleBatch processes evs (events of one partition, in order) in one
 // transaction (inbox.ProcessBatch): the inbox rows, the publications of the
-// reservations (one insert for a run of them) and the cancellations, in the
-// events' order. Malformed events are skipped and reported in malformed;
-// timers are armed, and observers told, after the commit. Each event has its
-// span "process <event type>", as with Handle.
+// reservations (one insert for a run of them) and the settlements of
+// CANCELLED and EXPIRED posting events, in the events' order. Malformed
+// events are skipped and reported in malformed; timers are armed, and
+// observers told, after the commit. Each event has its span "process <event
+// type>", as with Handle.
+//
+// The worker acts on each post as its database holds it, read before the
+// transaction in two statements for the whole batch (tableView): a
+// reservation is scheduled at the post's scheduled_at, and a CANCELLED or
+// EXPIRED event settles a publication only for a post the table says is
+// CANCELLED or EXPIRED. An event the database contradicts is refused
+// (tableView.refusal: its post unknown, its sequence never written, or a
+// status the table denies): it writes nothing, not even its inbox row or
+// its post's sequence, so it can neither block nor change the post's real
+// events; it is counted (ObserveRefused), logged once per post, and not
+// malformed, so its offset is committed (acknowledged) with the batch.
 func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed []error, err error) {
 	now, err := w.dbNow(ctx)
 	if err != nil {
@@ -175,27 +201,46 @@ func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed 
 		}
 		plans, good, spans = append(plans, p), append(good, ev), append(spans, span)
 	}
-	var cancelled map[int64]bool // posts whose pending publication this batch cancelled
+	view, err := w.readTable(ctx, good)
+	if err != nil {
+		for i, span := range spans {
+			endSpan(span, good[i], err)
+		}
+		return malformed, fmt.Errorf("process %d events: %w", len(good), err)
+	}
+	taken := 0
+	for i, ev := range good {
+		if reason := view.refusal(ev, plans[i]); reason != "" {
+			w.refuse(ev, reason, spans[i])
+			endSpan(spans[i], ev, nil)
+			continue
+		}
+		view.apply(ev, &plans[i])
+		good[taken], plans[taken], spans[taken] = ev, plans[i], spans[i]
+		taken++
+	}
+	good, plans, spans = good[:taken], plans[:taken], spans[:taken]
+	var ended map[int64]bool // posts whose pending publication this batch settled
 	var outcomes []inbox.Outcome
 	if len(good) > 0 {
 		outcomes, err = inbox.ProcessBatch(ctx, w.db, w.cfg.Consumer, good, now, func(tx *gorm.DB, apply []int) error {
-			cancelled = map[int64]bool{}
-			var run []Publication // reservations since the last cancellation
+			ended = map[int64]bool{}
+			var run []Publication // reservations since the last settlement
 			for _, i := range apply {
 				p := plans[i]
 				switch {
 				case p.pub != nil:
 					run = append(run, *p.pub)
-				case p.cancel:
+				case p.end != "":
 					if err := createPublications(tx, run); err != nil {
 						return err
 					}
 					run = run[:0]
-					ok, err := settle(tx, good[i].PostID, PublicationCancelled, now, nil)
+					ok, err := settle(tx, good[i].PostID, p.end, now, nil)
 					if err != nil {
 						return err
 					}
-					cancelled[good[i].PostID] = cancelled[good[i].PostID] || ok
+					ended[good[i].PostID] = ended[good[i].PostID] || ok
 				}
 			}
 			return createPublications(tx, run)
@@ -208,9 +253,9 @@ func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed 
 		return malformed, fmt.Errorf("process %d events: %w", len(good), err)
 	}
 	for i, ev := range good {
-		w.handled(ev, plans[i], outcomes[i], plans[i].cancel && cancelled[ev.PostID])
-		if plans[i].cancel {
-			delete(cancelled, ev.PostID) // observed once
+		w.handled(ev, plans[i], outcomes[i], plans[i].end != "" && ended[ev.PostID])
+		if plans[i].end != "" {
+			delete(ended, ev.PostID) // observed once
 		}
 	}
 	return malformed, nil

@@ -7,12 +7,14 @@ type PublicationStatus string
 
 // The publication statuses. A PENDING publication waits for its time; the
 // others are settled: PUBLISHED (the post is PUBLISHED), CANCELLED (the post
-// was cancelled first), FAILED (the publisher refused it for good; the post
-// stays WORKING for an operator).
+// was cancelled first), EXPIRED (the post was not published by its
+// publishBy and is EXPIRED; migration 00011), FAILED (the publisher refused
+// it for good; the post stays WORKING for an operator).
 const (
 	PublicationPending   PublicationStatus = "PENDING"
 	PublicationPublished PublicationStatus = "PUBLISHED"
 	PublicationCancelled PublicationStatus = "CANCELLED"
+	PublicationExpired   PublicationStatus = "EXPIRED"
 	PublicationFailed    PublicationStatus = "FAILED"
 )
 

@@ -31,14 +31,18 @@ type result struct {
 
 // PublishDue makes one attempt at the post's PENDING publication if it is
 // due by the database's clock, and returns how the publication ended:
-// PUBLISHED, CANCELLED (the post was cancelled), FAILED (the publisher
-// refused it), or PENDING with an error when it should be tried again
-// (wrapping ErrNotDue when it is not due yet). A publication that is not
-// PENDING (a duplicate timer) is left alone and its status returned. The
-// publisher is called before the post and the publication are recorded
-// PUBLISHED in one transaction, so a stop in between makes the next owner
-// publish again with the same key: at least once towards the publisher,
-// exactly once in the database.
+// PUBLISHED, CANCELLED (the post was cancelled), EXPIRED (its publishBy
+// passed first), FAILED (the publisher refused it), or PENDING with an
+// error when it should be tried again (wrapping ErrNotDue when it is not
+// due yet). A publication that is not PENDING (a duplicate timer) is left
+// alone and its status returned. The publisher is called only once the
+// attempt holds its slot and has claimed the post, WORKING and before its
+// publishBy by the database's clock; a post that is not settles the
+// publication as its status says, and one still WORKING past its publishBy
+// is expired by the worker. The publisher is called before the post and the
+// publication are recorded PUBLISHED in one transaction, so a stop in
+// between makes the next owner publish again with the same key: at least
+// once towards the publisher, exactly once in the database.
 func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatus, error) {
 	res, err := w.attempt(ctx, postID, false)
 	if err == nil && res.status == PublicationPending {
@@ -48,11 +52,11 @@ func (w *Worker) PublishDue(ctx context.Context, postID int64) (PublicationStatu
 }
 
 // attempt is PublishDue's body: one call to the publisher at most. Its
-// reads and its PUBLISHED writes are batched with those of the other
-// attempts running at the same time (a spike of posts due together), so
-// the database sees a few statements per batch instead of a few per post;
-// the publication's slot is held only around the publisher's call. With
-// first, its read goes ahead of every read queued.
+// reads, its claim and its PUBLISHED writes are batched with those of the
+// other attempts running at the same time (a spike of posts due together),
+// so the database sees a few statements per batch instead of a few per
+// post; the publication's slot is held only around the claim and the
+// publisher's call. With first, its read goes ahead of every read queued.
 func (w *Worker) attempt(ctx context.Context, postID int64, first bool) (result, error) {
 	l, err := w.loads.queue(first, postID)[0].wait(ctx)
 	if err != nil {
@@ -91,6 +95,8 @@ func (w *Worker) attemptLoaded(ctx context.Context, postID int64, l loaded) (res
 	switch post.Status {
 	case reservation.StatusCancelled:
 		return w.settleNow(ctx, postID, PublicationCancelled, now, "")
+	case reservation.StatusExpired:
+		return w.settleNow(ctx, postID, PublicationExpired, now, "")
 	case reservation.StatusPublished:
 		// Published before this row was written: its first publication
 		// row was deleted by the cleaner and the event delivered again.
@@ -112,6 +118,26 @@ func (w *Worker) attemptLoaded(ctx context.Context, postID int64, l loaded) (res
 	case w.sem <- struct{}{}:
 	case <-ctx.Done():
 		return pending, ctx.Err()
+	}
+	// The post was read before the wait for the slot, which may have
+	// lasted minutes: it is claimed now, WORKING and in time by the
+	// database's clock, or the publisher is not called (claimBatch).
+	c, err := w.claims.do(ctx, postID)
+	if err == nil {
+		err = c.err
+	}
+	if err != nil || !c.claimed {
+		<-w.sem
+		if err != nil {
+			return pending, err
+		}
+		if c.changed {
+			w.observeSettled(c.status)
+		}
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("posting.publication.status", string(c.status)))
+		}
+		return result{status: c.status, reason: c.reason}, nil
 	}
 	err = w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID, Attempt: pub.Attempts + 1})
 	<-w.sem
@@ -195,6 +221,8 @@ func (w *Worker) observeSettled(status PublicationStatus) {
 		w.cfg.ObserveSettled(OutcomePublished)
 	case PublicationCancelled:
 		w.cfg.ObserveSettled(OutcomeCancelled)
+	case PublicationExpired:
+		w.cfg.ObserveSettled(OutcomeExpired)
 	case PublicationFailed:
 		w.cfg.ObserveSettled(OutcomeFailed)
 	}

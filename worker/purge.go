@@ -13,9 +13,9 @@ import (
 // deletes. FAILED is kept: the post stays WORKING and an operator needs the
 // row (its last_error) to retry or give up; once retried and settled it
 // goes like the others. PENDING is work still to do.
-var settledPublications = []PublicationStatus{PublicationPublished, PublicationCancelled}
+var settledPublications = []PublicationStatus{PublicationPublished, PublicationCancelled, PublicationExpired}
 
-// PurgePublications deletes PUBLISHED and CANCELLED publications last
+// PurgePublications deletes PUBLISHED, CANCELLED and EXPIRED publications last
 // updated (settled) before olderThan, in transactions of at most batchSize
 // rows in post_id order, with pause between two. PENDING and FAILED
 // publications are kept (see settledPublications). Safe with several

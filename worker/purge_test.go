@@ -42,8 +42,8 @@ func purgePublication(t *testing.T, db *gorm.DB, postID int64, status string, up
 		updated, status, updated.Add(-time.Minute), updated).Error)
 }
 
-// The cleaner also deletes inbox rows processed and PUBLISHED or CANCELLED
-// publications settled before the database's now - retention, in
+// The cleaner also deletes inbox rows processed and PUBLISHED, CANCELLED or
+// EXPIRED publications settled before the database's now - retention, in
 // transactions of at most BatchSize rows; young rows and PENDING or FAILED
 // publications stay. The instance's own clock, far ahead, changes nothing.
 func TestCleanerDeletesOldInboxAndSettledPublications(t *testing.T) {
@@ -62,7 +62,7 @@ func TestCleanerDeletesOldInboxAndSettledPublications(t *testing.T) {
 			purgeInbox(t, db.DB, "beta", n, old)
 		}
 		purgeInbox(t, db.DB, "beta", 9, young)
-		for id, st := range map[int64]string{1: "PUBLISHED", 2: "CANCELLED", 3: "PUBLISHED", 4: "PENDING", 5: "FAILED", 6: "CANCELLED", 7: "PUBLISHED"} {
+		for id, st := range map[int64]string{1: "PUBLISHED", 2: "CANCELLED", 3: "PUBLISHED", 4: "PENDING", 5: "FAILED", 6: "CANCELLED", 7: "EXPIRED"} {
 			purgePublication(t, db.DB, id, st, old)
 		}
 		purgePublication(t, db.DB, 8, "PUBLISHED", young)

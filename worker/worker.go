@@ -26,9 +26,10 @@ type Worker struct {
 	log *slog.Logger
 	sem chan struct{} // one token per publisher call in progress
 
-	// loads and records batch the reads and the PUBLISHED writes of the
-	// attempts running at the same time.
+	// loads, claims and records batch the reads, the claims at the slot
+	// and the PUBLISHED writes of the attempts running at the same time.
 	loads   *group[int64, loaded]
+	claims  *group[int64, claimRes]
 	records *group[recordReq, recordRes]
 
 	base   context.Context // ends at Stop: every timer's publication stops
@@ -53,6 +54,8 @@ type Worker struct {
 	stopped  bool
 	// sweep is the sweep loop's lifecycle, started at the first assignment.
 	sweep startstop.BaseStartStop
+	// refusedLogged are the posts whose refused events were logged.
+	refusedLogged postSet
 }
 
 // New returns a worker on db, which holds the posts, inbox and publications

@@ -37,7 +37,7 @@ func (c *publicationsList) command() *cobra.Command {
 			"--after ID continues after the last post id of a previous page.",
 		Args: noArgs,
 	}, c.check, c.Run)
-	c.add(cmd.Flags(), string(worker.PublicationFailed), "PENDING, PUBLISHED, CANCELLED or FAILED",
+	c.add(cmd.Flags(), string(worker.PublicationFailed), "PENDING, PUBLISHED, CANCELLED, EXPIRED or FAILED",
 		worker.DefaultPublicationListLimit, worker.MaxPublicationListLimit)
 	cmd.Flags().Int64Var(&c.after, "after", 0, "show posts with an id above this one (the next page)")
 	return cmd

@@ -126,6 +126,7 @@ func (s *settings) workerConfig(pub worker.Publisher, m *metrics.Metrics, log *s
 	}
 	if m != nil {
 		c.ObserveConsumed, c.ObservePublished, c.ObserveSettled = m.ObserveConsumed, m.ObservePublicationLag, m.ObservePublicationOutcome
+		c.ObserveRefused = m.ObserveRefused
 	}
 	return c
 }
