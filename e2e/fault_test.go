@@ -43,8 +43,8 @@ const (
 	// reservation event on the queue and a PENDING publication in the
 	// worker this long before its time.
 	faultLead = 5 * time.Second
-	// faultLate is the publishBy of every third post: scheduledAt plus
-	// this.
+	// faultLate is the publishBy of the posts that have one: scheduledAt
+	// plus this.
 	faultLate = 3 * time.Second
 
 	firstDue        = 10 * time.Second
@@ -240,7 +240,9 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 
-	// The plan. Every third post has a publishBy, except around the kill -9
+	// The plan. Every other post or so has a publishBy (i%3 == 1 or
+	// i%6 == 2: several of them fall due while no worker runs, even when a
+	// slow machine shifts the faults by seconds), except around the kill -9
 	// of the worker: a post the killed worker had sent to the receiver but
 	// not yet recorded, whose deadline passes before the next worker comes,
 	// ends EXPIRED after the receiver heard of it (the claim does not
@@ -252,7 +254,7 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 	for i := range plan {
 		off := firstDue + time.Duration(i)*dueSpan/faultPosts
 		p := &plannedPost{at: start.Add(off).Truncate(time.Second)}
-		if i%3 == 1 && (off < killWorkerAt-4*time.Second || off > killWorkerAt+4*time.Second) {
+		if (i%3 == 1 || i%6 == 2) && (off < killWorkerAt-4*time.Second || off > killWorkerAt+4*time.Second) {
 			by := p.at.Add(faultLate)
 			p.by = &by
 		}
@@ -275,7 +277,7 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 	for _, p := range plan {
 		byID[p.id] = p
 	}
-	require.Less(t, time.Now(), start.Add(firstDue-faultLead-time.Second), "the creates took too long for the plan")
+	require.Less(t, time.Now(), start.Add(firstDue-2*time.Second), "the creates took too long for the plan")
 	t.Logf("%d posts due from %s to %s", faultPosts, plan[0].at.Format(time.TimeOnly), plan[len(plan)-1].at.Format(time.TimeOnly))
 
 	var mu sync.Mutex // guards the plan's cancel fields
@@ -525,6 +527,15 @@ func (s *sampler) sample(db *database.DB, c *faultCluster, hook *faultReceiver) 
 			s.reasons[o.Reason] = map[int64]bool{}
 		}
 		s.reasons[o.Reason][o.ID] = true
+		// Nothing in this run rejects an event or a publication (the
+		// receiver answers 204, the broker's queue is bound), so a post
+		// listed as stuck for good, waiting for an operator, is a fault
+		// of the service.
+		switch o.Reason {
+		case overdue.ReasonEventFailed, overdue.ReasonPublicationFailed, overdue.ReasonPublicationSettled:
+			s.violations = append(s.violations, fmt.Sprintf("sample %d: post %d %s listed %s (event %s, publication %q: %s)",
+				s.samples, o.ID, o.Status, o.Reason, o.EventStatus, o.PublicationStatus, o.Detail))
+		}
 	}
 	cutoff := sum.Now.Add(-faultGrace)
 	for _, p := range posts {
@@ -559,7 +570,7 @@ func (s *sampler) stopAndCheck(t *testing.T) {
 	// The database stays up: a sample that fails is a fault of the
 	// listing, not of the run.
 	require.Empty(t, s.errs, "samples that failed")
-	require.Greater(t, s.samples, 100)
+	require.Greater(t, s.samples, 20)
 	require.Greater(t, s.maxTold, 0, "serve never told of an overdue post while no worker ran")
 }
 
