@@ -243,11 +243,12 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 	// The plan. Every other post or so has a publishBy (i%3 == 1 or
 	// i%6 == 2: several of them fall due while no worker runs, even when a
 	// slow machine shifts the faults by seconds), except around the kill -9
-	// of the worker: a post the killed worker had sent to the receiver but
-	// not yet recorded, whose deadline passes before the next worker comes,
-	// ends EXPIRED after the receiver heard of it (the claim does not
-	// survive the deadline, see the report of this test's branch); that
-	// hole is left to a test of its own rather than to a kill's timing.
+	// of the worker: a post the killed worker had claimed and sent to the
+	// receiver but not yet recorded, whose deadline passes before the next
+	// worker's attempt, is expired by that worker (the claim is checked
+	// against the deadline again) after the receiver heard of it. That
+	// hole of the design is left to a test of its own rather than to the
+	// timing of a kill.
 	start := time.Now().Truncate(time.Second).Add(time.Second)
 	plan := make([]*plannedPost, faultPosts)
 	stoppedCancels := 0
@@ -281,8 +282,9 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 	t.Logf("%d posts due from %s to %s", faultPosts, plan[0].at.Format(time.TimeOnly), plan[len(plan)-1].at.Format(time.TimeOnly))
 
 	var mu sync.Mutex // guards the plan's cancel fields
+	ctx, stopCancels := context.WithCancel(context.Background())
 	cancel := func(p *plannedPost, firmUntil time.Time) {
-		ok, at := cancelFaultPost(t, c.serveAddr[:], p.id)
+		ok, at := cancelFaultPost(ctx, t, c.serveAddr[:], p.id)
 		mu.Lock()
 		defer mu.Unlock()
 		p.cancelled, p.answered = ok, at
@@ -294,11 +296,15 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 		}
 	}
 	var cancels sync.WaitGroup
+	t.Cleanup(func() { stopCancels(); cancels.Wait() }) // a test that failed early
 	for _, p := range plan {
 		if p.cancel == cancelBeforeT {
 			cancels.Go(func() {
-				time.Sleep(time.Until(p.at.Add(-cancelBefore)))
-				cancel(p, p.at.Add(-500*time.Millisecond))
+				select {
+				case <-time.After(time.Until(p.at.Add(-cancelBefore))):
+					cancel(p, p.at.Add(-500*time.Millisecond))
+				case <-ctx.Done():
+				}
 			})
 		}
 	}
@@ -415,10 +421,10 @@ func createFaultPost(t *testing.T, addr string, at time.Time, by *time.Time) int
 // It reports whether the post is CANCELLED by it and when that was
 // answered; a 409 whose post turns out CANCELLED is an earlier attempt
 // that committed but whose answer was lost (a serve killed meanwhile).
-func cancelFaultPost(t *testing.T, addrs []string, id int64) (bool, time.Time) {
+func cancelFaultPost(ctx context.Context, t *testing.T, addrs []string, id int64) (bool, time.Time) {
 	client := http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; time.Now().Before(deadline); i++ {
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		addr := addrs[i%len(addrs)]
 		resp, err := client.Post(fmt.Sprintf("http://%s/api/v1/posts/%d/cancel", addr, id), "", nil)
 		if err != nil {
@@ -444,7 +450,9 @@ func cancelFaultPost(t *testing.T, addrs []string, id int64) (bool, time.Time) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Errorf("post %d: no serve answered its cancel within 30 s", id)
+	if ctx.Err() == nil {
+		t.Errorf("post %d: no serve answered its cancel within 30 s", id)
+	}
 	return false, time.Now()
 }
 
@@ -675,7 +683,7 @@ func requireFinalAsPlanned(t *testing.T, db *database.DB, hook *faultReceiver, p
 			p.ScheduledAt.UTC().Format(time.TimeOnly), fmtTime(p.PublishBy), fmt.Sprintf(format, args...)))
 	}
 	count := map[reservation.Status]int{}
-	repeated, reannounced, firmExpired := 0, 0, 0
+	repeated, reannounced, firmExpired, loose := 0, 0, 0, 0
 	for i := range posts {
 		p := &posts[i]
 		want := plan[p.ID]
@@ -686,6 +694,9 @@ func requireFinalAsPlanned(t *testing.T, db *database.DB, hook *faultReceiver, p
 		}
 		if p.Reannounced > 0 {
 			reannounced++
+		}
+		if want.cancelled && !want.firm {
+			loose++
 		}
 		pub, hasPub := pubOf[p.ID]
 		// A post whose whole window from its time to its publishBy lay
@@ -761,8 +772,8 @@ func requireFinalAsPlanned(t *testing.T, db *database.DB, hook *faultReceiver, p
 	if failed > 0 {
 		bad = append(bad, fmt.Sprintf("%d events FAIL", failed))
 	}
-	t.Logf("final: %v; %d expired for want of a worker; %d published posts sent more than once (same key); %d posts re-announced",
-		count, firmExpired, repeated, reannounced)
+	t.Logf("final: %v; %d expired for want of a worker; %d published posts sent more than once (same key); %d posts re-announced; %d cancels answered too late to rule out a publisher call in flight",
+		count, firmExpired, repeated, reannounced, loose)
 	require.Positive(t, firmExpired, "the plan has posts whose publishBy passes while no worker runs")
 	require.Empty(t, bad, "posts not as the API left them")
 }
