@@ -120,22 +120,29 @@ func (w *Worker) loadBatch(ids []int64) []loaded {
 }
 
 // claimBatch claims the posts ids for a publisher call, each only while it
-// is WORKING and its publishBy has not passed by the database's clock: one
-// UPDATE that sets publish_claimed_at (an earlier claim's is kept), with the
-// database's time of that statement (database.NowExpr), so the attempts
-// that got their slots at the same time share one statement and no clock
-// read. Serve's expirer leaves a claimed post alone, so a post is either
-// published by its claimer or expired, never both.
+// is WORKING and either claimed before or its publishBy has not passed by
+// the database's clock: one UPDATE that sets publish_claimed_at (an earlier
+// claim's is kept), with the database's time of that statement
+// (database.NowExpr), so the attempts that got their slots at the same time
+// share one statement and no clock read. Serve's expirer leaves a claimed
+// post alone, so a post is either published by its claimer or expired,
+// never both.
+//
+// A claim made in time stands past the deadline: the receiver may have been
+// told already (a call that failed or timed out, a worker killed between
+// the receiver's answer and the commit), so the post is never expired after
+// a call; it is called again, with the same idempotency key, until it is
+// PUBLISHED or the publisher refuses it (FAILED, for an operator).
 //
 // When the UPDATE did not match every post (one cancelled, expired or
-// published since it was read, one past its publishBy, or one claimed by an
-// earlier attempt, which MySQL does not count as a changed row), one
-// transaction reads them again by the database's clock: a WORKING post with
+// published since it was read, one past its publishBy and never claimed, or
+// one claimed by an earlier attempt, which MySQL does not count as a
+// changed row), one transaction reads them again by the database's clock: a
+// post claimed before is claimed; a WORKING post never claimed whose
 // publishBy passed is expired there by the worker itself
 // (reservation.Expire, which writes its POSTING_EVENT EXPIRED) and its
-// publication settled EXPIRED in the same transaction; a post claimed before
-// and still in time is claimed; every other publication settles as its
-// post's status says.
+// publication settled EXPIRED in the same transaction; every other
+// publication settles as its post's status says.
 func (w *Worker) claimBatch(ids []int64) []claimRes {
 	ctx, cancel := context.WithTimeout(w.base, 30*time.Second)
 	defer cancel()
@@ -149,7 +156,8 @@ func (w *Worker) claimBatch(ids []int64) []claimRes {
 	uniq := slices.Compact(slices.Sorted(slices.Values(ids)))
 	now := database.NowExpr(w.db)
 	res := w.db.WithContext(ctx).Exec("UPDATE posts SET publish_claimed_at = COALESCE(publish_claimed_at, ?) "+
-		"WHERE id IN ? AND status = ? AND (publish_by IS NULL OR publish_by >= ?)", now, uniq, reservation.StatusWorking, now)
+		"WHERE id IN ? AND status = ? AND (publish_claimed_at IS NOT NULL OR publish_by IS NULL OR publish_by >= ?)",
+		now, uniq, reservation.StatusWorking, now)
 	if res.Error != nil {
 		return fail(fmt.Errorf("claim %d posts: %w", len(uniq), res.Error))
 	}
@@ -207,10 +215,10 @@ func unclaimed(ctx context.Context, tx *gorm.DB, ids []int64, verdicts map[int64
 		switch {
 		case p == nil:
 			err = settleAs(id, PublicationCancelled, "")
+		case p.Status == reservation.StatusWorking && p.PublishClaimedAt != nil:
+			verdicts[id] = claimRes{claimed: true} // a claim made in time stands
 		case p.Status == reservation.StatusWorking && p.PublishBy != nil && p.PublishBy.Before(now):
 			late = append(late, id)
-		case p.Status == reservation.StatusWorking && p.PublishClaimedAt != nil:
-			verdicts[id] = claimRes{claimed: true}
 		case p.Status == reservation.StatusWorking:
 			// Not matched by the claim, yet WORKING in time now: it
 			// changed between the two reads; the next attempt decides.
@@ -231,7 +239,7 @@ func unclaimed(ctx context.Context, tx *gorm.DB, ids []int64, verdicts map[int64
 	if len(late) == 0 {
 		return nil
 	}
-	expired, err := reservation.Expire(tx, late, now, true)
+	expired, err := reservation.Expire(tx, late, now, false)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,4 +213,65 @@ func requireExpired(t *testing.T, db *gorm.DB, id int64) {
 	require.NoError(t, json.Unmarshal([]byte(rows[0].Payload), &f))
 	require.Equal(t, event.ActionExpired, f.Action)
 	require.Equal(t, string(reservation.StatusExpired), f.Status)
+}
+
+// failOnceUntil fails its first call, after the database's clock has passed
+// until (a receiver that answered 503 slowly, or a worker killed after the
+// receiver's answer), and records every call.
+type failOnceUntil struct {
+	recorder
+	db    *gorm.DB
+	until time.Time
+	first atomic.Bool
+}
+
+func (f *failOnceUntil) Publish(ctx context.Context, p worker.Publishing) error {
+	if err := f.recorder.Publish(ctx, p); err != nil {
+		return err
+	}
+	if f.first.CompareAndSwap(false, true) {
+		for {
+			now, err := database.Now(ctx, f.db)
+			if err != nil || now.After(f.until) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return errors.New("503 from the receiver")
+	}
+	return nil
+}
+
+// A claim made in time stands past the deadline: the receiver was called
+// before the post's publishBy, so it may have acted on the call; the worker
+// never expires such a post, and neither does serve's expirer (it leaves
+// claimed posts alone). The retry after the deadline calls the publisher
+// again with the same key, and the post ends PUBLISHED, never EXPIRED after
+// a call.
+func TestWorkerKeepsAClaimMadeInTimePastTheDeadline(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		now := databasetest.Now(t, db.DB)
+		post := reservationtest.InsertWorking(t, db.DB, now.Add(200*time.Millisecond))
+		by := now.Add(400 * time.Millisecond)
+		require.NoError(t, db.Model(&reservation.Post{}).Where("id = ?", post.ID).Update("publish_by", by).Error)
+		pub := &failOnceUntil{db: db.DB, until: by}
+		var settled tally
+		w := slotWorker(t, db.DB, pub, &settled)
+		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 0)))
+
+		awaitPublication(t, db.DB, post.ID, worker.PublicationPublished)
+		got := loadPost(t, db.DB, post.ID)
+		require.Equal(t, reservation.StatusPublished, got.Status, "a post called in time is not expired after the call")
+		require.NotNil(t, got.PublishClaimedAt)
+		require.False(t, got.PublishClaimedAt.After(by), "claimed before its deadline")
+		require.Equal(t, 2, pub.count(post.ID), "the failed call, then the retry past the deadline")
+		var payloads []string
+		require.NoError(t, db.Table("outbox").Where("aggregate_id = ?", post.ID).Pluck("payload", &payloads).Error)
+		for _, p := range payloads {
+			require.NotContains(t, p, "EXPIRED", "no EXPIRED event")
+		}
+	})
 }
