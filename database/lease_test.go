@@ -33,7 +33,9 @@ func TestLeaseTakeRenewRefuseRelease(t *testing.T) {
 		require.NoError(t, err)
 		require.WithinDuration(t, now.Add(time.Minute), first.ExpiresAt, 5*time.Second, "ttl by the database clock")
 
-		renewed, ok, err := database.AcquireLease(ctx, db.DB, "role", "a", "127.0.0.1:2", time.Minute)
+		// A longer ttl: SQLite's clock reads milliseconds, so a renewal in
+		// the same millisecond with the same ttl would not move the expiry.
+		renewed, ok, err := database.AcquireLease(ctx, db.DB, "role", "a", "127.0.0.1:2", 2*time.Minute)
 		require.NoError(t, err)
 		require.True(t, ok, "the holder renews")
 		require.True(t, renewed.ExpiresAt.After(first.ExpiresAt), "renewed until %s, was %s", renewed.ExpiresAt, first.ExpiresAt)
