@@ -144,7 +144,7 @@ func (r *faultReceiver) snapshot() (calls, keys, foreign map[int64]int) {
 	return maps.Clone(r.calls), keys, maps.Clone(r.foreign)
 }
 
-// A fault test of the promise "no post left behind" (issue 34): two
+// A fault test of the promise "no post left behind": two
 // `serve` and a `worker` of the real binary on MariaDB (and PostgreSQL),
 // RabbitMQ through a TCP proxy, 60 posts falling due over 70 s, some with a
 // publishBy 3 s after their time, some cancelled through the API. Along the
@@ -551,7 +551,7 @@ func (s *sampler) sample(db *database.DB, c *faultCluster, hook *faultReceiver) 
 			s.violations = append(s.violations, fmt.Sprintf("sample %d (database clock %s): post %d %s, due %s (%s past), neither final nor listed overdue (%d listed)",
 				s.samples, sum.Now.Format(time.RFC3339Nano), p.ID, p.Status, p.ScheduledAt.UTC().Format(time.RFC3339), sum.Now.Sub(p.ScheduledAt), len(listed)))
 		}
-		// The receiver never hears of an expired post (issue 34), at any
+		// The receiver never hears of an expired post , at any
 		// moment.
 		if p.Status == reservation.StatusExpired && calls[p.ID] > 0 {
 			s.violations = append(s.violations, fmt.Sprintf("sample %d: post %d EXPIRED and sent to the receiver %d times", s.samples, p.ID, calls[p.ID]))
@@ -729,7 +729,7 @@ func requireFinalAsPlanned(t *testing.T, db *database.DB, hook *faultReceiver, p
 			if calls[p.ID] > 0 {
 				fail(p, "EXPIRED, yet sent to the receiver %d times", calls[p.ID])
 			}
-			// The publication settles as the post's status says (issue 34).
+			// The publication settles as the post's status says.
 			if hasPub && pub.Status != "EXPIRED" {
 				fail(p, "EXPIRED, its publication %s (%s)", pub.Status, deref(pub.LastError))
 			}

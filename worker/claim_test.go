@@ -93,7 +93,7 @@ func awaitPublication(t *testing.T, db *gorm.DB, id int64, status worker.Publica
 	require.Equal(t, status, loadPublication(t, db, id).Status, "publication of post %d", id)
 }
 
-// Case 3 of issue 34: a cancel that commits while the publication waits for
+// A cancel that commits while the publication waits for
 // a slot. Concurrency 1, two posts due together, the first call held; the
 // second post is cancelled through the service, its CANCELLED event never
 // reaching the worker. Once the slot frees, the worker reads the post again

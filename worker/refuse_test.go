@@ -50,7 +50,7 @@ func countRows(t *testing.T, db *gorm.DB, table, where string, args ...any) int6
 	return n
 }
 
-// Case 2 of issue 34, as a batch: every event the worker's database
+// As a batch: every event the worker's database
 // contradicts is refused (its post unknown; a sequence above anything
 // written for the post, the row of another event, or another sequence for
 // the event's own row; a reservation of a RESERVED post; a CANCELLED event
@@ -350,7 +350,7 @@ func (c *chain) requireOnTime(t *testing.T, id int64, at time.Time) {
 	require.Zero(t, c.consumed.counts()[worker.OutcomeOutOfOrder], "a real event was dropped as out of order")
 }
 
-// Case 2 of issue 34 through the embedded broker: one message produced by
+// Through the embedded broker: one message produced by
 // a plain Kafka client with a real post's key, a valid-looking value and a
 // huge sequence made every real event of the post drop as out_of_order, and
 // the post stayed WORKING past its time. Now it is refused and counted; the
@@ -380,7 +380,7 @@ func TestWorkerRefusesAForgedSequenceAndPublishesOnTime(t *testing.T) {
 	})
 }
 
-// Case 2 of issue 34, the forged reservation: a POSTING_RESERVATION_EVENT
+// A forged reservation: a POSTING_RESERVATION_EVENT
 // for a post still RESERVED, due an hour ago by its value, made a FAILED
 // publication, and the real reservation was then ignored. Now it is refused
 // as contradicted and writes no publication; the real reservation, once the

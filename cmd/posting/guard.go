@@ -18,7 +18,7 @@ import (
 
 // This file holds the refusals of configurations that split the chain
 // outbox → broker → inbox → publication between two databases or two
-// brokers (issue 34): each is found at start and stops the command with
+// brokers: each is found at start and stops the command with
 // exit status 2, naming the setting to change.
 
 // validateSharedDatabase refuses a serve or worker that would talk to an

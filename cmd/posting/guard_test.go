@@ -81,7 +81,7 @@ func workerQueue(t *testing.T) (url, exchange, queue string, count func() (messa
 	return url, exchange, queue, count
 }
 
-// Case 1 of issue 34: a worker started in a new shell of the RabbitMQ setup
+// A worker started in a new shell of the RabbitMQ setup
 // without POSTING_DATABASE_URL would take the setup's events into
 // ./data/posting.db. It stops at start with exit 2 naming
 // POSTING_DATABASE_URL and why, before it opens anything: no SQLite file,
