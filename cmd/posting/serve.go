@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/overdue"
@@ -427,6 +428,18 @@ func requireSchema(db *database.DB, tables ...string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("database %s has no table %s and POSTING_MIGRATE=false: run `posting migrate` first, or leave POSTING_MIGRATE unset",
 			db.Location, strings.Join(missing, ", "))
+	}
+	// Every table there, yet a later migration may be missing (a column
+	// the claim or the expiry writes): the version says.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	current, target, err := migrations.Versions(ctx, db)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", db.Location, err)
+	}
+	if current < target {
+		return fmt.Errorf("database %s has schema version %d, this binary needs %d, and POSTING_MIGRATE=false: "+
+			"run `posting migrate` first, or leave POSTING_MIGRATE unset", db.Location, current, target)
 	}
 	return nil
 }
