@@ -11,6 +11,9 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/overdue"
 	"github.com/postingsvc/posting/reservation"
 )
 
@@ -55,5 +58,48 @@ func TestExpiryLeavesAPostClaimedBetweenItsReadAndItsWrite(t *testing.T) {
 		if p.PublishClaimedAt != nil {
 			require.Equal(t, reservation.StatusWorking, p.Status, "a claimed post is the worker's to decide")
 		}
+	})
+}
+
+// Checkers that all believe they hold the lease (one stalled past its TTL
+// while another took over, or two serves given one POSTING_INSTANCE_ID)
+// and run at once announce each lost post once and expire each late post
+// once, with one EXPIRED event.
+func TestCheckersRunningAtOnceRepairEachPostOnce(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		f := newFixture(t, db)
+		var lost, late []int64
+		for i := range 20 {
+			id := f.post(reservation.StatusWorking, -10*time.Minute+time.Duration(i)*time.Second, nil)
+			f.reservation(id, outbox.StatusSent, -9*time.Minute)
+			lost = append(lost, id)
+			late = append(late, f.post(reservation.StatusWorking, -time.Hour, dur(-time.Minute)))
+		}
+		const n = 4
+		errs := make(chan error, n)
+		results := make(chan overdue.Result, n)
+		for range n {
+			c := newChecker(t, db, "same", 3)
+			go func() {
+				res, err := c.RunOnce(context.Background())
+				results <- res
+				errs <- err
+			}()
+		}
+		reannounced, expired := 0, 0
+		for range n {
+			require.NoError(t, <-errs)
+			r := <-results
+			reannounced += r.Reannounced
+			expired += r.Expired
+		}
+		require.Equal(t, len(lost), reannounced)
+		require.Equal(t, len(late), expired)
+		var events int64
+		require.NoError(t, db.Model(&outbox.Message{}).Where("aggregate_id IN ? AND event_type = ?", lost, event.ReservationEvent).Count(&events).Error)
+		require.Equal(t, int64(2*len(lost)), events, "one announcement more per lost post")
+		require.NoError(t, db.Model(&outbox.Message{}).Where("aggregate_id IN ? AND event_type = ?", late, event.PostingEvent).Count(&events).Error)
+		require.Equal(t, int64(len(late)), events, "one EXPIRED event per late post")
 	})
 }
