@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -126,7 +127,14 @@ type brokerLease struct {
 	holder string // instance id # a token of this run: a restart is another holder
 	info   brokerInfo
 	log    *slog.Logger
+	// lost receives the renewal's error once another serve holds the
+	// lease: serve stops then, rather than run a second embedded broker
+	// on the database beside the new holder's.
+	lost chan error
 }
+
+// errBrokerLeaseLost is renew's error when another serve holds the lease.
+var errBrokerLeaseLost = errors.New("embedded broker lease lost")
 
 // takeBrokerLease takes the embedded broker's lease on db before the broker
 // starts, and registers its release on st (run after the broker's Close,
@@ -137,7 +145,7 @@ func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startst
 	var token [4]byte
 	_, _ = rand.Read(token[:]) // crypto/rand.Read does not fail
 	l := &brokerLease{db: db, holder: s.InstanceID + "#" + hex.EncodeToString(token[:]),
-		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), starting: true}, log: log}
+		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), starting: true}, log: log, lost: make(chan error, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokerLeaseTimeout)
 	defer cancel()
 	held, ok, err := database.AcquireLease(ctx, db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL)
@@ -231,8 +239,8 @@ func (l *brokerLease) renew(ctx context.Context) error {
 		return fmt.Errorf("embedded broker: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("embedded broker: lease %s lost to %s (%s): two embedded brokers may serve this database",
-			embeddedBrokerLease, held.Holder, held.Info)
+		return fmt.Errorf("%w: lease %s lost to %s (%s): two embedded brokers may serve this database",
+			errBrokerLeaseLost, embeddedBrokerLease, held.Holder, held.Info)
 	}
 	return nil
 }
@@ -248,7 +256,8 @@ func (l *brokerLease) release() {
 }
 
 // brokerLeaseRenewer renews the lease every brokerLeaseRenewEvery while the
-// broker runs. It logs when a renewal fails and when renewals work again.
+// broker runs. It logs when a renewal fails and when renewals work again;
+// a lease another serve holds ends it and tells serve (brokerLease.lost).
 type brokerLeaseRenewer struct {
 	startstop.BaseStartStop
 	lease *brokerLease
@@ -272,6 +281,15 @@ func (r *brokerLeaseRenewer) loop(ctx context.Context) {
 		err := r.runOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
+			return
+		case errors.Is(err, errBrokerLeaseLost):
+			// Another serve took the lease (this one stalled past its
+			// expiry) and runs its broker: this one stops.
+			r.lease.log.Error("embedded broker lease lost; serve stops", "component", "kafka", "err", err)
+			select {
+			case r.lease.lost <- err:
+			default:
+			}
 			return
 		case err != nil && !failing:
 			r.lease.log.Error("embedded broker lease not renewed", "component", "kafka", "err", err)
