@@ -74,27 +74,42 @@ const (
 	brokerLeaseTimeout = 10 * time.Second
 )
 
-// brokerInfo is what the holder tells the others: "<addr> on <host>", with
-// ", starting" until its broker listens. A holder whose broker should
-// listen on this host and does not answer is dead (killed), and its lease
-// is taken over at once rather than at its expiry; a holder on another
-// host, or one still starting, is waited out.
+// brokerInfo is what the holder tells the others: "<addr> on <host>
+// [net <network>]", with ", starting" until its broker listens. A holder
+// whose broker should listen on this network namespace (same host name and
+// network, see thisNetwork) and does not answer is dead (killed), and its
+// lease is taken over at once rather than at its expiry; a holder elsewhere,
+// or one still starting, is waited out.
 type brokerInfo struct {
 	addr, host string
-	starting   bool
+	// net names the holder's network namespace ("" where unknown): a host
+	// name alone is shared by cloned machines and by the replicas of a
+	// container given one hostname, whose loopbacks are not this one.
+	net      string
+	starting bool
 }
 
 const (
 	brokerInfoOn       = " on "
+	brokerInfoNet      = " [net "
 	brokerInfoStarting = ", starting"
 )
 
 func (i brokerInfo) String() string {
 	s := i.addr + brokerInfoOn + i.host
+	if i.net != "" {
+		s += brokerInfoNet + i.net + "]"
+	}
 	if i.starting {
 		s += brokerInfoStarting
 	}
 	return s
+}
+
+// sameNetwork reports whether the holder i listens on the loopback this
+// process dials: the same host name and network namespace.
+func (i brokerInfo) sameNetwork(here brokerInfo) bool {
+	return i.host == here.host && i.net == here.net
 }
 
 // parseBrokerInfo reads a lease's info; ok is false for one this code did
@@ -105,7 +120,11 @@ func parseBrokerInfo(raw string) (i brokerInfo, ok bool) {
 		return brokerInfo{}, false
 	}
 	i.addr = addr
-	i.host, i.starting = strings.CutSuffix(rest, brokerInfoStarting)
+	rest, i.starting = strings.CutSuffix(rest, brokerInfoStarting)
+	if k := strings.LastIndex(rest, brokerInfoNet); k >= 0 && strings.HasSuffix(rest, "]") {
+		rest, i.net = rest[:k], rest[k+len(brokerInfoNet):len(rest)-1]
+	}
+	i.host = rest
 	return i, i.host != ""
 }
 
@@ -119,6 +138,26 @@ func thisHost() string {
 		host = host[:180]
 	}
 	return host
+}
+
+// thisNetwork names this process's network namespace on Linux: the kernel's
+// boot id (one per machine and boot) and the namespace's inode; "" where
+// either cannot be read.
+func thisNetwork() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/net") // net:[4026531840]
+	if err != nil {
+		return ""
+	}
+	id := strings.TrimSpace(string(boot))
+	inode := strings.TrimSuffix(strings.TrimPrefix(ns, "net:["), "]")
+	if len(id) < 8 || inode == "" || len(inode) > 20 {
+		return ""
+	}
+	return id[:8] + ":" + inode
 }
 
 // brokerLease is serve's hold on embeddedBrokerLease.
@@ -145,7 +184,7 @@ func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startst
 	var token [4]byte
 	_, _ = rand.Read(token[:]) // crypto/rand.Read does not fail
 	l := &brokerLease{db: db, holder: s.InstanceID + "#" + hex.EncodeToString(token[:]),
-		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), starting: true}, log: log, lost: make(chan error, 1)}
+		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), net: thisNetwork(), starting: true}, log: log, lost: make(chan error, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokerLeaseTimeout)
 	defer cancel()
 	held, ok, err := database.AcquireLease(ctx, db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL)
@@ -178,7 +217,7 @@ func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startst
 // whose broker, listening when it last renewed, no longer answers.
 func (l *brokerLease) holderIsDead(held database.Lease) bool {
 	info, ok := parseBrokerInfo(held.Info)
-	if !ok || info.starting || info.host != l.info.host {
+	if !ok || info.starting || !info.sameNetwork(l.info) {
 		return false // waited out: its expiry is the only sign
 	}
 	conn, err := net.DialTimeout("tcp", info.addr, brokerLeaseDialTimeout)
@@ -206,13 +245,13 @@ func (l *brokerLease) refusal(s *settings, held database.Lease) error {
 		point += " and POSTING_DATABASE_URL=" + l.db.Location
 	}
 	var todo string
-	if info.host == l.info.host {
+	if info.sameNetwork(l.info) {
 		todo = fmt.Sprintf(". Point this serve at that broker with %s, or give every serve an external Kafka cluster (POSTING_KAFKA_BROKERS) or RabbitMQ (POSTING_RABBITMQ_URL)", point)
 	} else {
 		todo = fmt.Sprintf(". That broker listens on the loopback of %s only: run this serve there with %s, "+
 			"or give every serve an external Kafka cluster (POSTING_KAFKA_BROKERS) or RabbitMQ (POSTING_RABBITMQ_URL)", info.host, point)
 	}
-	if info.starting || info.host != l.info.host {
+	if info.starting || !info.sameNetwork(l.info) {
 		todo += fmt.Sprintf(". If that serve is gone, its lease expires at %s (database clock)", held.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return usageError{fmt.Errorf("%s%s%s", first, why, todo)}
