@@ -173,7 +173,7 @@ type brokerLease struct {
 }
 
 // errBrokerLeaseLost is renew's error when another serve holds the lease.
-var errBrokerLeaseLost = errors.New("embedded broker lease lost")
+var errBrokerLeaseLost = errors.New("embedded broker") // its text prefixes the message, as renew's other errors
 
 // takeBrokerLease takes the embedded broker's lease on db before the broker
 // starts, and registers its release on st (run after the broker's Close,
