@@ -104,3 +104,27 @@ func provider(db *sql.DB, dialect database.Dialect, gd goose.Dialect, logger *sl
 	}
 	return goose.NewProvider(gd, db, sub, opts...)
 }
+
+// Versions returns the schema version the database db is at and the newest
+// one this binary holds: a command started with POSTING_MIGRATE=false on a
+// database a version behind would run statements its schema lacks (a column
+// of a later migration) and fail at each of them, long after its start.
+func Versions(ctx context.Context, db *database.DB) (current, target int64, err error) {
+	sqlDB, err := db.DB.DB()
+	if err != nil {
+		return 0, 0, err
+	}
+	dm, err := migrationsOf(db.Dialect)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := provider(sqlDB, db.Dialect, dm.goose, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	current, target, err = p.GetVersions(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the schema version: %w", err)
+	}
+	return current, target, nil
+}

@@ -34,8 +34,14 @@ func Expire(tx *gorm.DB, ids []int64, now time.Time, claimed bool) ([]Post, erro
 		// One conditional UPDATE per post: the version read must still be
 		// the post's, so a change that slipped in (a cancel, the
 		// scheduler, the worker's claim) leaves the post to it.
-		upd := tx.Exec("UPDATE posts SET status = ?, updated_at = ?, version = version + 1 WHERE id = ? AND version = ? AND status = ?",
-			StatusExpired, now, p.ID, p.Version.Int64, p.Status)
+		// The worker's claim changes neither status nor version, so a
+		// claim that committed after the read above is checked here
+		// again: an expiry never lands on a claimed post.
+		q := "UPDATE posts SET status = ?, updated_at = ?, version = version + 1 WHERE id = ? AND version = ? AND status = ?"
+		if !claimed {
+			q += " AND publish_claimed_at IS NULL"
+		}
+		upd := tx.Exec(q, StatusExpired, now, p.ID, p.Version.Int64, p.Status)
 		if upd.Error != nil {
 			return nil, fmt.Errorf("expire post %d: %w", p.ID, upd.Error)
 		}

@@ -135,3 +135,28 @@ func TestSchedulerLeavesPostsPastTheirDeadline(t *testing.T) {
 		require.Equal(t, reservation.StatusWorking, loadPost(t, db.DB, inTime.ID).Status)
 	})
 }
+
+// A deadline that a reschedule would move past the year 9999 (publishBy at
+// the very end of the years the databases store) is refused as publishBy:
+// stored, it failed the write on MariaDB and PostgreSQL, and SQLite kept a
+// text that sorts before every real time, so the post expired at once.
+func TestRescheduleRefusesADeadlineMovedPastTheYear9999(t *testing.T) {
+	eachService(t, func(t *testing.T, e *serviceBundle) {
+		ctx := context.Background()
+		at := svcStart.Add(time.Hour)
+		by := time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)
+		p, err := e.svc.Create(ctx, reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: at, PublishBy: &by})
+		require.NoError(t, err)
+		later := at.Add(2 * time.Hour)
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{ScheduledAt: &later})
+		requireInvalid(t, err, "publishBy")
+		stored := e.load(t, p.ID)
+		require.True(t, stored.PublishBy.Equal(database.Normalize(by)), "a refused change writes nothing")
+		require.True(t, stored.ScheduledAt.Equal(database.Normalize(at)))
+
+		// Moved together with a publishBy of its own, the reschedule goes.
+		newBy := later.Add(time.Hour)
+		_, err = e.svc.Update(ctx, p.ID, reservation.UpdateInput{ScheduledAt: &later, PublishBy: &newBy})
+		require.NoError(t, err)
+	})
+}

@@ -14,7 +14,8 @@ import (
 // through tx (the caller's transaction), occurring at now, and counts it in
 // posts.reannounced, provided the post is still WORKING and has been
 // announced again seen times so far. It reports whether it wrote the event:
-// false when the post moved on or another instance announced it first.
+// false when the post moved on or another instance announced it first, or
+// when the outbox holds that announcement already (counted, not written).
 //
 // The event is an ordinary outbox row, so it is sent in the post's order
 // with a sequence above every earlier event of the post; its dedup key
@@ -39,7 +40,20 @@ func Reannounce(tx *gorm.DB, id int64, seen int, now time.Time) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("re-announce post %d: %w", id, err)
 	}
-	ev := OutboxEvent(e, fmt.Sprintf("%s:%d", event.ReservationDedupKey(p.ID), seen+1))
+	key := fmt.Sprintf("%s:%d", event.ReservationDedupKey(p.ID), seen+1)
+	// The UPDATE above admits one instance per count, so a row with the key
+	// is not another instance's: it outlived a reset of the count (00011
+	// down and up again, a restore). That announcement was made: the count
+	// goes past it, and the next check makes the next one. Failing here
+	// would fail the check's round at this post, every time.
+	var held int64
+	if err := tx.Model(&outbox.Message{}).Where("dedup_key = ?", key).Count(&held).Error; err != nil {
+		return false, fmt.Errorf("re-announce post %d: %w", id, err)
+	}
+	if held > 0 {
+		return false, nil
+	}
+	ev := OutboxEvent(e, key)
 	if p.Traceparent != nil {
 		ev.Traceparent = *p.Traceparent // the publication continues the post's trace
 	}

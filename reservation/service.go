@@ -451,6 +451,9 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 		}
 		if in.PublishBy == nil && current.PublishBy != nil {
 			by := current.PublishBy.Add(at.Sub(current.ScheduledAt))
+			if !storable(by) {
+				return nil, invalidField("publishBy", "moved with scheduledAt, it would lie beyond the year 9999 UTC; set publishBy with scheduledAt")
+			}
 			next.PublishBy = &by
 			changes["publish_by"] = by
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -73,27 +74,42 @@ const (
 	brokerLeaseTimeout = 10 * time.Second
 )
 
-// brokerInfo is what the holder tells the others: "<addr> on <host>", with
-// ", starting" until its broker listens. A holder whose broker should
-// listen on this host and does not answer is dead (killed), and its lease
-// is taken over at once rather than at its expiry; a holder on another
-// host, or one still starting, is waited out.
+// brokerInfo is what the holder tells the others: "<addr> on <host>
+// [net <network>]", with ", starting" until its broker listens. A holder
+// whose broker should listen on this network namespace (same host name and
+// network, see thisNetwork) and does not answer is dead (killed), and its
+// lease is taken over at once rather than at its expiry; a holder elsewhere,
+// or one still starting, is waited out.
 type brokerInfo struct {
 	addr, host string
-	starting   bool
+	// net names the holder's network namespace ("" where unknown): a host
+	// name alone is shared by cloned machines and by the replicas of a
+	// container given one hostname, whose loopbacks are not this one.
+	net      string
+	starting bool
 }
 
 const (
 	brokerInfoOn       = " on "
+	brokerInfoNet      = " [net "
 	brokerInfoStarting = ", starting"
 )
 
 func (i brokerInfo) String() string {
 	s := i.addr + brokerInfoOn + i.host
+	if i.net != "" {
+		s += brokerInfoNet + i.net + "]"
+	}
 	if i.starting {
 		s += brokerInfoStarting
 	}
 	return s
+}
+
+// sameNetwork reports whether the holder i listens on the loopback this
+// process dials: the same host name and network namespace.
+func (i brokerInfo) sameNetwork(here brokerInfo) bool {
+	return i.host == here.host && i.net == here.net
 }
 
 // parseBrokerInfo reads a lease's info; ok is false for one this code did
@@ -104,7 +120,11 @@ func parseBrokerInfo(raw string) (i brokerInfo, ok bool) {
 		return brokerInfo{}, false
 	}
 	i.addr = addr
-	i.host, i.starting = strings.CutSuffix(rest, brokerInfoStarting)
+	rest, i.starting = strings.CutSuffix(rest, brokerInfoStarting)
+	if k := strings.LastIndex(rest, brokerInfoNet); k >= 0 && strings.HasSuffix(rest, "]") {
+		rest, i.net = rest[:k], rest[k+len(brokerInfoNet):len(rest)-1]
+	}
+	i.host = rest
 	return i, i.host != ""
 }
 
@@ -120,13 +140,40 @@ func thisHost() string {
 	return host
 }
 
+// thisNetwork names this process's network namespace on Linux: the kernel's
+// boot id (one per machine and boot) and the namespace's inode; "" where
+// either cannot be read.
+func thisNetwork() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/net") // net:[4026531840]
+	if err != nil {
+		return ""
+	}
+	id := strings.TrimSpace(string(boot))
+	inode := strings.TrimSuffix(strings.TrimPrefix(ns, "net:["), "]")
+	if len(id) < 8 || inode == "" || len(inode) > 20 {
+		return ""
+	}
+	return id[:8] + ":" + inode
+}
+
 // brokerLease is serve's hold on embeddedBrokerLease.
 type brokerLease struct {
 	db     *database.DB
 	holder string // instance id # a token of this run: a restart is another holder
 	info   brokerInfo
 	log    *slog.Logger
+	// lost receives the renewal's error once another serve holds the
+	// lease: serve stops then, rather than run a second embedded broker
+	// on the database beside the new holder's.
+	lost chan error
 }
+
+// errBrokerLeaseLost is renew's error when another serve holds the lease.
+var errBrokerLeaseLost = errors.New("embedded broker") // its text prefixes the message, as renew's other errors
 
 // takeBrokerLease takes the embedded broker's lease on db before the broker
 // starts, and registers its release on st (run after the broker's Close,
@@ -137,7 +184,7 @@ func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startst
 	var token [4]byte
 	_, _ = rand.Read(token[:]) // crypto/rand.Read does not fail
 	l := &brokerLease{db: db, holder: s.InstanceID + "#" + hex.EncodeToString(token[:]),
-		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), starting: true}, log: log}
+		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), net: thisNetwork(), starting: true}, log: log, lost: make(chan error, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokerLeaseTimeout)
 	defer cancel()
 	held, ok, err := database.AcquireLease(ctx, db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL)
@@ -170,7 +217,7 @@ func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startst
 // whose broker, listening when it last renewed, no longer answers.
 func (l *brokerLease) holderIsDead(held database.Lease) bool {
 	info, ok := parseBrokerInfo(held.Info)
-	if !ok || info.starting || info.host != l.info.host {
+	if !ok || info.starting || !info.sameNetwork(l.info) {
 		return false // waited out: its expiry is the only sign
 	}
 	conn, err := net.DialTimeout("tcp", info.addr, brokerLeaseDialTimeout)
@@ -198,13 +245,13 @@ func (l *brokerLease) refusal(s *settings, held database.Lease) error {
 		point += " and POSTING_DATABASE_URL=" + l.db.Location
 	}
 	var todo string
-	if info.host == l.info.host {
+	if info.sameNetwork(l.info) {
 		todo = fmt.Sprintf(". Point this serve at that broker with %s, or give every serve an external Kafka cluster (POSTING_KAFKA_BROKERS) or RabbitMQ (POSTING_RABBITMQ_URL)", point)
 	} else {
 		todo = fmt.Sprintf(". That broker listens on the loopback of %s only: run this serve there with %s, "+
 			"or give every serve an external Kafka cluster (POSTING_KAFKA_BROKERS) or RabbitMQ (POSTING_RABBITMQ_URL)", info.host, point)
 	}
-	if info.starting || info.host != l.info.host {
+	if info.starting || !info.sameNetwork(l.info) {
 		todo += fmt.Sprintf(". If that serve is gone, its lease expires at %s (database clock)", held.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return usageError{fmt.Errorf("%s%s%s", first, why, todo)}
@@ -231,8 +278,8 @@ func (l *brokerLease) renew(ctx context.Context) error {
 		return fmt.Errorf("embedded broker: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("embedded broker: lease %s lost to %s (%s): two embedded brokers may serve this database",
-			embeddedBrokerLease, held.Holder, held.Info)
+		return fmt.Errorf("%w: lease %s lost to %s (%s): two embedded brokers may serve this database",
+			errBrokerLeaseLost, embeddedBrokerLease, held.Holder, held.Info)
 	}
 	return nil
 }
@@ -248,7 +295,8 @@ func (l *brokerLease) release() {
 }
 
 // brokerLeaseRenewer renews the lease every brokerLeaseRenewEvery while the
-// broker runs. It logs when a renewal fails and when renewals work again.
+// broker runs. It logs when a renewal fails and when renewals work again;
+// a lease another serve holds ends it and tells serve (brokerLease.lost).
 type brokerLeaseRenewer struct {
 	startstop.BaseStartStop
 	lease *brokerLease
@@ -272,6 +320,15 @@ func (r *brokerLeaseRenewer) loop(ctx context.Context) {
 		err := r.runOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
+			return
+		case errors.Is(err, errBrokerLeaseLost):
+			// Another serve took the lease (this one stalled past its
+			// expiry) and runs its broker: this one stops.
+			r.lease.log.Error("embedded broker lease lost; serve stops", "component", "kafka", "err", err)
+			select {
+			case r.lease.lost <- err:
+			default:
+			}
 			return
 		case err != nil && !failing:
 			r.lease.log.Error("embedded broker lease not renewed", "component", "kafka", "err", err)

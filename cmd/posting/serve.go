@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/internal/startstop"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/openapi"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/overdue"
@@ -75,8 +76,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	var (
 		brokers  []string
 		embedded bool
-		sender   brokerSender
-		check    func(context.Context) error // the broker's start-up check
+		// brokerLost: the embedded broker's lease went to another serve.
+		brokerLost <-chan error
+		sender     brokerSender
+		check      func(context.Context) error // the broker's start-up check
 	)
 	if s.RabbitMQURL != "" {
 		rs, err := newRabbitSender(s, log)
@@ -91,7 +94,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return declareWorkerQueue(ctx, s)
 		}
 	} else {
-		brokers, embedded, err = startKafka(s, db, log, st.Stack)
+		brokers, embedded, brokerLost, err = startKafka(s, db, log, st.Stack)
 		if err != nil {
 			return err
 		}
@@ -269,18 +272,21 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	log.Info("http api listening", "component", "http", "addr", ln.Addr().String(),
 		"try", fmt.Sprintf("curl http://%s/healthz", ln.Addr()))
 
+	var lost error
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "timeout", s.ShutdownTimeout)
 	case err := <-serveErr:
 		return fmt.Errorf("http server: %w", err)
+	case lost = <-brokerLost:
+		log.Error("shutting down: another serve holds the embedded broker's lease of this database", "err", lost, "timeout", s.ShutdownTimeout)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("http shutdown incomplete", "err", err)
 	}
-	return st.stopWithin(sctx, cancelBG, s, log)
+	return errors.Join(lost, st.stopWithin(sctx, cancelBG, s, log))
 }
 
 // running is what a long-running command (serve, worker) started, stopped
@@ -359,33 +365,36 @@ func httpHandler(adm admin.Config, m *metrics.Metrics, asyncAPI http.Handler, cf
 
 // startKafka returns the bootstrap list: the configured brokers, or the
 // address of an embedded broker it starts with its log under the data dir.
-func startKafka(s *settings, db *database.DB, log *slog.Logger, st *startstop.Stack) (brokers []string, embedded bool, err error) {
+//
+// lost receives an error if the embedded broker's lease is lost to another
+// serve; it is nil (never ready) for a cluster.
+func startKafka(s *settings, db *database.DB, log *slog.Logger, st *startstop.Stack) (brokers []string, embedded bool, lost <-chan error, err error) {
 	if len(s.KafkaBrokers) > 0 {
 		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
-		return s.KafkaBrokers, false, nil
+		return s.KafkaBrokers, false, nil, nil
 	}
 	lease, err := takeBrokerLease(s, db, log, st) // one embedded broker per database (guard.go)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	e, err := kafka.StartEmbedded(s.embeddedConfig(brokerDatabase(s, db)), log)
 	var other *kafka.OtherDatabaseError
 	if errors.As(err, &other) {
 		// Starting anyway would mix two databases' events (two different
 		// post 1) on one topic; the operator has to choose.
-		return nil, false, usageError{fmt.Errorf("%w: POSTING_DATABASE_URL changed but POSTING_DATA_DIR did not. "+
+		return nil, false, nil, usageError{fmt.Errorf("%w: POSTING_DATABASE_URL changed but POSTING_DATA_DIR did not. "+
 			"Use another POSTING_DATA_DIR for %s (or set POSTING_DATABASE_URL back), "+
 			"or delete %s to start the embedded broker with an empty log (the events in it are lost)",
 			err, other.Database, other.DataDir)}
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
+		return nil, false, nil, fmt.Errorf("embedded kafka on POSTING_EMBEDDED_KAFKA_ADDR=%s: %w", s.EmbeddedKafkaAddr, err)
 	}
 	st.OnStop(e.Close)
 	if err := lease.keep(st, e.Addr()); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
-	return []string{e.Addr()}, true, nil
+	return []string{e.Addr()}, true, lease.lost, nil
 }
 
 // brokerDatabase names db for the embedded broker's record of which database
@@ -427,6 +436,18 @@ func requireSchema(db *database.DB, tables ...string) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("database %s has no table %s and POSTING_MIGRATE=false: run `posting migrate` first, or leave POSTING_MIGRATE unset",
 			db.Location, strings.Join(missing, ", "))
+	}
+	// Every table there, yet a later migration may be missing (a column
+	// the claim or the expiry writes): the version says.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	current, target, err := migrations.Versions(ctx, db)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", db.Location, err)
+	}
+	if current < target {
+		return fmt.Errorf("database %s has schema version %d, this binary needs %d, and POSTING_MIGRATE=false: "+
+			"run `posting migrate` first, or leave POSTING_MIGRATE unset", db.Location, current, target)
 	}
 	return nil
 }

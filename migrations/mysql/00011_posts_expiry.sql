@@ -9,15 +9,11 @@
 -- overdue check sent again for the post (at most POSTING_OVERDUE_REANNOUNCE).
 -- idx_posts_status_publish_by serves the expirer: RESERVED or WORKING posts
 -- whose deadline passed, without a scan of the other posts.
-ALTER TABLE posts
-    MODIFY COLUMN status ENUM('RESERVED','WORKING','PUBLISHED','CANCELLED','EXPIRED') NOT NULL,
-    ADD COLUMN publish_by DATETIME(6) NULL,
-    ADD COLUMN publish_claimed_at DATETIME(6) NULL,
-    ADD COLUMN reannounced INT NOT NULL DEFAULT 0,
-    ADD INDEX idx_posts_status_publish_by (status, publish_by);
-
-ALTER TABLE publications
-    MODIFY COLUMN status ENUM('PENDING','PUBLISHED','CANCELLED','FAILED','EXPIRED') NOT NULL DEFAULT 'PENDING';
+--
+-- MySQL commits each statement on its own: a start killed part way runs the
+-- whole migration again. So every statement but the last can run twice
+-- (IF NOT EXISTS, a MODIFY to the same type), and the one that cannot, the
+-- ALTER of posts, is one statement and comes last.
 
 -- leases names one holder of a role among the instances on the database
 -- (the overdue check, the embedded broker), until expires_at by the
@@ -30,8 +26,18 @@ CREATE TABLE IF NOT EXISTS leases (
     PRIMARY KEY (name)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
 
+ALTER TABLE publications
+    MODIFY COLUMN status ENUM('PENDING','PUBLISHED','CANCELLED','FAILED','EXPIRED') NOT NULL DEFAULT 'PENDING';
+
+ALTER TABLE posts
+    MODIFY COLUMN status ENUM('RESERVED','WORKING','PUBLISHED','CANCELLED','EXPIRED') NOT NULL,
+    ADD COLUMN publish_by DATETIME(6) NULL,
+    ADD COLUMN publish_claimed_at DATETIME(6) NULL,
+    ADD COLUMN reannounced INT NOT NULL DEFAULT 0,
+    ADD INDEX idx_posts_status_publish_by (status, publish_by);
+
 -- +goose Down
-DROP TABLE leases;
+DROP TABLE IF EXISTS leases;
 UPDATE publications SET status = 'CANCELLED' WHERE status = 'EXPIRED';
 UPDATE posts SET status = 'CANCELLED' WHERE status = 'EXPIRED';
 ALTER TABLE publications
