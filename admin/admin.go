@@ -23,6 +23,11 @@ import (
 	"github.com/postingsvc/posting/worker"
 )
 
+// DefaultPurgeBudget is Config.PurgeBudget's default: a third of the
+// HTTP server's default write timeout (60s), which leaves room for the
+// statement in flight, the count of what remains and a slow client.
+const DefaultPurgeBudget = 20 * time.Second
+
 // Config configures the admin routes.
 type Config struct {
 	// DB is the database whose outbox and publications the routes operate
@@ -44,6 +49,11 @@ type Config struct {
 	// PurgePause is the wait between two DELETEs of a purge. Default
 	// outbox.DefaultPurgePause (100ms); -1 for none.
 	PurgePause time.Duration
+	// PurgeBudget is how long POST /admin/outbox/purge deletes before it
+	// answers what it did and what remains, for the operator to call again:
+	// it must answer well inside the server's write timeout, or the client
+	// gets an empty reply. Default DefaultPurgeBudget (20s); positive.
+	PurgeBudget time.Duration
 	// History, if set, answers GET /admin/outbox/history with its samples;
 	// nil answers no samples. The caller starts and stops it.
 	History *History
@@ -70,6 +80,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PurgeBatchSize == 0 {
 		c.PurgeBatchSize = outbox.DefaultPurgeBatchSize
+	}
+	if c.PurgeBudget == 0 {
+		c.PurgeBudget = DefaultPurgeBudget
 	}
 	if c.AuthFailures == 0 {
 		c.AuthFailures = DefaultAuthFailures
@@ -99,6 +112,8 @@ func (c Config) Validate() error {
 		return config.Invalid(f+"PurgeBatchSize", c.PurgeBatchSize, "want 1..%d", outbox.MaxPurgeBatchSize)
 	case c.PurgePause < 0:
 		return config.Invalid(f+"PurgePause", c.PurgePause, "negative")
+	case c.PurgeBudget <= 0:
+		return config.Invalid(f+"PurgeBudget", c.PurgeBudget, "must be positive")
 	case len(c.Token) < MinTokenBytes:
 		// The token itself is never shown.
 		return config.Invalid(f+"Token", nil, "must be at least %d bytes, got %d", MinTokenBytes, len(c.Token))
@@ -122,6 +137,7 @@ func (c Config) Validate() error {
 //	POST /admin/outbox/{id}/discard       give up on a FAIL row; it stays in the history
 //	POST /admin/outbox/requeue-failed     requeue every FAIL row not discarded
 //	POST /admin/outbox/purge?olderThan=   delete SENT rows sent longer ago than a duration (default 168h)
+//	                                      for at most PurgeBudget, answering what was deleted and what remains
 //	GET  /admin/publications?status=FAILED&limit=&after=
 //	                                      publications of a status by post id (default FAILED, limit 50, max 1000)
 //	POST /admin/publications/{id}/retry   FAILED → PENDING for the worker, while the post is WORKING
@@ -285,11 +301,19 @@ func (s *server) rowAction(w http.ResponseWriter, r *http.Request, verb string,
 	}
 }
 
-// countResponse answers the bulk operations.
+// countResponse answers POST /admin/outbox/requeue-failed.
 type countResponse struct {
-	Requeued *int       `json:"requeued,omitempty"`
-	Deleted  *int       `json:"deleted,omitempty"`
-	Before   *time.Time `json:"sentBefore,omitempty"`
+	Requeued int `json:"requeued"`
+}
+
+// purgeResponse answers POST /admin/outbox/purge: what this call deleted
+// and what it left (outbox.PurgeResult), for the operator to call again
+// until Complete.
+type purgeResponse struct {
+	Deleted   int       `json:"deleted"`
+	Remaining int       `json:"remaining"`
+	Complete  bool      `json:"complete"`
+	Before    time.Time `json:"sentBefore"`
 }
 
 func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
@@ -303,7 +327,7 @@ func (s *server) requeueFailed(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.audit(r, "outbox.requeue_failed", nil, slog.Int("requeued", n))
-	writeJSON(w, http.StatusOK, countResponse{Requeued: &n})
+	writeJSON(w, http.StatusOK, countResponse{Requeued: n})
 }
 
 func (s *server) purge(w http.ResponseWriter, r *http.Request) {
@@ -323,13 +347,17 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cutoff := database.Normalize(now.Add(-d))
-	n, err := outbox.Purge(r.Context(), s.cfg.DB, cutoff, s.cfg.PurgeBatchSize, s.cfg.PurgePause)
+	res, err := outbox.PurgeWithin(r.Context(), s.cfg.DB, cutoff, s.cfg.PurgeBatchSize, s.cfg.PurgePause, s.cfg.PurgeBudget)
+	if res.Deleted > 0 || err == nil {
+		// Rows deleted before a failure are gone all the same.
+		s.audit(r, "outbox.purge", nil, slog.Int("deleted", res.Deleted), slog.Int("remaining", res.Remaining),
+			slog.Bool("complete", res.Complete), slog.Time("sent_before", cutoff))
+	}
 	if err != nil {
 		s.internal(w, r, err)
 		return
 	}
-	s.audit(r, "outbox.purge", nil, slog.Int("deleted", n), slog.Time("sent_before", cutoff))
-	writeJSON(w, http.StatusOK, countResponse{Deleted: &n, Before: &cutoff})
+	writeJSON(w, http.StatusOK, purgeResponse{Deleted: res.Deleted, Remaining: res.Remaining, Complete: res.Complete, Before: cutoff})
 }
 
 // publicationsResponse is the answer of GET /admin/publications.

@@ -199,7 +199,10 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		st.OnStop(verifier.Close)
 	}
 	writeLimit, _ := parseWriteRate(s.APIWriteRate) // checked by validateAuth
-	adm := admin.Config{DB: writers, Token: s.AdminToken, History: history, OverdueGrace: s.OverdueAfter}
+	adm := admin.Config{DB: writers, Token: s.AdminToken, History: history, OverdueGrace: s.OverdueAfter,
+		// A purge answers well inside the write timeout, or the client
+		// gets an empty reply for work that was done.
+		PurgeBudget: min(admin.DefaultPurgeBudget, s.HTTP.WriteTimeout/3)}
 	handler, err := httpHandler(adm, m, asyncAPI, api.Config{
 		Posts:      posts,
 		Logger:     log,
