@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -220,9 +221,13 @@ func (o *operator) reportRows(verb string, results []outbox.RowResult) error {
 // outboxPurge is `posting outbox purge`.
 type outboxPurge struct {
 	operator
-	olderThan, pause time.Duration
-	batch            int
+	olderThan, pause, progressEvery time.Duration
+	batch                           int
 }
+
+// defaultPurgeProgressEvery is how often `posting outbox purge` reports how
+// far it got: a purge of 500k rows runs minutes.
+const defaultPurgeProgressEvery = 10 * time.Second
 
 func (c *outboxPurge) command() *cobra.Command {
 	cmd := c.define(&cobra.Command{
@@ -230,12 +235,14 @@ func (c *outboxPurge) command() *cobra.Command {
 		Short: "Delete SENT rows sent longer ago than --older-than, in small batches",
 		Long: "Deletes SENT rows sent longer ago than --older-than, never rows of another status,\n" +
 			"--batch-size rows per statement with --pause between statements: what the background\n" +
-			"cleaner of serve does with POSTING_OUTBOX_RETENTION, once.",
+			"cleaner of serve does with POSTING_OUTBOX_RETENTION, once. It runs to the end, and logs\n" +
+			"how many rows it deleted and how many remain every --progress-every.",
 		Args: noArgs,
 	}, c.check, c.Run)
 	cmd.Flags().DurationVar(&c.olderThan, "older-than", outbox.DefaultRetention, "delete SENT rows sent longer ago than this")
 	cmd.Flags().IntVar(&c.batch, "batch-size", outbox.DefaultPurgeBatchSize, fmt.Sprintf("rows per DELETE statement (1..%d)", outbox.MaxPurgeBatchSize))
 	cmd.Flags().DurationVar(&c.pause, "pause", outbox.DefaultPurgePause, "pause between two DELETE statements")
+	cmd.Flags().DurationVar(&c.progressEvery, "progress-every", defaultPurgeProgressEvery, "log the rows deleted and remaining this often")
 	return cmd
 }
 
@@ -249,18 +256,37 @@ func (c *outboxPurge) check([]string) error {
 	if c.pause < 0 {
 		return badFlag("--pause", c.pause.String(), "must not be negative")
 	}
+	if c.progressEvery <= 0 {
+		return badFlag("--progress-every", c.progressEvery.String(), "must be positive")
+	}
 	return nil
 }
 
-// Run deletes old SENT rows.
+// Run deletes old SENT rows, to the end: it has no HTTP timeout to answer
+// within. It purges in rounds of --progress-every, the bounded call of the
+// admin route, and logs the figures of each round that leaves rows.
 func (c *outboxPurge) Run(ctx context.Context, _ []string) error {
 	now, err := c.now(ctx)
 	if err != nil {
 		return err
 	}
 	cutoff := database.Normalize(now.Add(-c.olderThan))
-	n, err := outbox.Purge(ctx, c.db, cutoff, c.batch, c.pause)
-	c.audit("outbox.purge", []int64{}, "deleted", n, "sent_before", cutoff)
-	fmt.Fprintf(c.out, "deleted %d SENT rows sent before %s\n", n, cutoff.Format(time.RFC3339))
+	deleted := 0
+	for {
+		var res outbox.PurgeResult
+		res, err = outbox.PurgeWithin(ctx, c.db, cutoff, c.batch, c.pause, c.progressEvery)
+		deleted += res.Deleted
+		if err != nil || res.Complete {
+			break
+		}
+		c.log.Info("purge progress", "deleted", deleted, "remaining", res.Remaining, "sent_before", cutoff)
+		// The round ended before its last pause.
+		if !backoff.Sleep(ctx, c.pause) {
+			err = ctx.Err()
+			break
+		}
+	}
+	c.audit("outbox.purge", []int64{}, "deleted", deleted, "sent_before", cutoff)
+	fmt.Fprintf(c.out, "deleted %d SENT rows sent before %s\n", deleted, cutoff.Format(time.RFC3339))
 	return err
 }

@@ -193,16 +193,27 @@ func TestOutboxDiscard(t *testing.T) {
 func TestOutboxPurge(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, outboxSetup, func(t *testing.T, f *outboxFixture) {
+		// Two more old SENT rows: three, one per statement, and a round
+		// of 1ns reports after each statement that leaves rows.
+		for post := int64(4); post <= 5; post++ {
+			m := eventtest.Append(t, f.db.DB, post, f.oldSent.Created)
+			require.NoError(t, f.db.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(map[string]any{
+				"status": outbox.StatusSent, "sent_at": f.oldSent.Created.Add(time.Hour)}).Error)
+		}
 		out, errOut, code := runCLI(t, "outbox", "purge", "--older-than", "168h", "--batch-size", "1", "--pause", "0s",
-			"--database-url", f.url)
+			"--progress-every", "1ns", "--database-url", f.url)
 		require.Equal(t, 0, code, errOut)
-		require.Regexp(t, `^deleted 1 SENT rows sent before \S+Z\n$`, out)
+		require.Regexp(t, `^deleted 3 SENT rows sent before \S+Z\n$`, out)
+		require.Regexp(t, `(?s)msg="purge progress" .*deleted=1 remaining=2 sent_before=\S+Z\n.*`+
+			`msg="purge progress" .*deleted=2 remaining=1 sent_before=\S+Z\n.*msg=audit .*action=outbox.purge .* deleted=3 `, errOut)
+		require.Equal(t, 2, strings.Count(errOut, "purge progress"), errOut)
 		var left []int64
 		require.NoError(t, f.db.Model(&outbox.Message{}).Order("id").Pluck("id", &left).Error)
 		require.Equal(t, []int64{f.failed.ID, f.held.ID, f.sent.ID}, left)
 
 		requireUsageErrors(t, []string{"outbox", "purge", "--database-url", f.url},
-			flagErrors([]string{"--older-than", "0s"}, []string{"--older-than", "soon"}, []string{"--batch-size", "0"}, []string{"--pause", "-1s"})...)
+			flagErrors([]string{"--older-than", "0s"}, []string{"--older-than", "soon"}, []string{"--batch-size", "0"},
+				[]string{"--pause", "-1s"}, []string{"--progress-every", "0s"})...)
 	})
 }
 
