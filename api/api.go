@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -100,10 +101,8 @@ func (c Config) Validate() error {
 	if c.ReadyTimeout <= 0 {
 		return fmt.Errorf("ReadyTimeout must be positive, got %s", c.ReadyTimeout)
 	}
-	for i, chk := range c.Ready {
-		if chk.Name == "" || chk.Fn == nil {
-			return fmt.Errorf("readiness check %d needs a Name and an Fn", i)
-		}
+	if err := validateChecks(c.Ready); err != nil {
+		return err
 	}
 	for pattern, h := range c.Routes {
 		if h == nil {
@@ -137,9 +136,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		"GET /api/v1/posts/{id}":         read(p.byID(p.svc.Get)),
 		"PATCH /api/v1/posts/{id}":       write(p.update),
 		"POST /api/v1/posts/{id}/cancel": write(p.byID(p.svc.Cancel)),
-		"GET /healthz":                   http.HandlerFunc(hc.healthz),
-		"GET /readyz":                    http.HandlerFunc(hc.readyz),
 	}
+	maps.Copy(routes, hc.routes())
 	for pattern, h := range cfg.Routes {
 		if _, dup := routes[pattern]; dup {
 			return nil, fmt.Errorf("invalid api config: route %q is one of the API's own", pattern)
@@ -310,11 +308,44 @@ func (w *fallbackWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// HealthRoutes returns GET /healthz and GET /readyz answering exactly as
+// NewHandler's do, for a process that serves no API (posting worker), so a
+// probe reads every process alike: 200 JSON, or 503 problem+json naming the
+// failing checks. ready and timeout are as Config.Ready and
+// Config.ReadyTimeout (0: DefaultReadyTimeout); log receives the errors of
+// failing checks (nil: slog.Default()).
+func HealthRoutes(ready []Check, timeout time.Duration, log *slog.Logger) (map[string]http.Handler, error) {
+	cfg := Config{Ready: ready, ReadyTimeout: timeout, Logger: log}.withDefaults()
+	if cfg.ReadyTimeout <= 0 {
+		return nil, fmt.Errorf("invalid health config: ReadyTimeout must be positive, got %s", cfg.ReadyTimeout)
+	}
+	if err := validateChecks(cfg.Ready); err != nil {
+		return nil, fmt.Errorf("invalid health config: %w", err)
+	}
+	return (&health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}).routes(), nil
+}
+
+func validateChecks(ready []Check) error {
+	for i, chk := range ready {
+		if chk.Name == "" || chk.Fn == nil {
+			return fmt.Errorf("readiness check %d needs a Name and an Fn", i)
+		}
+	}
+	return nil
+}
+
 // health serves /healthz and /readyz.
 type health struct {
 	checks  []Check
 	timeout time.Duration
 	log     *slog.Logger
+}
+
+func (h *health) routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"GET /healthz": http.HandlerFunc(h.healthz),
+		"GET /readyz":  http.HandlerFunc(h.readyz),
+	}
 }
 
 // healthz answers 200 whenever the process can serve HTTP at all.

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -106,6 +108,19 @@ func TestHealthAndReadiness(t *testing.T) {
 	// The process is still alive.
 	resp, _ = failing.do(t, http.MethodGet, "/healthz", "", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// HealthRoutes, the probes of a process without the API, checks its
+// checks as NewHandler does.
+func TestHealthRoutesConfig(t *testing.T) {
+	t.Parallel()
+	_, err := api.HealthRoutes([]api.Check{{Name: "database"}}, 0, nil)
+	require.ErrorContains(t, err, "readiness check 0 needs a Name and an Fn")
+	_, err = api.HealthRoutes(nil, -time.Second, nil)
+	require.ErrorContains(t, err, "ReadyTimeout must be positive")
+	routes, err := api.HealthRoutes(nil, 0, nil)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"GET /healthz", "GET /readyz"}, slices.Collect(maps.Keys(routes)))
 }
 
 // TestInternalErrorsAreHidden: a failure of the database or a panic is a bare

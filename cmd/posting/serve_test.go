@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/response"
 )
 
 // The binary's helpers, shared with the cross-component tests of e2e/.
@@ -243,38 +244,72 @@ func TestServeReadyzNamesTheFailingCheck(t *testing.T) {
 	require.Contains(t, body, `"detail":"not ready: check database failed"`)
 }
 
-// posting worker serves its own /healthz, /readyz and /metrics; its /readyz
-// answers 503 naming the check that fails.
+// probe is a GET's status, Content-Type and body.
+type probe struct {
+	code              int
+	contentType, body string
+}
+
+func getProbe(t *testing.T, addr, path string) probe {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return probe{resp.StatusCode, resp.Header.Get("Content-Type"), string(b)}
+}
+
+// posting worker serves its own /healthz, /readyz and /metrics. Its probes
+// answer exactly as serve's, run beside it on the same database and broker:
+// 200 JSON, and 503 problem+json naming the check that fails (they
+// answered plain text).
 func TestWorkerHTTPEndpoints(t *testing.T) {
 	t.Parallel()
 	proxy, b, dbURL := readyEnv(t)
-	addr := freeAddr(t)
+	addr, serveAddr := freeAddr(t), freeAddr(t)
 	p := startBinary(t, addr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
 		"POSTING_WORKER_HTTP_ADDR=" + addr, "POSTING_DATA_DIR=" + t.TempDir(), "POSTING_INSTANCE_ID=worker-http",
 		"POSTING_WORKER_CONCURRENCY=3"}, "worker")
 	require.Contains(t, p.Out.String(), "concurrency=3")
+	startBinary(t, serveAddr, []string{"POSTING_DATABASE_URL=" + dbURL, "POSTING_KAFKA_BROKERS=" + b.Addr,
+		"POSTING_HTTP_ADDR=" + serveAddr, "POSTING_DATA_DIR=" + t.TempDir()}, "serve")
+	// requireAsServe requires the worker's answer to path to be serve's,
+	// status, type and body, and returns it.
+	requireAsServe := func(path string) probe {
+		t.Helper()
+		got := getProbe(t, addr, path)
+		require.Equal(t, getProbe(t, serveAddr, path), got, "worker %s answers as serve's", path)
+		return got
+	}
 
-	code, body := httpGet(addr, "/healthz")
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "ok\n", body)
-	code, body = httpGet(addr, "/readyz")
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "ready\n", body)
-	code, body = httpGet(addr, "/metrics")
+	require.Equal(t, probe{http.StatusOK, "application/json", `{"status":"ok"}` + "\n"}, requireAsServe("/healthz"))
+	require.Equal(t, probe{http.StatusOK, "application/json", `{"checks":{"database":"ok","kafka":"ok"},"status":"ready"}` + "\n"},
+		requireAsServe("/readyz"))
+	code, body := httpGet(addr, "/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `posting_worker_publications_total{instance_id="worker-http",outcome="published"} 0`)
 	require.Contains(t, body, "go_goroutines")
 
+	unready := func(check string) probe {
+		return probe{http.StatusServiceUnavailable, response.ProblemContentType,
+			`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"not ready: check ` + check + ` failed"}` + "\n"}
+	}
 	b.Stop()
-	require.Equal(t, "not ready: check kafka failed\n", waitUnready(t, addr))
+	waitUnready(t, addr)
+	waitUnready(t, serveAddr)
+	require.Equal(t, unready("kafka"), requireAsServe("/readyz"))
 	b.Restart(t)
-	require.Eventually(t, func() bool { code, _ := httpGet(addr, "/readyz"); return code == http.StatusOK },
-		60*time.Second, 100*time.Millisecond, "ready again once the broker is back")
+	for _, a := range []string{addr, serveAddr} {
+		require.Eventually(t, func() bool { code, _ := httpGet(a, "/readyz"); return code == http.StatusOK },
+			60*time.Second, 100*time.Millisecond, "ready again once the broker is back")
+	}
 
 	proxy.Cut()
-	require.Equal(t, "not ready: check database failed\n", waitUnready(t, addr))
-	code, _ = httpGet(addr, "/healthz")
-	require.Equal(t, http.StatusOK, code, "alive while not ready")
+	waitUnready(t, addr)
+	waitUnready(t, serveAddr)
+	require.Equal(t, unready("database"), requireAsServe("/readyz"))
+	require.Equal(t, http.StatusOK, getProbe(t, addr, "/healthz").code, "alive while not ready")
 }
 
 // requestsCounted is the value of posting_http_requests_total for route and

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/httpserver"
@@ -260,35 +261,19 @@ func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing fun
 		}
 		consumerPing = probe.Ping
 	}
-	checks := []struct {
-		name string
-		fn   func(context.Context) error
-	}{{"database", db.Ping}, {brokerName(s), consumerPing}}
+	checks := []api.Check{{Name: "database", Fn: db.Ping}, {Name: brokerName(s), Fn: consumerPing}}
 	for _, c := range checks {
-		m.WatchDependency(c.name, c.fn)
+		m.WatchDependency(c.Name, c.Fn)
+	}
+	// serve's probes, so that one probe configuration reads both.
+	health, err := api.HealthRoutes(checks, 0, log.With("component", "http"))
+	if err != nil {
+		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		// Every check runs, in a fixed order and with its own bound, so the
-		// answer names each failing one; their errors can name hosts and
-		// go to the log only.
-		var failed []string
-		for _, c := range checks {
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			err := c.fn(ctx)
-			cancel()
-			if err != nil {
-				failed = append(failed, c.name)
-				log.Warn("readiness check failed", "component", "http", "check", c.name, "err", err)
-			}
-		}
-		if len(failed) > 0 {
-			http.Error(w, "not ready: check "+strings.Join(failed, ", ")+" failed", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = fmt.Fprintln(w, "ready")
-	})
+	for pattern, h := range health {
+		mux.Handle(pattern, h)
+	}
 	mux.Handle("GET /metrics", m.Handler())
 	ln, err := net.Listen("tcp", s.WorkerHTTPAddr)
 	if err != nil {
