@@ -2,15 +2,21 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/httpserver/httpservertest"
 	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/outbox"
 )
 
 // serveInProcess runs serve with args added to a fresh data dir and free
@@ -136,4 +142,55 @@ func TestServeRefusesAShortAdminToken(t *testing.T) {
 	require.Contains(t, out, "POSTING_ADMIN_TOKEN")
 	require.Contains(t, out, "at least 32 bytes")
 	require.NotContains(t, out, "short-admin-token")
+}
+
+// An admin purge longer than the write timeout answers in time: serve gives
+// it a third of POSTING_HTTP_WRITE_TIMEOUT, and each call answers 200 with
+// what remains until one says complete. A whole purge of these 8192 rows
+// takes 16 pauses of 100 ms, past the 1 s write timeout: the client got an
+// empty reply.
+func TestServeAdminPurgeAnswersWithinTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	dbURL := "sqlite://" + filepath.Join(t.TempDir(), "purge.db")
+	adminToken := strings.Repeat("k", 32)
+	addr := serveInProcess(t, "--database-url", dbURL, "--admin-token", adminToken, "--http-write-timeout", "1s")
+	db, err := database.Open(dbURL, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	// Sent two days ago: older than the purge's hour, younger than the
+	// cleaner's 168h, which serve runs at start.
+	sentAt := database.Normalize(time.Now().Add(-48 * time.Hour))
+	m := eventtest.Append(t, db.DB, 1, sentAt.Add(-time.Minute))
+	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", m.ID).
+		Updates(map[string]any{"status": outbox.StatusSent, "sent_at": sentAt}).Error)
+	for range 13 {
+		require.NoError(t, db.Exec("INSERT INTO outbox (event_id, event_type, aggregate_id, payload, created, status, "+
+			"next_attempt_at, sent_at) SELECT lower(hex(randomblob(18))), event_type, aggregate_id, payload, created, status, "+
+			"next_attempt_at, sent_at FROM outbox").Error)
+	}
+
+	deleted, calls := 0, 0
+	for {
+		calls++
+		start := time.Now()
+		resp := sendRequest(t, http.MethodPost, "http://"+addr+"/admin/outbox/purge?olderThan=1h", adminToken, "")
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Less(t, time.Since(start), time.Second, "answered within the write timeout")
+		var got struct {
+			Deleted, Remaining int
+			Complete           bool
+		}
+		require.NoError(t, json.Unmarshal(body, &got), string(body))
+		deleted += got.Deleted
+		require.Equal(t, 8192-deleted, got.Remaining, string(body))
+		if got.Complete {
+			break
+		}
+		require.Less(t, calls, 100, "the purge never completed")
+	}
+	require.Equal(t, 8192, deleted)
+	require.Greater(t, calls, 1, "one call could not have deleted them all in time")
 }
