@@ -141,3 +141,20 @@ func TestOperatorCommandsLogOnStderrOnly(t *testing.T) {
 	require.Regexp(t, `^applied 0 migrations to \S+\n$`, out)
 	require.Contains(t, errOut, `msg="migrations applied"`)
 }
+
+// A webhook receiver's answer reaches the operator's terminal escaped: the
+// control characters of a refusal's text (ANSI sequences that clear the
+// screen or retitle the window) are shown as escapes in the publications
+// and outbox tables, never written raw.
+func TestOperatorTablesEscapeOutsideText(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, publicationsSetup, func(t *testing.T, f *publicationsFixture) {
+		hostile := "webhook refused: 400 \x1b[2J\x1b[31mdone\x1b[0m\x07\x1b]0;pwned\x07"
+		require.NoError(t, f.db.Model(&worker.Publication{}).Where("post_id = ?", f.refused).Update("last_error", hostile).Error)
+		out, errOut, code := runCLI(t, "publications", "list", "--status", "FAILED", "--database-url", f.url)
+		require.Equal(t, 0, code, errOut)
+		require.NotContains(t, out, "\x1b", "no raw escape reaches the terminal")
+		require.NotContains(t, out, "\x07")
+		require.Contains(t, out, `\x1b[2J`)
+	})
+}
