@@ -1,0 +1,206 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
+	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+)
+
+// canary is the password every URL setting of TestNoPasswordInAnyOutput
+// carries: it must appear in no output.
+const canary = "canary-pw-4711"
+
+// withCanary returns raw with canary as its password, user kept.
+func withCanary(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), canary)
+	return u.String()
+}
+
+// withQuery returns raw with the query parameter k=v added.
+func withQuery(t *testing.T, raw, k, v string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// leakCase runs one command of the binary with a URL setting that carries
+// the canary, on a path that fails or that logs the URL. A long-running
+// one (serve, worker) that does not exit within settle is stopped with
+// SIGTERM once its output says says.
+type leakCase struct {
+	name    string
+	env     []string
+	args    []string
+	says    string // what the output must say: the path was taken
+	running bool // serve or worker that keeps running: stopped after says
+}
+
+// Item 7 of issue 35: a password is in no output. The canary password goes
+// through every URL setting (POSTING_DATABASE_URL, its go-sql-driver DSN
+// form and its password parameter, POSTING_DATABASE_DIRECT_URL,
+// POSTING_RABBITMQ_URL, POSTING_AUTH_JWKS_URL, POSTING_PUBLISH_WEBHOOK_URL)
+// and every failure reachable from outside (a URL that does not parse, a
+// bad scheme, a bad parameter, an unreachable host, a wrong password or
+// missing database on the real server, a JWKS endpoint that fails) in each
+// command that reads it; the canary is in none of their stdout, stderr and
+// logs.
+func TestNoPasswordInAnyOutput(t *testing.T) {
+	t.Parallel()
+	mysqlURL := databasetest.MySQLURL(t, "canary")
+	pgURL := databasetest.PostgresURL(t, "canary")
+	otherPG := databasetest.PostgresURL(t, "canary")
+	amqpURL := rabbitmqtest.URL(t)
+	closed := freeAddr(t) // nothing listens there
+
+	// A JWKS endpoint that answers 500, and one that answers garbage.
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/garbage" {
+			_, _ = w.Write([]byte("not json"))
+			return
+		}
+		http.Error(w, "down", http.StatusInternalServerError)
+	}))
+	t.Cleanup(failing.Close)
+	failingHost := strings.TrimPrefix(failing.URL, "http://")
+
+	databases := []struct{ name, url, says string }{
+		// A password with / or # cuts the authority: url.Parse quotes the
+		// rest of the password as the port.
+		{"mysql unparseable", "mysql://root:" + canary + "/x@127.0.0.1:3306/db", "POSTING_DATABASE_URL"},
+		{"postgres unparseable", "postgres://postgres:" + canary + "#x@127.0.0.1:5432/db", "POSTING_DATABASE_URL"},
+		{"mysql dsn", "root:" + canary + "@tcp(127.0.0.1:3306)/db", "go-sql-driver DSN"},
+		{"bad scheme", "mariadb://root:" + canary + "@127.0.0.1:3306/db", "POSTING_DATABASE_URL"},
+		{"mysql bad loc", withQuery(t, withCanary(t, mysqlURL), "loc", "Local"), "loc=Local"},
+		{"mysql bad timeout", withQuery(t, withCanary(t, mysqlURL), "timeout", "soon"), "timeout"},
+		{"postgres bad timezone", withQuery(t, withCanary(t, pgURL), "timezone", "Europe/Paris"), "UTC only"},
+		{"postgres bad sslmode", withQuery(t, withCanary(t, pgURL), "sslmode", "bogus"), "POSTING_DATABASE_URL"},
+		{"postgres password parameter", withQuery(t, withQuery(t, pgURL, "password", canary), "timezone", "Local"), "UTC only"},
+		{"mysql unreachable", withCanary(t, "mysql://root@"+closed+"/db"), "mysql"},
+		{"postgres unreachable", withCanary(t, "postgres://postgres@"+closed+"/db?sslmode=disable"), "postgres"},
+		{"mysql wrong password", withCanary(t, mysqlURL), "Access denied"},
+		{"postgres missing database", withCanary(t, "postgres://postgres@127.0.0.1:5432/canary_missing?sslmode=disable"), "canary_missing"},
+	}
+	var cases []leakCase
+	commands := [][]string{{"migrate"}, {"serve"}, {"worker"}, {"outbox", "stats"}, {"publications", "list"}, {"posts", "overdue"}}
+	for _, d := range databases {
+		for _, args := range commands {
+			cases = append(cases, leakCase{name: strings.Join(args, " ") + "/" + d.name, args: args, says: d.says,
+				env: []string{"POSTING_DATABASE_URL=" + d.url}})
+		}
+	}
+
+	directs := []struct{ name, url, says string }{
+		{"unparseable", "postgres://postgres:" + canary + "#x@127.0.0.1:5432/db", "POSTING_DATABASE_DIRECT_URL"},
+		{"bad scheme", withCanary(t, strings.Replace(pgURL, "postgres://", "mysql://", 1)), "POSTING_DATABASE_DIRECT_URL"},
+		{"bad timezone", withQuery(t, withCanary(t, pgURL), "timezone", "Europe/Paris"), "POSTING_DATABASE_DIRECT_URL"},
+		{"password parameter", withQuery(t, withQuery(t, pgURL, "password", canary), "timezone", "Local"), "POSTING_DATABASE_DIRECT_URL"},
+		{"other database", withCanary(t, otherPG), "POSTING_DATABASE_DIRECT_URL"},
+		{"unreachable", withCanary(t, "postgres://postgres@"+closed+"/db?sslmode=disable"), "POSTING_DATABASE_DIRECT_URL"},
+		{"missing database", withCanary(t, "postgres://postgres@127.0.0.1:5432/canary_missing?sslmode=disable"), "canary_missing"},
+	}
+	for _, d := range directs {
+		for _, command := range []string{"migrate", "serve", "worker"} {
+			cases = append(cases, leakCase{name: command + "/direct " + d.name, args: []string{command}, says: d.says,
+				env: []string{"POSTING_DATABASE_URL=" + pgURL, "POSTING_DATABASE_DIRECT_URL=" + d.url}})
+		}
+	}
+
+	rabbits := []struct{ name, url, says string }{
+		{"unparseable", "amqp://guest:" + canary + "/x@127.0.0.1:5672/", "POSTING_RABBITMQ_URL"},
+		{"bad scheme", withCanary(t, strings.Replace(amqpURL, "amqp://", "http://", 1)), "POSTING_RABBITMQ_URL"},
+		{"bad port", "amqp://guest:" + canary + "@127.0.0.1:99999/", "rabbitmq"},
+		{"unreachable", withCanary(t, "amqp://guest@"+closed+"/"), "rabbitmq"},
+		{"wrong password", withCanary(t, amqpURL), "rabbitmq"},
+	}
+	for _, r := range rabbits {
+		for _, command := range []string{"serve", "worker"} {
+			cases = append(cases, leakCase{name: command + "/rabbitmq " + r.name, args: []string{command}, says: r.says,
+				running: command == "worker",
+				env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_RABBITMQ_URL=" + r.url}})
+		}
+	}
+
+	jwks := []struct {
+		name, url, says string
+		running         bool
+	}{
+		{"unparseable", "https://u:" + canary + "/x@idp.example.com/jwks", "POSTING_AUTH_JWKS_URL", false},
+		{"plain http to another host", "http://u:" + canary + "@idp.example.com/jwks", "POSTING_AUTH_JWKS_URL", false},
+		{"bad scheme", "ftp://u:" + canary + "@127.0.0.1/jwks", "POSTING_AUTH_JWKS_URL", false},
+		{"unreachable", "http://u:" + canary + "@" + closed + "/jwks", "jwks fetch failed", true},
+		{"answers 500", "http://u:" + canary + "@" + failingHost + "/jwks", "jwks fetch failed", true},
+		{"answers garbage", "http://u:" + canary + "@" + failingHost + "/garbage", "jwks fetch failed", true},
+	}
+	for _, j := range jwks {
+		cases = append(cases, leakCase{name: "serve/jwks " + j.name, args: []string{"serve"}, says: j.says, running: j.running,
+			env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_AUTH_JWKS_URL=" + j.url}})
+	}
+
+	webhooks := []struct{ name, url, says string }{
+		{"unparseable", "https://u:" + canary + "/x@hooks.example.com/hook", "POSTING_PUBLISH_WEBHOOK_URL"},
+		{"bad scheme", "ftp://u:" + canary + "@hooks.example.com/hook", "POSTING_PUBLISH_WEBHOOK_URL"},
+		{"unreachable", "http://u:" + canary + "@" + closed + "/hook", "worker started"},
+	}
+	for _, w := range webhooks {
+		for _, command := range []string{"serve", "worker"} {
+			cases = append(cases, leakCase{name: command + "/webhook " + w.name, args: []string{command}, says: w.says,
+				running: strings.Contains(w.says, "started"),
+				env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_PUBLISH_WEBHOOK_URL=" + w.url}})
+		}
+	}
+
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			env := append([]string{"POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_ADDR=" + freeAddr(t),
+				"POSTING_WORKER_HTTP_ADDR=" + freeAddr(t), "POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}, c.env...)
+			out := runToEnd(t, c, env)
+			require.Contains(t, out, c.says, "the failure path was not taken")
+			require.NotContains(t, out, canary, "the password is in the output:\n%s", out)
+			// Nor a part of it long enough to be guessed from.
+			require.NotContains(t, out, canary[:9], "a part of the password is in the output:\n%s", out)
+		})
+	}
+}
+
+// runToEnd runs c's command and returns its output: once it exits, or, for a
+// long-running one, once its output says c.says (within 60 s), after SIGTERM.
+func runToEnd(t *testing.T, c leakCase, env []string) string {
+	t.Helper()
+	p := postingtest.Start(t, nil, env, c.args...)
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case <-p.Done:
+			return p.Out.String()
+		case <-deadline:
+			_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+			<-p.Done
+			return p.Out.String()
+		case <-time.After(100 * time.Millisecond):
+			if c.running && strings.Contains(p.Out.String(), c.says) {
+				_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+				<-p.Done
+				return p.Out.String()
+			}
+		}
+	}
+}
