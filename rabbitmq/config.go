@@ -1,7 +1,6 @@
 package rabbitmq
 
 import (
-	"net/url"
 	"strings"
 	"time"
 
@@ -106,7 +105,7 @@ func validateEndpoint(prefix, rawURL, exchange string) error {
 // ValidateURL checks a broker URL, the field named field: amqp:// or
 // amqps:// with a host.
 func ValidateURL(field, raw string) error {
-	u, err := url.Parse(raw)
+	u, err := config.ParseURL(raw) // its error quotes no password
 	if err != nil {
 		return config.Invalid(field, config.RedactURL(raw), "%w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -131,16 +130,11 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 // naming the field.
 func (c WebhookConfig) Validate() error {
 	const f = "worker.WebhookConfig."
-	u, err := url.Parse(c.URL)
+	u, err := config.ParseURL(c.URL) // its error quotes no password
 	switch {
 	case c.URL == "":
 		return config.Invalid(f+"URL", c.URL, "required")
 	case err != nil:
-		// url.Error repeats the URL as given: keep only its reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
 		return config.Invalid(f+"URL", config.RedactURL(c.URL), "%w", err)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return config.Invalid(f+"URL", u.Redacted(), "want http or https")

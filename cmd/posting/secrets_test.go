@@ -50,7 +50,7 @@ type leakCase struct {
 	env     []string
 	args    []string
 	says    string // what the output must say: the path was taken
-	running bool // serve or worker that keeps running: stopped after says
+	running bool   // serve or worker that keeps running: stopped after says
 }
 
 // Item 7 of issue 35: a password is in no output. The canary password goes
@@ -134,7 +134,7 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		for _, command := range []string{"serve", "worker"} {
 			cases = append(cases, leakCase{name: command + "/rabbitmq " + r.name, args: []string{command}, says: r.says,
 				running: command == "worker",
-				env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_RABBITMQ_URL=" + r.url}})
+				env:     []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_RABBITMQ_URL=" + r.url}})
 		}
 	}
 
@@ -163,7 +163,7 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		for _, command := range []string{"serve", "worker"} {
 			cases = append(cases, leakCase{name: command + "/webhook " + w.name, args: []string{command}, says: w.says,
 				running: strings.Contains(w.says, "started"),
-				env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_PUBLISH_WEBHOOK_URL=" + w.url}})
+				env:     []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_PUBLISH_WEBHOOK_URL=" + w.url}})
 		}
 	}
 
