@@ -1136,6 +1136,13 @@ func TestNewRefusesAStaleLimitTheSenderCouldOutlast(t *testing.T) {
 	// A sender that does not know its bound is not checked.
 	_, err = New(outbox.NewStore(db), relaytest.NewSender(), Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
+
+	// ValidateFor says the same before the sender exists (serve checks
+	// its settings before it opens anything).
+	require.ErrorAs(t, Config{InstanceID: "a", StaleAfter: 11 * time.Second}.ValidateFor(30*time.Second), &sl)
+	require.Equal(t, 75*time.Second, sl.Min)
+	require.NoError(t, Config{InstanceID: "a", StaleAfter: 20 * time.Second, WriteTimeout: 5 * time.Second}.ValidateFor(10*time.Second))
+	require.NoError(t, Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond}.ValidateFor(0))
 }
 
 // While the broker cannot be reached the pause between polls doubles from
