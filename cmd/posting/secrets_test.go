@@ -89,12 +89,13 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		{"mysql dsn", "root:" + canary + "@tcp(127.0.0.1:3306)/db", "go-sql-driver DSN"},
 		{"bad scheme", "mariadb://root:" + canary + "@127.0.0.1:3306/db", "POSTING_DATABASE_URL"},
 		{"mysql bad loc", withQuery(t, withCanary(t, mysqlURL), "loc", "Local"), "loc=Local"},
-		{"mysql bad timeout", withQuery(t, withCanary(t, mysqlURL), "timeout", "soon"), "timeout"},
+		{"mysql bad timeout", withQuery(t, withCanary(t, mysqlURL), "timeout", "soon"), "mysql parameter timeout"},
 		{"postgres bad timezone", withQuery(t, withCanary(t, pgURL), "timezone", "Europe/Paris"), "UTC only"},
 		{"postgres bad sslmode", withQuery(t, withCanary(t, pgURL), "sslmode", "bogus"), "POSTING_DATABASE_URL"},
 		{"postgres password parameter", withQuery(t, withQuery(t, pgURL, "password", canary), "timezone", "Local"), "UTC only"},
-		{"mysql unreachable", withCanary(t, "mysql://root@"+closed+"/db"), "mysql"},
-		{"postgres unreachable", withCanary(t, "postgres://postgres@"+closed+"/db?sslmode=disable"), "postgres"},
+		{"postgres password parameter, pgx refuses", withQuery(t, withQuery(t, pgURL, "password", canary), "sslmode", "bogus"), "POSTING_DATABASE_URL"},
+		{"mysql unreachable", withCanary(t, "mysql://root@"+closed+"/db"), "connection refused"},
+		{"postgres unreachable", withCanary(t, "postgres://postgres@"+closed+"/db?sslmode=disable"), "connection refused"},
 		{"mysql wrong password", withCanary(t, mysqlURL), "Access denied"},
 		{"postgres missing database", withCanary(t, "postgres://postgres@127.0.0.1:5432/canary_missing?sslmode=disable"), "canary_missing"},
 	}
@@ -123,17 +124,20 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		}
 	}
 
-	rabbits := []struct{ name, url, says string }{
-		{"unparseable", "amqp://guest:" + canary + "/x@127.0.0.1:5672/", "POSTING_RABBITMQ_URL"},
-		{"bad scheme", withCanary(t, strings.Replace(amqpURL, "amqp://", "http://", 1)), "POSTING_RABBITMQ_URL"},
-		{"bad port", "amqp://guest:" + canary + "@127.0.0.1:99999/", "rabbitmq"},
-		{"unreachable", withCanary(t, "amqp://guest@"+closed+"/"), "rabbitmq"},
-		{"wrong password", withCanary(t, amqpURL), "rabbitmq"},
+	// serve gives up on the broker within 15 s; the worker keeps trying, and
+	// is stopped once it said so.
+	refused := "lost or refused its connection"
+	rabbits := []struct{ name, url, serveSays, workerSays string }{
+		{"unparseable", "amqp://guest:" + canary + "/x@127.0.0.1:5672/", "POSTING_RABBITMQ_URL", "POSTING_RABBITMQ_URL"},
+		{"bad scheme", withCanary(t, strings.Replace(amqpURL, "amqp://", "http://", 1)), "POSTING_RABBITMQ_URL", "POSTING_RABBITMQ_URL"},
+		{"bad port", "amqp://guest:" + canary + "@127.0.0.1:99999/", "outside 1..65535", "outside 1..65535"},
+		{"unreachable", withCanary(t, "amqp://guest@"+closed+"/"), "connection refused", refused},
+		{"wrong password", withCanary(t, amqpURL), "username or password not allowed", refused},
 	}
 	for _, r := range rabbits {
-		for _, command := range []string{"serve", "worker"} {
-			cases = append(cases, leakCase{name: command + "/rabbitmq " + r.name, args: []string{command}, says: r.says,
-				running: command == "worker",
+		for command, says := range map[string]string{"serve": r.serveSays, "worker": r.workerSays} {
+			cases = append(cases, leakCase{name: command + "/rabbitmq " + r.name, args: []string{command}, says: says,
+				running: says == refused,
 				env:     []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_RABBITMQ_URL=" + r.url}})
 		}
 	}
