@@ -42,15 +42,18 @@ func withQuery(t *testing.T, raw, k, v string) string {
 }
 
 // leakCase runs one command of the binary with a URL setting that carries
-// the canary, on a path that fails or that logs the URL. A long-running
-// one (serve, worker) that does not exit within settle is stopped with
-// SIGTERM once its output says says.
+// the canary, on a path that fails or that logs the URL; its output must
+// say says, so the path was taken.
 type leakCase struct {
-	name    string
-	env     []string
-	args    []string
-	says    string // what the output must say: the path was taken
-	running bool   // serve or worker that keeps running: stopped after says
+	name string
+	env  []string
+	args []string
+	says string
+	// running: a serve or worker that keeps running, stopped with SIGTERM
+	// once its output says says.
+	running bool
+	// drive, when set, runs the case instead and returns all its output.
+	drive func(t *testing.T, env []string, says string) string
 }
 
 // Item 7 of issue 35: a password is in no output. The canary password goes
@@ -171,12 +174,31 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		}
 	}
 
+	// A post published through a webhook that refuses it, and through one
+	// that cannot be reached: the worker's logs and `publications list`.
+	refuser := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":"nope"}`, http.StatusBadRequest)
+	}))
+	t.Cleanup(refuser.Close)
+	refuserHost := strings.TrimPrefix(refuser.URL, "http://")
+	for _, w := range []struct{ name, url, says string }{
+		{"refused", "http://u:" + canary + "@" + refuserHost + "/hook?token=" + canary, "400"},
+		{"unreachable", "http://u:" + canary + "@" + closed + "/hook?token=" + canary, "connection refused"},
+	} {
+		cases = append(cases, leakCase{name: "publications list/webhook " + w.name, says: w.says, drive: publishThrough(w.url)})
+	}
+
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			env := append([]string{"POSTING_DATA_DIR=" + t.TempDir(), "POSTING_HTTP_ADDR=" + freeAddr(t),
 				"POSTING_WORKER_HTTP_ADDR=" + freeAddr(t), "POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t)}, c.env...)
-			out := runToEnd(t, c, env)
+			var out string
+			if c.drive != nil {
+				out = c.drive(t, env, c.says)
+			} else {
+				out = runToEnd(t, c, env)
+			}
 			require.Contains(t, out, c.says, "the failure path was not taken")
 			require.NotContains(t, out, canary, "the password is in the output:\n%s", out)
 			// Nor a part of it long enough to be guessed from.
@@ -206,5 +228,26 @@ func runToEnd(t *testing.T, c leakCase, env []string) string {
 				return p.Out.String()
 			}
 		}
+	}
+}
+
+// publishThrough returns a leakCase.drive that runs serve, embedded, with
+// its worker calling hookURL, creates a post due at once, and waits until
+// serve's log or `posting publications list` shows says; it returns the
+// output of both.
+func publishThrough(hookURL string) func(t *testing.T, env []string, says string) string {
+	return func(t *testing.T, env []string, says string) string {
+		dbURL := "sqlite://" + filepath.Join(t.TempDir(), "p.db")
+		env = append(env, "POSTING_DATABASE_URL="+dbURL, "POSTING_PUBLISH_WEBHOOK_URL="+hookURL,
+			"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RELAY_INTERVAL=100ms")
+		serve := postingtest.StartServe(t, env...)
+		postingtest.CreatePost(t, serve.HTTP, time.Now().Add(time.Second))
+		var list string
+		require.Eventually(t, func() bool {
+			list, _ = runBinary(t, []string{"POSTING_DATABASE_URL=" + dbURL}, "publications", "list")
+			return strings.Contains(list+serve.Out.String(), says)
+		}, 60*time.Second, 200*time.Millisecond, "neither serve's log nor publications list showed %q", says)
+		serve.Terminate(t)
+		return serve.Out.String() + list
 	}
 }
