@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -227,6 +228,12 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
+		// The client's *url.Error repeats the URL with only its password
+		// masked, a token in its query shown: h.name names it redacted.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("webhook %s: %w", h.name, err)
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512)) // for the error only
