@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -97,4 +99,11 @@ func TestParseURLQuotesNothing(t *testing.T) {
 	require.ErrorIs(t, err, config.ErrUnparseableURL)
 	require.NotContains(t, err.Error(), "secret")
 	require.Contains(t, err.Error(), "invalid port after host")
+}
+
+func TestRedactErrorHidesTheURLOfAURLError(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("fetch: %w", &url.Error{Op: "Get", URL: "http://u:***@h/jwks?token=secret", Err: errors.New("connection refused")})
+	require.Equal(t, `fetch: Get "http://u:xxxxx@h/jwks?token=xxxxx": connection refused`, config.RedactError(err))
+	require.Equal(t, "plain", config.RedactError(errors.New("plain")))
 }

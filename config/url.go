@@ -75,3 +75,24 @@ func secretParam(name string) bool {
 	}
 	return false
 }
+
+// RedactError returns err's message with the URL of every *url.Error in its
+// chain shown by RedactURL: net/http's errors repeat the request's URL with
+// only its password masked, a token in its query shown.
+func RedactError(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	for e := err; e != nil; {
+		var ue *url.Error
+		if !errors.As(e, &ue) {
+			break
+		}
+		if ue.URL != "" {
+			msg = strings.ReplaceAll(msg, ue.URL, RedactURL(ue.URL))
+		}
+		e = ue.Err
+	}
+	return msg
+}
