@@ -244,7 +244,7 @@ func New(cfg Config) (*Verifier, error) {
 			RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 				return func(ctx context.Context, err error) {
 					log.LogAttrs(ctx, slog.LevelWarn, "jwks fetch failed", slog.String("component", "auth"),
-						slog.String("jwks_url", config.RedactURL(u)), slog.Any("error", err))
+						slog.String("jwks_url", config.RedactURL(u)), slog.String("error", config.RedactError(err)))
 				}
 			},
 		})

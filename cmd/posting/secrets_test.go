@@ -155,6 +155,7 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		{"unreachable", "http://u:" + canary + "@" + closed + "/jwks", "jwks fetch failed", true},
 		{"answers 500", "http://u:" + canary + "@" + failingHost + "/jwks", "jwks fetch failed", true},
 		{"answers garbage", "http://u:" + canary + "@" + failingHost + "/garbage", "jwks fetch failed", true},
+		{"unreachable, token in the query", "http://" + closed + "/jwks?token=" + canary, "jwks fetch failed", true},
 	}
 	for _, j := range jwks {
 		cases = append(cases, leakCase{name: "serve/jwks " + j.name, args: []string{"serve"}, says: j.says, running: j.running,
@@ -173,6 +174,12 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 				env:     []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_PUBLISH_WEBHOOK_URL=" + w.url}})
 		}
 	}
+
+	// The OTLP endpoint (OpenTelemetry's own variable) with basic auth:
+	// logged at start, and spans not exported at the shutdown.
+	cases = append(cases, leakCase{name: "serve/otlp endpoint unreachable", args: []string{"serve"}, says: "tracing on", running: true,
+		env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"),
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://u:" + canary + "@" + closed + "/otlp?token=" + canary}})
 
 	// A post published through a webhook that refuses it, and through one
 	// that cannot be reached: the worker's logs and `publications list`.
