@@ -138,9 +138,9 @@ func (c WebhookConfig) Validate() error {
 	case err != nil:
 		return config.Invalid(f+"URL", config.RedactURL(c.URL), "%w", err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return config.Invalid(f+"URL", u.Redacted(), "want http or https")
+		return config.Invalid(f+"URL", config.RedactURL(c.URL), "want http or https")
 	case u.Host == "":
-		return config.Invalid(f+"URL", u.Redacted(), "no host")
+		return config.Invalid(f+"URL", config.RedactURL(c.URL), "no host")
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
 		return config.Invalid(f+"Timeout", c.Timeout, "want 100ms to 5m")
 	case c.RedirectAttempts < 1 || c.RedirectAttempts > 100:
