@@ -277,6 +277,13 @@ func (s *settings) validateLongRunning() error {
 	if err := s.validateConfigs(s.HTTP); err != nil {
 		return err
 	}
+	if s.PublishWebhookURL != "" {
+		// Whatever the mode: serve on RabbitMQ runs no worker, but names
+		// the webhook in /asyncapi.json.
+		if err := s.validateConfigs(s.webhookConfig()); err != nil {
+			return err
+		}
+	}
 	return s.validateWebhookSecret()
 }
 

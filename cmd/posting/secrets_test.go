@@ -167,6 +167,10 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 		{"bad scheme", "ftp://u:" + canary + "@hooks.example.com/hook", "POSTING_PUBLISH_WEBHOOK_URL"},
 		{"unreachable", "http://u:" + canary + "@" + closed + "/hook", "worker started"},
 	}
+	// serve on RabbitMQ runs no worker, but names the webhook in /asyncapi.json.
+	cases = append(cases, leakCase{name: "serve/webhook unparseable, on RabbitMQ", args: []string{"serve"}, says: "POSTING_PUBLISH_WEBHOOK_URL",
+		env: []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_RABBITMQ_URL=" + amqpURL,
+			"POSTING_PUBLISH_WEBHOOK_URL=https://u:" + canary + "/x@hooks.example.com/hook"}})
 	for _, w := range webhooks {
 		for _, command := range []string{"serve", "worker"} {
 			cases = append(cases, leakCase{name: command + "/webhook " + w.name, args: []string{command}, says: w.says,
