@@ -287,9 +287,8 @@ func MinStaleAfter(sendBound, writeTimeout time.Duration) time.Duration {
 // ValidateFor is Validate for a relay whose sender's sends take up to
 // sendBound (its SendBounder; 0: unbounded): it also refuses a StaleAfter
 // such a send could outlast, as New does, so a caller can check before it
-// builds the sender.
+// builds the sender. Like Validate, it fills no default: a zero is refused.
 func (c Config) ValidateFor(sendBound time.Duration) error {
-	c.setDefaults()
 	if err := c.Validate(); err != nil {
 		return err
 	}
