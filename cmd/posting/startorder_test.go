@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -69,8 +70,9 @@ func TestServeChecksSettingsAndPortsBeforeOpeningAnything(t *testing.T) {
 
 // Item 13 of issue 35: a worker whose POSTING_WORKER_HTTP_ADDR is busy
 // stops naming it before it opens anything: no migration on a fresh
-// MariaDB database, and the message waiting in its RabbitMQ queue was not
-// consumed (it never joined the queue's consumers).
+// MariaDB database; on RabbitMQ the message waiting in its queue was not
+// consumed (it never joined the queue's consumers); on Kafka no connection
+// reached the brokers.
 func TestWorkerBindsItsPortBeforeJoiningTheGroup(t *testing.T) {
 	t.Parallel()
 	amqpURL, exchange, queue, count := workerQueue(t)
@@ -85,4 +87,27 @@ func TestWorkerBindsItsPortBeforeJoiningTheGroup(t *testing.T) {
 	requireNoTables(t, url, "no migration ran")
 	messages, _ := count()
 	require.Equal(t, 1, messages, "the queue's message was not consumed")
+
+	// On Kafka: no connection reaches the brokers, no migration runs.
+	brokers, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = brokers.Close() })
+	var dialed atomic.Bool
+	go func() {
+		for {
+			c, err := brokers.Accept()
+			if err != nil {
+				return
+			}
+			dialed.Store(true)
+			_ = c.Close()
+		}
+	}()
+	url = databasetest.MySQLURL(t, "startorder")
+	out, code = runBinary(t, []string{"POSTING_DATABASE_URL=" + url, "POSTING_DATA_DIR=" + filepath.Join(t.TempDir(), "d"),
+		"POSTING_WORKER_HTTP_ADDR=" + busy, "POSTING_KAFKA_BROKERS=" + brokers.Addr().String()}, "worker")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "listen on POSTING_WORKER_HTTP_ADDR="+busy)
+	requireNoTables(t, url, "no migration ran")
+	require.False(t, dialed.Load(), "the worker connected to its brokers")
 }
