@@ -59,12 +59,14 @@ type leakCase struct {
 // Item 7 of issue 35: a password is in no output. The canary password goes
 // through every URL setting (POSTING_DATABASE_URL, its go-sql-driver DSN
 // form and its password parameter, POSTING_DATABASE_DIRECT_URL,
-// POSTING_RABBITMQ_URL, POSTING_AUTH_JWKS_URL, POSTING_PUBLISH_WEBHOOK_URL)
-// and every failure reachable from outside (a URL that does not parse, a
-// bad scheme, a bad parameter, an unreachable host, a wrong password or
-// missing database on the real server, a JWKS endpoint that fails) in each
-// command that reads it; the canary is in none of their stdout, stderr and
-// logs.
+// POSTING_RABBITMQ_URL, POSTING_AUTH_JWKS_URL, POSTING_PUBLISH_WEBHOOK_URL,
+// OTEL_EXPORTER_OTLP_ENDPOINT), as basic auth or a query token, and every
+// failure reachable from outside (a URL that does not parse, a bad scheme,
+// port or parameter, an unreachable host, a wrong password or missing
+// database on the real server, a JWKS endpoint or a webhook that fails) in
+// each command that reads it (migrate, serve, worker, outbox stats,
+// publications list, posts overdue); the canary is in none of their
+// stdout, stderr and logs.
 func TestNoPasswordInAnyOutput(t *testing.T) {
 	t.Parallel()
 	mysqlURL := databasetest.MySQLURL(t, "canary")
