@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -150,12 +149,16 @@ func (c Config) Validate() error {
 			"must be at least %d bytes (HS256 wants a key as long as its hash)", MinSecretLength)
 	}
 	if c.JWKSURL != "" {
-		u, err := url.Parse(c.JWKSURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return config.Invalid(f+"JWKSURL", c.JWKSURL, "must be an https URL")
+		// The URL may carry basic auth: the refusal shows it redacted.
+		u, err := config.ParseURL(c.JWKSURL)
+		if err != nil {
+			return config.Invalid(f+"JWKSURL", config.RedactURL(c.JWKSURL), "%w", err)
+		}
+		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return config.Invalid(f+"JWKSURL", config.RedactURL(c.JWKSURL), "must be an https URL")
 		}
 		if err := checkJWKSScheme(u); err != nil {
-			return config.Invalid(f+"JWKSURL", c.JWKSURL, "%w", err)
+			return config.Invalid(f+"JWKSURL", config.RedactURL(c.JWKSURL), "%w", err)
 		}
 	}
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
@@ -241,7 +244,7 @@ func New(cfg Config) (*Verifier, error) {
 			RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 				return func(ctx context.Context, err error) {
 					log.LogAttrs(ctx, slog.LevelWarn, "jwks fetch failed", slog.String("component", "auth"),
-						slog.String("jwks_url", u), slog.Any("error", err))
+						slog.String("jwks_url", config.RedactURL(u)), slog.String("error", config.RedactError(err)))
 				}
 			},
 		})
@@ -255,7 +258,7 @@ func New(cfg Config) (*Verifier, error) {
 		}
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("jwks %s: %w", cfg.JWKSURL, err)
+			return nil, fmt.Errorf("jwks %s: %w", config.RedactURL(cfg.JWKSURL), err)
 		}
 		v.jwks, v.cancel = kf, cancel
 	}

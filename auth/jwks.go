@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/postingsvc/posting/config"
 )
 
 // ErrJWKSTooLarge is the failure of a key set fetch whose answer is longer
@@ -44,10 +46,10 @@ func cappedClient(c *http.Client, max int64) *http.Client {
 	next := c.CheckRedirect
 	capped.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if req.URL.Scheme != "https" && req.URL.Scheme != "http" {
-			return fmt.Errorf("redirect to %s: must be an https URL", req.URL.Redacted())
+			return fmt.Errorf("redirect to %s: must be an https URL", config.RedactURL(req.URL.String()))
 		}
 		if err := checkJWKSScheme(req.URL); err != nil {
-			return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
+			return fmt.Errorf("redirect to %s: %w", config.RedactURL(req.URL.String()), err)
 		}
 		if next != nil {
 			return next(req, via)

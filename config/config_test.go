@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -75,4 +77,33 @@ func TestCheckDurationsNamesTheFirstOutOfRange(t *testing.T) {
 	var ce *config.Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, 2*time.Minute, ce.Value)
+}
+
+func TestRedactURLHidesEverySecret(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"mysql://root:pw@127.0.0.1:3306/db":                       "mysql://root:xxxxx@127.0.0.1:3306/db",
+		"root:pw@tcp(127.0.0.1:3306)/db":                          "root:xxxxx@tcp(127.0.0.1:3306)/db",
+		"postgres://u@h/db?sslmode=disable&password=pw&sslkey=/k": "postgres://u@h/db?sslmode=disable&password=xxxxx&sslkey=xxxxx",
+		"https://hooks.example.com/x?api_token=pw&a=1":            "https://hooks.example.com/x?api_token=xxxxx&a=1",
+		"mysql://root:pw/x@127.0.0.1:3306/db":                     "(unparseable URL)",
+		"amqp://guest:guest@127.0.0.1:5672/":                      "amqp://guest:xxxxx@127.0.0.1:5672/",
+	} {
+		require.Equal(t, want, config.RedactURL(raw), raw)
+	}
+}
+
+func TestParseURLQuotesNothing(t *testing.T) {
+	t.Parallel()
+	_, err := config.ParseURL("mysql://root:secret-pw/x@127.0.0.1:3306/db")
+	require.ErrorIs(t, err, config.ErrUnparseableURL)
+	require.NotContains(t, err.Error(), "secret")
+	require.Contains(t, err.Error(), "invalid port after host")
+}
+
+func TestRedactErrorHidesTheURLOfAURLError(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("fetch: %w", &url.Error{Op: "Get", URL: "http://u:***@h/jwks?token=secret", Err: errors.New("connection refused")})
+	require.Equal(t, `fetch: Get "http://u:xxxxx@h/jwks?token=xxxxx": connection refused`, config.RedactError(err))
+	require.Equal(t, "plain", config.RedactError(errors.New("plain")))
 }

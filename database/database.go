@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/postingsvc/posting/config"
 )
 
 // ErrInvalidURL is returned for a database URL that cannot be used.
@@ -72,15 +73,9 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 		return nil, fmt.Errorf("%w: this is a go-sql-driver DSN (user@tcp(host:port)/db); write it as a URL: "+
 			"mysql://user:password@host:3306/db", ErrInvalidURL)
 	}
-	u, err := url.Parse(rawURL)
+	u, err := config.ParseURL(rawURL) // its error quotes no password
 	if err != nil {
-		// url.Parse's error quotes the whole URL, password included: only
-		// its reason is told.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("%w: cannot be parsed as a URL: %v", ErrInvalidURL, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
 	switch u.Scheme {
 	case "mysql":

@@ -15,6 +15,8 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/postingsvc/posting/config"
 )
 
 // PostgresConfig turns a postgres:// or postgresql:// URL into the pgx
@@ -137,9 +139,9 @@ func (db *DB) SetDirectURL(rawURL string) error {
 	if db.pgConfig == nil {
 		return fmt.Errorf("%w: a direct URL is for a PostgreSQL database behind a pooler, and the database is %s", ErrInvalidURL, db.Location)
 	}
-	u, err := url.Parse(rawURL)
+	u, err := config.ParseURL(rawURL) // its error quotes no password
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		return fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return fmt.Errorf("%w: scheme %q (want postgres:// or postgresql://, the same database without the pooler)", ErrInvalidURL, u.Scheme)

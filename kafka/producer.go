@@ -255,6 +255,11 @@ func (p *Producer) Close() error {
 // refuses a stale limit that a healthy slow send could outlast.
 func (p *Producer) SendBound() time.Duration { return p.cfg.SendTimeout }
 
+// SendBound is the SendBound of a Producer with this configuration, known
+// before it connects: serve checks the relay's stale limit against it
+// before it opens anything.
+func (c ProducerConfig) SendBound() time.Duration { return c.withDefaults().SendTimeout }
+
 // fail the same way, so it spends one of the message's attempts.
 
 var (

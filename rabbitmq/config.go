@@ -1,9 +1,10 @@
 package rabbitmq
 
 import (
-	"net/url"
 	"strings"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
@@ -104,9 +105,10 @@ func validateEndpoint(prefix, rawURL, exchange string) error {
 }
 
 // ValidateURL checks a broker URL, the field named field: amqp:// or
-// amqps:// with a host.
+// amqps:// with a host and a port in 1..65535, as the client reads it
+// (amqp.ParseURI), so that a URL accepted here is one the client dials.
 func ValidateURL(field, raw string) error {
-	u, err := url.Parse(raw)
+	u, err := config.ParseURL(raw) // its error quotes no password
 	if err != nil {
 		return config.Invalid(field, config.RedactURL(raw), "%w", err)
 	}
@@ -115,6 +117,14 @@ func ValidateURL(field, raw string) error {
 	}
 	if u.Host == "" {
 		return config.Invalid(field, config.RedactURL(raw), "no host")
+	}
+	// ParseURI's errors quote nothing of the URL once url.Parse took it.
+	uri, err := amqp.ParseURI(raw)
+	if err != nil {
+		return config.Invalid(field, config.RedactURL(raw), "%w", err)
+	}
+	if uri.Port < 1 || uri.Port > 65535 {
+		return config.Invalid(field, config.RedactURL(raw), "port %d is outside 1..65535", uri.Port)
 	}
 	return nil
 }

@@ -96,7 +96,15 @@ func (s *Sender) Config() Config { return s.cfg }
 // SendBound is the longest a message of one Send may take to reach the
 // broker: SendTimeout, then three heartbeats for a request that got no
 // answer (see holdUnanswered). The relay refuses a stale limit below it.
-func (s *Sender) SendBound() time.Duration { return s.cfg.SendTimeout + s.settleAfter() }
+func (s *Sender) SendBound() time.Duration { return s.cfg.SendBound() }
+
+// SendBound is the SendBound of a Sender with this configuration, known
+// before it connects: serve checks the relay's stale limit against it
+// before it opens anything.
+func (c Config) SendBound() time.Duration {
+	config.FillZero(&c, DefaultConfig())
+	return c.SendTimeout + settleAfter(c.Heartbeat)
+}
 
 // Send publishes msgs and awaits their confirms together, spread over the
 // channels by routing key: the messages of one post go out in the order of
@@ -169,7 +177,7 @@ func (s *Sender) holdUnanswered(errs []error) {
 		}
 		if settled == nil {
 			settled = make(chan struct{})
-			time.AfterFunc(s.settleAfter(), func() { close(settled) })
+			time.AfterFunc(settleAfter(s.cfg.Heartbeat), func() { close(settled) })
 		}
 		errs[i] = &relay.UnansweredError{Err: err, Settled: settled}
 	}
@@ -178,7 +186,7 @@ func (s *Sender) holdUnanswered(errs []error) {
 // settleAfter is how long after its socket is closed a request of the
 // connection may still reach the broker: three heartbeats (the broker gives
 // up on a silent connection after two).
-func (s *Sender) settleAfter() time.Duration { return 3 * s.cfg.Heartbeat }
+func settleAfter(heartbeat time.Duration) time.Duration { return 3 * heartbeat }
 
 // spread deals the indexes of msgs to n lanes by a hash of the routing key,
 // keeping their order: two messages of one post share a lane, in order.

@@ -868,3 +868,17 @@ func TestTwoSendsAtOnceOverFourLanes(t *testing.T) {
 		require.Equal(t, 1, c, "event %s", id)
 	}
 }
+
+// A configuration's SendBound is its sender's, known before any connection:
+// serve checks the relay's stale limit against it before it opens anything.
+func TestConfigSendBoundIsTheSenders(t *testing.T) {
+	t.Parallel()
+	cfg := rabbitmq.Config{URL: "amqp://guest:guest@127.0.0.1:1/", Exchange: "x", SendTimeout: 7 * time.Second, Heartbeat: 2 * time.Second}
+	s, err := rabbitmq.NewSender(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.Equal(t, 13*time.Second, cfg.SendBound(), "the send timeout and three heartbeats")
+	require.Equal(t, s.SendBound(), cfg.SendBound())
+	def, err := rabbitmq.NewSender(rabbitmq.Config{URL: cfg.URL, Exchange: "x"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, def.SendBound(), rabbitmq.Config{URL: cfg.URL}.SendBound(), "the defaults fill a zero")
+}

@@ -284,18 +284,39 @@ func MinStaleAfter(sendBound, writeTimeout time.Duration) time.Duration {
 	return (sendBound + writeTimeout) * 5 / 4
 }
 
+// ValidateFor is Validate for a relay whose sender's sends take up to
+// sendBound (its SendBounder; 0: unbounded): it also refuses a StaleAfter
+// such a send could outlast, as New does, so a caller can check before it
+// builds the sender. Like Validate, it fills no default: a zero is refused.
+func (c Config) ValidateFor(sendBound time.Duration) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return c.checkStaleAfter(sendBound)
+}
+
+// checkStaleAfter refuses a StaleAfter that a send of up to sendBound and
+// the write of its results could outlast (a *StaleLimitError).
+func (c Config) checkStaleAfter(sendBound time.Duration) error {
+	if sendBound <= 0 {
+		return nil
+	}
+	if min := MinStaleAfter(sendBound, c.WriteTimeout); c.StaleAfter <= min {
+		return &config.Error{Field: "relay.Config.StaleAfter", Value: c.StaleAfter,
+			Err: &StaleLimitError{StaleAfter: c.StaleAfter, Min: min, SendBound: sendBound, WriteTimeout: c.WriteTimeout}}
+	}
+	return nil
+}
+
 // New returns a relay that claims from store and sends through send.
 func New(store *outbox.Store, send Sender, cfg Config) (*Relay, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid relay config: %w", err)
 	}
-	if b, ok := send.(SendBounder); ok && b.SendBound() > 0 {
-		if min := MinStaleAfter(b.SendBound(), cfg.WriteTimeout); cfg.StaleAfter <= min {
-			return nil, fmt.Errorf("invalid relay config: %w", &config.Error{
-				Field: "relay.Config.StaleAfter", Value: cfg.StaleAfter,
-				Err: &StaleLimitError{StaleAfter: cfg.StaleAfter, Min: min, SendBound: b.SendBound(), WriteTimeout: cfg.WriteTimeout},
-			})
+	if b, ok := send.(SendBounder); ok {
+		if err := cfg.checkStaleAfter(b.SendBound()); err != nil {
+			return nil, fmt.Errorf("invalid relay config: %w", err)
 		}
 	}
 	return &Relay{cfg: cfg, store: store, send: send, wake: make(chan struct{}, 1),

@@ -1136,6 +1136,19 @@ func TestNewRefusesAStaleLimitTheSenderCouldOutlast(t *testing.T) {
 	// A sender that does not know its bound is not checked.
 	_, err = New(outbox.NewStore(db), relaytest.NewSender(), Config{InstanceID: "a", StaleAfter: 2 * time.Second, Interval: 100 * time.Millisecond})
 	require.NoError(t, err)
+
+	// ValidateFor says the same before the sender exists (serve checks
+	// its settings before it opens anything).
+	valid := func(staleAfter, interval, writeTimeout time.Duration) Config {
+		c := DefaultConfig()
+		c.InstanceID, c.StaleAfter, c.Interval, c.WriteTimeout = "a", staleAfter, interval, writeTimeout
+		return c
+	}
+	require.ErrorAs(t, valid(11*time.Second, time.Second, 30*time.Second).ValidateFor(30*time.Second), &sl)
+	require.Equal(t, 75*time.Second, sl.Min)
+	require.NoError(t, valid(20*time.Second, time.Second, 5*time.Second).ValidateFor(10*time.Second))
+	require.NoError(t, valid(2*time.Second, 100*time.Millisecond, 30*time.Second).ValidateFor(0))
+	require.Error(t, Config{InstanceID: "a", StaleAfter: 20 * time.Second}.ValidateFor(0), "no default is filled in: a zero batch size is refused")
 }
 
 // While the broker cannot be reached the pause between polls doubles from

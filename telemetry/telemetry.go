@@ -103,6 +103,9 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	if endpoint == "" {
 		return Disabled(), nil
 	}
+	// The endpoint may carry basic auth or a token: it is only ever shown
+	// redacted.
+	endpoint = config.RedactURL(endpoint)
 	for _, k := range []string{EnvTracesProtocol, EnvProtocol} {
 		if v := env(k); v != "" {
 			if v != supportedOTLPProtocol {
@@ -115,7 +118,7 @@ func Setup(ctx context.Context, cfg Config) (*Provider, error) {
 	// TLS settings from the same environment itself.
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("otlp trace exporter for %s: %w", endpoint, err)
+		return nil, fmt.Errorf("otlp trace exporter for %s: %s", endpoint, config.RedactError(err))
 	}
 	// The batcher reads OTEL_BSP_*, the provider OTEL_TRACES_SAMPLER and the
 	// span limits.
@@ -148,8 +151,9 @@ func (p *Provider) TracerProvider() trace.TracerProvider { return p.tp }
 // Exporting reports whether spans are recorded and exported.
 func (p *Provider) Exporting() bool { return p.exporting }
 
-// Endpoint is the OTLP endpoint spans go to ("" when not exporting, or
-// exporting to Config.Exporter).
+// Endpoint is the OTLP endpoint spans go to, its secrets hidden
+// (config.RedactURL); "" when not exporting, or exporting to
+// Config.Exporter.
 func (p *Provider) Endpoint() string { return p.endpoint }
 
 // Shutdown exports the spans still buffered and stops the exporter, within

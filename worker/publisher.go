@@ -131,21 +131,16 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 // naming the field.
 func (c WebhookConfig) Validate() error {
 	const f = "worker.WebhookConfig."
-	u, err := url.Parse(c.URL)
+	u, err := config.ParseURL(c.URL) // its error quotes no password
 	switch {
 	case c.URL == "":
 		return config.Invalid(f+"URL", c.URL, "required")
 	case err != nil:
-		// url.Error repeats the URL as given: keep only its reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
 		return config.Invalid(f+"URL", config.RedactURL(c.URL), "%w", err)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return config.Invalid(f+"URL", u.Redacted(), "want http or https")
+		return config.Invalid(f+"URL", config.RedactURL(c.URL), "want http or https")
 	case u.Host == "":
-		return config.Invalid(f+"URL", u.Redacted(), "no host")
+		return config.Invalid(f+"URL", config.RedactURL(c.URL), "no host")
 	case c.Timeout < 100*time.Millisecond || c.Timeout > 5*time.Minute:
 		return config.Invalid(f+"Timeout", c.Timeout, "want 100ms to 5m")
 	case c.RedirectAttempts < 1 || c.RedirectAttempts > 100:
@@ -233,6 +228,12 @@ func (h *Webhook) Publish(ctx context.Context, p Publishing) error {
 	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
+		// The client's *url.Error repeats the URL with only its password
+		// masked, a token in its query shown: h.name names it redacted.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("webhook %s: %w", h.name, err)
 	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512)) // for the error only

@@ -3,11 +3,11 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
 )
 
@@ -28,7 +28,7 @@ func asyncAPIRoute(s *settings, brokers []string) (http.Handler, error) {
 		as.RabbitMQProtocol, as.RabbitMQVhost = u.Scheme, u.Vhost
 	}
 	if s.PublishWebhookURL != "" {
-		u, err := url.Parse(s.PublishWebhookURL)
+		u, err := config.ParseURL(s.PublishWebhookURL) // its error quotes no password
 		if err != nil {
 			return nil, badSetting("POSTING_PUBLISH_WEBHOOK_URL", "(hidden)", err)
 		}

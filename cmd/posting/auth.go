@@ -158,7 +158,7 @@ func newVerifier(s *settings, log *slog.Logger) (*auth.Verifier, error) {
 		return nil, authSettingError(err)
 	}
 	log.Info("the API requires bearer JWTs", "component", "auth", "hs256", len(cfg.Secret) > 0,
-		"jwks_url", cfg.JWKSURL, "issuer", cfg.Issuer, "audience", cfg.Audience)
+		"jwks_url", redactURL(cfg.JWKSURL), "issuer", cfg.Issuer, "audience", cfg.Audience)
 	return v, nil
 }
 

@@ -248,15 +248,19 @@ func (s *settings) validateServe() error {
 		return usageError{fmt.Errorf("invalid POSTING_ADMIN_TOKEN: must be at least %d bytes, got %d; "+
 			"generate one with: openssl rand -hex 32", admin.MinTokenBytes, len(s.AdminToken))}
 	}
+	// The relay's stale limit is checked against the send bound of the
+	// sender to come, so that it is refused before anything is opened.
 	if s.RabbitMQURL != "" {
-		return s.validateConfigs(s.rabbitmqConfig(), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig(), s.overdueConfig())
+		rc := s.rabbitmqConfig()
+		return s.validateConfigs(rc, relayCheck{s.relayConfig(), rc.SendBound()}, s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig(), s.overdueConfig())
 	}
 	brokers := s.brokers()
 	var cfgs []validator
 	if len(s.KafkaBrokers) == 0 {
 		cfgs = append(cfgs, s.embeddedConfig(""))
 	}
-	cfgs = append(cfgs, s.producerConfig(brokers), s.relayConfig(), s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig(), s.overdueConfig())
+	pc := s.producerConfig(brokers)
+	cfgs = append(cfgs, pc, relayCheck{s.relayConfig(), pc.SendBound()}, s.schedulerConfig(), s.cleanerConfig(), s.serviceConfig(), s.overdueConfig())
 	cfgs = append(cfgs, s.workerConfigs(brokers)...)
 	return s.validateConfigs(cfgs...)
 }
@@ -273,11 +277,27 @@ func (s *settings) validateLongRunning() error {
 	if err := s.validateConfigs(s.HTTP); err != nil {
 		return err
 	}
+	if s.PublishWebhookURL != "" {
+		// Whatever the mode: serve on RabbitMQ runs no worker, but names
+		// the webhook in /asyncapi.json.
+		if err := s.validateConfigs(s.webhookConfig()); err != nil {
+			return err
+		}
+	}
 	return s.validateWebhookSecret()
 }
 
 // validator is a component's configuration.
 type validator interface{ Validate() error }
+
+// relayCheck is the relay's configuration with the send bound of its
+// sender (relay.Config.ValidateFor).
+type relayCheck struct {
+	cfg       relay.Config
+	sendBound time.Duration
+}
+
+func (c relayCheck) Validate() error { return c.cfg.ValidateFor(c.sendBound) }
 
 // validateConfigs validates cfgs in order and returns the first refusal
 // as a bad setting.

@@ -55,6 +55,13 @@ func newServeCommand() *cobra.Command {
 // serve runs until ctx ends, then shuts down: stop taking requests, let
 // in-flight sends finish and be recorded, stop the rest, return nil.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
+	// The port first: a busy one stops serve before it opens, migrates or
+	// starts anything.
+	ln, err := listen("POSTING_HTTP_ADDR", s.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // at a failed start; after Shutdown, closed already
 	st, tracing, err := startRunning(ctx, s, log)
 	if err != nil {
 		return err
@@ -219,13 +226,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", s.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on POSTING_HTTP_ADDR=%s: %w", s.HTTPAddr, err)
-	}
 	srv, err := httpserver.New(ln, m.HTTP(handler), s.HTTP)
 	if err != nil {
-		_ = ln.Close()
 		return s.settingError(err)
 	}
 
@@ -290,6 +292,16 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		log.Warn("http shutdown incomplete", "err", err)
 	}
 	return errors.Join(lost, st.stopWithin(sctx, cancelBG, s, log))
+}
+
+// listen binds the HTTP port of the setting name at addr. serve and worker
+// bind theirs before they open anything, so a busy port leaves no trace.
+func listen(name, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s=%s: %w", name, addr, err)
+	}
+	return ln, nil
 }
 
 // running is what a long-running command (serve, worker) started, stopped

@@ -34,7 +34,7 @@ func startTracing(ctx context.Context, s *settings, log *slog.Logger, st *starts
 		sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
 		defer cancel()
 		if err := p.Shutdown(sctx); err != nil {
-			log.Warn("spans not exported at shutdown", "component", "tracing", "err", err)
+			log.Warn("spans not exported at shutdown", "component", "tracing", "err", config.RedactError(err))
 		}
 	})
 	if p.Exporting() {

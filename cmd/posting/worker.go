@@ -207,6 +207,16 @@ func brokerAddr(s *settings, brokers []string) string {
 // runWorker runs the worker until ctx ends, then stops it within the
 // shutdown timeout.
 func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
+	// The port first: a busy one stops the worker before it opens the
+	// database or joins its consumer group.
+	var ln net.Listener
+	if s.WorkerHTTPAddr != "" {
+		var err error
+		if ln, err = listen("POSTING_WORKER_HTTP_ADDR", s.WorkerHTTPAddr); err != nil {
+			return err
+		}
+		defer ln.Close() // at a failed start; after Shutdown, closed already
+	}
 	st, tracing, err := startRunning(ctx, s, log)
 	if err != nil {
 		return err
@@ -231,8 +241,8 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if s.WorkerHTTPAddr != "" {
-		srv, err := workerHTTP(s, db, brokers, ping, m, log)
+	if ln != nil {
+		srv, err := workerHTTP(ln, s, db, brokers, ping, m, log)
 		if err != nil {
 			return err
 		}
@@ -250,9 +260,9 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	return st.stopWithin(sctx, cancelBG, s, log)
 }
 
-// workerHTTP serves the worker's probes and metrics.
+// workerHTTP serves the worker's probes and metrics on ln.
 // consumerPing, when not nil, checks the consumer's own connection (RabbitMQ).
-func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing func(context.Context) error, m *metrics.Metrics, log *slog.Logger) (*httpserver.Server, error) {
+func workerHTTP(ln net.Listener, s *settings, db *database.DB, brokers []string, consumerPing func(context.Context) error, m *metrics.Metrics, log *slog.Logger) (*httpserver.Server, error) {
 	if consumerPing == nil {
 		// A producer that never sends: its Ping asks the brokers for metadata.
 		probe, err := kafka.NewProducer(s.producerConfig(brokers), nil)
@@ -275,13 +285,8 @@ func workerHTTP(s *settings, db *database.DB, brokers []string, consumerPing fun
 		mux.Handle(pattern, h)
 	}
 	mux.Handle("GET /metrics", m.Handler())
-	ln, err := net.Listen("tcp", s.WorkerHTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on POSTING_WORKER_HTTP_ADDR=%s: %w", s.WorkerHTTPAddr, err)
-	}
 	srv, err := httpserver.New(ln, m.HTTP(response.Routed(mux)), s.HTTP)
 	if err != nil {
-		_ = ln.Close()
 		return nil, s.settingError(err)
 	}
 	go func() { _ = srv.Serve() }() // ends at Shutdown
