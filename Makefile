@@ -34,7 +34,7 @@ bench-micro:
 	$(GO) test -run '^$$' -bench 'CommitToBroker|WritersNotify' -benchtime 1x ./wakeup/
 
 build:
-	$(GO) build -o bin/posting ./cmd/posting
+	$(GO) build -buildvcs=auto -o bin/posting ./cmd/posting
 
 run:
 	$(GO) run ./cmd/posting serve

@@ -33,7 +33,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	// Unknown flags and arguments are usage errors: exit status 2.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newMigrateCommand(), newServeCommand(), newWorkerCommand(), newOutboxCommand(), newPublicationsCommand(), newPostsCommand(), newTokenCommand(), newBenchCommand())
+	root.AddCommand(newMigrateCommand(), newServeCommand(), newWorkerCommand(), newOutboxCommand(), newPublicationsCommand(), newPostsCommand(), newTokenCommand(), newBenchCommand(), newVersionCommand())
 	return root
 }
 

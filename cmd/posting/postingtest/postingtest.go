@@ -51,7 +51,7 @@ var Binary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "posting")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/postingsvc/posting/cmd/posting").CombinedOutput()
+	out, err := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "github.com/postingsvc/posting/cmd/posting").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
