@@ -47,9 +47,9 @@ func (g *gate) Publish(ctx context.Context, p worker.Publishing) error {
 	return nil
 }
 
-// held waits until the first call holds the only slot and returns the other
-// post of a and b, the one waiting for the slot.
-func (g *gate) held(t *testing.T, a, b *reservation.Post) *reservation.Post {
+// held waits until the first call holds the only slot and returns the post
+// being published and the other of a and b, the one waiting for the slot.
+func (g *gate) held(t *testing.T, a, b *reservation.Post) (first, waiting *reservation.Post) {
 	t.Helper()
 	select {
 	case <-g.entered:
@@ -57,9 +57,9 @@ func (g *gate) held(t *testing.T, a, b *reservation.Post) *reservation.Post {
 		t.Fatal("the publisher was never called")
 	}
 	if g.first.Load() == a.ID {
-		return b
+		return a, b
 	}
-	return a
+	return b, a
 }
 
 // slotWorker is a worker with one slot, publishing through pub.
@@ -111,11 +111,7 @@ func TestWorkerCallsNoPublisherForAPostCancelledWhileItWaitedForASlot(t *testing
 		var settled tally
 		w := slotWorker(t, db.DB, g, &settled)
 		a, b := twoDueTogether(t, db.DB, w)
-		waiting := g.held(t, a, b)
-		first := a
-		if waiting == a {
-			first = b
-		}
+		first, waiting := g.held(t, a, b)
 
 		_, err = svc.Cancel(ctx, waiting.ID)
 		require.NoError(t, err)
@@ -147,11 +143,7 @@ func TestWorkerExpiresAPostWhosePublishByPassedWhileItWaited(t *testing.T) {
 		var settled tally
 		w := slotWorker(t, db.DB, g, &settled)
 		a, b := twoDueTogether(t, db.DB, w)
-		waiting := g.held(t, a, b)
-		first := a
-		if waiting == a {
-			first = b
-		}
+		first, waiting := g.held(t, a, b)
 		by := databasetest.Now(t, db.DB).Add(200 * time.Millisecond)
 		require.NoError(t, db.Model(&reservation.Post{}).Where("id = ?", waiting.ID).Update("publish_by", by).Error)
 		require.Eventually(t, func() bool { return databasetest.Now(t, db.DB).After(by) }, 10*time.Second, 10*time.Millisecond)
