@@ -312,6 +312,22 @@ func TestWorkerHTTPEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusOK, getProbe(t, addr, "/healthz").code, "alive while not ready")
 }
 
+// scrapeCounted scrapes until every request the test made is counted (the
+// middleware counts after the handler returns, so a client may read its
+// answer a moment before the count moves), or 10 s pass, and returns the
+// last scrape for the caller's assertions.
+func scrapeCounted(t *testing.T, addr string, counted func(m string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m := scrape(t, addr)
+		if counted(m) || time.Now().After(deadline) {
+			return m
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // requestsCounted is the value of posting_http_requests_total for route and
 // code in a scrape, "" when the series is absent.
 func requestsCounted(scrape, route, code string) string {
@@ -343,14 +359,17 @@ func TestServeCountsRequestsByMatchedRoute(t *testing.T) {
 	require.Equal(t, 200, do("GET", "/healthz", "", ""))
 	require.Equal(t, 404, do("GET", "/nowhere", "", ""))
 
-	m := scrape(t, addr)
-	for _, c := range []struct{ route, code string }{
+	want := []struct{ route, code string }{
 		{"POST /api/v1/posts", "201"},
 		{"POST /api/v1/posts", "401"},
 		{"GET /admin/outbox/stats", "401"},
 		{"GET /healthz", "200"},
 		{"unmatched", "404"},
-	} {
+	}
+	m := scrapeCounted(t, addr, func(m string) bool {
+		return !slices.ContainsFunc(want, func(c struct{ route, code string }) bool { return requestsCounted(m, c.route, c.code) == "" })
+	})
+	for _, c := range want {
 		require.Equal(t, "1", requestsCounted(m, c.route, c.code), "%s %s in:\n%s", c.route, c.code, m)
 	}
 	require.Regexp(t, `(?m)^posting_admin_auth_failures_total\{instance_id="[^"]*",outcome="invalid"\} 1$`, m)
@@ -384,10 +403,16 @@ func TestServeCountsEveryDocumentedOperationUnderItsRoute(t *testing.T) {
 		}
 	}
 	require.Greater(t, len(routes), 15, "the document names the routes of serve")
-	m := scrape(t, addr)
+	countedRe := func(route string) *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^posting_http_requests_total\{code="\d+",instance_id="[^"]*",route="` +
+			regexp.QuoteMeta(route) + `(\{\$\})?"\} \d+$`)
+	}
+	m := scrapeCounted(t, addr, func(m string) bool {
+		return strings.Contains(m, `route="unmatched"`) ||
+			!slices.ContainsFunc(routes, func(r string) bool { return !countedRe(r).MatchString(m) })
+	})
 	for _, route := range routes {
-		require.Regexp(t, `(?m)^posting_http_requests_total\{code="\d+",instance_id="[^"]*",route="`+
-			regexp.QuoteMeta(route)+`(\{\$\})?"\} \d+$`, m, "%s is not counted under its route", route)
+		require.Regexp(t, countedRe(route), m, "%s is not counted under its route", route)
 	}
 	require.NotContains(t, m, `route="unmatched"`, "a documented operation was counted as unmatched")
 }
