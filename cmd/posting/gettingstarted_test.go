@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,8 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 )
 
@@ -37,16 +41,22 @@ func pageBlocks(t *testing.T, name string) []string {
 	return blocks
 }
 
-// blockWith returns the one block holding marker.
-func blockWith(t *testing.T, blocks []string, marker string) string {
+// blockWith returns the one block holding every marker. A marker may
+// start with a newline to match only at the start of a line (the block's
+// first line included).
+func blockWith(t *testing.T, blocks []string, markers ...string) string {
 	t.Helper()
 	var found []string
 	for _, b := range blocks {
-		if strings.Contains(b, marker) {
+		all := true
+		for _, m := range markers {
+			all = all && strings.Contains("\n"+b, m)
+		}
+		if all {
 			found = append(found, b)
 		}
 	}
-	require.Len(t, found, 1, "blocks holding %q", marker)
+	require.Len(t, found, 1, "blocks holding %q", markers)
 	return found[0]
 }
 
@@ -134,6 +144,16 @@ func (s *docShell) eventually(block string, timeout time.Duration, want ...strin
 func requireFreePort(t *testing.T, addr string) {
 	t.Helper()
 	if code, _ := httpGet(addr, "/healthz"); code != 0 {
+		t.Fatalf("%s is taken by another process; the page's commands need it", addr)
+	}
+}
+
+// requireFreeTCP fails when anything accepts connections on addr (a port
+// that is not HTTP, such as the embedded broker's).
+func requireFreeTCP(t *testing.T, addr string) {
+	t.Helper()
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = c.Close()
 		t.Fatalf("%s is taken by another process; the page's commands need it", addr)
 	}
 }
@@ -226,21 +246,176 @@ func TestGettingStartedProductionRunsAsPrinted(t *testing.T) {
 	})
 	sh.exports = "export POSTING_RABBITMQ_EXCHANGE=" + exchange + " POSTING_WORKER_GROUP=" + group + "\n"
 
-	setup := blockWith(t, blocks, "./bin/posting migrate")
-	requireShown(t, setup, "migrations to postgres://")
+	setup := blockWith(t, blocks, "psql", "./bin/posting migrate")
+	requireShown(t, setup, "migrations to postgres://", "export POSTING_DATABASE_MAX_CONNS=20")
 	out := sh.run(unique.Replace(setup))
 	require.Contains(t, out, "migrations to postgres://127.0.0.1:5432/"+name)
 	require.Contains(t, sh.exports, amqpURL[:strings.Index(amqpURL, "@")], "the page's RabbitMQ URL is the test server's")
 
-	sh.start(blockWith(t, blocks, "./bin/posting worker &"))
+	sh.start(blockWith(t, blocks, "\nPOSTING_WORKER_HTTP_ADDR=127.0.0.1:8082 ./bin/posting worker &"))
 	waitHealthy(t, "127.0.0.1:8082")
-	sh.start(blockWith(t, blocks, "POSTING_HTTP_ADDR=127.0.0.1:8090 ./bin/posting serve &"))
+	sh.start(blockWith(t, blocks, "\nPOSTING_HTTP_ADDR=127.0.0.1:8090 ./bin/posting serve &"))
 	waitHealthy(t, "127.0.0.1:8080")
 	waitHealthy(t, "127.0.0.1:8090")
+	// The page's pool, which its arithmetic fits into max_connections=100,
+	// is the one in force in each of the three processes.
+	poolMax := regexp.MustCompile(`(?m)^posting_database_connections_max(\{[^}]*\})? (\S+)$`)
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:8090", "127.0.0.1:8082"} {
+		code, body := httpGet(addr, "/metrics")
+		require.Equal(t, http.StatusOK, code, "%s/metrics", addr)
+		m := poolMax.FindStringSubmatch(body)
+		require.NotNil(t, m, "%s/metrics has no posting_database_connections_max", addr)
+		require.Equal(t, "20", m[2], "%s's pool", addr)
+	}
 
 	use := blockWith(t, blocks, `"content\":\"Two instances\"`)
 	out = sh.run(use)
 	require.Contains(t, out, `"id":1,`)
 	require.Equal(t, 2, strings.Count(out, `"content":"Two instances"`), "created on one instance, read on the other:\n%s", out)
 	sh.eventually("./bin/posting outbox stats\n", 30*time.Second, "SENT        1")
+}
+
+// The Kafka path on one machine: the first serve runs the embedded broker
+// (and its embedded worker), the worker and the second serve point
+// POSTING_KAFKA_BROKERS at it.
+func TestGettingStartedMariaDBKafkaRunsAsPrinted(t *testing.T) {
+	t.Parallel()
+	myURL := databasetest.MySQLURL(t, "posting_docs") // a fresh database, dropped afterwards
+	if _, err := exec.LookPath("mysql"); err != nil {
+		if os.Getenv("POSTING_TEST_REQUIRE_MYSQL") == "1" {
+			t.Fatalf("the page's mysql client is not installed and POSTING_TEST_REQUIRE_MYSQL=1: %v", err)
+		}
+		t.Skip("mysql client not installed: the page's MariaDB + Kafka blocks are not run")
+	}
+	name := myURL[strings.LastIndex(myURL, "/")+1:]
+	if myURL != "mysql://root@127.0.0.1:3306/"+name {
+		t.Skipf("the page's commands use root@127.0.0.1:3306, the test server is %s", myURL[:strings.LastIndex(myURL, "/")])
+	}
+	takeDocsPorts(t)
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:8090", "127.0.0.1:8082"} {
+		requireFreePort(t, addr)
+	}
+	requireFreeTCP(t, "127.0.0.1:9092")
+	blocks := pageBlocks(t, "getting-started.md")
+	sh := newDocShell(t)
+	// The page's database made unique to this run: MySQLURL created one
+	// already, so the page's CREATE DATABASE makes a second name that the
+	// cleanup drops too.
+	unique := strings.NewReplacer(
+		"CREATE DATABASE posting ", "CREATE DATABASE "+name+"_page ",
+		"3306/posting'", "3306/"+name+"'",
+	)
+	t.Cleanup(func() {
+		_ = exec.Command("mysql", "-h", "127.0.0.1", "-u", "root", "-e", "DROP DATABASE IF EXISTS "+name+"_page").Run()
+	})
+
+	setup := blockWith(t, blocks, "mysql -h 127.0.0.1", "./bin/posting migrate")
+	requireShown(t, setup, "migrations to mysql://", "unset POSTING_RABBITMQ_URL")
+	out := sh.run(unique.Replace(setup))
+	require.Contains(t, out, "migrations to mysql://127.0.0.1:3306/"+name)
+	require.Contains(t, sh.exports, "3306/"+name+"'")
+
+	// The worker first, as printed: it waits for the broker of the first
+	// serve, which the next block starts.
+	worker := sh.start(blockWith(t, blocks, "\nPOSTING_WORKER_HTTP_ADDR=127.0.0.1:8082 POSTING_KAFKA_BROKERS=127.0.0.1:9092 ./bin/posting worker &"))
+	serves := sh.start(blockWith(t, blocks, "POSTING_DATA_DIR=./data-mariadb", "POSTING_HTTP_ADDR=127.0.0.1:8090 POSTING_KAFKA_BROKERS=127.0.0.1:9092 ./bin/posting serve &"))
+	waitHealthy(t, "127.0.0.1:8080")
+	waitHealthy(t, "127.0.0.1:8090")
+	waitHealthy(t, "127.0.0.1:8082")
+	logs := serves.String()
+	require.Contains(t, logs, `msg="embedded kafka broker started"`, "the first serve runs the broker")
+	require.Contains(t, logs, `msg="using kafka cluster"`, "the second serve uses the first one's broker")
+	m := regexp.MustCompile(`msg="embedded kafka broker started".* partitions=(\d+)`).FindStringSubmatch(logs)
+	require.NotNil(t, m, "the broker logs its partitions:\n%s", logs)
+	partitions, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	// The worker joins the group beside the first serve's embedded worker
+	// and takes its share of the partitions.
+	assigned := regexp.MustCompile(`msg="partitions assigned".* partitions="\[([0-9 ]+)\]"`)
+	var mine map[int32]bool
+	require.Eventually(t, func() bool {
+		all := assigned.FindAllStringSubmatch(worker.String(), -1)
+		if len(all) == 0 {
+			return false
+		}
+		mine = map[int32]bool{}
+		for _, p := range strings.Fields(all[len(all)-1][1]) {
+			n, _ := strconv.Atoi(p)
+			mine[int32(n)] = true
+		}
+		return true
+	}, 60*time.Second, 200*time.Millisecond, "the worker never took partitions:\n%s", worker)
+	require.Less(t, len(mine), partitions, "the first serve's embedded worker shares the group")
+
+	use := blockWith(t, blocks, `"content\":\"MariaDB and Kafka\"`)
+	requireShown(t, use, "127.0.0.1:8090/api/v1/posts -H", "127.0.0.1:8080/api/v1/posts/1")
+	out = sh.run(use)
+	require.Contains(t, out, `"id":1,`)
+	require.Equal(t, 2, strings.Count(out, `"content":"MariaDB and Kafka"`), "created on the second serve, read on the first:\n%s", out)
+
+	published := blockWith(t, blocks, `# "status":"PUBLISHED"`, "outbox stats")
+	requireShown(t, published, "SENT        2")
+	sh.eventually(published, 90*time.Second, `"status":"PUBLISHED"`, "SENT        2")
+	require.Regexp(t, `msg="post published".* post_id=1 `, serves.String()+worker.String(), "one of the two workers published it")
+
+	// A post created through the second serve whose partition the worker
+	// holds is published by the worker, not by the first serve.
+	var id int
+	for i := 0; id == 0; i++ {
+		require.Less(t, i, 50, "no post landed on the worker's partitions %v", mine)
+		post := postingtest.CreatePost(t, "127.0.0.1:8090", time.Now().Add(3*time.Second))
+		n := int(post["id"].(float64))
+		if mine[kafkatest.PartitionFor(strconv.Itoa(n), int32(partitions))] {
+			id = n
+		}
+	}
+	sh.eventually("curl -s http://127.0.0.1:8080/api/v1/posts/"+strconv.Itoa(id)+"\n", 60*time.Second, `"status":"PUBLISHED"`)
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`msg="post published".* post_id=` + strconv.Itoa(id) + ` `).MatchString(worker.String())
+	}, 10*time.Second, 100*time.Millisecond, "post %d, on the worker's partitions %v, was not published by the worker:\n%s", id, mine, worker)
+	require.NotRegexp(t, `msg="post published".* post_id=`+strconv.Itoa(id)+` `, serves.String(), "nor by the first serve")
+	t.Logf("post %d, created on :8090, published by the worker (its partitions %v of %d)", id, mine, partitions)
+}
+
+// The page's prose reads in short sentences: a mean of at most 25 words,
+// none over 60; no table cell over 400 characters; and nothing that ages
+// with the machine it was written on. Headings, code blocks and table rows
+// are not sentences.
+func TestGettingStartedPageReadsShort(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "getting-started.md"))
+	require.NoError(t, err)
+	var prose []string
+	inCode := false
+	for _, line := range strings.Split(string(page), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "```"):
+			inCode = !inCode
+		case inCode, strings.HasPrefix(trimmed, "#"):
+		case strings.HasPrefix(trimmed, "|"):
+			for _, cell := range strings.Split(strings.Trim(trimmed, "|"), " | ") {
+				require.LessOrEqual(t, len(cell), 400, "table cell: %s", cell)
+			}
+		default:
+			prose = append(prose, trimmed)
+		}
+	}
+	text := strings.Join(prose, "\n")
+	require.NotRegexp(t, `(?i)this machine|load average|\bload \d|\b20\d\d-\d\d-\d\d\b`, text, "a dated run or a machine's state")
+	var words, sentences int
+	for _, para := range strings.Split(text, "\n\n") {
+		for _, s := range regexp.MustCompile(`[.!?](\s|$)`).Split(strings.TrimSpace(para), -1) {
+			n := len(strings.Fields(s))
+			if n == 0 {
+				continue
+			}
+			require.LessOrEqual(t, n, 60, "a sentence over 60 words: %q", s)
+			words += n
+			sentences++
+		}
+	}
+	require.NotZero(t, sentences)
+	mean := float64(words) / float64(sentences)
+	t.Logf("%d sentences, mean %.1f words", sentences, mean)
+	require.LessOrEqual(t, mean, 25.0, "mean sentence length")
 }
