@@ -96,6 +96,9 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: from}),
+		// A record counts once a consumer of the service may read it: at
+		// its transaction's commit.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(10*time.Millisecond))
 	if err != nil {
 		return Latency{}, fmt.Errorf("commit to broker: consumer: %w", err)

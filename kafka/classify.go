@@ -70,10 +70,7 @@ var producerUnavailableCodes = map[sarama.KError]bool{
 func producerClassify(err error) error {
 	var kerrCode sarama.KError
 	if errors.As(err, &kerrCode) {
-		if producerUnavailableCodes[kerrCode] {
-			return fmt.Errorf("%w: %s: %w", relay.ErrUnavailable, producerCodeName(int16(kerrCode)), err)
-		}
-		return &ProducerRejectedError{Code: int16(kerrCode), Name: producerCodeName(int16(kerrCode)), Err: err}
+		return classifyCode(int16(kerrCode), err)
 	}
 	var confErr sarama.ConfigurationError
 	var encErr sarama.PacketEncodingError
@@ -81,6 +78,15 @@ func producerClassify(err error) error {
 		return &ProducerRejectedError{Err: err}
 	}
 	return fmt.Errorf("%w: %w", relay.ErrUnavailable, err)
+}
+
+// classifyCode classifies a Kafka error code the broker (or the client,
+// for a record it refuses) answered, err being the client's error.
+func classifyCode(code int16, err error) error {
+	if producerUnavailableCodes[sarama.KError(code)] {
+		return fmt.Errorf("%w: %s: %w", relay.ErrUnavailable, producerCodeName(code), err)
+	}
+	return &ProducerRejectedError{Code: code, Name: producerCodeName(code), Err: err}
 }
 
 // producerCodeName is the protocol name of a Kafka error code.

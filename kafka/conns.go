@@ -14,7 +14,7 @@ var errTornDown = errors.New("kafka producer connections torn down after a send 
 // DialFunc opens a connection to a broker (ProducerConfig.Dial).
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// connSet is the dialer of one sarama producer: it remembers every
+// connSet is the dialer of one sarama producer or franz-go client: it remembers every
 // connection it opened, so that a send that got no answer within
 // SendTimeout can be cut off for good (tearDown closes them all and
 // refuses new ones). Bytes of the request still on their way then go
@@ -40,10 +40,15 @@ func newConnSet(dial DialFunc, timeout time.Duration) *connSet {
 
 // Dial is sarama's proxy.Dialer.
 func (s *connSet) Dial(network, addr string) (net.Conn, error) {
+	return s.DialContext(context.Background(), network, addr)
+}
+
+// DialContext is franz-go's dialer (kgo.Dialer); the dial timeout bounds it.
+func (s *connSet) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	if s.isDown() {
 		return nil, errTornDown
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	c, err := s.dial(ctx, network, addr)
 	if err != nil {

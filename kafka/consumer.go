@@ -145,6 +145,10 @@ func (cfg ConsumerConfig) saramaConfig() *sarama.Config {
 	// A new group reads the topic from its start: events written before the
 	// first worker joined are not skipped.
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	// The relay's producer commits each send as a transaction; a send
+	// that got no answer is never committed, and its late copy is skipped
+	// here instead of arriving after a later event of its post.
+	c.Consumer.IsolationLevel = sarama.ReadCommitted
 	c.Consumer.Offsets.AutoCommit.Enable = true
 	c.Consumer.Offsets.AutoCommit.Interval = cfg.CommitInterval
 	c.Consumer.Group.Session.Timeout = cfg.SessionTimeout

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/turn"
@@ -39,7 +40,8 @@ type Producer struct {
 
 	mu        sync.Mutex
 	sp        sarama.SyncProducer // nil until connected, or after a failure
-	conns     *connSet            // sp's connections
+	cl        *kgo.Client         // the same for a transactional producer (txn.go)
+	conns     *connSet            // sp's or cl's connections
 	closed    bool
 	connected bool // logged the first connection
 }
@@ -97,27 +99,20 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 		return relay.FailAll(errs, fmt.Errorf("%w: an earlier send still runs after %s", relay.ErrUnavailable, p.cfg.SendTimeout))
 	}
 
-	pms := make([]*sarama.ProducerMessage, len(msgs))
-	for i, m := range msgs {
-		pms[i] = &sarama.ProducerMessage{
-			Topic: p.cfg.Topic,
-			Key:   sarama.StringEncoder(m.Key()),
-			Value: sarama.ByteEncoder(event.WithSequence([]byte(m.Payload), m.ID)),
-			Headers: append([]sarama.RecordHeader{
-				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
-				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},
-			}, extraHeaders(m)...),
-			Metadata: i, // SendMessages reports failures by message, not index
-		}
-	}
 	var abandoned atomic.Bool
+	sendCtx, cancelSend := context.WithCancel(context.Background())
 	done := make(chan []error, 1)
 	settled := make(chan struct{})
 	conns := make(chan *connSet, 1)
 	go func() {
 		defer close(settled)
 		defer func() { <-p.turn }()
-		done <- p.send(pms, &abandoned, conns)
+		defer cancelSend()
+		if p.cfg.TransactionalID != "" {
+			done <- p.sendTxn(sendCtx, msgs, &abandoned, conns)
+			return
+		}
+		done <- p.send(p.saramaMessages(msgs), &abandoned, conns)
 	}()
 	var why error
 	select {
@@ -132,6 +127,7 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 	// down so that it cannot land later, and tell the relay to hold the
 	// rows until the send has ended (settled), not to release them now.
 	abandoned.Store(true)
+	cancelSend()
 	select {
 	case cs := <-conns:
 		cs.tearDown()
@@ -139,6 +135,25 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 		// Still connecting: send tears down what it opens (abandoned).
 	}
 	return relay.FailAll(errs, &relay.UnansweredError{Err: why, Settled: settled})
+}
+
+// saramaMessages are msgs as sarama messages, each with its index as
+// Metadata (SendMessages reports failures by message, not index).
+func (p *Producer) saramaMessages(msgs []outbox.Message) []*sarama.ProducerMessage {
+	pms := make([]*sarama.ProducerMessage, len(msgs))
+	for i, m := range msgs {
+		pms[i] = &sarama.ProducerMessage{
+			Topic: p.cfg.Topic,
+			Key:   sarama.StringEncoder(m.Key()),
+			Value: sarama.ByteEncoder(event.WithSequence([]byte(m.Payload), m.ID)),
+			Headers: append([]sarama.RecordHeader{
+				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
+				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},
+			}, extraHeaders(m)...),
+			Metadata: i,
+		}
+	}
+	return pms
 }
 
 // send runs one batch through the sarama producer, connecting first if
@@ -239,9 +254,12 @@ func (p *Producer) Close() error {
 	}
 	defer release()
 	p.mu.Lock()
-	sp := p.sp
-	p.sp, p.conns = nil, nil
+	sp, cl := p.sp, p.cl
+	p.sp, p.cl, p.conns = nil, nil, nil
 	p.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
 	if sp == nil {
 		return nil
 	}

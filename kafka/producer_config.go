@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/IBM/sarama"
 
@@ -81,6 +82,18 @@ type ProducerConfig struct {
 	// brokers at 2.1.0 or later. MaxMessageBytes bounds the uncompressed
 	// message; the broker checks the compressed batch.
 	Compression Compression
+	// TransactionalID, when set, makes the producer transactional (it
+	// then sends with franz-go: sarama's transactional producer races in
+	// its error paths, IBM/sarama#2913): each Send is one transaction,
+	// committed once every message is acknowledged, and each new client
+	// (after any failure) takes the id's next epoch, which fences the
+	// requests of the one before it. A send that got no answer (a stalled route) is never
+	// committed, so a late copy of it is refused by the broker or
+	// aborted, and consumers reading with isolation.level=read_committed
+	// never see it after a later event of its post. Each instance needs an
+	// id of its own, stable across its restarts; empty: idempotent only,
+	// without that fencing. No control characters.
+	TransactionalID string
 	// Dial opens the producer's broker connections (tests put a faulty
 	// network there). Default: a net.Dialer bounded by DialTimeout. Every
 	// connection a producer opens is torn down when a send gets no answer
@@ -154,6 +167,9 @@ func (cfg ProducerConfig) Validate() error {
 	if !v.IsAtLeast(sarama.V0_11_0_0) {
 		return config.Invalid(f+"KafkaVersion", cfg.KafkaVersion, "idempotent producers need at least 0.11.0")
 	}
+	if strings.ContainsFunc(cfg.TransactionalID, unicode.IsControl) {
+		return config.Invalid(f+"TransactionalID", cfg.TransactionalID, "a control character")
+	}
 	if _, ok := cfg.Compression.codec(); !ok {
 		return config.Invalid(f+"Compression", string(cfg.Compression), "want one of %s", compressionNames())
 	}
@@ -222,6 +238,14 @@ func (cfg ProducerConfig) saramaConfig() (*sarama.Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// TransactionTimeout is how long the broker lets a transaction of this
+// producer stay open before it aborts it: SendTimeout + RequestTimeout,
+// 40 s with the defaults and at most 15 m (the broker's default
+// transaction.max.timeout.ms).
+func (cfg ProducerConfig) TransactionTimeout() time.Duration {
+	return cfg.SendTimeout + cfg.RequestTimeout
 }
 
 // probeConfig is saramaConfig with every network timeout at ProbeTimeout,

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -107,20 +108,36 @@ func producerTestRequireAllNil(t testing.TB, errs []error) {
 
 // TestProducerConformsToTheSenderSuite runs the relay's sender suite
 // (relay/relaytest/sendertest) on the in-process broker.
+// The suite runs on the transactional producer serve uses and on the
+// idempotent one (POSTING_KAFKA_TRANSACTIONS=false).
 func TestProducerConformsToTheSenderSuite(t *testing.T) {
 	t.Parallel()
-	sendertest.Run(t, func(t *testing.T) sendertest.Broker {
-		// A data dir: the broker keeps its records across Down and Up.
-		return producerTestBroker{kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir()))}
-	})
+	for _, transactional := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
+			t.Parallel()
+			sendertest.Run(t, func(t *testing.T) sendertest.Broker {
+				// A data dir: the broker keeps its records across Down and Up.
+				return producerTestBroker{b: kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir())), transactional: transactional}
+			})
+		})
+	}
 }
 
 // producerTestBroker is the sender suite's view of a kafkatest broker.
-type producerTestBroker struct{ b *kafkatest.Broker }
+type producerTestBroker struct {
+	b             *kafkatest.Broker
+	transactional bool // each sender gets a transactional id of its own
+}
+
+// senders numbers the transactional ids of the suite's senders.
+var senders atomic.Int64
 
 func (k producerTestBroker) NewSender(t testing.TB, o sendertest.Options) sendertest.Sender {
 	cfg := producerTestConfig(k.b.Addr)
 	cfg.Topic = k.b.Topic
+	if k.transactional {
+		cfg.TransactionalID = fmt.Sprintf("sender-%d", senders.Add(1))
+	}
 	if o.SendTimeout > 0 {
 		// sarama's own timeouts well inside the bound: it retries within it.
 		cfg.SendTimeout = o.SendTimeout

@@ -49,6 +49,7 @@ type settings struct {
 	KafkaBrokers      []string
 	KafkaTopic        string
 	KafkaCompression  string
+	KafkaTransactions bool
 	EmbeddedKafkaAddr string
 	SchedulerSpec     string
 	ReservationLead   time.Duration
@@ -118,6 +119,7 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: embedded broker on the embedded Kafka address")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.KafkaCompression, "kafka-compression", string(kafka.DefaultProducerConfig().Compression), "codec of the record batches the relay sends: none, gzip, snappy, lz4 or zstd (zstd: brokers 2.1+)")
+	fs.BoolVar(&s.KafkaTransactions, "kafka-transactions", true, "send each batch as a Kafka transaction under the id posting-relay-<instance id>, so a stalled send's late copy is fenced or aborted (consumers read with isolation.level=read_committed); false: idempotent only, where such a copy can land after a later event of its post")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", "127.0.0.1:9092", "listen address of the embedded broker")
 	fs.StringVar(&s.SchedulerSpec, "scheduler-spec", "@every 1m", "robfig/cron spec of the reservation job")
 	fs.DurationVar(&s.ReservationLead, "reservation-lead", 5*time.Minute, "how far ahead of scheduledAt a post becomes WORKING")
@@ -314,35 +316,36 @@ func (s *settings) validateConfigs(cfgs ...validator) error {
 // place a component's field (as its Validate names it in a *config.Error)
 // meets the setting's name, so the components know nothing of POSTING_*.
 var settingOf = map[string]string{
-	"database.Pool.MaxConns":           "POSTING_DATABASE_MAX_CONNS",
-	"database.Pool.MaxIdle":            "POSTING_DATABASE_MAX_IDLE_CONNS",
-	"relay.Config.InstanceID":          "POSTING_INSTANCE_ID",
-	"relay.Config.Interval":            "POSTING_RELAY_INTERVAL",
-	"relay.Config.BatchSize":           "POSTING_RELAY_BATCH_SIZE",
-	"relay.Config.MaxBatchSize":        "POSTING_RELAY_MAX_BATCH_SIZE",
-	"relay.Config.MaxRetries":          "POSTING_RELAY_MAX_RETRIES",
-	"relay.Config.StaleAfter":          "POSTING_RELAY_STALE_AFTER",
-	"reservation.SchedulerConfig.Spec": "POSTING_SCHEDULER_SPEC",
-	"reservation.SchedulerConfig.Lead": "POSTING_RESERVATION_LEAD",
-	"outbox.CleanerConfig.Retention":   "POSTING_OUTBOX_RETENTION",
-	"kafka.ProducerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
-	"kafka.ProducerConfig.Topic":       "POSTING_KAFKA_TOPIC",
-	"kafka.ProducerConfig.ClientID":    "POSTING_INSTANCE_ID",
-	"kafka.ProducerConfig.Compression": "POSTING_KAFKA_COMPRESSION",
-	"kafka.ConsumerConfig.Brokers":     "POSTING_KAFKA_BROKERS",
-	"kafka.ConsumerConfig.Topic":       "POSTING_KAFKA_TOPIC",
-	"kafka.ConsumerConfig.GroupID":     "POSTING_WORKER_GROUP",
-	"kafka.EmbeddedConfig.Addr":        "POSTING_EMBEDDED_KAFKA_ADDR",
-	"kafka.EmbeddedConfig.Topic":       "POSTING_KAFKA_TOPIC",
-	"worker.Config.Consumer":           "POSTING_WORKER_GROUP",
-	"worker.Config.Concurrency":        "POSTING_WORKER_CONCURRENCY",
-	"worker.WebhookConfig.URL":         "POSTING_PUBLISH_WEBHOOK_URL",
-	"worker.WebhookConfig.Secret":      "POSTING_WEBHOOK_SECRET",
-	"rabbitmq.Config.URL":              "POSTING_RABBITMQ_URL",
-	"rabbitmq.Config.Exchange":         "POSTING_RABBITMQ_EXCHANGE",
-	"rabbitmq.ConsumerConfig.URL":      "POSTING_RABBITMQ_URL",
-	"rabbitmq.ConsumerConfig.Exchange": "POSTING_RABBITMQ_EXCHANGE",
-	"rabbitmq.ConsumerConfig.Queue":    "POSTING_WORKER_GROUP",
+	"database.Pool.MaxConns":               "POSTING_DATABASE_MAX_CONNS",
+	"database.Pool.MaxIdle":                "POSTING_DATABASE_MAX_IDLE_CONNS",
+	"relay.Config.InstanceID":              "POSTING_INSTANCE_ID",
+	"relay.Config.Interval":                "POSTING_RELAY_INTERVAL",
+	"relay.Config.BatchSize":               "POSTING_RELAY_BATCH_SIZE",
+	"relay.Config.MaxBatchSize":            "POSTING_RELAY_MAX_BATCH_SIZE",
+	"relay.Config.MaxRetries":              "POSTING_RELAY_MAX_RETRIES",
+	"relay.Config.StaleAfter":              "POSTING_RELAY_STALE_AFTER",
+	"reservation.SchedulerConfig.Spec":     "POSTING_SCHEDULER_SPEC",
+	"reservation.SchedulerConfig.Lead":     "POSTING_RESERVATION_LEAD",
+	"outbox.CleanerConfig.Retention":       "POSTING_OUTBOX_RETENTION",
+	"kafka.ProducerConfig.Brokers":         "POSTING_KAFKA_BROKERS",
+	"kafka.ProducerConfig.Topic":           "POSTING_KAFKA_TOPIC",
+	"kafka.ProducerConfig.ClientID":        "POSTING_INSTANCE_ID",
+	"kafka.ProducerConfig.Compression":     "POSTING_KAFKA_COMPRESSION",
+	"kafka.ProducerConfig.TransactionalID": "POSTING_INSTANCE_ID",
+	"kafka.ConsumerConfig.Brokers":         "POSTING_KAFKA_BROKERS",
+	"kafka.ConsumerConfig.Topic":           "POSTING_KAFKA_TOPIC",
+	"kafka.ConsumerConfig.GroupID":         "POSTING_WORKER_GROUP",
+	"kafka.EmbeddedConfig.Addr":            "POSTING_EMBEDDED_KAFKA_ADDR",
+	"kafka.EmbeddedConfig.Topic":           "POSTING_KAFKA_TOPIC",
+	"worker.Config.Consumer":               "POSTING_WORKER_GROUP",
+	"worker.Config.Concurrency":            "POSTING_WORKER_CONCURRENCY",
+	"worker.WebhookConfig.URL":             "POSTING_PUBLISH_WEBHOOK_URL",
+	"worker.WebhookConfig.Secret":          "POSTING_WEBHOOK_SECRET",
+	"rabbitmq.Config.URL":                  "POSTING_RABBITMQ_URL",
+	"rabbitmq.Config.Exchange":             "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.URL":          "POSTING_RABBITMQ_URL",
+	"rabbitmq.ConsumerConfig.Exchange":     "POSTING_RABBITMQ_EXCHANGE",
+	"rabbitmq.ConsumerConfig.Queue":        "POSTING_WORKER_GROUP",
 
 	// Its own block: a long key that would realign the lines above.
 	"reservation.ServiceConfig.IdempotencyRetention": "POSTING_IDEMPOTENCY_RETENTION",
@@ -462,6 +465,9 @@ func (s *settings) producerConfig(brokers []string) kafka.ProducerConfig {
 	c := kafka.DefaultProducerConfig()
 	c.Brokers, c.Topic, c.ClientID = brokers, s.KafkaTopic, s.InstanceID
 	c.Compression = kafka.Compression(s.KafkaCompression)
+	if s.KafkaTransactions {
+		c.TransactionalID = "posting-relay-" + s.InstanceID
+	}
 	return c
 }
 

@@ -17,6 +17,19 @@ import (
 // cluster does not know, one without partitions, or an answer that leaves
 // a partition out is an error.
 func List(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	return list(ctx, cl, topic, 0)
+}
+
+// ListStable returns the last stable offset of every partition of topic:
+// the end as a read_committed consumer sees it, before the first record of
+// a transaction still open. It equals List's offset when none is open.
+func ListStable(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, error) {
+	return list(ctx, cl, topic, 1)
+}
+
+// list asks the end offsets at isolation level isolation (0
+// read_uncommitted, 1 read_committed).
+func list(ctx context.Context, cl *kgo.Client, topic string, isolation int8) (map[int32]int64, error) {
 	meta := kmsg.NewPtrMetadataRequest()
 	mt := kmsg.NewMetadataRequestTopic()
 	mt.Topic = kmsg.StringPtr(topic)
@@ -26,6 +39,7 @@ func List(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, e
 		return nil, fmt.Errorf("partitions of %s: %w", topic, err)
 	}
 	list := kmsg.NewPtrListOffsetsRequest()
+	list.IsolationLevel = isolation
 	lt := kmsg.NewListOffsetsRequestTopic()
 	lt.Topic = topic
 	for _, t := range metaResp.Topics {

@@ -315,9 +315,10 @@ func ReadTopic(t testing.TB, addr, topic string, atLeast int, timeout time.Durat
 	return recs
 }
 
-// ReadTopicRaw reads the whole topic at addr from the start, again and again,
-// until it has read to the end and holds at least atLeast records, or until
-// timeout passes; it then returns what it read, sorted by partition and
+// ReadTopicRaw reads the whole topic at addr from the start as a
+// read_committed consumer does (no record of an aborted transaction),
+// until it holds at least atLeast records, a poll finds nothing more and no
+// transaction is open, or until timeout passes; it then returns what it read, sorted by partition and
 // offset. The caller asserts on the result, so a short read shows up as a
 // clear failure. It works against any Kafka-protocol broker, such as the
 // embedded one of `posting serve`.
@@ -329,6 +330,9 @@ func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Du
 		kgo.SeedBrokers(addr),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// What the service promises consumers: the records of committed
+		// transactions, none of an aborted one (a stalled send's late copy).
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.RetryTimeout(timeout),
 	)
@@ -336,15 +340,15 @@ func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Du
 	defer cl.Close()
 
 	var out []Record
-	next := map[int32]int64{}
 	for ctx.Err() == nil {
-		ends, err := endoffset.List(ctx, cl, topic)
-		if err == nil && caughtUp(next, ends) && len(out) >= atLeast {
-			break
-		}
 		pollCtx, pollCancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		fetches := cl.PollFetches(pollCtx)
 		pollCancel()
+		if fetches.NumRecords() == 0 && len(out) >= atLeast && settled(ctx, cl, topic) {
+			// Nothing more within a poll, and no transaction open that
+			// could still commit records before the end.
+			break
+		}
 		fetches.EachRecord(func(r *kgo.Record) {
 			rec := Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Value: r.Value}
 			if len(r.Headers) > 0 {
@@ -354,7 +358,6 @@ func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Du
 				}
 			}
 			out = append(out, rec)
-			next[r.Partition] = r.Offset + 1
 		})
 	}
 	if len(out) < atLeast {
@@ -369,9 +372,19 @@ func ReadTopicRaw(t testing.TB, addr, topic string, atLeast int, timeout time.Du
 	return out
 }
 
-func caughtUp(next, ends map[int32]int64) bool {
+// settled reports whether no partition of topic has a transaction open:
+// its last stable offset is its end.
+func settled(ctx context.Context, cl *kgo.Client, topic string) bool {
+	ends, err := endoffset.List(ctx, cl, topic)
+	if err != nil {
+		return false
+	}
+	stable, err := endoffset.ListStable(ctx, cl, topic)
+	if err != nil {
+		return false
+	}
 	for p, end := range ends {
-		if next[p] < end {
+		if stable[p] != end {
 			return false
 		}
 	}
