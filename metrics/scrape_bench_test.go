@@ -19,9 +19,10 @@ import (
 
 // BenchmarkCreateLatencyWhileScraped measures a create's latency (the post
 // and its event in one transaction, on MariaDB) on an outbox of 500,000 SENT
-// rows, three ways in one run: nobody scraping, 20 loops each scraping
-// /metrics every 500 ms with the refresh interval (the outbox counted at most once per 10 s), and
-// the same loops with every scrape counting the outbox (how /metrics read it
+// rows, three ways in one run, creating one after the other for 6 s each:
+// nobody scraping, 20 loops each scraping /metrics every 500 ms with the
+// refresh interval (the outbox counted at most once per 10 s), and the same
+// loops with every scrape counting the outbox (how /metrics read it
 // before). It prints each p50 and p99 and the p99 ratios against the quiet
 // run; it asserts no time.
 //
@@ -34,9 +35,13 @@ func BenchmarkCreateLatencyWhileScraped(b *testing.B) {
 		SELECT UUID(), 'POSTING_EVENT', seq, '{}', NOW(6), 'SENT', NOW(6), NOW(6) FROM seq_1_to_500000`).Error)
 	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
 	require.NoError(b, err)
-	createLatencies := func(n int) []time.Duration {
-		lat := make([]time.Duration, 0, n)
-		for range n {
+	// Each phase creates for a while, so that every scrape loop scrapes
+	// about a dozen times during it (300 creates took 0.1 s: the loops had
+	// scraped once before the creates began).
+	const phase = 6 * time.Second
+	createLatencies := func() []time.Duration {
+		var lat []time.Duration
+		for end := time.Now().Add(phase); time.Now().Before(end); {
 			start := time.Now()
 			_, err := svc.Create(ctx, reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
 			require.NoError(b, err)
@@ -45,7 +50,12 @@ func BenchmarkCreateLatencyWhileScraped(b *testing.B) {
 		slices.Sort(lat)
 		return lat
 	}
+	var scrapeMu sync.Mutex
+	var scrapes []time.Duration // how long each scrape of the last phase took
 	scraped := func(opts ...metrics.Option) []time.Duration {
+		scrapeMu.Lock()
+		scrapes = scrapes[:0]
+		scrapeMu.Unlock()
 		m := metrics.New(db.DB, "bench", opts...)
 		srv := httptest.NewServer(m.Handler())
 		defer srv.Close()
@@ -61,23 +71,35 @@ func BenchmarkCreateLatencyWhileScraped(b *testing.B) {
 						return
 					default:
 					}
+					start := time.Now()
 					if resp, err := http.Get(srv.URL); err == nil {
 						resp.Body.Close()
 					}
+					scrapeMu.Lock()
+					scrapes = append(scrapes, time.Since(start))
+					scrapeMu.Unlock()
 					time.Sleep(500 * time.Millisecond) // a scrape loop at a fixed pace, the same in each run
 				}
 			}()
 		}
-		lat := createLatencies(300)
+		lat := createLatencies()
 		close(stop)
 		wg.Wait()
 		return lat
 	}
 	pct := func(lat []time.Duration, p float64) time.Duration { return lat[int(float64(len(lat)-1)*p)] }
 	for range b.N {
-		quiet := createLatencies(300)
+		quiet := createLatencies()
 		cachedLat := scraped()
+		scrapeP50 := func() time.Duration {
+			scrapeMu.Lock()
+			defer scrapeMu.Unlock()
+			slices.Sort(scrapes)
+			return scrapes[len(scrapes)/2].Round(10 * time.Microsecond)
+		}
+		fmt.Printf("scrapes once per 10 s: %d, p50 %s\n", len(scrapes), scrapeP50())
 		everyScrape := scraped(metrics.WithRefreshInterval(time.Nanosecond))
+		fmt.Printf("scrapes reading each time: %d, p50 %s\n", len(scrapes), scrapeP50())
 		for _, r := range []struct {
 			name string
 			lat  []time.Duration
