@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -91,6 +92,11 @@ type EmbeddedConfig struct {
 	// writes reach the OS at once and survive a crash of the process, but
 	// not of the machine, as with Kafka's default flush settings.
 	SyncWrites bool
+	// Listener, when set, is Addr already bound: the broker serves on it
+	// and closes it at its stop. serve binds the port before it opens
+	// anything, so a busy one stops it before the migrations. Default nil:
+	// StartEmbedded binds Addr.
+	Listener net.Listener
 }
 
 // DefaultEmbeddedConfig returns an EmbeddedConfig with Addr, Topic and
@@ -165,14 +171,25 @@ func StartEmbedded(cfg EmbeddedConfig, logger *slog.Logger) (*Embedded, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	host, port, _ := net.SplitHostPort(cfg.Addr) // checked by Validate
+	// kfake listens on 127.0.0.1; we listen where we were told, and it
+	// advertises that address.
+	listen := func(network, _ string) (net.Listener, error) {
+		return net.Listen(network, net.JoinHostPort(host, port))
+	}
+	if ln := cfg.Listener; ln != nil {
+		_, port, _ = net.SplitHostPort(ln.Addr().String())
+		var used atomic.Bool
+		listen = func(string, string) (net.Listener, error) {
+			if used.Swap(true) {
+				return nil, errors.New("embedded kafka: the listener is in use")
+			}
+			return ln, nil
+		}
+	}
 	portNum, _ := strconv.Atoi(port)
 	opts := []kfake.Opt{
 		kfake.Ports(portNum), // one node
-		// kfake listens on 127.0.0.1; we listen where we were told, and
-		// it advertises that address.
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, port))
-		}),
+		kfake.ListenFn(listen),
 		kfake.SeedTopics(cfg.Partitions, cfg.Topic), // only used on a fresh data dir
 		kfake.DefaultNumPartitions(int(cfg.Partitions)),
 		kfake.WithLogger(embeddedLogger{logger}),

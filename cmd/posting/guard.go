@@ -165,6 +165,7 @@ type brokerLease struct {
 	db     *database.DB
 	holder string // instance id # a token of this run: a restart is another holder
 	info   brokerInfo
+	bound  string // the broker's address as this serve bound it, "" if not
 	log    *slog.Logger
 	// lost receives the renewal's error once another serve holds the
 	// lease: serve stops then, rather than run a second embedded broker
@@ -180,11 +181,18 @@ var errBrokerLeaseLost = errors.New("embedded broker") // its text prefixes the 
 // registered later). A live holder refuses it with a usage error naming the
 // holder and POSTING_KAFKA_BROKERS; a holder on this host whose broker no
 // longer answers was killed, and its lease is taken over.
-func takeBrokerLease(s *settings, db *database.DB, log *slog.Logger, st *startstop.Stack) (*brokerLease, error) {
+//
+// bound is the broker's port, bound by this serve (nil in tests that take
+// the lease alone): a holder whose broker listened at that very address
+// is dead, since nobody else can listen there now.
+func takeBrokerLease(s *settings, db *database.DB, bound net.Listener, log *slog.Logger, st *startstop.Stack) (*brokerLease, error) {
 	var token [4]byte
 	_, _ = rand.Read(token[:]) // crypto/rand.Read does not fail
 	l := &brokerLease{db: db, holder: s.InstanceID + "#" + hex.EncodeToString(token[:]),
 		info: brokerInfo{addr: s.EmbeddedKafkaAddr, host: thisHost(), net: thisNetwork(), starting: true}, log: log, lost: make(chan error, 1)}
+	if bound != nil {
+		l.bound = bound.Addr().String()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*brokerLeaseTimeout)
 	defer cancel()
 	held, ok, err := database.AcquireLease(ctx, db.DB, embeddedBrokerLease, l.holder, l.info.String(), brokerLeaseTTL)
@@ -220,12 +228,22 @@ func (l *brokerLease) holderIsDead(held database.Lease) bool {
 	if !ok || info.starting || !info.sameNetwork(l.info) {
 		return false // waited out: its expiry is the only sign
 	}
+	if l.bound != "" && sameTCPAddr(info.addr, l.bound) {
+		return true // this serve holds the port: a dial would reach itself
+	}
 	conn, err := net.DialTimeout("tcp", info.addr, brokerLeaseDialTimeout)
 	if err != nil {
 		return true
 	}
 	_ = conn.Close()
 	return false
+}
+
+// sameTCPAddr reports whether a and b resolve to one IP and port.
+func sameTCPAddr(a, b string) bool {
+	x, errA := net.ResolveTCPAddr("tcp", a)
+	y, errB := net.ResolveTCPAddr("tcp", b)
+	return errA == nil && errB == nil && x.IP.Equal(y.IP) && x.Port == y.Port
 }
 
 // refusal is the usage error for a lease another serve holds.

@@ -260,7 +260,7 @@ func TestBrokerLeaseRenewsAndSaysWhenLost(t *testing.T) {
 		ctx := context.Background()
 		s := &settings{InstanceID: "renew#test", EmbeddedKafkaAddr: "127.0.0.1:0"}
 		st := &startstop.Stack{}
-		l, err := takeBrokerLease(s, db, slog.New(slog.DiscardHandler), st)
+		l, err := takeBrokerLease(s, db, nil, slog.New(slog.DiscardHandler), st)
 		require.NoError(t, err)
 		taken, held, err := database.ReadLease(ctx, db.DB, embeddedBrokerLease)
 		require.NoError(t, err)

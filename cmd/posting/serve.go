@@ -62,6 +62,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer ln.Close() // at a failed start; after Shutdown, closed already
+	// The embedded broker's port too, when there is one: the broker
+	// serves on this listener once the database says it may run.
+	var brokerLn net.Listener
+	if s.RabbitMQURL == "" && len(s.KafkaBrokers) == 0 {
+		if brokerLn, err = listen("POSTING_EMBEDDED_KAFKA_ADDR", s.EmbeddedKafkaAddr); err != nil {
+			return err
+		}
+		defer brokerLn.Close() // at a failed start; the broker closes it at its stop
+	}
 	st, tracing, err := startRunning(ctx, s, log)
 	if err != nil {
 		return err
@@ -101,7 +110,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 			return declareWorkerQueue(ctx, s)
 		}
 	} else {
-		brokers, embedded, brokerLost, err = startKafka(s, db, log, st.Stack)
+		brokers, embedded, brokerLost, err = startKafka(s, db, brokerLn, log, st.Stack)
 		if err != nil {
 			return err
 		}
@@ -383,16 +392,18 @@ func httpHandler(adm admin.Config, m *metrics.Metrics, asyncAPI http.Handler, cf
 //
 // lost receives an error if the embedded broker's lease is lost to another
 // serve; it is nil (never ready) for a cluster.
-func startKafka(s *settings, db *database.DB, log *slog.Logger, st *startstop.Stack) (brokers []string, embedded bool, lost <-chan error, err error) {
+func startKafka(s *settings, db *database.DB, brokerLn net.Listener, log *slog.Logger, st *startstop.Stack) (brokers []string, embedded bool, lost <-chan error, err error) {
 	if len(s.KafkaBrokers) > 0 {
 		log.Info("using kafka cluster", "component", "kafka", "brokers", s.KafkaBrokers, "topic", s.KafkaTopic)
 		return s.KafkaBrokers, false, nil, nil
 	}
-	lease, err := takeBrokerLease(s, db, log, st) // one embedded broker per database (guard.go)
+	lease, err := takeBrokerLease(s, db, brokerLn, log, st) // one embedded broker per database (guard.go)
 	if err != nil {
 		return nil, false, nil, err
 	}
-	e, err := kafka.StartEmbedded(s.embeddedConfig(brokerDatabase(s, db)), log)
+	ecfg := s.embeddedConfig(brokerDatabase(s, db))
+	ecfg.Listener = brokerLn
+	e, err := kafka.StartEmbedded(ecfg, log)
 	var other *kafka.OtherDatabaseError
 	if errors.As(err, &other) {
 		// Starting anyway would mix two databases' events (two different

@@ -29,12 +29,12 @@ func requireNoTables(t *testing.T, url, why string) {
 	require.Empty(t, tables, why)
 }
 
-// Item 13 of issue 35: serve checks every setting and binds its HTTP port
-// before it opens anything. A stale limit below the send bound is refused
+// serve checks every setting and binds its ports before it opens anything. A stale limit below the send bound is refused
 // (exit 2, naming it) though the embedded broker's port is busy, which
 // would be the first thing to fail after the migrations; nothing is
 // migrated on a fresh MariaDB database and no SQLite file is created. A
-// busy POSTING_HTTP_ADDR stops serve naming it, before the migrations too.
+// busy POSTING_HTTP_ADDR, or a busy POSTING_EMBEDDED_KAFKA_ADDR with every
+// setting valid, stops serve naming it, before the migrations too.
 func TestServeChecksSettingsAndPortsBeforeOpeningAnything(t *testing.T) {
 	t.Parallel()
 	kafkaBusy := busyAddr(t)
@@ -66,9 +66,18 @@ func TestServeChecksSettingsAndPortsBeforeOpeningAnything(t *testing.T) {
 	require.Contains(t, out, "listen on POSTING_HTTP_ADDR="+httpBusy)
 	requireNoTables(t, url, "no migration ran")
 	requireEmptyDir(t, dataDir, "no broker log")
+
+	url = databasetest.MySQLURL(t, "startorder")
+	dataDir = t.TempDir()
+	out, code = runBinary(t, []string{"POSTING_DATABASE_URL=" + url, "POSTING_DATA_DIR=" + dataDir,
+		"POSTING_HTTP_ADDR=" + freeAddr(t), "POSTING_EMBEDDED_KAFKA_ADDR=" + kafkaBusy}, "serve")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "listen on POSTING_EMBEDDED_KAFKA_ADDR="+kafkaBusy)
+	requireNoTables(t, url, "no migration ran")
+	requireEmptyDir(t, dataDir, "no broker log")
 }
 
-// Item 13 of issue 35: a worker whose POSTING_WORKER_HTTP_ADDR is busy
+// A worker whose POSTING_WORKER_HTTP_ADDR is busy
 // stops naming it before it opens anything: no migration on a fresh
 // MariaDB database; on RabbitMQ the message waiting in its queue was not
 // consumed (it never joined the queue's consumers); on Kafka no connection
