@@ -342,28 +342,42 @@ func TestProducerClassify(t *testing.T) {
 		producerClassify(sarama.ErrPolicyViolation).Error())
 }
 
-// BenchmarkSend sends batches of 500 to the in-process broker and reports
-// messages per second.
+// BenchmarkSend sends batches of 500, and single messages, to the
+// in-process broker with the transactional producer serve uses and with
+// the idempotent one, and reports messages per second and the time of one
+// Send: the cost of a transaction per batch, as a ratio in one run.
+//
+//	go test -run '^$' -bench Send -benchtime 3s ./kafka/
 func BenchmarkSend(b *testing.B) {
 	broker := kafkatest.Start(b)
-	p := producerTestNew(b, producerTestConfig(broker.Addr))
 	var posts []int64
 	for i := range 200 {
 		posts = append(posts, int64(i+1))
 	}
-	const batch = 500
-	msgs := producerTestMessages(1, batch, posts...)
-	producerTestRequireAllNil(b, p.Send(context.Background(), msgs)) // connect
-	b.ResetTimer()
-	start := time.Now()
-	for b.Loop() {
-		for _, err := range p.Send(context.Background(), msgs) {
-			if err != nil {
-				b.Fatal(err)
-			}
+	for _, batch := range []int{500, 1} {
+		for _, transactional := range []bool{false, true} {
+			name := fmt.Sprintf("batch=%d/%s", batch, map[bool]string{true: "transactional", false: "idempotent"}[transactional])
+			b.Run(name, func(b *testing.B) {
+				cfg := producerTestConfig(broker.Addr)
+				if transactional {
+					cfg.TransactionalID = fmt.Sprintf("bench-%d", senders.Add(1))
+				}
+				p := producerTestNew(b, cfg)
+				msgs := producerTestMessages(1, batch, posts[:min(batch, len(posts))]...)
+				producerTestRequireAllNil(b, p.Send(context.Background(), msgs)) // connect
+				b.ResetTimer()
+				start := time.Now()
+				for b.Loop() {
+					for _, err := range p.Send(context.Background(), msgs) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "msgs/s")
+			})
 		}
 	}
-	b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "msgs/s")
 }
 
 // compressionTestCodecs records the compression codec (the low three bits
