@@ -75,8 +75,7 @@ func (s *settings) validateWorker() error {
 		}
 		return s.validateConfigs(cfgs...)
 	}
-	// The producer whose Ping answers the worker's readiness probe too.
-	cfgs := append(s.workerConfigs(s.brokers()), s.producerConfig(s.brokers()))
+	cfgs := s.workerConfigs(s.brokers())
 	if len(s.KafkaBrokers) == 0 {
 		// The embedded broker of a serve listens on loopback only.
 		cfgs = append(cfgs, s.embeddedConfig(""))
