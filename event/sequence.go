@@ -6,16 +6,16 @@ import (
 	"strconv"
 )
 
-// The CloudEvents sequence extension (CONTRACT.md, "Third wave"): every
-// message carries a per-post sequence that increases with the outbox order
-// of the post, so that any consumer can drop an event older than one it
-// already applied, whatever the path to the broker did to the order (a send
-// that timed out and landed after a later one of the same post, a broker
-// that stalled). The sequence is the outbox row's id: the relay sends the
-// events of a post in id order (the claim's head check), and a post's
-// events are written after its row is updated, under its row lock, so a
-// later event of a post always gets a larger id (on MySQL, PostgreSQL and
-// SQLite alike).
+// The CloudEvents sequence extension (docs/messages.md, "Sequence and
+// order"): every message carries a per-post sequence that increases with the
+// outbox order of the post, so that any consumer can drop an event older
+// than one it already applied, whatever the path to the broker did to the
+// order (a send that timed out and landed after a later one of the same
+// post, a broker that stalled). The sequence is the outbox row's id: the
+// relay sends the events of a post in id order (the claim's head check), and
+// a post's events are written after its row is updated, under its row lock,
+// so a later event of a post always gets a larger id (on MySQL, PostgreSQL
+// and SQLite alike).
 const (
 	// CloudEventsSequence is the attribute's name: the Kafka header
 	// ce_sequence, the AMQP header cloudEvents_sequence.

@@ -26,10 +26,9 @@ type javaVector struct {
 }
 
 // javaVectors were computed on 2026-12-03 with OpenJDK 17.0.15 by a 54-line
-// program that transcribes, line for line, Utils.murmur2 and
-// Utils.toPositive from apache/kafka
-// clients/src/main/java/org/apache/kafka/common/utils/Utils.java and the
-// keyed branch of BuiltInPartitioner.partitionForKey
+// program that transcribes, line for line, Kafka's Utils.murmur2 and
+// Utils.toPositive (org.apache.kafka.common.utils.Utils of the Java client)
+// and the keyed branch of BuiltInPartitioner.partitionForKey
 // (toPositive(murmur2(serializedKey)) % numPartitions). The same program
 // reproduces Kafka's own test vectors (UtilsTest.testMurmur2, listed in
 // kafkaUtilsTestMurmur2 below), which is how its transcription was checked.
@@ -55,9 +54,9 @@ var javaVectors = []javaVector{
 	{key: "ключ-post", murmur2: -99821785, partitions: map[int32]int32{1: 0, 3: 1, 6: 1, 8: 7, 12: 7, 32: 7, 100: 63}},
 }
 
-// kafkaUtilsTestMurmur2 are the vectors of Kafka's own test suite,
-// clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java
-// (testMurmur2): key bytes and Utils.murmur2 of them.
+// kafkaUtilsTestMurmur2 are the vectors of Kafka's own test suite
+// (UtilsTest.testMurmur2 of the Java client): key bytes and Utils.murmur2
+// of them.
 var kafkaUtilsTestMurmur2 = map[string]int32{
 	"21":                         -973932308,
 	"foobar":                     -790332482,

@@ -77,8 +77,7 @@ type Metrics struct {
 	relayReleased    prometheus.Counter
 	relayConflicts   prometheus.Counter
 	relayBatch       prometheus.Histogram
-	kafkaSend        prometheus.Histogram
-	kafkaMessages    *prometheus.CounterVec
+	brokerSend       *brokerSendCollector
 	schedRuns        *prometheus.CounterVec
 	schedDuration    prometheus.Histogram
 	schedPosts       *prometheus.CounterVec
@@ -144,10 +143,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			"Result writes refused because another instance had recovered the claim (fenced by version)."),
 		relayBatch: histogram("posting_relay_batch_duration_seconds",
 			"Duration of relay polls that claimed at least one event: claim, send and record.", prometheus.DefBuckets),
-		kafkaSend: histogram("posting_kafka_send_duration_seconds",
-			"Duration of one synchronous batch send to Kafka, until every message has an outcome.", prometheus.DefBuckets),
-		kafkaMessages: counterVec("posting_kafka_messages_total",
-			"Messages sent to Kafka by result: acked, rejected, unavailable.", "result"),
+		brokerSend: newBrokerSendCollector(),
 		schedRuns: counterVec("posting_scheduler_runs_total",
 			"Reservation scheduler runs by result: ok, error.", "result"),
 		schedDuration: histogram("posting_scheduler_run_duration_seconds",
@@ -179,7 +175,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "code"}),
 	}
-	r.MustRegister(m.httpDuration, cached(m.deps, o.refresh, time.Now))
+	r.MustRegister(m.httpDuration, m.brokerSend, cached(m.deps, o.refresh, time.Now))
 	var batchMu sync.Mutex
 	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "posting_relay_batch_size",
 		Help: "Rows the relay's next claim asks for: POSTING_RELAY_BATCH_SIZE, doubled while polls come back full up to POSTING_RELAY_MAX_BATCH_SIZE; 0 without a relay."},
@@ -191,9 +187,6 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 	m.batchMu = &batchMu
 	for _, res := range []string{"ok", "unavailable", "error"} {
 		m.relayPolls.WithLabelValues(res)
-	}
-	for _, res := range []string{"acked", "rejected", "unavailable"} {
-		m.kafkaMessages.WithLabelValues(res)
 	}
 	for _, res := range []string{"ok", "error"} {
 		m.schedRuns.WithLabelValues(res)
@@ -256,8 +249,9 @@ func (m *Metrics) WatchRelayBatch(size func() int) {
 	m.relayBatchSize = size
 }
 
-// WrapSender returns s timed: each Send is one observation of the
-// Kafka send duration, and each message's outcome is counted.
+// WrapSender returns s timed: each Send is one observation of
+// posting_broker_send_duration_seconds, and each message's outcome is
+// counted in posting_broker_messages_total, whichever the broker.
 // An s that is a relay.Pinger stays one.
 func (m *Metrics) WrapSender(s relay.Sender) relay.Sender {
 	t := &timedSender{next: s, m: m}
@@ -292,7 +286,7 @@ func (t *timedSender) SendBound() time.Duration {
 func (t *timedSender) Send(ctx context.Context, msgs []outbox.Message) []error {
 	start := time.Now()
 	errs := t.next.Send(ctx, msgs)
-	t.m.kafkaSend.Observe(time.Since(start).Seconds())
+	d := time.Since(start)
 	var acked, rejected, unavailable int
 	for _, err := range errs {
 		switch {
@@ -304,9 +298,7 @@ func (t *timedSender) Send(ctx context.Context, msgs []outbox.Message) []error {
 			rejected++
 		}
 	}
-	t.m.kafkaMessages.WithLabelValues("acked").Add(float64(acked))
-	t.m.kafkaMessages.WithLabelValues("rejected").Add(float64(rejected))
-	t.m.kafkaMessages.WithLabelValues("unavailable").Add(float64(unavailable))
+	t.m.brokerSend.observe(d, acked, rejected, unavailable)
 	return errs
 }
 

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -143,7 +144,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			"posting_relay_events_released_total":    0,
 			"posting_relay_claim_conflicts_total":    0,
 			"posting_relay_batch_duration_seconds":   1, // only the poll that claimed
-			"posting_kafka_send_duration_seconds":    1,
+			"posting_broker_send_duration_seconds":   1,
 			"posting_worker_publication_lag_seconds": 2,
 			"posting_scheduler_run_duration_seconds": 2,
 		} {
@@ -159,9 +160,9 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			{"posting_relay_polls_total", map[string]string{"result": "ok"}, 2},
 			{"posting_relay_polls_total", map[string]string{"result": "error"}, 1},
 			{"posting_relay_polls_total", map[string]string{"result": "unavailable"}, 0},
-			{"posting_kafka_messages_total", map[string]string{"result": "acked"}, 3},
-			{"posting_kafka_messages_total", map[string]string{"result": "rejected"}, 3},
-			{"posting_kafka_messages_total", map[string]string{"result": "unavailable"}, 0},
+			{"posting_broker_messages_total", map[string]string{"result": "acked"}, 3},
+			{"posting_broker_messages_total", map[string]string{"result": "rejected"}, 3},
+			{"posting_broker_messages_total", map[string]string{"result": "unavailable"}, 0},
 			{"posting_scheduler_runs_total", map[string]string{"result": "ok"}, 1},
 			{"posting_scheduler_runs_total", map[string]string{"result": "error"}, 1},
 			{"posting_scheduler_posts_total", map[string]string{"result": "marked"}, 2},
@@ -260,6 +261,107 @@ func TestWrapSenderKeepsPing(t *testing.T) {
 	require.False(t, ok)
 }
 
+// sendFunc is a relay.Sender that answers with a function.
+type sendFunc func(msgs []outbox.Message) []error
+
+func (f sendFunc) Send(_ context.Context, msgs []outbox.Message) []error { return f(msgs) }
+
+// scrapeText serves one GET /metrics in the text format.
+func scrapeText(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	return rec.Body.String()
+}
+
+// samples returns the sample lines of the family name in a text scrape, each
+// without the name: `{labels} value` or, for a histogram, `_bucket{...} n`.
+func samples(body, name string) []string {
+	var got []string
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && rest != "" && strings.ContainsAny(rest[:1], "{ _") {
+			got = append(got, rest)
+		}
+	}
+	return got
+}
+
+// The broker send metrics count every broker's sends under broker-neutral
+// names. For one release their former Kafka names are exported too, with a
+// HELP that names the replacement; a scrape shows both with the same series
+// and values, also while sends go on.
+func TestBrokerSendMetricsKeepDeprecatedNames(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	timed := m.WrapSender(sendFunc(func(msgs []outbox.Message) []error {
+		errs := make([]error, len(msgs))
+		for i, msg := range msgs {
+			switch msg.AggregateID % 4 {
+			case 2:
+				errs[i] = errors.New("message too large")
+			case 3:
+				errs[i] = fmt.Errorf("send: %w", relay.ErrUnavailable)
+			}
+		}
+		return errs
+	}))
+	batch := make([]outbox.Message, 4)
+	for i := range batch {
+		batch[i].AggregateID = int64(i) // 0 and 1 acked, 2 rejected, 3 unavailable
+	}
+	require.Len(t, timed.Send(context.Background(), batch), 4)
+
+	renamed := map[string]string{
+		"posting_kafka_messages_total":        "posting_broker_messages_total",
+		"posting_kafka_send_duration_seconds": "posting_broker_send_duration_seconds",
+	}
+	requireTwins := func(t *testing.T) {
+		t.Helper()
+		body := scrapeText(t, m.Handler())
+		for old, name := range renamed {
+			require.NotEmpty(t, samples(body, name), name)
+			require.Equal(t, samples(body, name), samples(body, old), "%s and %s differ", name, old)
+		}
+	}
+
+	f := scrape(t, m.Handler())
+	for res, want := range map[string]float64{"acked": 2, "rejected": 1, "unavailable": 1} {
+		require.Equal(t, want, value(t, f, "posting_broker_messages_total", map[string]string{"result": res}), res)
+		require.Equal(t, want, value(t, f, "posting_kafka_messages_total", map[string]string{"result": res}), res)
+	}
+	require.Equal(t, 1.0, value(t, f, "posting_broker_send_duration_seconds", nil))
+	require.Equal(t, 1.0, value(t, f, "posting_kafka_send_duration_seconds", nil))
+	for old, name := range renamed {
+		require.Equal(t, f[name].GetType(), f[old].GetType(), old)
+		require.True(t, strings.HasPrefix(f[old].GetHelp(), "Deprecated: use "+name+"; removed in the next release."),
+			"%s: %s", old, f[old].GetHelp())
+		require.NotContains(t, f[name].GetHelp(), "Deprecated", name)
+	}
+	requireTwins(t)
+
+	// Sends during the scrapes: each scrape still shows the twins equal.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				timed.Send(context.Background(), batch)
+			}
+		}
+	}()
+	for range 20 {
+		requireTwins(t)
+	}
+	close(stop)
+	<-done
+	requireTwins(t)
+}
+
 // The worker's refused events are counted by reason, every reason exported
 // from the start at 0; an unknown reason is "other". A refused event is
 // also consumed, with outcome refused.
@@ -312,8 +414,10 @@ func TestPublicationOutcomes(t *testing.T) {
 	require.Equal(t, 3.0, lag.GetSampleSum())
 }
 
-// Every posting_* series this package exports; the README's metrics list
-// names each of them, so a new one here belongs there too.
+// Every posting_* series this package exports; the metrics list of
+// docs/operations.md names each of them, so a new one here belongs there
+// too. posting_kafka_send_duration_seconds and posting_kafka_messages_total
+// are the deprecated names of the broker send metrics, kept for one release.
 func TestMetricNames(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(databasetest.NewSQLite(t).DB, "test-1")
@@ -334,6 +438,7 @@ func TestMetricNames(t *testing.T) {
 		"posting_relay_polls_total", "posting_relay_events_sent_total", "posting_relay_events_retried_total",
 		"posting_relay_events_failed_total", "posting_relay_events_recovered_total", "posting_relay_events_released_total",
 		"posting_relay_claim_conflicts_total", "posting_relay_batch_duration_seconds", "posting_relay_batch_size",
+		"posting_broker_send_duration_seconds", "posting_broker_messages_total",
 		"posting_kafka_send_duration_seconds", "posting_kafka_messages_total",
 		"posting_scheduler_runs_total", "posting_scheduler_run_duration_seconds", "posting_scheduler_posts_total",
 		"posting_http_requests_total", "posting_http_request_duration_seconds", "posting_admin_auth_failures_total",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -25,6 +26,7 @@ import (
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/outbox"
 )
 
@@ -135,6 +137,26 @@ func queriedMetrics(t *testing.T) map[string][]string {
 		add(q, "dashboard")
 	}
 	return used
+}
+
+// The rules and the dashboard query no metric whose HELP says it is
+// deprecated (such as posting_kafka_messages_total, kept one release after
+// its rename to posting_broker_messages_total): what ships reads the names
+// that stay, so the removal breaks nothing of ours.
+func TestMonitoringQueriesNoDeprecatedMetric(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	metrics.New(nil, "monitoring").Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(rec.Body)
+	require.NoError(t, err)
+	used := queriedMetrics(t)
+	for name, f := range fams {
+		if strings.HasPrefix(f.GetHelp(), "Deprecated:") {
+			require.NotContains(t, used, name, "%s is deprecated: %s", name, f.GetHelp())
+		}
+	}
 }
 
 // Every alert has a summary, a description and a runbook link to a section

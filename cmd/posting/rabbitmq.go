@@ -23,7 +23,7 @@ type brokerSender interface {
 }
 
 // addRabbitMQFlags adds the settings that switch serve and worker to
-// RabbitMQ (CONTRACT.md, "Second stack").
+// RabbitMQ (docs/brokers.md#rabbitmq).
 func addRabbitMQFlags(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.RabbitMQURL, "rabbitmq-url", "", "amqp://user:pass@host:5672/vhost; when set, events go through RabbitMQ instead of Kafka")
 	fs.StringVar(&s.RabbitMQExchange, "rabbitmq-exchange", rabbitmq.DefaultExchange, "durable topic exchange that receives both event types (serve declares it)")
