@@ -330,7 +330,8 @@ func TestGettingStartedMariaDBKafkaRunsAsPrinted(t *testing.T) {
 	partitions, err := strconv.Atoi(m[1])
 	require.NoError(t, err)
 	// The worker joins the group beside the first serve's embedded worker
-	// and takes its share of the partitions.
+	// and takes its share of the partitions. Started first, it may hold
+	// them all until the group rebalances with the serve's worker in it.
 	assigned := regexp.MustCompile(`msg="partitions assigned".* partitions="\[([0-9 ]+)\]"`)
 	var mine map[int32]bool
 	require.Eventually(t, func() bool {
@@ -343,9 +344,8 @@ func TestGettingStartedMariaDBKafkaRunsAsPrinted(t *testing.T) {
 			n, _ := strconv.Atoi(p)
 			mine[int32(n)] = true
 		}
-		return true
-	}, 60*time.Second, 200*time.Millisecond, "the worker never took partitions:\n%s", worker)
-	require.Less(t, len(mine), partitions, "the first serve's embedded worker shares the group")
+		return len(mine) < partitions
+	}, 60*time.Second, 200*time.Millisecond, "the worker never shared the group's partitions with the first serve's worker:\n%s", worker)
 
 	use := blockWith(t, blocks, `"content\":\"MariaDB and Kafka\"`)
 	requireShown(t, use, "127.0.0.1:8090/api/v1/posts -H", "127.0.0.1:8080/api/v1/posts/1")
