@@ -137,9 +137,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	}
 	ctx, poll := r.tracePoll(ctx, claimStart, msgs)
 	defer func() { endSpan(poll, err) }()
-	if r.afterClaim != nil {
-		r.afterClaim()
-	}
+	r.hooks.claimed()
 	if err := ctx.Err(); err != nil {
 		// Kept for Flush, which releases them; after a crash, stale recovery.
 		r.next = msgs
@@ -222,9 +220,7 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
 	size := r.batch.size()
 	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
-	if r.claimAnswer != nil {
-		msgs, err = r.claimAnswer(msgs, err)
-	}
+	msgs, err = r.hooks.answer(msgs, err)
 	if err == nil {
 		r.batch.observe(size, len(msgs))
 	}

@@ -60,11 +60,8 @@ type Relay struct {
 	// owner is written into this relay's claims: InstanceID#run token.
 	owner string
 
-	// afterClaim, if set, runs between claim and send (tests simulate a crash there).
-	afterClaim func()
-	// claimAnswer, if set, sees what each claim returned and may change it
-	// (tests lose the answer of a committed claim there).
-	claimAnswer func([]outbox.Message, error) ([]outbox.Message, error)
+	// hooks are nil but in the package's tests (see hooks).
+	hooks *hooks
 
 	// pollMu serializes polls and flushes, which share acked.
 	pollMu sync.Mutex
