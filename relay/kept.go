@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/postingsvc/posting/outbox"
 )
@@ -28,53 +27,26 @@ func (r *Relay) flushKept(ctx context.Context, wait bool) (Result, error) {
 	var res Result
 	// A batch claimed for the next poll goes back unchanged: no attempt
 	// spent, and the version bump fences nothing of ours.
-	r.unreleased, r.next = append(r.unreleased, r.next...), nil
+	next, _ := r.pending.takeNext()
+	r.pending.keepToRelease(next...)
 	// Rows whose send got no answer go back once their request is torn
 	// down (within the sender's bound); those still not settled when ctx
 	// ends stay PROCESSING for stale recovery.
-	r.settle(ctx, wait)
+	r.pending.settle(ctx, wait)
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
-	if len(r.acked) == 0 {
+	acked, ackedAt := r.pending.takeAcks()
+	if len(acked) == 0 {
 		return res, nil
 	}
-	fenced, err := r.store.MarkSent(ctx, r.acked, r.ackedAt)
+	fenced, err := r.store.MarkSent(ctx, acked, ackedAt)
 	if err != nil {
+		r.pending.putBackAcks(acked, ackedAt)
 		return res, fmt.Errorf("record deferred acknowledgements: %w", err)
 	}
-	res.Sent, res.Fenced = len(r.acked)-fenced, fenced
-	r.acked, r.ackedAt = nil, time.Time{}
+	res.Sent, res.Fenced = len(acked)-fenced, fenced
 	return res, nil
-}
-
-// unsettledRow is a row whose send ended without an answer, and the
-// channel its sender closes once that request can no longer land.
-type unsettledRow struct {
-	msg     outbox.Message
-	settled <-chan struct{}
-}
-
-// settle moves the unsettled rows whose request is torn down to unreleased;
-// with wait, it first waits for each until ctx ends. r.pollMu must be held.
-func (r *Relay) settle(ctx context.Context, wait bool) {
-	kept := r.unsettled[:0]
-	for _, u := range r.unsettled {
-		if wait {
-			select {
-			case <-u.settled:
-			case <-ctx.Done():
-			}
-		}
-		select {
-		case <-u.settled:
-			r.unreleased = append(r.unreleased, u.msg)
-		default:
-			kept = append(kept, u)
-		}
-	}
-	clear(r.unsettled[len(kept):])
-	r.unsettled = kept
 }
 
 // releaseKept writes the rejections whose write failed in an earlier poll,
@@ -82,22 +54,22 @@ func (r *Relay) settle(ctx context.Context, wait bool) {
 // send is now torn down, and then what a claim without an answer took.
 // r.pollMu must be held.
 func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
-	r.settle(ctx, false)
-	if len(r.unfailed) > 0 {
-		fenced, err := r.store.MarkFailed(ctx, r.unfailed)
+	r.pending.settle(ctx, false)
+	if failures := r.pending.takeFailures(); len(failures) > 0 {
+		fenced, err := r.store.MarkFailed(ctx, failures)
 		if err != nil {
+			r.pending.keepFailures(failures...)
 			return fmt.Errorf("record rejections kept from an outage: %w", err)
 		}
 		res.Fenced += fenced
-		r.unfailed = nil
 	}
-	if len(r.unreleased) > 0 {
-		fenced, err := r.store.Release(ctx, r.unreleased)
+	if rows := r.pending.takeToRelease(); len(rows) > 0 {
+		fenced, err := r.store.Release(ctx, rows)
 		if err != nil {
+			r.pending.keepToRelease(rows...)
 			return fmt.Errorf("release rows kept from an outage: %w", err)
 		}
-		res.Released, res.Fenced = res.Released+len(r.unreleased)-fenced, res.Fenced+fenced
-		r.unreleased = nil
+		res.Released, res.Fenced = res.Released+len(rows)-fenced, res.Fenced+fenced
 	}
 	return r.releaseLost(ctx, res)
 }
@@ -111,52 +83,26 @@ func (r *Relay) releaseKept(ctx context.Context, res *Result) error {
 // or of another process given the same InstanceID are not touched.
 // r.pollMu must be held.
 func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
-	if !r.lostClaim {
+	if !r.pending.claimLost() {
 		return nil
 	}
-	if len(r.acked) > 0 {
+	if acked, ackedAt := r.pending.takeAcks(); len(acked) > 0 {
 		// The claim carried these acknowledgements: those its commit wrote
 		// are sent, not fenced when written again.
-		written, err := r.store.WrittenSent(ctx, r.acked)
+		written, err := r.store.WrittenSent(ctx, acked)
 		if err != nil {
+			r.pending.putBackAcks(acked, ackedAt)
 			return fmt.Errorf("read back a claim that got no answer: %w", err)
 		}
-		r.acked = slices.DeleteFunc(r.acked, func(m outbox.Message) bool { return written[m.ID] })
+		acked = slices.DeleteFunc(acked, func(m outbox.Message) bool { return written[m.ID] })
 		res.Sent += len(written)
-		if len(r.acked) == 0 {
-			r.ackedAt = time.Time{}
-		}
+		r.pending.putBackAcks(acked, ackedAt)
 	}
 	rows, err := r.store.ClaimedBy(ctx, r.owner)
 	if err != nil {
 		return fmt.Errorf("read back a claim that got no answer: %w", err)
 	}
-	held := map[int64]bool{}
-	for _, m := range slices.Concat(r.acked, r.next, r.unreleased) {
-		held[m.ID] = true
-	}
-	for _, u := range r.unsettled {
-		held[u.msg.ID] = true
-	}
-	for _, f := range r.unfailed {
-		held[f.Message.ID] = true
-	}
-	// An unrecorded send stays held while its row is PROCESSING at the
-	// version of that claim; once stale recovery (or anything else) has
-	// moved it on, it is forgotten.
-	version := make(map[int64]int64, len(rows))
-	for _, m := range rows {
-		version[m.ID] = m.Version
-	}
-	r.unrecorded = slices.DeleteFunc(r.unrecorded, func(m outbox.Message) bool {
-		v, ok := version[m.ID]
-		return !ok || v != m.Version
-	})
-	for _, m := range r.unrecorded {
-		held[m.ID] = true
-	}
-	lost := slices.DeleteFunc(rows, func(m outbox.Message) bool { return held[m.ID] })
-	if len(lost) > 0 {
+	if lost := r.pending.lostRows(rows); len(lost) > 0 {
 		fenced, err := r.store.Release(ctx, lost)
 		if err != nil {
 			return fmt.Errorf("release a claim that got no answer: %w", err)
@@ -164,7 +110,7 @@ func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
 		res.Released, res.Fenced = res.Released+len(lost)-fenced, res.Fenced+fenced
 		res.Lost += len(lost) - fenced
 	}
-	r.lostClaim = false
+	r.pending.clearClaimLost()
 	return nil
 }
 
@@ -172,7 +118,7 @@ func (r *Relay) releaseLost(ctx context.Context, res *Result) error {
 func (r *Relay) hasNext() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.next) > 0
+	return r.pending.hasNext()
 }
 
 // pendingAcks reports whether acknowledgements wait for their SENT write,
@@ -180,6 +126,5 @@ func (r *Relay) hasNext() bool {
 func (r *Relay) pendingAcks() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return len(r.acked) > 0 || len(r.unreleased) > 0 || len(r.next) > 0 || len(r.unsettled) > 0 ||
-		len(r.unfailed) > 0 || r.lostClaim
+	return r.pending.needsWrite()
 }

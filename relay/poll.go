@@ -77,13 +77,13 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		// a database outage longer than StaleAfter their rows would look
 		// stale, and this relay would recover, fence and resend its own
 		// acknowledged rows.
-		if len(r.acked) > 0 {
-			fenced, err := r.store.MarkSent(ctx, r.acked, r.ackedAt)
+		if acked, ackedAt := r.pending.takeAcks(); len(acked) > 0 {
+			fenced, err := r.store.MarkSent(ctx, acked, ackedAt)
 			if err != nil {
+				r.pending.putBackAcks(acked, ackedAt)
 				return res, fmt.Errorf("record deferred acknowledgements: %w", err)
 			}
-			res.Sent, res.Fenced = len(r.acked)-fenced, fenced
-			r.acked, r.ackedAt = nil, time.Time{}
+			res.Sent, res.Fenced = len(acked)-fenced, fenced
 		}
 		// After a failed poll (the database down, most likely) claims are
 		// not judged until the database has answered for a stale limit: an
@@ -101,15 +101,14 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 
 	claimStart := time.Now()
 	// A batch a pipelined poll claimed during the previous send goes first.
-	msgs := r.next
-	r.next = nil
-	if len(msgs) > 0 && time.Since(r.nextAt) > r.maxNextAge() {
+	msgs, claimedAt := r.pending.takeNext()
+	if len(msgs) > 0 && time.Since(claimedAt) > r.maxNextAge() {
 		// The send before took long: sending this batch now could outlast
 		// the stale limit and meet another instance's recovery of it. Hand
 		// it back (no attempt spent) and claim afresh.
 		fenced, err := r.store.Release(ctx, msgs)
 		if err != nil {
-			r.next = msgs
+			r.pending.putBackNext(msgs)
 			return res, fmt.Errorf("release a batch claimed too long ago: %w", err)
 		}
 		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
@@ -119,16 +118,17 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		// A zero time: the claim is stamped by the database's clock inside its
 		// transaction, not with now, which the work above (or a wait for a
 		// lock) may have made old enough to look stale to other instances.
-		c := r.claim(ctx, r.acked, r.ackedAt)
+		acked, ackedAt := r.pending.takeAcks()
+		c := r.claim(ctx, acked, ackedAt)
 		if c.err != nil {
 			// Nothing was written, or the answer of a commit was lost: the
 			// acknowledgements wait for the next try (a second write of
 			// them is fenced), and so does the read-back of the claim.
-			r.lostClaim = true
+			r.pending.putBackAcks(c.acked, c.ackedAt)
+			r.pending.markClaimLost()
 			return res, fmt.Errorf("claim: %w", c.err)
 		}
-		res.Sent, res.Fenced = res.Sent+len(r.acked)-c.fenced, res.Fenced+c.fenced
-		r.acked, r.ackedAt = nil, time.Time{}
+		res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
 		res.Claimed = len(c.msgs)
 		msgs = c.msgs
 	}
@@ -140,7 +140,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	r.hooks.claimed()
 	if err := ctx.Err(); err != nil {
 		// Kept for Flush, which releases them; after a crash, stale recovery.
-		r.next = msgs
+		r.pending.putBackNext(msgs)
 		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
@@ -151,8 +151,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	var nextc chan claimed
 	var nextAt time.Time
 	if pipelined && len(msgs) >= r.cfg.BatchSize {
-		acked, ackedAt := r.acked, r.ackedAt
-		r.acked, r.ackedAt = nil, time.Time{}
+		acked, ackedAt := r.pending.takeAcks()
 		nextc = make(chan claimed, 1)
 		nextAt = time.Now()
 		// This batch's results are written only once the claim has
@@ -174,34 +173,35 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		if c.err != nil {
 			// As for a claim before a send: keep the acknowledgements, and
 			// read back what the claim may have taken.
-			r.acked, r.ackedAt, r.lostClaim = c.acked, c.ackedAt, true
+			r.pending.putBackAcks(c.acked, c.ackedAt)
+			r.pending.markClaimLost()
 			claimErr = fmt.Errorf("claim the next batch: %w", c.err)
 		} else {
 			res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
 			res.Claimed += len(c.msgs)
-			r.next, r.nextAt = c.msgs, nextAt
+			r.pending.setNext(c.msgs, nextAt)
 		}
 	}
 	if len(errs) != len(msgs) {
 		// A broken sender: treat the outcome as unknown and let stale recovery retry.
-		r.unrecorded = append(r.unrecorded, msgs...)
+		r.pending.leaveUnrecorded(msgs...)
 		return res, errors.Join(fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs)), claimErr)
 	}
 	// The sends happened: record them even if we are being stopped.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
 	res, err = r.record(wctx, msgs, errs, res, clock.now())
-	if res.Unavailable && len(r.next) > 0 {
+	if res.Unavailable && r.pending.hasNext() {
 		// The broker is unreachable: hand the next batch back too rather
 		// than hold it over the outage backoff.
-		fenced, rerr := r.store.Release(wctx, r.next)
+		next, _ := r.pending.takeNext()
+		fenced, rerr := r.store.Release(wctx, next)
 		if rerr != nil {
-			r.unreleased = append(r.unreleased, r.next...)
-			rerr = fmt.Errorf("release the next batch: %w (%d rows kept to release at the next try)", rerr, len(r.next))
+			r.pending.keepToRelease(next...)
+			rerr = fmt.Errorf("release the next batch: %w (%d rows kept to release at the next try)", rerr, len(next))
 		} else {
-			res.Released, res.Fenced = res.Released+len(r.next)-fenced, res.Fenced+fenced
+			res.Released, res.Fenced = res.Released+len(next)-fenced, res.Fenced+fenced
 		}
-		r.next = nil
 		err = errors.Join(err, rerr)
 	}
 	return res, errors.Join(err, claimErr)

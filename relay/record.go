@@ -21,7 +21,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		case errors.As(err, &unanswered) && unanswered.Settled != nil:
 			// It may still land: releasing it now would let another
 			// instance send it and the next event of its post first.
-			r.unsettled = append(r.unsettled, unsettledRow{msg: m, settled: unanswered.Settled})
+			r.pending.holdUnanswered(m, unanswered.Settled)
 			res.Held++
 			res.Unavailable = true
 		case errors.Is(err, ErrUnavailable):
@@ -48,10 +48,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
 		// (acked holds rows already when a pipelined claim failed.)
-		if len(r.acked) == 0 {
-			r.ackedAt = now
-		}
-		r.acked = append(r.acked, sent...)
+		r.pending.deferAcks(sent, now)
 		res.Deferred = len(sent)
 	default:
 		fenced, err := r.store.MarkSent(ctx, sent, now)
@@ -61,7 +58,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 			// the flush before the loop pauses) writes them, instead of
 			// stale recovery sending the rows again with an attempt spent
 			// and holding their posts' next events for StaleAfter.
-			r.acked, r.ackedAt = append(r.acked, sent...), now
+			r.pending.keepAcks(sent, now)
 			errsOut = append(errsOut, fmt.Errorf("%w (%d acknowledgements kept for the next try)", err, len(sent)))
 			break
 		}
@@ -73,7 +70,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 		if err != nil {
 			// Nothing was written (one transaction): write them at the next
 			// poll or flush, each rejection one attempt.
-			r.unfailed = append(r.unfailed, failures...)
+			r.pending.keepFailures(failures...)
 			err = fmt.Errorf("%w (%d rejections kept to write at the next try)", err, len(failures))
 		}
 		errsOut = append(errsOut, err)
@@ -86,7 +83,7 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 			// Nothing was written (one transaction): release them at the
 			// next poll or flush instead of spending an attempt of each
 			// through stale recovery.
-			r.unreleased = append(r.unreleased, released...)
+			r.pending.keepToRelease(released...)
 			res.Released = 0
 			err = fmt.Errorf("%w (%d rows kept to release at the next try)", err, len(released))
 		}

@@ -63,46 +63,12 @@ type Relay struct {
 	// hooks are nil but in the package's tests (see hooks).
 	hooks *hooks
 
-	// pollMu serializes polls and flushes, which share acked.
+	// pollMu serializes polls and flushes, which share pending.
 	pollMu sync.Mutex
-	// acked are rows the broker acknowledged whose SENT write is deferred to
-	// the next poll's claim transaction, acknowledged at ackedAt. They stay
-	// PROCESSING in the database until then, so a crash in between leaves
-	// them to stale recovery, like any row claimed and not yet recorded.
-	acked   []outbox.Message
-	ackedAt time.Time
-	// unreleased are rows the broker could not be reached for whose release
-	// failed too (the database was unreachable as well). They are released
-	// before anything else, like acked, so that the outage spends none of
-	// their attempts through stale recovery.
-	unreleased []outbox.Message
-	// unsettled are rows whose send ended without an answer
-	// (UnansweredError): PROCESSING until their request is torn down, then
-	// released like unreleased.
-	unsettled []unsettledRow
-	// unfailed are rejections whose write failed (the database was
-	// unreachable): written before anything else, like unreleased, so that
-	// each spends its one attempt, not a second through stale recovery.
-	unfailed []outbox.Failure
-	// lostClaim is set when a claim returned an error: its commit may have
-	// gone through with the answer lost (the connection cut, a failover), so
-	// rows may be PROCESSING under owner that this relay does not know of.
-	// The next write reads them back and releases them (releaseLost) rather
-	// than leave them and their posts' next events to stale recovery.
-	lostClaim bool
-	// unrecorded are rows a broken sender answered for fewer of than it
-	// was given: sent or not, nobody knows, so they are left PROCESSING for
-	// stale recovery, and the read-back of a lost claim must not take them
-	// for its rows (while they stay PROCESSING at the claim's version).
-	unrecorded []outbox.Message
-	// next is a batch claimed by a Pump while the batch before was being
-	// sent: PROCESSING under this relay's claim, not sent yet. The next poll
-	// sends it before it claims anything; Flush releases it (PENDING again,
-	// no attempt spent) when the relay stops or pauses.
-	next []outbox.Message
-	// nextAt is when the claim of next began, by this process's monotonic
-	// clock: a batch older than maxNextAge is released, not sent.
-	nextAt time.Time
+	// pending are the rows claimed whose outcome is not written yet: the
+	// acknowledgements deferred to the next claim, the rows to release, the
+	// rejections to write, the batch claimed for the next poll (see pending).
+	pending pending
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
 	// troubleUntil holds stale recovery back after a failed poll (by the
