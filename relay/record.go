@@ -10,6 +10,34 @@ import (
 	"github.com/postingsvc/posting/outbox"
 )
 
+// recordBatch records the results errs of the send of msgs, even when the
+// relay is being stopped: the sends happened. When the broker could not be
+// reached, it hands back the batch claimed for the next poll too.
+func (r *Relay) recordBatch(ctx context.Context, msgs []outbox.Message, errs []error, res Result, clock sharedClock) (Result, error) {
+	// The sends happened: record them even if we are being stopped.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+	defer cancel()
+	res, err := r.record(wctx, msgs, errs, res, clock.now())
+	if !res.Unavailable || !r.pending.hasNext() {
+		return res, err
+	}
+	// The broker is unreachable: hand the next batch back too rather
+	// than hold it over the outage backoff.
+	next, _ := r.pending.takeNext()
+	fenced, rerr := r.store.Release(wctx, next)
+	if rerr != nil {
+		r.pending.keepToRelease(next...)
+		rerr = fmt.Errorf("release the next batch: %w (%d rows kept to release at the next try)", rerr, len(next))
+	} else {
+		res.Released, res.Fenced = res.Released+len(next)-fenced, res.Fenced+fenced
+	}
+	return res, errors.Join(err, rerr)
+}
+
+// record writes the result of each row of msgs, sent at now: SENT (or
+// deferred to the next claim), RETRY or FAIL, released, or held while an
+// unanswered send may still land; what it could not write it keeps in
+// r.pending for the next try.
 func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
 	var sent, released []outbox.Message
 	var failures []outbox.Failure
