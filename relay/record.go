@@ -75,7 +75,8 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	case len(msgs) >= r.cfg.BatchSize && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
 		// A full batch: the next poll follows at once and writes these in
 		// its claim transaction.
-		// (acked holds rows already when a pipelined claim failed.)
+		// (pending holds acknowledgements already when a pipelined claim
+		// failed.)
 		r.pending.deferAcks(sent, now)
 		res.Deferred = len(sent)
 	default:
