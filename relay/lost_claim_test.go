@@ -22,7 +22,7 @@ import (
 // commit, a cut connection). The returned flag tells whether it has.
 func loseClaimAnswer(r *Relay, withRows bool) *atomic.Bool {
 	var lost atomic.Bool
-	r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
+	r.testHooks().claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
 		if err == nil && (len(msgs) > 0 || !withRows) && lost.CompareAndSwap(false, true) {
 			return nil, driver.ErrBadConn
 		}
@@ -36,7 +36,7 @@ func loseClaimAnswer(r *Relay, withRows bool) *atomic.Bool {
 // lost connection although it committed.
 func loseSecondClaimAnswer(r *Relay) {
 	var claims atomic.Int32
-	r.claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
+	r.testHooks().claimAnswer = func(msgs []outbox.Message, err error) ([]outbox.Message, error) {
 		if claims.Add(1) == 2 && err == nil {
 			return nil, driver.ErrBadConn
 		}
@@ -91,7 +91,7 @@ func TestClaimWithoutAnAnswerLeavesOtherRunsClaimsAlone(t *testing.T) {
 		crashed := b.append(t, 1)[0]
 		dead := b.relay(t, "host-1")
 		cctx, cancel := context.WithCancel(ctx)
-		dead.afterClaim = cancel
+		dead.testHooks().afterClaim = cancel
 		_, err := dead.RunOnce(cctx)
 		require.ErrorIs(t, err, context.Canceled)
 

@@ -214,7 +214,7 @@ func TestCrashBetweenClaimAndSendIsRecovered(t *testing.T) {
 		rows := b.append(t, 1, 2, 3)
 		dying := b.relay(t, "dying")
 		ctx, cancel := context.WithCancel(context.Background())
-		dying.afterClaim = cancel
+		dying.testHooks().afterClaim = cancel
 		res, err := dying.RunOnce(ctx)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, 3, res.Claimed)
