@@ -27,11 +27,11 @@ import (
 // shares.
 func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 	name := DialectOf(db)
-	d := dialectFor(name)
+	d := driverFor(name)
 	if d == nil {
 		return time.Time{}, fmt.Errorf("read the database clock: unknown dialect %q", name)
 	}
-	t, err := d.now(db.WithContext(ctx))
+	t, err := d.Now(ctx, db)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
 	}
@@ -44,8 +44,8 @@ func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 // clock_timestamp() on PostgreSQL; on SQLite, whose clock is the host's,
 // the host's time as a parameter.
 func NowExpr(db *gorm.DB) clause.Expr {
-	if d := dialectFor(DialectOf(db)); d != nil {
-		return d.nowExpr()
+	if d := driverFor(DialectOf(db)); d != nil {
+		return d.NowExpr()
 	}
 	return clause.Expr{SQL: "?", Vars: []any{Normalize(time.Now())}}
 }
@@ -55,11 +55,11 @@ func NowExpr(db *gorm.DB) clause.Expr {
 // compare equal to the ones written, on MySQL and SQLite alike.
 func Normalize(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// scanTime returns the time query reads, normalized: the now of a server
-// whose driver scans a time.
-func scanTime(db *gorm.DB, query string) (time.Time, error) {
+// scanTime returns the time query reads through db, normalized: the now of
+// a server whose driver scans a time.
+func scanTime(ctx context.Context, db *gorm.DB, query string) (time.Time, error) {
 	var t time.Time
-	if err := db.Raw(query).Scan(&t).Error; err != nil {
+	if err := db.WithContext(ctx).Raw(query).Scan(&t).Error; err != nil {
 		return time.Time{}, err
 	}
 	return Normalize(t), nil

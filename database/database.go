@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -91,7 +92,7 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 		}
 		host := u.Host
 		if u.Port() == "" {
-			host += ":5432" // named in full: one database, one name (logs, the embedded broker's record)
+			host += ":" + postgresDriver{}.DefaultPort() // named in full: one database, one name (logs, the embedded broker's record)
 		}
 		return openPostgres(cfg, host+u.Path, strings.TrimPrefix(u.Path, "/"))
 	case "sqlite":
@@ -103,6 +104,31 @@ func open(rawURL, dataDir string, create bool) (*DB, error) {
 	default:
 		return nil, fmt.Errorf("%w: scheme %q (want mysql://, postgres:// or sqlite://)", ErrInvalidURL, u.Scheme)
 	}
+}
+
+// FileOf returns the file a database URL names for a database kept in a
+// file (sqlite://path), and "" for a database on a server, an empty URL or
+// one that does not parse.
+func FileOf(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "sqlite" {
+		return ""
+	}
+	path, err := SQLitePath(u)
+	if err != nil {
+		return ""
+	}
+	return path
+}
+
+// File returns the file db lives in, as its URL (or the data dir) named
+// it, and "" for a database on a server (its Driver has a DefaultPort).
+func (db *DB) File() string {
+	if d := driverFor(db.Dialect); d == nil || d.DefaultPort() != "" {
+		return ""
+	}
+	_, path, _ := strings.Cut(db.Location, "://")
+	return path
 }
 
 func gormConfig() *gorm.Config {
@@ -119,8 +145,8 @@ func gormConfig() *gorm.Config {
 // its cause (a MySQL database that does not exist is ErrNoDatabase with the
 // statement that creates it), and err unchanged otherwise, nil for nil.
 func (db *DB) Explain(err error) error {
-	if d := dialectFor(db.Dialect); err != nil && d != nil {
-		return d.explain(err, db.name)
+	if d := driverFor(db.Dialect); err != nil && d != nil {
+		return d.Explain(err, db.name)
 	}
 	return err
 }

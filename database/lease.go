@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // Lease is one row of the leases table (migration 00011): a role that one
@@ -47,7 +46,7 @@ func AcquireLease(ctx context.Context, db *gorm.DB, name, holder, info string, t
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			if err := tx.Clauses(clause.OnConflict{DoNothing: true}).
+			if err := DriverOf(tx).InsertIgnore(tx).
 				Create(&Lease{Name: name, Holder: holder, Info: info, ExpiresAt: until}).Error; err != nil {
 				return err
 			}

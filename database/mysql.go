@@ -1,6 +1,8 @@
 package database
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -33,7 +35,7 @@ func MySQLDSN(u *url.URL) (string, error) {
 	cfg.Net = "tcp"
 	cfg.Addr = u.Host
 	if !strings.Contains(u.Host, ":") {
-		cfg.Addr = u.Host + ":3306"
+		cfg.Addr = u.Host + ":" + mysqlDriver{}.DefaultPort()
 	}
 	cfg.DBName = name
 	if u.User != nil {
@@ -131,22 +133,89 @@ func explainMySQL(err error, name string) error {
 		ErrNoDatabase, name, err, name)
 }
 
-// mysqlDialect is what the package does on MySQL and MariaDB.
-type mysqlDialect struct{}
+// mysqlDriver is the Driver of MySQL and MariaDB.
+type mysqlDriver struct{}
 
-// now reads CURRENT_TIMESTAMP(6) of the server.
-func (mysqlDialect) now(db *gorm.DB) (time.Time, error) {
-	return scanTime(db, "SELECT CURRENT_TIMESTAMP(6)")
+func (mysqlDriver) Dialect() Dialect { return MySQL }
+
+func (mysqlDriver) DefaultPort() string { return "3306" }
+
+func (mysqlDriver) DefaultMaxConns() int { return DefaultMaxConns }
+
+// Now reads CURRENT_TIMESTAMP(6) of the server: the statement's time.
+func (mysqlDriver) Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
+	return scanTime(ctx, db, "SELECT CURRENT_TIMESTAMP(6)")
 }
 
-func (mysqlDialect) nowExpr() clause.Expr { return clause.Expr{SQL: "CURRENT_TIMESTAMP(6)"} }
+func (mysqlDriver) NowExpr() clause.Expr { return clause.Expr{SQL: "CURRENT_TIMESTAMP(6)"} }
 
-// isRetryable: the transaction was chosen as a deadlock victim (1213) or a
+// SingleWriter is false: InnoDB locks rows.
+func (mysqlDriver) SingleWriter() bool { return false }
+
+// ReadCommitted: InnoDB's default is REPEATABLE READ, whose locking reads
+// of absent rows take gap locks.
+func (mysqlDriver) ReadCommitted() *sql.TxOptions {
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+}
+
+// ForUpdate is FOR UPDATE. Under REPEATABLE READ a locking read sees the
+// latest committed rows, not the transaction's snapshot.
+func (mysqlDriver) ForUpdate(q *gorm.DB) *gorm.DB { return forUpdate(q) }
+
+// ForUpdateSkipLocked is FOR UPDATE SKIP LOCKED (MySQL 8.0.1+, MariaDB
+// 10.6+).
+func (mysqlDriver) ForUpdateSkipLocked(q *gorm.DB) *gorm.DB { return forUpdateSkipLocked(q) }
+
+// InsertIgnore is INSERT ... ON DUPLICATE KEY UPDATE of the key to itself,
+// as GORM writes OnConflict DoNothing: unlike INSERT IGNORE it turns no
+// other error into a warning.
+func (mysqlDriver) InsertIgnore(q *gorm.DB) *gorm.DB { return insertIgnore(q) }
+
+// InsertIgnoreLocks is true: ON DUPLICATE KEY UPDATE locks the row it
+// found, and takes no gap lock.
+func (mysqlDriver) InsertIgnoreLocks() bool { return true }
+
+// KeyInsert takes the key from LastInsertId: ? placeholders.
+func (mysqlDriver) KeyInsert(table, key string, columns []string) KeyInsert {
+	return keyInsert(table, key, columns, questionMark, false)
+}
+
+// UpdateReturning is false: MariaDB has INSERT and DELETE ... RETURNING,
+// not UPDATE's, and MySQL none.
+func (mysqlDriver) UpdateReturning() bool { return false }
+
+func (mysqlDriver) BigIntType() string { return "SIGNED" }
+
+func (mysqlDriver) KeysIn(column string, keys []int64) clause.Expr { return keysInList(column, keys) }
+
+// PairsIn is a row-value IN over a list of row constructors, which MySQL
+// resolves by primary key.
+func (mysqlDriver) PairsIn(first, second string, pairs []Pair) clause.Expr {
+	var b strings.Builder
+	b.WriteString("(" + first + ", " + second + ") IN (")
+	args := writePairs(&b, pairs, make([]any, 0, 2*len(pairs)))
+	b.WriteString(")")
+	return clause.Expr{SQL: b.String(), Vars: args}
+}
+
+// Notifies is false: MySQL has no notifications.
+func (mysqlDriver) Notifies() bool { return false }
+
+func (mysqlDriver) Notify(*gorm.DB, string, string) error { return nil }
+
+// IsRetryable: the transaction was chosen as a deadlock victim (1213) or a
 // lock wait timed out (1205).
-func (mysqlDialect) isRetryable(err error) bool {
+func (mysqlDriver) IsRetryable(err error) bool {
 	var me *mysqldriver.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
 }
 
-// explain is explainMySQL.
-func (mysqlDialect) explain(err error, name string) error { return explainMySQL(err, name) }
+// IsDuplicateKey: ER_DUP_ENTRY (1062), which GORM turns into
+// gorm.ErrDuplicatedKey without the MySQL error.
+func (mysqlDriver) IsDuplicateKey(err error) bool {
+	var me *mysqldriver.MySQLError
+	return errors.Is(err, gorm.ErrDuplicatedKey) || errors.As(err, &me) && me.Number == 1062
+}
+
+// Explain is explainMySQL.
+func (mysqlDriver) Explain(err error, name string) error { return explainMySQL(err, name) }

@@ -47,13 +47,10 @@ func (p Pool) Validate() error {
 	return nil
 }
 
-// withDefaults is p with its zero fields filled for dialect d.
-func (p Pool) withDefaults(d Dialect) Pool {
+// withDefaults is p with its zero fields filled for driver d.
+func (p Pool) withDefaults(d Driver) Pool {
 	if p.MaxConns == 0 {
-		p.MaxConns = DefaultMaxConns
-		if d == SQLite {
-			p.MaxConns = DefaultSQLiteMaxConns
-		}
+		p.MaxConns = d.DefaultMaxConns()
 	}
 	if p.MaxIdle == 0 || p.MaxIdle > p.MaxConns {
 		p.MaxIdle = p.MaxConns
@@ -71,7 +68,7 @@ func (db *DB) SetPool(p Pool) (Pool, error) {
 	if err != nil {
 		return Pool{}, err
 	}
-	p = p.withDefaults(db.Dialect)
+	p = p.withDefaults(db.Driver())
 	// The maximum first: SetMaxIdleConns above the maximum in force would
 	// be cut down to it.
 	sqlDB.SetMaxOpenConns(p.MaxConns)

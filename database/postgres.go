@@ -2,9 +2,12 @@ package database
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -231,25 +234,95 @@ func pgCode(err error) string {
 	return ""
 }
 
-// postgresDialect is what the package does on PostgreSQL.
-type postgresDialect struct{}
+// postgresDriver is the Driver of PostgreSQL.
+type postgresDriver struct{}
 
-// now reads clock_timestamp(), the time at the moment of reading, rather
+func (postgresDriver) Dialect() Dialect { return PostgreSQL }
+
+func (postgresDriver) DefaultPort() string { return "5432" }
+
+// DefaultMaxConns is the same pool as on MySQL; PostgreSQL's default
+// max_connections is 100.
+func (postgresDriver) DefaultMaxConns() int { return DefaultMaxConns }
+
+// Now reads clock_timestamp(), the time at the moment of reading, rather
 // than now() (CURRENT_TIMESTAMP), which inside a transaction is the time the
 // transaction started. A claim is stamped with the time read once its locks
 // are held (see outbox.Store.MarkSentAndClaim); with now() a claim that
 // waited for a lock would be stamped with the moment before the wait, which
 // is what reading the clock inside the transaction is there to avoid. It is
 // also what MySQL's CURRENT_TIMESTAMP(6) gives: the statement's time.
-func (postgresDialect) now(db *gorm.DB) (time.Time, error) {
-	return scanTime(db, "SELECT clock_timestamp()")
+func (postgresDriver) Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
+	return scanTime(ctx, db, "SELECT clock_timestamp()")
 }
 
-func (postgresDialect) nowExpr() clause.Expr { return clause.Expr{SQL: "clock_timestamp()"} }
+func (postgresDriver) NowExpr() clause.Expr { return clause.Expr{SQL: "clock_timestamp()"} }
 
-// isRetryable: serialization_failure (40001), deadlock_detected (40P01),
+// SingleWriter is false: PostgreSQL locks rows.
+func (postgresDriver) SingleWriter() bool { return false }
+
+// ReadCommitted is nil: READ COMMITTED is PostgreSQL's default.
+func (postgresDriver) ReadCommitted() *sql.TxOptions { return nil }
+
+// ForUpdate is FOR UPDATE: under READ COMMITTED a read that waited for a
+// lock returns the row as the other transaction committed it.
+func (postgresDriver) ForUpdate(q *gorm.DB) *gorm.DB { return forUpdate(q) }
+
+func (postgresDriver) ForUpdateSkipLocked(q *gorm.DB) *gorm.DB { return forUpdateSkipLocked(q) }
+
+// InsertIgnore is INSERT ... ON CONFLICT DO NOTHING.
+func (postgresDriver) InsertIgnore(q *gorm.DB) *gorm.DB { return insertIgnore(q) }
+
+// InsertIgnoreLocks is false: ON CONFLICT DO NOTHING locks no row it
+// skipped.
+func (postgresDriver) InsertIgnoreLocks() bool { return false }
+
+// KeyInsert returns the key as a row (RETURNING): pgx has no
+// LastInsertId. The statement runs without GORM, so its placeholders are
+// PostgreSQL's own, $1, $2, ...
+func (postgresDriver) KeyInsert(table, key string, columns []string) KeyInsert {
+	return keyInsert(table, key, columns, func(i int) string { return "$" + strconv.Itoa(i) }, true)
+}
+
+func (postgresDriver) UpdateReturning() bool { return true }
+
+func (postgresDriver) BigIntType() string { return "BIGINT" }
+
+// KeysIn is "column = ANY(?::bigint[])": one array parameter instead of one
+// per key.
+func (postgresDriver) KeysIn(column string, keys []int64) clause.Expr {
+	return clause.Expr{SQL: column + " = ANY(?::bigint[])", Vars: []any{int64Array(keys)}}
+}
+
+// PairsIn takes the pairs as two array parameters unnested into rows: two
+// bind parameters instead of two per row, and a plan PostgreSQL makes in a
+// tenth of the time. A row-value IN over 500 row constructors (as on MySQL)
+// spent ~2 ms planning the OR of 500 terms and more binding its 1,000
+// parameters: 14.5 ms per 500-row acknowledgement of the outbox against
+// 9.9 ms this way (PostgreSQL 15, alternating, 8 runs each).
+func (postgresDriver) PairsIn(first, second string, pairs []Pair) clause.Expr {
+	firsts, seconds := make(int64Array, len(pairs)), make(int64Array, len(pairs))
+	for i, p := range pairs {
+		firsts[i], seconds[i] = p.First, p.Second
+	}
+	return clause.Expr{SQL: "(" + first + ", " + second + ") IN (SELECT * FROM unnest(?::bigint[], ?::bigint[]))",
+		Vars: []any{firsts, seconds}}
+}
+
+// Notifies is true: LISTEN and NOTIFY.
+func (postgresDriver) Notifies() bool { return true }
+
+// Notify runs NOTIFY, or pg_notify with a payload.
+func (postgresDriver) Notify(db *gorm.DB, channel, payload string) error {
+	if payload == "" {
+		return db.Exec("NOTIFY " + pgx.Identifier{channel}.Sanitize()).Error
+	}
+	return db.Exec("SELECT pg_notify(?, ?)", channel, payload).Error
+}
+
+// IsRetryable: serialization_failure (40001), deadlock_detected (40P01),
 // lock_not_available (55P03, a lock_timeout or NOWAIT).
-func (postgresDialect) isRetryable(err error) bool {
+func (postgresDriver) IsRetryable(err error) bool {
 	switch pgCode(err) {
 	case "40001", "40P01", "55P03":
 		return true
@@ -257,5 +330,28 @@ func (postgresDialect) isRetryable(err error) bool {
 	return false
 }
 
-// explain is explainPostgres.
-func (postgresDialect) explain(err error, name string) error { return explainPostgres(err, name) }
+// IsDuplicateKey: unique_violation (23505).
+func (postgresDriver) IsDuplicateKey(err error) bool {
+	return errors.Is(err, gorm.ErrDuplicatedKey) || pgCode(err) == "23505"
+}
+
+// Explain is explainPostgres.
+func (postgresDriver) Explain(err error, name string) error { return explainPostgres(err, name) }
+
+// int64Array is a PostgreSQL bigint[] parameter in its text form. As a
+// driver.Valuer it is one parameter: GORM expands a plain slice into a
+// list of them.
+type int64Array []int64
+
+// Value is the array literal, {1,2,3}.
+func (a int64Array) Value() (driver.Value, error) {
+	b := make([]byte, 0, 2+len(a)*8)
+	b = append(b, '{')
+	for i, v := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(append(b, '}')), nil
+}

@@ -1,6 +1,7 @@
 package database
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -108,13 +109,22 @@ func enableWAL(db *sql.DB, wait time.Duration) error {
 	}
 }
 
-// sqliteDialect is what the package does on SQLite.
-type sqliteDialect struct{}
+// sqliteDriver is the Driver of SQLite.
+type sqliteDriver struct{}
 
-// now reads the host's clock through SQLite ('now', millisecond precision).
-func (sqliteDialect) now(db *gorm.DB) (time.Time, error) {
+func (sqliteDriver) Dialect() Dialect { return SQLite }
+
+// DefaultPort is "": SQLite is a file.
+func (sqliteDriver) DefaultPort() string { return "" }
+
+// DefaultMaxConns is DefaultSQLiteMaxConns: one writer at a time, a few
+// readers beside it under WAL.
+func (sqliteDriver) DefaultMaxConns() int { return DefaultSQLiteMaxConns }
+
+// Now reads the host's clock through SQLite ('now', millisecond precision).
+func (sqliteDriver) Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 	var s string
-	if err := db.Raw("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").Scan(&s).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").Scan(&s).Error; err != nil {
 		return time.Time{}, err
 	}
 	t, err := time.ParseInLocation("2006-01-02 15:04:05.000", s, time.UTC)
@@ -124,20 +134,92 @@ func (sqliteDialect) now(db *gorm.DB) (time.Time, error) {
 	return t, nil
 }
 
-// nowExpr is the host's clock, the one SQLite's 'now' reads, as a
+// NowExpr is the host's clock, the one SQLite's 'now' reads, as a
 // parameter: written like every other time, so it compares with the
 // stored ones (SQLite keeps times as text).
-func (sqliteDialect) nowExpr() clause.Expr {
+func (sqliteDriver) NowExpr() clause.Expr {
 	return clause.Expr{SQL: "?", Vars: []any{Normalize(time.Now())}}
 }
 
-// isRetryable: SQLITE_BUSY or SQLITE_LOCKED, which the driver reports only
+// SingleWriter is true: every transaction begins IMMEDIATE (see openSQLite)
+// and holds the file's one write lock until it ends.
+func (sqliteDriver) SingleWriter() bool { return true }
+
+// ReadCommitted is nil: writers take turns, and a reader sees the last
+// commit when its transaction begins.
+func (sqliteDriver) ReadCommitted() *sql.TxOptions { return nil }
+
+// ForUpdate returns q: the transaction holds the write lock since BEGIN.
+func (sqliteDriver) ForUpdate(q *gorm.DB) *gorm.DB { return q }
+
+// ForUpdateSkipLocked returns q: no other writer holds a row meanwhile.
+func (sqliteDriver) ForUpdateSkipLocked(q *gorm.DB) *gorm.DB { return q }
+
+// InsertIgnore is INSERT ... ON CONFLICT DO NOTHING.
+func (sqliteDriver) InsertIgnore(q *gorm.DB) *gorm.DB { return insertIgnore(q) }
+
+// InsertIgnoreLocks is true: the transaction holds the write lock.
+func (sqliteDriver) InsertIgnoreLocks() bool { return true }
+
+// KeyInsert takes the key from LastInsertId: ? placeholders.
+func (sqliteDriver) KeyInsert(table, key string, columns []string) KeyInsert {
+	return keyInsert(table, key, columns, questionMark, false)
+}
+
+// UpdateReturning is true (SQLite 3.35+).
+func (sqliteDriver) UpdateReturning() bool { return true }
+
+func (sqliteDriver) BigIntType() string { return "BIGINT" }
+
+func (sqliteDriver) KeysIn(column string, keys []int64) clause.Expr { return keysInList(column, keys) }
+
+// PairsIn takes the row-value list as a VALUES subquery, as SQLite wants
+// it, and the plain list of firsts too, so that SQLite looks the rows up by
+// key instead of scanning.
+func (sqliteDriver) PairsIn(first, second string, pairs []Pair) clause.Expr {
+	firsts := make([]int64, len(pairs))
+	for i, p := range pairs {
+		firsts[i] = p.First
+	}
+	var b strings.Builder
+	b.WriteString(first + " IN ? AND (" + first + ", " + second + ") IN (VALUES ")
+	args := writePairs(&b, pairs, append(make([]any, 0, 2*len(pairs)+1), firsts))
+	b.WriteString(")")
+	return clause.Expr{SQL: b.String(), Vars: args}
+}
+
+// Notifies is false: SQLite has no notifications.
+func (sqliteDriver) Notifies() bool { return false }
+
+func (sqliteDriver) Notify(*gorm.DB, string, string) error { return nil }
+
+// IsRetryable: SQLITE_BUSY or SQLITE_LOCKED, which the driver reports only
 // in its text.
-func (sqliteDialect) isRetryable(err error) bool {
+func (sqliteDriver) IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
 	msg := err.Error()
 	return strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked") ||
 		strings.Contains(msg, "SQLITE_LOCKED")
 }
 
-// explain returns err: opening a SQLite file explains a missing one itself.
-func (sqliteDialect) explain(err error, _ string) error { return err }
+// The extended result codes of a taken key.
+const (
+	sqliteConstraintPrimaryKey = 1555
+	sqliteConstraintUnique     = 2067
+)
+
+// IsDuplicateKey: SQLITE_CONSTRAINT_UNIQUE or SQLITE_CONSTRAINT_PRIMARYKEY.
+func (sqliteDriver) IsDuplicateKey(err error) bool {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		if c := coded.Code(); c == sqliteConstraintUnique || c == sqliteConstraintPrimaryKey {
+			return true
+		}
+	}
+	return errors.Is(err, gorm.ErrDuplicatedKey)
+}
+
+// Explain returns err: opening a SQLite file explains a missing one itself.
+func (sqliteDriver) Explain(err error, _ string) error { return err }

@@ -46,8 +46,8 @@ func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error, o
 // IsRetryable reports whether err is a transient lock conflict after which the
 // same transaction may succeed when run again.
 func IsRetryable(err error) bool {
-	for _, d := range dialects() {
-		if d.isRetryable(err) {
+	for _, d := range drivers() {
+		if d.IsRetryable(err) {
 			return true
 		}
 	}

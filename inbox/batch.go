@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
 )
@@ -58,10 +57,10 @@ func ProcessBatch(ctx context.Context, db *gorm.DB, consumer string, evs []Event
 	}
 	at = database.Normalize(at)
 	var opts []*sql.TxOptions
-	if database.DialectOf(db) == database.MySQL {
+	if rc := database.DriverOf(db).ReadCommitted(); rc != nil {
 		// See advanceSequences: READ COMMITTED takes no gap locks, and
 		// reads the sequences as last committed.
-		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		opts = append(opts, rc)
 	}
 	err = database.Transaction(ctx, db, func(tx *gorm.DB) error {
 		outcomes = make([]Outcome, len(evs)) // a re-run starts afresh
@@ -115,8 +114,9 @@ func ProcessBatch(ctx context.Context, db *gorm.DB, consumer string, evs []Event
 //
 // The rows are inserted before they are read, in ascending post order, and
 // the insert locks them: it writes the new rows, and on MySQL and MariaDB
-// locks the rows present (ON DUPLICATE KEY UPDATE); on PostgreSQL the read
-// locks them (FOR UPDATE); SQLite has one writer at a time. A concurrent
+// locks the rows present (ON DUPLICATE KEY UPDATE); where the insert does
+// not (database.Driver's InsertIgnoreLocks: PostgreSQL) the read locks them
+// (FOR UPDATE); SQLite has one writer at a time. A concurrent
 // insert of the same post waits for the other transaction, then keeps its
 // row. On MySQL and MariaDB, ProcessBatch runs at READ COMMITTED, so the
 // read, which takes no lock there, sees the last committed sequences, and no
@@ -144,12 +144,13 @@ func advanceSequences(tx *gorm.DB, consumer string, evs []Event, outcomes []Outc
 	}
 	// Every inserted row is updated below: each post has an event with a
 	// sequence above 0, so no row is left at 0 once committed.
-	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&seeds).Error; err != nil {
+	drv := database.DriverOf(tx)
+	if err := drv.InsertIgnore(tx).Create(&seeds).Error; err != nil {
 		return fmt.Errorf("record the sequences of %d posts: %w", len(posts), err)
 	}
 	q := tx.Where("consumer = ? AND post_id IN ?", consumer, posts)
-	if database.DialectOf(tx) == database.PostgreSQL {
-		q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+	if !drv.InsertIgnoreLocks() {
+		q = drv.ForUpdate(q)
 	}
 	var rows []sequenceRecord
 	if err := q.Find(&rows).Error; err != nil {
@@ -172,10 +173,7 @@ func advanceSequences(tx *gorm.DB, consumer string, evs []Event, outcomes []Outc
 	}
 	// An explicit integer type: PostgreSQL would take untyped CASE results
 	// for text.
-	intType := "BIGINT"
-	if database.DialectOf(tx) == database.MySQL {
-		intType = "SIGNED"
-	}
+	intType := drv.BigIntType()
 	var set strings.Builder
 	var args []any
 	var updated []int64

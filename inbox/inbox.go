@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
@@ -266,7 +265,7 @@ func (sequenceRecord) TableName() string { return "inbox_sequences" }
 // posts in one gap would each wait, inserting, for the other's gap lock (a
 // deadlock). The insert takes no gap lock, and locks a row present.
 func advanceSequence(tx *gorm.DB, consumer string, postID, seq int64) (bool, error) {
-	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&sequenceRecord{Consumer: consumer, PostID: postID, Sequence: seq})
+	res := database.DriverOf(tx).InsertIgnore(tx).Create(&sequenceRecord{Consumer: consumer, PostID: postID, Sequence: seq})
 	if res.Error != nil {
 		return false, fmt.Errorf("record the sequence of post %d: %w", postID, res.Error)
 	}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"errors"
 
 	"gorm.io/gorm"
@@ -17,14 +18,26 @@ var ErrAnnounceInTransaction = errors.New("announce runs after the commit, not i
 // rows already committed. It is its own short transaction: inside a writing
 // one, NOTIFY would take PostgreSQL's database-wide notification lock at
 // that transaction's commit and make every writer commit one at a time.
-// Callers coalesce it (wakeup.Notifier). On MySQL and SQLite, which have no
-// such signal, it does nothing.
+// Callers coalesce it (wakeup.Notifier). On a database without
+// notifications (database.Driver's Notifies: MySQL, SQLite) it does nothing.
 func Announce(db *gorm.DB) error {
-	if database.DialectOf(db) != database.PostgreSQL {
+	drv := database.DriverOf(db)
+	if !drv.Notifies() {
 		return nil
 	}
 	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
 		return ErrAnnounceInTransaction
 	}
-	return db.Exec("NOTIFY " + NotifyChannel).Error
+	return drv.Notify(db, NotifyChannel, "")
+}
+
+// Notify returns a function that sends a notification with its payload on
+// NotifyChannel through db, on a database that carries them
+// (database.Driver's Notifies: PostgreSQL): how a wakeup.Listener checks
+// that notifications reach it (wakeup.Config.Notify).
+func Notify(db *gorm.DB) func(ctx context.Context, payload string) error {
+	drv := database.DriverOf(db)
+	return func(ctx context.Context, payload string) error {
+		return drv.Notify(db.WithContext(ctx), NotifyChannel, payload)
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strconv"
-	"strings"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/schema"
@@ -21,11 +19,11 @@ import (
 // as the rest of the request, and on a small machine the API's rate is its
 // CPU per create. The outbox row still goes through outbox.Append.
 type postInsert struct {
-	sql    string
+	// ins is the statement in the database's form (database.Driver's
+	// KeyInsert): the new id comes back as a row on PostgreSQL, whose driver
+	// has no LastInsertId, and as the statement's LastInsertId elsewhere.
+	ins    database.KeyInsert
 	fields []*schema.Field
-	// returning: the new id comes back as a row (PostgreSQL, whose driver
-	// has no LastInsertId); elsewhere it is the statement's LastInsertId.
-	returning bool
 }
 
 func newPostInsert(db *gorm.DB) (*postInsert, error) {
@@ -37,24 +35,16 @@ func newPostInsert(db *gorm.DB) (*postInsert, error) {
 	if pk == nil {
 		return nil, fmt.Errorf("post schema: no primary key")
 	}
-	ins := &postInsert{returning: database.DialectOf(db) == database.PostgreSQL}
-	var cols, marks []string
+	ins := &postInsert{}
+	var cols []string
 	for _, f := range stmt.Schema.Fields {
 		if f.DBName == "" || !f.Creatable || f == pk {
 			continue
 		}
 		ins.fields = append(ins.fields, f)
 		cols = append(cols, stmt.Quote(f.DBName))
-		if ins.returning {
-			marks = append(marks, "$"+strconv.Itoa(len(cols)))
-		} else {
-			marks = append(marks, "?")
-		}
 	}
-	ins.sql = "INSERT INTO " + stmt.Quote(stmt.Schema.Table) + " (" + strings.Join(cols, ",") + ") VALUES (" + strings.Join(marks, ",") + ")"
-	if ins.returning {
-		ins.sql += " RETURNING " + stmt.Quote(pk.DBName)
-	}
+	ins.ins = database.DriverOf(db).KeyInsert(stmt.Quote(stmt.Schema.Table), stmt.Quote(pk.DBName), cols)
 	return ins, nil
 }
 
@@ -65,14 +55,10 @@ func (ins *postInsert) exec(ctx context.Context, tx *gorm.DB, p *Post) error {
 	for i, f := range ins.fields {
 		args[i], _ = f.ValueOf(ctx, rv)
 	}
-	conn := tx.Statement.ConnPool
-	if ins.returning {
-		return conn.QueryRowContext(ctx, ins.sql, args...).Scan(&p.ID)
-	}
-	res, err := conn.ExecContext(ctx, ins.sql, args...)
+	id, err := ins.ins.Exec(ctx, tx.Statement.ConnPool, args...)
 	if err != nil {
 		return err
 	}
-	p.ID, err = res.LastInsertId()
-	return err
+	p.ID = id
+	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/database"
@@ -223,9 +222,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 		if after != nil {
 			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
 		}
-		if database.DialectOf(tx) != database.SQLite {
-			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate, Options: clause.LockingOptionsSkipLocked})
-		}
+		q = database.DriverOf(tx).ForUpdateSkipLocked(q)
 		if err := q.Order("scheduled_at, id").Limit(limit).Find(&due).Error; err != nil {
 			return fmt.Errorf("find due posts: %w", err)
 		}

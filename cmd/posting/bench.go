@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,10 +82,8 @@ func validateBench(b *bench.Config, s *settings) error {
 	// so is one path for two of them (the later would overwrite the other)
 	// or for the SQLite database the bench measures.
 	written := map[string]string{}
-	if u, err := url.Parse(s.DatabaseURL); err == nil && u.Scheme == "sqlite" {
-		if path, err := database.SQLitePath(u); err == nil {
-			written[resolved(path)] = "database-url"
-		}
+	if path := database.FileOf(s.DatabaseURL); path != "" {
+		written[resolved(path)] = "database-url"
 	}
 	for _, o := range []struct{ flag, path string }{
 		{"cpu-profile", b.CPUProfile}, {"serve-cpu-profile", b.ServeCPUProfile}, {"latency-trace", b.LatencyTrace},

@@ -11,12 +11,13 @@ import (
 )
 
 // commitWake is what a commit of outbox rows wakes: the local relay
-// (local), and on PostgreSQL also the other instances' relays, through a
-// coalesced NOTIFY sent after the commit on the pool, never inside the
-// writing transaction. It returns the waker for database.WithCommitWaker
-// and the services to start with it (the notifier, on PostgreSQL).
+// (local), and on a database that carries notifications (PostgreSQL) also
+// the other instances' relays, through a coalesced NOTIFY sent after the
+// commit on the pool, never inside the writing transaction. It returns the
+// waker for database.WithCommitWaker and the services to start with it (the
+// notifier, on PostgreSQL).
 func commitWake(db *database.DB, local func(), log *slog.Logger) (func(), []startstop.Service, error) {
-	if db.Dialect != database.PostgreSQL {
+	if !db.Driver().Notifies() {
 		return local, nil, nil
 	}
 	n, err := wakeup.NewNotifier(wakeup.NotifierConfig{

@@ -259,7 +259,7 @@ func (l *brokerLease) refusal(s *settings, held database.Lease) error {
 	first := fmt.Sprintf("serve %s already runs the embedded broker of this database at %s on host %s", instance, info.addr, info.host)
 	why := "; a second embedded broker would split the database's events between two logs"
 	point := "POSTING_KAFKA_BROKERS=" + info.addr
-	if l.db.Dialect == database.SQLite && s.DatabaseURL == "" {
+	if l.db.File() != "" && s.DatabaseURL == "" {
 		point += " and POSTING_DATABASE_URL=" + l.db.Location
 	}
 	var todo string

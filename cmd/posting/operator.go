@@ -66,8 +66,7 @@ func (o *operator) open(cmd *cobra.Command) (closeDB func(), err error) {
 // with its password masked (url.URL.Redacted), or the SQLite file's
 // absolute path.
 func shownDatabase(s *settings, db *database.DB) string {
-	if db.Dialect == database.SQLite {
-		path := strings.TrimPrefix(db.Location, "sqlite://")
+	if path := db.File(); path != "" {
 		if abs, err := filepath.Abs(path); err == nil {
 			return abs
 		}

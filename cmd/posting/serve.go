@@ -249,7 +249,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if history != nil {
 		services = append(services, history)
 	}
-	if db.Dialect == database.PostgreSQL {
+	if db.Driver().Notifies() {
 		// Other instances NOTIFY after their commits (commitWake): the
 		// relay polls at once instead of at its next interval, which stays
 		// the safety net.
@@ -427,26 +427,24 @@ func startKafka(s *settings, db *database.DB, brokerLn net.Listener, log *slog.L
 // its log belongs to: the location without credentials. A SQLite file inside
 // the data dir is named relative to it, so the data dir can move as a whole.
 func brokerDatabase(s *settings, db *database.DB) string {
-	switch db.Dialect {
-	case database.SQLite:
-		path := strings.TrimPrefix(db.Location, "sqlite://")
+	if path := db.File(); path != "" {
 		abs, err1 := filepath.Abs(path)
 		dir, err2 := filepath.Abs(s.DataDir)
 		if err1 != nil || err2 != nil {
 			return db.Location
 		}
+		scheme, _, _ := strings.Cut(db.Location, "://")
 		if rel, err := filepath.Rel(dir, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return "sqlite://<data dir>/" + filepath.ToSlash(rel)
+			return scheme + "://<data dir>/" + filepath.ToSlash(rel)
 		}
-		return "sqlite://" + abs
-	default:
-		u, err := url.Parse(db.Location)
-		if err == nil && u.Port() == "" && u.Host != "" {
-			u.Host += ":3306" // the driver's default: one database, one name
-			return u.String()
-		}
-		return db.Location
+		return scheme + "://" + abs
 	}
+	u, err := url.Parse(db.Location)
+	if port := db.Driver().DefaultPort(); err == nil && u.Port() == "" && u.Host != "" && port != "" {
+		u.Host += ":" + port // the driver's default: one database, one name
+		return u.String()
+	}
+	return db.Location
 }
 
 // requireSchema fails when a table the command needs is missing: with

@@ -45,7 +45,7 @@ var mutations = []mutation{
 		pkg:  "./outbox/",
 		why:  "late MarkSent/Release of a recovered claim must be refused while another relay holds the row",
 		old: `			Where("status = ?", StatusProcessing).
-			Where(s.dialect.versionMatch(chunk)).`,
+			Where(s.versionMatch(chunk)).`,
 		new: `			Where("status = ?", StatusProcessing).
 ` + idsOnly("\t\t\t", "chunk"),
 	},
@@ -65,7 +65,7 @@ var mutations = []mutation{
 		equivalent: "between the locking read and the UPDATE no other transaction can change the rows " +
 			"(FOR UPDATE SKIP LOCKED on MySQL, BEGIN IMMEDIATE on SQLite), so their versions are the ones read",
 		old: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
-		Where(s.dialect.versionMatch(rows)).`,
+		Where(s.versionMatch(rows)).`,
 		new: `		Where("status IN ?", []Status{StatusPending, StatusRetry}).
 ` + idsOnly("\t\t", "rows"),
 	},
@@ -293,7 +293,7 @@ func run() int {
 }
 
 // idsOnly is the source of the mutant of a version fence
-// (Where(s.dialect.versionMatch(rows))): a Where that takes the messages of
+// (Where(s.versionMatch(rows))): a Where that takes the messages of
 // rows by id alone, whatever their version, each line indented by indent.
 func idsOnly(indent, rows string) string {
 	return indent + strings.Join([]string{
