@@ -3,11 +3,14 @@ package kafka
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -104,4 +107,124 @@ func TestTransactionalProducersSharingAnIDConcurrently(t *testing.T) {
 	}
 	extra := len(recs) - len(acked)
 	t.Logf("%d committed records, %d of them reported failed", len(recs), extra)
+}
+
+// The transactional path's refusals: an oversized message and broker codes
+// fail their own messages only; the rest of the batch is committed.
+func TestTransactionalProducerRefusesOversizedMessageAlone(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.TransactionalID = "oversized"
+	cfg.MaxMessageBytes = 1024
+	p := producerTestNew(t, cfg)
+	msgs := producerTestMessages(1, 3, 1, 2, 3)
+	msgs[1].Payload = `{"big":"` + strings.Repeat("x", 2000) + `"}`
+
+	errs := p.Send(context.Background(), msgs)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[2])
+	var rej *ProducerRejectedError
+	require.ErrorAs(t, errs[1], &rej)
+	require.NotErrorIs(t, errs[1], relay.ErrUnavailable)
+	require.Len(t, b.Records(t, 2, 10*time.Second), 2)
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(10, 3, 1, 2, 3)))
+	require.Len(t, b.Records(t, 5, 10*time.Second), 5)
+}
+
+func TestTransactionalProducerClassifiesBrokerCodes(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.TransactionalID = "codes"
+	p := producerTestNew(t, cfg)
+	posts := producerTestPostsOnDistinctPartitions(t, 2, b.Partitions)
+	bad, good := posts[0], posts[1]
+	nextID := int64(1)
+	var want int
+	for _, tc := range []struct {
+		code        *kerr.Error
+		unavailable bool
+	}{
+		{kerr.InvalidRecord, false},
+		{kerr.MessageTooLarge, false},
+		{kerr.CorruptMessage, false},
+		{kerr.PolicyViolation, false},
+		{kerr.TopicAuthorizationFailed, false},
+		{kerr.NotEnoughReplicas, true},
+		{kerr.NotLeaderForPartition, true},
+		// Not REQUEST_TIMED_OUT: franz-go cannot know whether such a batch
+		// was written and waits for it until Send gives up.
+	} {
+		stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
+		msgs := producerTestMessages(nextID, 4, bad, good)
+		nextID += int64(len(msgs))
+		start := time.Now()
+		errs := p.Send(context.Background(), msgs)
+		stop()
+		require.Less(t, time.Since(start), cfg.SendTimeout/2, "%s: Send took", tc.code.Message)
+		for i, m := range msgs {
+			if m.AggregateID == good {
+				require.NoError(t, errs[i], "%s: the other partition", tc.code.Message)
+				want++
+				continue
+			}
+			if tc.unavailable {
+				require.ErrorIs(t, errs[i], relay.ErrUnavailable, tc.code.Message)
+				var unanswered *relay.UnansweredError
+				require.False(t, errors.As(errs[i], &unanswered), "%s: answered, not held", tc.code.Message)
+			} else {
+				var rej *ProducerRejectedError
+				require.ErrorAs(t, errs[i], &rej, tc.code.Message)
+				require.Equal(t, tc.code.Code, rej.Code)
+				require.NotErrorIs(t, errs[i], relay.ErrUnavailable)
+			}
+			require.Contains(t, errs[i].Error(), tc.code.Message)
+		}
+	}
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
+	want += 4
+	require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
+}
+
+// One partition whose leader keeps answering NOT_ENOUGH_REPLICAS (its ISR
+// below min.insync.replicas): only that partition's messages fail, as
+// unavailable and at once, and the others of the batch are delivered, with
+// either producer. The transactional one held the whole batch 15 s (10 s
+// send timeout here: every message unanswered) and then failed it all.
+func TestProducerSickPartitionFailsOnlyItsOwnMessages(t *testing.T) {
+	t.Parallel()
+	for _, transactional := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
+			t.Parallel()
+			b := kafkatest.Start(t)
+			cfg := producerTestConfig(b.Addr)
+			if transactional {
+				cfg.TransactionalID = "sick-partition"
+			}
+			p := producerTestNew(t, cfg)
+			posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
+			stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.NotEnoughReplicas.Code)
+			acked := 0
+			for round := range 2 {
+				msgs := producerTestMessages(int64(1+10*round), 8, posts...)
+				start := time.Now()
+				errs := p.Send(context.Background(), msgs)
+				took := time.Since(start)
+				for i, m := range msgs {
+					if m.AggregateID != posts[0] {
+						require.NoError(t, errs[i], "round %d, message %d: a healthy partition", round, i)
+						acked++
+						continue
+					}
+					require.ErrorIs(t, errs[i], relay.ErrUnavailable, "round %d, message %d", round, i)
+					var unanswered *relay.UnansweredError
+					require.False(t, errors.As(errs[i], &unanswered), "round %d, message %d: answered, not held: %v", round, i, errs[i])
+				}
+				require.Less(t, took, 3*time.Second, "round %d", round)
+			}
+			stop()
+			require.Len(t, b.Records(t, acked, 10*time.Second), acked, "every acknowledged message committed once, no other")
+		})
+	}
 }
