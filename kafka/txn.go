@@ -275,9 +275,12 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 	}
 	if ok {
 		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			// Whether the commit landed is not known: the next client's
-			// epoch settles it before anything is sent again, so a resend
-			// follows the first copy, never a later event.
+			// Whether the commit landed is not known, and the rows are
+			// released at once. A resend (from this instance, after the
+			// next client's epoch settled it, or from another one at any
+			// time) follows the first copy, never a later event: the open
+			// transaction's records sit before it on the partition, and
+			// read_committed reads stop there until it ends.
 			return fail(fmt.Errorf("%w: commit transaction: %w", relay.ErrUnavailable, err))
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -227,4 +228,103 @@ func TestProducerSickPartitionFailsOnlyItsOwnMessages(t *testing.T) {
 			require.Len(t, b.Records(t, acked, 10*time.Second), acked, "every acknowledged message committed once, no other")
 		})
 	}
+}
+
+// A commit whose answer does not come (here: it comes after the request
+// timeout) has an unknown outcome: Send reports every message unavailable
+// and the relay releases the rows at once, but the commit still lands. The
+// relay's resend is then a second copy, with the same event-id, after the
+// first on its partition (the open transaction's records come first, and a
+// read_committed consumer reads nothing past them until it ends): a
+// duplicate in order, never a late copy after a later event. docs/brokers.md
+// said "a send that got no answer in time is never committed" without
+// that exception.
+func TestTransactionalCommitWithoutAnswerCanLandBeforeTheResend(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.TransactionalID = "slow-commit"
+	cfg.SendTimeout, cfg.DialTimeout, cfg.RequestTimeout, cfg.AckTimeout = 2*time.Second, 100*time.Millisecond, 800*time.Millisecond, 100*time.Millisecond
+	p := producerTestNew(t, cfg)
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1, 2)))
+
+	c := b.Cluster
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.DropControl() // this commit only
+		c.SleepControl(func() { time.Sleep(cfg.RequestTimeout + 200*time.Millisecond) })
+		return nil, nil, false // then the cluster commits it
+	})
+	msgs := producerTestMessages(10, 2, 1, 2)
+	for i, err := range p.Send(context.Background(), msgs) {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
+		var unanswered *relay.UnansweredError
+		if errors.As(err, &unanswered) {
+			<-unanswered.Settled
+		}
+	}
+	time.Sleep(time.Second)                                                                       // the commit lands
+	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))                              // the relay's resend
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(20, 2, 1, 2))) // the posts' next events
+
+	recs := b.Records(t, 8, 10*time.Second)
+	var order []string
+	for _, r := range recs {
+		if r.Key == "1" {
+			order = append(order, r.Headers[event.HeaderEventID])
+		}
+	}
+	first, next := producerTestMessages(1, 1, 1)[0].EventID, producerTestMessages(20, 1, 1)[0].EventID
+	require.Equal(t, []string{first, msgs[0].EventID, msgs[0].EventID, next}, order,
+		"reported unavailable, committed anyway: a copy, in order")
+}
+
+// The same with the resend and the post's next event sent by another
+// instance (another transactional id) while the first commit is still
+// pending at the broker: the rows were released at once, so nothing waits
+// for the new epoch the comment in transaction() counts on. Order still
+// holds: the pending transaction's records sit before the others' on the
+// partition, and read_committed reads stop at it until it ends.
+func TestTransactionalPendingCommitKeepsOrderAgainstAnotherInstance(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.TransactionalID = "slow-commit-a"
+	cfg.SendTimeout, cfg.DialTimeout, cfg.RequestTimeout, cfg.AckTimeout = 2*time.Second, 100*time.Millisecond, 800*time.Millisecond, 100*time.Millisecond
+	a := producerTestNew(t, cfg)
+	cfg.TransactionalID = "slow-commit-b"
+	other := producerTestNew(t, cfg)
+	producerTestRequireAllNil(t, a.Send(context.Background(), producerTestMessages(1, 1, 1)))
+	producerTestRequireAllNil(t, other.Send(context.Background(), producerTestMessages(2, 1, 2)))
+
+	c := b.Cluster
+	wake := time.Now().Add(cfg.RequestTimeout + 700*time.Millisecond)
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if req.(*kmsg.EndTxnRequest).TransactionalID != "slow-commit-a" {
+			c.KeepControl()
+			return nil, nil, false
+		}
+		c.DropControl()
+		c.SleepControl(func() { time.Sleep(time.Until(wake)) })
+		return nil, nil, false // then the cluster commits it
+	})
+	msgs := producerTestMessages(10, 1, 1)
+	for i, err := range a.Send(context.Background(), msgs) {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
+		var unanswered *relay.UnansweredError
+		require.False(t, errors.As(err, &unanswered), "released at once: %v", err)
+	}
+	producerTestRequireAllNil(t, other.Send(context.Background(), msgs))                           // another relay's resend
+	producerTestRequireAllNil(t, other.Send(context.Background(), producerTestMessages(20, 1, 1))) // and the post's next event
+	require.True(t, time.Now().Before(wake), "the resend and the next event went before the commit")
+	time.Sleep(time.Until(wake))
+
+	recs := b.Records(t, 5, 10*time.Second)
+	var order []string
+	for _, r := range recs {
+		if r.Key == "1" {
+			order = append(order, r.Headers[event.HeaderEventID])
+		}
+	}
+	first, next := producerTestMessages(1, 1, 1)[0].EventID, producerTestMessages(20, 1, 1)[0].EventID
+	require.Equal(t, []string{first, msgs[0].EventID, msgs[0].EventID, next}, order)
 }
