@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,4 +328,60 @@ func TestTransactionalPendingCommitKeepsOrderAgainstAnotherInstance(t *testing.T
 	}
 	first, next := producerTestMessages(1, 1, 1)[0].EventID, producerTestMessages(20, 1, 1)[0].EventID
 	require.Equal(t, []string{first, msgs[0].EventID, msgs[0].EventID, next}, order)
+}
+
+// docs/brokers.md said: "Each transaction ends with a commit marker, which
+// takes an offset. So an idle group's lag shows up to one per partition."
+// An aborted transaction (a send whose commit got no answer, a relay that
+// died mid-send) leaves its records and its abort marker at the end of the
+// partition: the worker reads none of them and commits no offset past
+// them, so the idle lag counts every one of them (7 here, not 1), until a
+// later committed record on that partition is handled.
+func TestIdleLagAfterAnAbortedTransactionCountsItsRecords(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t, kafkatest.WithTopic("posting-events", 1))
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "lag"
+	cfg.SendTimeout, cfg.DialTimeout, cfg.RequestTimeout, cfg.AckTimeout = 2*time.Second, 100*time.Millisecond, 800*time.Millisecond, 100*time.Millisecond
+	p := producerTestNew(t, cfg)
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1)))
+
+	r, err := NewLagReader(ConsumerConfig{Brokers: []string{b.Addr}, Topic: b.Topic, GroupID: "lag-txn"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	h := &consumerTestHandler{}
+	c := consumerTestStart(t, b.Addr, "lag-txn", h, nil)
+	require.Eventually(t, func() bool { return len(h.snapshot()) == 2 }, 20*time.Second, 20*time.Millisecond)
+	c.Stop()
+	require.EqualValues(t, 1, lagSum(t, r), "the commit marker")
+
+	// The commit gets no answer and never lands: the broker aborts the
+	// transaction at its timeout.
+	bc := b.Cluster
+	var answer atomic.Bool
+	bc.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		bc.KeepControl()
+		return nil, nil, !answer.Load()
+	})
+	for _, err := range p.Send(context.Background(), producerTestMessages(10, 5, 1)) {
+		require.ErrorIs(t, err, relay.ErrUnavailable)
+	}
+	time.Sleep(cfg.TransactionTimeout() + 2*time.Second)
+	require.Len(t, b.Records(t, 2, 10*time.Second), 2, "the aborted transaction is not read")
+
+	h2 := &consumerTestHandler{}
+	c = consumerTestStart(t, b.Addr, "lag-txn", h2, nil)
+	time.Sleep(2 * time.Second)
+	c.Stop()
+	require.Empty(t, h2.snapshot())
+	require.EqualValues(t, 7, lagSum(t, r), "idle: the aborted records and both markers")
+
+	answer.Store(true)
+	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(20, 1, 1)))
+	h3 := &consumerTestHandler{}
+	c = consumerTestStart(t, b.Addr, "lag-txn", h3, nil)
+	require.Eventually(t, func() bool { return len(h3.snapshot()) == 1 }, 20*time.Second, 20*time.Millisecond)
+	c.Stop()
+	require.EqualValues(t, 1, lagSum(t, r), "a committed record handled after them: the commit marker again")
 }
