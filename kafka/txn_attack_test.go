@@ -12,9 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/kafka/endoffset"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/relay"
 )
@@ -384,4 +386,47 @@ func TestIdleLagAfterAnAbortedTransactionCountsItsRecords(t *testing.T) {
 	require.Eventually(t, func() bool { return len(h3.snapshot()) == 1 }, 20*time.Second, 20*time.Millisecond)
 	c.Stop()
 	require.EqualValues(t, 1, lagSum(t, r), "a committed record handled after them: the commit marker again")
+}
+
+// A relay that died mid-send leaves its transaction open, and
+// read_committed readers of its partitions wait. A restart with the same
+// transactional id ends it when the new producer first sends (it connects
+// lazily), not when it starts: docs/brokers.md said "at once".
+func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	dead, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("posting-relay-x"),
+		kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic(b.Topic))
+	require.NoError(t, err)
+	require.NoError(t, dead.BeginTransaction())
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "posting-relay-x"
+	restarted := producerTestNew(t, cfg)
+	for _, r := range dead.ProduceSync(context.Background(), restarted.kgoRecords(producerTestMessages(1, 1, 1))...) {
+		require.NoError(t, r.Err)
+	}
+	dead.Close() // no EndTxn: the process died
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	open := func() bool {
+		ends, err := endoffset.List(context.Background(), admin, b.Topic)
+		require.NoError(t, err)
+		stable, err := endoffset.ListStable(context.Background(), admin, b.Topic)
+		require.NoError(t, err)
+		for p, end := range ends {
+			if stable[p] != end {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, open(), "the dead relay's transaction holds its partition")
+	require.NoError(t, restarted.Ping(context.Background()))
+	time.Sleep(time.Second)
+	require.True(t, open(), "started, not yet sent: still held")
+	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
+	require.False(t, open(), "the first send's new epoch aborted it")
 }
