@@ -214,7 +214,7 @@ func (p *Producer) sendTxn(ctx context.Context, msgs []outbox.Message, abandoned
 	}
 	// After an outage the client may be in a state a new one resets.
 	if (err != nil && !errors.Is(err, errAborted)) || outage || abandoned.Load() || p.isClosed() {
-		p.fenced(err)
+		p.fenced(append([]error{err}, errs...)...)
 		p.disconnectTxn(cl)
 	}
 	return errs
@@ -321,12 +321,17 @@ func kgoClassify(err error) error {
 	return fmt.Errorf("%w: %w", relay.ErrUnavailable, err)
 }
 
-// fenced logs that another producer took this one's transactional id: two
-// instances given the same POSTING_INSTANCE_ID fence each other's every
-// transaction.
-func (p *Producer) fenced(err error) {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
-		p.logger.Warn("kafka producer fenced: another producer uses its transactional id (two instances with one instance id?)",
-			"transactional_id", p.cfg.TransactionalID, "error", err)
+// fenced logs, once, that another producer took this one's transactional
+// id: two instances given the same POSTING_INSTANCE_ID fence each other's
+// every transaction. The fence shows in the transaction's error or only in
+// its messages' (franz-go fails the records with it, and an abort of a
+// transaction that added no partition ends without asking the broker).
+func (p *Producer) fenced(errs ...error) {
+	for _, err := range errs {
+		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+			p.logger.Warn("kafka producer fenced: another producer uses its transactional id (two instances with one instance id?)",
+				"transactional_id", p.cfg.TransactionalID, "error", err)
+			return
+		}
 	}
 }

@@ -1,8 +1,10 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +35,11 @@ func TestTransactionalProducersSharingAnIDReportFencingAsUnavailable(t *testing.
 	cfg := producerTestConfig(b.Addr)
 	cfg.Topic = b.Topic
 	cfg.TransactionalID = "posting-relay-shared"
-	a, c := producerTestNew(t, cfg), producerTestNew(t, cfg)
+	var logs syncBuffer
+	a, err := NewProducer(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	c := producerTestNew(t, cfg)
 	nextID := int64(1)
 	acked := 0
 	for round := range 6 {
@@ -53,6 +59,26 @@ func TestTransactionalProducersSharingAnIDReportFencingAsUnavailable(t *testing.
 	}
 	require.Positive(t, acked)
 	require.Len(t, b.Records(t, acked, 10*time.Second), acked, "every acknowledged message committed, no other")
+	require.Contains(t, logs.String(), "kafka producer fenced", "the operator is told (docs/brokers.md)")
+}
+
+// syncBuffer is a bytes.Buffer for a logger that may write from another
+// goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // Two producers with one transactional id sending at once, over and over:
