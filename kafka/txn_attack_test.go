@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -455,4 +456,47 @@ func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T
 	require.True(t, open(), "started, not yet sent: still held")
 	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
 	require.False(t, open(), "the first send's new epoch aborted it")
+}
+
+// Known issue, not fixed: a partition whose leader keeps answering
+// REQUEST_TIMED_OUT (an acks=all produce its in-sync followers did not
+// replicate in time) holds every transactional send that has a message for
+// it to the send timeout, and then every message of the batch is
+// unanswered: franz-go cannot tell whether such a batch was written, so it
+// retries it past RecordRetries and cannot fail it (kgo's
+// AllowIdempotentProduceCancellation is refused with a transactional id).
+// The idempotent (sarama) path fails that partition's messages in under a
+// second and delivers the rest. The transactional case fails; it runs with
+// POSTING_TEST_KNOWN_ISSUES=1.
+func TestProducerPartitionTimingOutFailsOnlyItsOwnMessages(t *testing.T) {
+	t.Parallel()
+	for _, transactional := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
+			t.Parallel()
+			if transactional && os.Getenv("POSTING_TEST_KNOWN_ISSUES") != "1" {
+				t.Skip("known issue: the whole send waits for the send timeout; set POSTING_TEST_KNOWN_ISSUES=1")
+			}
+			b := kafkatest.Start(t)
+			cfg := producerTestConfig(b.Addr)
+			if transactional {
+				cfg.TransactionalID = "timing-out"
+			}
+			p := producerTestNew(t, cfg)
+			posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
+			stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.RequestTimedOut.Code)
+			defer stop()
+			msgs := producerTestMessages(1, 8, posts...)
+			start := time.Now()
+			errs := p.Send(context.Background(), msgs)
+			took := time.Since(start)
+			for i, m := range msgs {
+				if m.AggregateID == posts[0] {
+					require.ErrorIs(t, errs[i], relay.ErrUnavailable, "message %d", i)
+					continue
+				}
+				require.NoError(t, errs[i], "message %d: a healthy partition", i)
+			}
+			require.Less(t, took, cfg.SendTimeout/2)
+		})
+	}
 }
