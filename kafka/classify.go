@@ -33,8 +33,10 @@ func (e *ProducerRejectedError) Unwrap() error { return e.Err }
 
 // producerUnavailableCodes are the Kafka errors that say "not now" about the
 // cluster, not "never" about the message: leadership moving, replicas
-// missing, timeouts, a topic not (yet) there, and the idempotent producer's
-// sequence state, which a fresh producer resets.
+// missing, timeouts, a topic not (yet) there, and the idempotent or
+// transactional producer's own state (sequences, epoch, a producer that
+// another one with its transactional id fenced, a transaction that must be
+// aborted), which a fresh producer resets.
 var producerUnavailableCodes = map[sarama.KError]bool{
 	sarama.ErrUnknownTopicOrPartition:         true,
 	sarama.ErrLeaderNotAvailable:              true,
@@ -60,6 +62,13 @@ var producerUnavailableCodes = map[sarama.KError]bool{
 	sarama.ErrPreferredLeaderNotAvailable:     true,
 	sarama.ErrEligibleLeadersNotAvailable:     true,
 	sarama.ErrThrottlingQuotaExceeded:         true,
+	// The transactional producer's state: franz-go fails every record
+	// buffered in a transaction whose coordinator answered one of these.
+	sarama.ErrProducerFenced:                      true,
+	sarama.ErrInvalidTxnState:                     true,
+	sarama.ErrInvalidProducerIDMapping:            true,
+	sarama.ErrTransactionCoordinatorFenced:        true,
+	sarama.KError(kerr.TransactionAbortable.Code): true,
 }
 
 // producerClassify turns a sarama send error into relay.ErrUnavailable (the

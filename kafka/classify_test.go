@@ -6,6 +6,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/postingsvc/posting/relay"
 )
@@ -43,8 +44,14 @@ func TestProducerClassifiesEveryUnavailableCode(t *testing.T) {
 		sarama.ErrPreferredLeaderNotAvailable,     // 80
 		sarama.ErrEligibleLeadersNotAvailable,     // 83
 		sarama.ErrThrottlingQuotaExceeded,         // 89
+		// The transactional producer's state: a fresh client resets it.
+		sarama.ErrInvalidTxnState,                     // 48
+		sarama.ErrInvalidProducerIDMapping,            // 49
+		sarama.ErrTransactionCoordinatorFenced,        // 52
+		sarama.ErrProducerFenced,                      // 90
+		sarama.KError(kerr.TransactionAbortable.Code), // 120
 	}
-	require.Len(t, unavailable, 24)
+	require.Len(t, unavailable, 29)
 	for _, code := range unavailable {
 		// send hands producerClassify the code of each failed message.
 		got := producerClassify(code)

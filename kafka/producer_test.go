@@ -323,7 +323,8 @@ func TestProducerClassify(t *testing.T) {
 		sarama.ErrOutOfBrokers, sarama.ErrNotConnected, sarama.ErrClosedClient, sarama.ErrShuttingDown,
 		sarama.ErrIncompleteResponse, sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition,
 		sarama.ErrRequestTimedOut, sarama.ErrNetworkException, sarama.ErrNotEnoughReplicas,
-		sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrOutOfOrderSequenceNumber, context.DeadlineExceeded,
+		sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrOutOfOrderSequenceNumber, sarama.ErrProducerFenced,
+		sarama.ErrInvalidTxnState, context.DeadlineExceeded,
 		fmt.Errorf("dial tcp: %w", errors.New("connection refused")),
 	} {
 		require.ErrorIs(t, producerClassify(err), relay.ErrUnavailable, "%v", err)

@@ -34,8 +34,9 @@ import (
 
 // errAborted is the outcome of a message that the broker took inside a
 // transaction that was then aborted because another message of the batch
-// was refused: no read_committed consumer will read it, so it is unsent.
-var errAborted = fmt.Errorf("%w: its transaction was aborted because another message of the batch was refused", relay.ErrUnavailable)
+// failed (refused, or its partition unavailable): no read_committed
+// consumer will read it, so it is unsent.
+var errAborted = fmt.Errorf("%w: its transaction was aborted because another message of the batch failed", relay.ErrUnavailable)
 
 // kgoOptions is the one place franz-go is configured for sending, the
 // counterpart of saramaConfig: the same timeouts, acks, retries, codec,
@@ -61,6 +62,11 @@ func (cfg ProducerConfig) kgoOptions(dial DialFunc) ([]kgo.Opt, error) {
 		kgo.RecordRetries(cfg.Retries),
 		kgo.RequestRetries(cfg.Retries),
 		kgo.RetryBackoffFn(func(int) time.Duration { return cfg.RetryBackoff }),
+		// A partition batch is retried once its metadata is fresh again;
+		// franz-go's default wait for that (5 s) made a partition that
+		// keeps answering a retriable error (NOT_ENOUGH_REPLICAS) hold
+		// the whole transaction 15 s. sarama refreshes after its backoff.
+		kgo.MetadataMinAge(cfg.RetryBackoff),
 		kgo.RecordDeliveryTimeout(cfg.SendTimeout),
 		// A request other than a produce (finding the transaction's
 		// coordinator, taking a producer id, ending the transaction) is
@@ -166,9 +172,10 @@ func (p *Producer) disconnectTxn(cl *kgo.Client) {
 }
 
 // sendTxn sends msgs in one transaction, holding the turn. ctx ends when
-// Send gives up (abandoned is then set). A message the broker refused
-// aborts the transaction (a transaction is all or nothing); the others are
-// then sent once more in a transaction of their own, so one refused record
+// Send gives up (abandoned is then set). A message the broker refused, or
+// whose partition stayed unavailable, aborts the transaction (a
+// transaction is all or nothing); the others are then sent once more in a
+// transaction of their own, so one refused record or one sick partition
 // does not hold back the rest of its batch.
 func (p *Producer) sendTxn(ctx context.Context, msgs []outbox.Message, abandoned *atomic.Bool, connsOut chan<- *connSet) []error {
 	errs := make([]error, len(msgs))
@@ -185,8 +192,12 @@ func (p *Producer) sendTxn(ctx context.Context, msgs []outbox.Message, abandoned
 	for i := range todo {
 		todo[i] = i
 	}
+	outage := false
 	for round := 0; ; round++ {
 		err = p.transaction(ctx, cl, recs, todo, errs, abandoned)
+		for _, i := range todo {
+			outage = outage || (errs[i] != nil && !errors.Is(errs[i], errAborted) && !refusal(errs[i]))
+		}
 		if !errors.Is(err, errAborted) || round > 0 {
 			break
 		}
@@ -201,8 +212,9 @@ func (p *Producer) sendTxn(ctx context.Context, msgs []outbox.Message, abandoned
 		}
 		todo = rest
 	}
-	if (err != nil && !errors.Is(err, errAborted)) || abandoned.Load() || p.isClosed() {
-		p.fenced(err)
+	// After an outage the client may be in a state a new one resets.
+	if (err != nil && !errors.Is(err, errAborted)) || outage || abandoned.Load() || p.isClosed() {
+		p.fenced(append([]error{err}, errs...)...)
 		p.disconnectTxn(cl)
 	}
 	return errs
@@ -242,7 +254,6 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 		case <-produced:
 		}
 	}()
-	refused := false
 	for _, res := range cl.ProduceSync(ctx, batch...) {
 		i, ok := index[res.Record]
 		if !ok {
@@ -251,8 +262,6 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 		errs[i] = nil
 		if res.Err != nil {
 			errs[i] = kgoClassify(res.Err)
-			var rej *ProducerRejectedError
-			refused = refused || errors.As(errs[i], &rej)
 		}
 	}
 	if abandoned.Load() || ctx.Err() != nil {
@@ -266,9 +275,12 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 	}
 	if ok {
 		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-			// Whether the commit landed is not known: the next client's
-			// epoch settles it before anything is sent again, so a resend
-			// follows the first copy, never a later event.
+			// Whether the commit landed is not known, and the rows are
+			// released at once. A resend (from this instance, after the
+			// next client's epoch settled it, or from another one at any
+			// time) follows the first copy, never a later event: the open
+			// transaction's records sit before it on the partition, and
+			// read_committed reads stop there until it ends.
 			return fail(fmt.Errorf("%w: commit transaction: %w", relay.ErrUnavailable, err))
 		}
 		return nil
@@ -289,11 +301,7 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 			errs[i] = errAborted
 		}
 	}
-	if refused {
-		return errAborted
-	}
-	// Only outages: the client may be in a state a new one resets.
-	return errors.New("transaction aborted after an outage")
+	return errAborted
 }
 
 func refusal(err error) bool {
@@ -313,12 +321,17 @@ func kgoClassify(err error) error {
 	return fmt.Errorf("%w: %w", relay.ErrUnavailable, err)
 }
 
-// fenced logs that another producer took this one's transactional id: two
-// instances given the same POSTING_INSTANCE_ID fence each other's every
-// transaction.
-func (p *Producer) fenced(err error) {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
-		p.logger.Warn("kafka producer fenced: another producer uses its transactional id (two instances with one instance id?)",
-			"transactional_id", p.cfg.TransactionalID, "error", err)
+// fenced logs, once, that another producer took this one's transactional
+// id: two instances given the same POSTING_INSTANCE_ID fence each other's
+// every transaction. The fence shows in the transaction's error or only in
+// its messages' (franz-go fails the records with it, and an abort of a
+// transaction that added no partition ends without asking the broker).
+func (p *Producer) fenced(errs ...error) {
+	for _, err := range errs {
+		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+			p.logger.Warn("kafka producer fenced: another producer uses its transactional id (two instances with one instance id?)",
+				"transactional_id", p.cfg.TransactionalID, "error", err)
+			return
+		}
 	}
 }
