@@ -335,3 +335,38 @@ func (p *Producer) fenced(errs ...error) {
 		}
 	}
 }
+
+// ErrTransactionalIDRefused is what CheckTransactions reports when the
+// cluster refuses the producer's transactional id (an ACL).
+var ErrTransactionalIDRefused = errors.New("the cluster refuses the transactional id")
+
+// CheckTransactions takes the producer's transactional id on the cluster:
+// it loads a producer id with a new epoch, which also aborts a transaction
+// an earlier run under the same id left open (read_committed consumers of
+// its partitions wait no longer), and tells at start a cluster that
+// refuses the id, which every send would otherwise fail on. A producer
+// without a transactional id has nothing to check. It waits for a running
+// send up to SendTimeout.
+func (p *Producer) CheckTransactions(ctx context.Context) error {
+	if p.cfg.TransactionalID == "" {
+		return nil
+	}
+	release, ok := p.turn.Within(p.cfg.SendTimeout)
+	if !ok {
+		return fmt.Errorf("%w: a send still runs after %s", relay.ErrUnavailable, p.cfg.SendTimeout)
+	}
+	defer release()
+	cl, _, err := p.connectTxn()
+	if err != nil {
+		return err
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		p.disconnectTxn(cl)
+		if errors.Is(err, kerr.TransactionalIDAuthorizationFailed) {
+			return fmt.Errorf("%w %q (%w): grant the service's principal Write and Describe on it",
+				ErrTransactionalIDRefused, p.cfg.TransactionalID, err)
+		}
+		return fmt.Errorf("%w: take the transactional id %q: %w", relay.ErrUnavailable, p.cfg.TransactionalID, err)
+	}
+	return nil
+}

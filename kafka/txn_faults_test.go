@@ -505,3 +505,66 @@ func TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction(t *test
 		})
 	}
 }
+
+// CheckTransactions, which serve runs at start, takes the id at once: a
+// transaction a dead run left open under it is aborted before any send.
+func TestCheckTransactionsAbortsWhatADeadRunLeftOpen(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	dead, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("posting-relay-y"),
+		kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic(b.Topic))
+	require.NoError(t, err)
+	require.NoError(t, dead.BeginTransaction())
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "posting-relay-y"
+	restarted := producerTestNew(t, cfg)
+	for _, r := range dead.ProduceSync(context.Background(), restarted.kgoRecords(producerTestMessages(1, 1, 1))...) {
+		require.NoError(t, r.Err)
+	}
+	dead.Close() // no EndTxn: the process died
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	open := func() bool {
+		ends, err := endoffset.List(context.Background(), admin, b.Topic)
+		require.NoError(t, err)
+		stable, err := endoffset.ListStable(context.Background(), admin, b.Topic)
+		require.NoError(t, err)
+		for p, end := range ends {
+			if stable[p] != end {
+				return true
+			}
+		}
+		return false
+	}
+	require.True(t, open(), "the dead run's transaction holds its partition")
+	require.NoError(t, restarted.CheckTransactions(context.Background()))
+	require.False(t, open(), "the check's new epoch aborted it")
+	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
+}
+
+// A cluster that refuses the transactional id (an ACL) is told by
+// CheckTransactions, naming the id and what to grant, not as an outage.
+func TestCheckTransactionsNamesARefusedID(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	b.Cluster.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster.KeepControl()
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "posting-relay-z"
+	err := producerTestNew(t, cfg).CheckTransactions(context.Background())
+	require.ErrorIs(t, err, ErrTransactionalIDRefused)
+	require.NotErrorIs(t, err, relay.ErrUnavailable)
+	require.ErrorContains(t, err, `"posting-relay-z"`)
+	require.ErrorContains(t, err, "Write and Describe")
+
+	cfg.TransactionalID = ""
+	require.NoError(t, producerTestNew(t, cfg).CheckTransactions(context.Background()), "idempotent: nothing to take")
+}

@@ -120,17 +120,24 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		}
 		st.OnStop(func() { _ = producer.Close() })
 		sender = producer
-		if !embedded {
-			// Against a real cluster the topic must exist (or be auto-created by
-			// the cluster); serve creates nothing there.
-			check = func(ctx context.Context) error {
-				tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-				defer cancel()
+		check = func(ctx context.Context) error {
+			tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			// Against a real cluster the topic must exist (or be
+			// auto-created by the cluster); serve creates nothing there.
+			if !embedded {
 				if err := producer.CheckTopic(tctx); err != nil {
 					return fmt.Errorf("kafka topic check (POSTING_KAFKA_TOPIC=%s, POSTING_KAFKA_BROKERS=%v): %w", s.KafkaTopic, brokers, err)
 				}
-				return nil
 			}
+			// The transactional id, taken now: a cluster that refuses it
+			// is told at start, and a transaction an earlier run of this
+			// instance left open is aborted before the first send.
+			if err := producer.CheckTransactions(tctx); err != nil {
+				return fmt.Errorf("kafka transactions (POSTING_KAFKA_TRANSACTIONS=true, POSTING_INSTANCE_ID=%s): %w; "+
+					"or set POSTING_KAFKA_TRANSACTIONS=false to send without them", s.InstanceID, err)
+			}
+			return nil
 		}
 	}
 	m := metrics.New(db.DB, s.InstanceID)
