@@ -211,48 +211,78 @@ func (k producerTestBroker) Stall(testing.TB) func() {
 	return func() { once.Do(func() { close(silent) }) }
 }
 
+// Each broker code is a rejection or unavailable, for that partition's
+// messages only, on both producers; the transactional one answers at once
+// and commits only the other partition's messages. Not REQUEST_TIMED_OUT
+// on the transactional path: franz-go cannot know whether such a batch was
+// written and waits for it until Send gives up (see
+// TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction).
 func TestProducerClassifiesBrokerCodes(t *testing.T) {
 	t.Parallel()
-	b := kafkatest.Start(t)
-	p := producerTestNew(t, producerTestConfig(b.Addr))
-	posts := producerTestPostsOnDistinctPartitions(t, 2, b.Partitions)
-	bad, good := posts[0], posts[1]
-	nextID := int64(1)
-	for _, tc := range []struct {
-		code        *kerr.Error
-		unavailable bool
-	}{
-		{kerr.InvalidRecord, false},
-		{kerr.MessageTooLarge, false},
-		{kerr.CorruptMessage, false}, // sarama retries it, then gives up
-		{kerr.PolicyViolation, false},
-		{kerr.TopicAuthorizationFailed, false},
-		{kerr.NotEnoughReplicas, true},
-		{kerr.NotLeaderForPartition, true},
-		{kerr.RequestTimedOut, true},
-	} {
-		stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
-		msgs := producerTestMessages(nextID, 4, bad, good)
-		nextID += int64(len(msgs))
-		errs := p.Send(context.Background(), msgs)
-		stop()
-		for i, m := range msgs {
-			if m.AggregateID == good {
-				require.NoError(t, errs[i], "%s: the other partition", tc.code.Message)
-				continue
+	for _, transactional := range []bool{false, true} {
+		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
+			t.Parallel()
+			b := kafkatest.Start(t)
+			cfg := producerTestConfig(b.Addr)
+			if transactional {
+				cfg.TransactionalID = fmt.Sprintf("codes-%d", senders.Add(1))
 			}
-			if tc.unavailable {
-				require.ErrorIs(t, errs[i], relay.ErrUnavailable, tc.code.Message)
-			} else {
-				var rej *ProducerRejectedError
-				require.ErrorAs(t, errs[i], &rej, tc.code.Message)
-				require.Equal(t, tc.code.Code, rej.Code)
-				require.NotErrorIs(t, errs[i], relay.ErrUnavailable)
+			p := producerTestNew(t, cfg)
+			posts := producerTestPostsOnDistinctPartitions(t, 2, b.Partitions)
+			bad, good := posts[0], posts[1]
+			nextID := int64(1)
+			var want int
+			for _, tc := range []struct {
+				code        *kerr.Error
+				unavailable bool
+			}{
+				{kerr.InvalidRecord, false},
+				{kerr.MessageTooLarge, false},
+				{kerr.CorruptMessage, false}, // sarama retries it, then gives up
+				{kerr.PolicyViolation, false},
+				{kerr.TopicAuthorizationFailed, false},
+				{kerr.NotEnoughReplicas, true},
+				{kerr.NotLeaderForPartition, true},
+				{kerr.RequestTimedOut, true},
+			} {
+				if transactional && tc.code == kerr.RequestTimedOut {
+					continue
+				}
+				stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
+				msgs := producerTestMessages(nextID, 4, bad, good)
+				nextID += int64(len(msgs))
+				start := time.Now()
+				errs := p.Send(context.Background(), msgs)
+				stop()
+				if transactional {
+					require.Less(t, time.Since(start), cfg.SendTimeout/2, "%s: Send took", tc.code.Message)
+				}
+				for i, m := range msgs {
+					if m.AggregateID == good {
+						require.NoError(t, errs[i], "%s: the other partition", tc.code.Message)
+						want++
+						continue
+					}
+					if tc.unavailable {
+						require.ErrorIs(t, errs[i], relay.ErrUnavailable, tc.code.Message)
+						var unanswered *relay.UnansweredError
+						require.False(t, errors.As(errs[i], &unanswered), "%s: answered, not held", tc.code.Message)
+					} else {
+						var rej *ProducerRejectedError
+						require.ErrorAs(t, errs[i], &rej, tc.code.Message)
+						require.Equal(t, tc.code.Code, rej.Code)
+						require.NotErrorIs(t, errs[i], relay.ErrUnavailable)
+					}
+					require.Contains(t, errs[i].Error(), tc.code.Message)
+				}
 			}
-			require.Contains(t, errs[i].Error(), tc.code.Message)
-		}
+			producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
+			if transactional {
+				want += 4
+				require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
+			}
+		})
 	}
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
 }
 
 func TestProducerRefusesOversizedMessageAlone(t *testing.T) {

@@ -162,61 +162,6 @@ func TestTransactionalProducerRefusesOversizedMessageAlone(t *testing.T) {
 	require.Len(t, b.Records(t, 5, 10*time.Second), 5)
 }
 
-func TestTransactionalProducerClassifiesBrokerCodes(t *testing.T) {
-	t.Parallel()
-	b := kafkatest.Start(t)
-	cfg := producerTestConfig(b.Addr)
-	cfg.TransactionalID = "codes"
-	p := producerTestNew(t, cfg)
-	posts := producerTestPostsOnDistinctPartitions(t, 2, b.Partitions)
-	bad, good := posts[0], posts[1]
-	nextID := int64(1)
-	var want int
-	for _, tc := range []struct {
-		code        *kerr.Error
-		unavailable bool
-	}{
-		{kerr.InvalidRecord, false},
-		{kerr.MessageTooLarge, false},
-		{kerr.CorruptMessage, false},
-		{kerr.PolicyViolation, false},
-		{kerr.TopicAuthorizationFailed, false},
-		{kerr.NotEnoughReplicas, true},
-		{kerr.NotLeaderForPartition, true},
-		// Not REQUEST_TIMED_OUT: franz-go cannot know whether such a batch
-		// was written and waits for it until Send gives up.
-	} {
-		stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
-		msgs := producerTestMessages(nextID, 4, bad, good)
-		nextID += int64(len(msgs))
-		start := time.Now()
-		errs := p.Send(context.Background(), msgs)
-		stop()
-		require.Less(t, time.Since(start), cfg.SendTimeout/2, "%s: Send took", tc.code.Message)
-		for i, m := range msgs {
-			if m.AggregateID == good {
-				require.NoError(t, errs[i], "%s: the other partition", tc.code.Message)
-				want++
-				continue
-			}
-			if tc.unavailable {
-				require.ErrorIs(t, errs[i], relay.ErrUnavailable, tc.code.Message)
-				var unanswered *relay.UnansweredError
-				require.False(t, errors.As(errs[i], &unanswered), "%s: answered, not held", tc.code.Message)
-			} else {
-				var rej *ProducerRejectedError
-				require.ErrorAs(t, errs[i], &rej, tc.code.Message)
-				require.Equal(t, tc.code.Code, rej.Code)
-				require.NotErrorIs(t, errs[i], relay.ErrUnavailable)
-			}
-			require.Contains(t, errs[i].Error(), tc.code.Message)
-		}
-	}
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
-	want += 4
-	require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
-}
-
 // One partition whose leader keeps answering NOT_ENOUGH_REPLICAS (its ISR
 // below min.insync.replicas): only that partition's messages fail, as
 // unavailable and at once, and the others of the batch are delivered, with
@@ -421,13 +366,27 @@ func TestIdleLagAfterAnAbortedTransactionCountsItsRecords(t *testing.T) {
 func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
-	dead, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("posting-relay-x"),
+	restarted, open := txnTestDeadRun(t, b, "posting-relay-x")
+	require.NoError(t, restarted.Ping(context.Background()))
+	time.Sleep(time.Second)
+	require.True(t, open(), "started, not yet sent: still held")
+	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
+	require.False(t, open(), "the first send's new epoch aborted it")
+}
+
+// txnTestDeadRun leaves a transaction open under id on b, as a relay that
+// died mid-send does, and returns the producer of the run that restarts
+// under the same id (not yet connected) and a report of whether a
+// transaction still holds a partition of the topic.
+func txnTestDeadRun(t *testing.T, b *kafkatest.Broker, id string) (*Producer, func() bool) {
+	t.Helper()
+	dead, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID(id),
 		kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic(b.Topic))
 	require.NoError(t, err)
 	require.NoError(t, dead.BeginTransaction())
 	cfg := producerTestConfig(b.Addr)
 	cfg.Topic = b.Topic
-	cfg.TransactionalID = "posting-relay-x"
+	cfg.TransactionalID = id
 	restarted := producerTestNew(t, cfg)
 	for _, r := range dead.ProduceSync(context.Background(), restarted.kgoRecords(producerTestMessages(1, 1, 1))...) {
 		require.NoError(t, r.Err)
@@ -449,12 +408,8 @@ func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T
 		}
 		return false
 	}
-	require.True(t, open(), "the dead relay's transaction holds its partition")
-	require.NoError(t, restarted.Ping(context.Background()))
-	time.Sleep(time.Second)
-	require.True(t, open(), "started, not yet sent: still held")
-	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
-	require.False(t, open(), "the first send's new epoch aborted it")
+	require.True(t, open(), "the dead run's transaction holds its partition")
+	return restarted, open
 }
 
 // A partition whose leader keeps answering REQUEST_TIMED_OUT (an acks=all
@@ -511,35 +466,7 @@ func TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction(t *test
 func TestCheckTransactionsAbortsWhatADeadRunLeftOpen(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Start(t)
-	dead, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.TransactionalID("posting-relay-y"),
-		kgo.TransactionTimeout(time.Minute), kgo.DefaultProduceTopic(b.Topic))
-	require.NoError(t, err)
-	require.NoError(t, dead.BeginTransaction())
-	cfg := producerTestConfig(b.Addr)
-	cfg.Topic = b.Topic
-	cfg.TransactionalID = "posting-relay-y"
-	restarted := producerTestNew(t, cfg)
-	for _, r := range dead.ProduceSync(context.Background(), restarted.kgoRecords(producerTestMessages(1, 1, 1))...) {
-		require.NoError(t, r.Err)
-	}
-	dead.Close() // no EndTxn: the process died
-
-	admin, err := kgo.NewClient(kgo.SeedBrokers(b.Addr))
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
-	open := func() bool {
-		ends, err := endoffset.List(context.Background(), admin, b.Topic)
-		require.NoError(t, err)
-		stable, err := endoffset.ListStable(context.Background(), admin, b.Topic)
-		require.NoError(t, err)
-		for p, end := range ends {
-			if stable[p] != end {
-				return true
-			}
-		}
-		return false
-	}
-	require.True(t, open(), "the dead run's transaction holds its partition")
+	restarted, open := txnTestDeadRun(t, b, "posting-relay-y")
 	require.NoError(t, restarted.CheckTransactions(context.Background()))
 	require.False(t, open(), "the check's new epoch aborted it")
 	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
