@@ -109,12 +109,13 @@ func producerTestRequireAllNil(t testing.TB, errs []error) {
 // TestProducerConformsToTheSenderSuite runs the relay's sender suite
 // (relay/relaytest/sendertest) on the in-process broker.
 // The suite runs on the transactional producer serve uses and on the
-// idempotent one (POSTING_KAFKA_TRANSACTIONS=false).
+// idempotent one (POSTING_KAFKA_TRANSACTIONS=false), one after the other:
+// each runs four relays with pools of their own on every database, and both
+// at once, beside the other packages, exhausted PostgreSQL's connections.
 func TestProducerConformsToTheSenderSuite(t *testing.T) {
 	t.Parallel()
 	for _, transactional := range []bool{true, false} {
 		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
-			t.Parallel()
 			sendertest.Run(t, func(t *testing.T) sendertest.Broker {
 				// A data dir: the broker keeps its records across Down and Up.
 				return producerTestBroker{b: kafkatest.Start(t, kafkatest.WithDataDir(t.TempDir())), transactional: transactional}
