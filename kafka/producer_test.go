@@ -234,7 +234,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 		stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
 		msgs := producerTestMessages(nextID, 4, bad, good)
 		nextID += int64(len(msgs))
-		errs := p.Send(context.Background(), msgs)
+		errs := p.Send(context.Background(), relay.Envelopes(msgs))
 		stop()
 		for i, m := range msgs {
 			if m.AggregateID == good {
@@ -252,7 +252,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 			require.Contains(t, errs[i].Error(), tc.code.Message)
 		}
 	}
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(nextID, 4, bad, good))))
 }
 
 func TestProducerRefusesOversizedMessageAlone(t *testing.T) {
@@ -264,7 +264,7 @@ func TestProducerRefusesOversizedMessageAlone(t *testing.T) {
 	msgs := producerTestMessages(1, 3, 1, 2, 3)
 	msgs[1].Payload = `{"big":"` + strings.Repeat("x", 2000) + `"}`
 
-	errs := p.Send(context.Background(), msgs)
+	errs := p.Send(context.Background(), relay.Envelopes(msgs))
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[2])
 	var rej *ProducerRejectedError
@@ -364,11 +364,11 @@ func BenchmarkSend(b *testing.B) {
 				}
 				p := producerTestNew(b, cfg)
 				msgs := producerTestMessages(1, batch, posts[:min(batch, len(posts))]...)
-				producerTestRequireAllNil(b, p.Send(context.Background(), msgs)) // connect
+				producerTestRequireAllNil(b, p.Send(context.Background(), relay.Envelopes(msgs))) // connect
 				b.ResetTimer()
 				start := time.Now()
 				for b.Loop() {
-					for _, err := range p.Send(context.Background(), msgs) {
+					for _, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -463,7 +463,7 @@ func TestProducerCompressionReadByOtherClients(t *testing.T) {
 			cfg.Compression = c
 			p := producerTestNew(t, cfg)
 			msgs := producerTestMessages(1, 60, 11, 12, 13, 14)
-			producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+			producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 
 			want, ok := c.codec()
 			require.True(t, ok)
@@ -551,7 +551,7 @@ func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
 	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
 	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
 	tp := eventtest.Traceparent
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 
 	recs := b.Records(t, 2, 10*time.Second)
 	require.Len(t, recs, 2)
