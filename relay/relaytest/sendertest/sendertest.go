@@ -336,10 +336,11 @@ func stalledBrokerCannotHoldASend(t *testing.T, newBroker func(*testing.T) Broke
 	for i := range msgs {
 		msgs[i].Payload = `{"filler":"` + strings.Repeat("x", 32<<10) + `"}`
 	}
+	envs := relay.Envelopes(msgs) // built before the clock starts: the bound is Send's
 	resume := b.Stall(t)
 	start := time.Now()
 	done := make(chan []error, 1)
-	go func() { done <- s.Send(context.Background(), relay.Envelopes(msgs)) }()
+	go func() { done <- s.Send(context.Background(), envs) }()
 	select {
 	case errs := <-done:
 		// The sender's timer ends the send at its bound; handing back the
