@@ -21,6 +21,7 @@ import (
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
 )
 
 func embeddedTestStart(t *testing.T, cfg EmbeddedConfig) *Embedded {
@@ -36,7 +37,7 @@ func embeddedTestSend(t *testing.T, addr, topic string, msgs []outbox.Message) {
 	cfg := producerTestConfig(addr)
 	cfg.Topic = topic
 	p := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 	require.NoError(t, p.Close())
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/relay"
 )
 
 // javaVector is one key and the partitions the Java client picks for it.
@@ -124,7 +125,7 @@ func TestProducerPartitionsLikeJavaClient(t *testing.T) {
 		msgs = append(msgs, producerTestMessages(int64(len(msgs)+1), 1, post)...)
 	}
 	require.Len(t, msgs, 13)
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 	recs := b.Records(t, len(msgs), 10*time.Second)
 	require.Len(t, recs, len(msgs))
 	for _, r := range recs {

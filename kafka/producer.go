@@ -15,7 +15,6 @@ import (
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/turn"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
 
@@ -23,7 +22,7 @@ import (
 // relay.ErrUnavailable: a closed producer says nothing about the message.
 var errProducerClosed = fmt.Errorf("%w: kafka producer closed", relay.ErrUnavailable)
 
-// Producer sends outbox rows to Kafka for the relay. It implements
+// Producer sends the relay's messages to Kafka. It implements
 // relay.Sender. It connects lazily, so it can be built while the cluster
 // is down, and it replaces its sarama producer after any failed send.
 type Producer struct {
@@ -70,7 +69,8 @@ func NewProducer(cfg ProducerConfig, logger *slog.Logger) (*Producer, error) {
 // Config returns the producer's configuration with defaults filled in.
 func (p *Producer) Config() ProducerConfig { return p.cfg }
 
-// Send sends msgs to the topic, keyed by post id, and waits until every
+// Send sends msgs to the topic under their keys (post ids), each header
+// under its Kafka binding's name (headerKey), and waits until every
 // message is acknowledged by all in-sync replicas or has failed. It returns
 // one error per message, in order: nil when acknowledged; an error wrapping
 // relay.ErrUnavailable when the cluster could not be reached or answered
@@ -84,7 +84,7 @@ func (p *Producer) Config() ProducerConfig { return p.cfg }
 // land) and closes the error's Settled once sarama has returned; the relay
 // keeps the rows PROCESSING until then. Calls are serialized; each one
 // waits for the previous send.
-func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
+func (p *Producer) Send(ctx context.Context, msgs []event.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -139,17 +139,18 @@ func (p *Producer) Send(ctx context.Context, msgs []outbox.Message) []error {
 
 // saramaMessages are msgs as sarama messages, each with its index as
 // Metadata (SendMessages reports failures by message, not index).
-func (p *Producer) saramaMessages(msgs []outbox.Message) []*sarama.ProducerMessage {
+func (p *Producer) saramaMessages(msgs []event.Message) []*sarama.ProducerMessage {
 	pms := make([]*sarama.ProducerMessage, len(msgs))
 	for i, m := range msgs {
+		hs := make([]sarama.RecordHeader, len(m.Headers))
+		for j, h := range m.Headers {
+			hs[j] = sarama.RecordHeader{Key: []byte(headerKey(h)), Value: []byte(h.Value)}
+		}
 		pms[i] = &sarama.ProducerMessage{
-			Topic: p.cfg.Topic,
-			Key:   sarama.StringEncoder(m.Key()),
-			Value: sarama.ByteEncoder(event.WithSequence([]byte(m.Payload), m.ID)),
-			Headers: append([]sarama.RecordHeader{
-				{Key: []byte(event.HeaderEventID), Value: []byte(m.EventID)},
-				{Key: []byte(event.HeaderEventType), Value: []byte(m.EventType)},
-			}, extraHeaders(m)...),
+			Topic:    p.cfg.Topic,
+			Key:      sarama.StringEncoder(m.Key),
+			Value:    sarama.ByteEncoder(m.Value),
+			Headers:  hs,
 			Metadata: i,
 		}
 	}

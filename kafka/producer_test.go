@@ -253,7 +253,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 				msgs := producerTestMessages(nextID, 4, bad, good)
 				nextID += int64(len(msgs))
 				start := time.Now()
-				errs := p.Send(context.Background(), msgs)
+				errs := p.Send(context.Background(), relay.Envelopes(msgs))
 				stop()
 				if transactional {
 					require.Less(t, time.Since(start), cfg.SendTimeout/2, "%s: Send took", tc.code.Message)
@@ -277,7 +277,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 					require.Contains(t, errs[i].Error(), tc.code.Message)
 				}
 			}
-			producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(nextID, 4, bad, good)))
+			producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(nextID, 4, bad, good))))
 			if transactional {
 				want += 4
 				require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
@@ -295,7 +295,7 @@ func TestProducerRefusesOversizedMessageAlone(t *testing.T) {
 	msgs := producerTestMessages(1, 3, 1, 2, 3)
 	msgs[1].Payload = `{"big":"` + strings.Repeat("x", 2000) + `"}`
 
-	errs := p.Send(context.Background(), msgs)
+	errs := p.Send(context.Background(), relay.Envelopes(msgs))
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[2])
 	var rej *ProducerRejectedError
@@ -396,11 +396,11 @@ func BenchmarkSend(b *testing.B) {
 				}
 				p := producerTestNew(b, cfg)
 				msgs := producerTestMessages(1, batch, posts[:min(batch, len(posts))]...)
-				producerTestRequireAllNil(b, p.Send(context.Background(), msgs)) // connect
+				producerTestRequireAllNil(b, p.Send(context.Background(), relay.Envelopes(msgs))) // connect
 				b.ResetTimer()
 				start := time.Now()
 				for b.Loop() {
-					for _, err := range p.Send(context.Background(), msgs) {
+					for _, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -495,7 +495,7 @@ func TestProducerCompressionReadByOtherClients(t *testing.T) {
 			cfg.Compression = c
 			p := producerTestNew(t, cfg)
 			msgs := producerTestMessages(1, 60, 11, 12, 13, 14)
-			producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+			producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 
 			want, ok := c.codec()
 			require.True(t, ok)
@@ -583,7 +583,7 @@ func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
 	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
 	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
 	tp := eventtest.Traceparent
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 
 	recs := b.Records(t, 2, 10*time.Second)
 	require.Len(t, recs, 2)

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
 
@@ -106,18 +105,14 @@ func (c Compression) kgoCodec() (kgo.CompressionCodec, error) {
 
 // kgoRecords are msgs as franz-go records, with the same key, value and
 // headers as the sarama path's.
-func (p *Producer) kgoRecords(msgs []outbox.Message) []*kgo.Record {
+func (p *Producer) kgoRecords(msgs []event.Message) []*kgo.Record {
 	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
-		hs := []kgo.RecordHeader{
-			{Key: event.HeaderEventID, Value: []byte(m.EventID)},
-			{Key: event.HeaderEventType, Value: []byte(m.EventType)},
+		hs := make([]kgo.RecordHeader, len(m.Headers))
+		for j, h := range m.Headers {
+			hs[j] = kgo.RecordHeader{Key: headerKey(h), Value: []byte(h.Value)}
 		}
-		for _, h := range extraHeaders(m) {
-			hs = append(hs, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
-		}
-		recs[i] = &kgo.Record{Topic: p.cfg.Topic, Key: []byte(m.Key()),
-			Value: event.WithSequence([]byte(m.Payload), m.ID), Headers: hs}
+		recs[i] = &kgo.Record{Topic: p.cfg.Topic, Key: []byte(m.Key), Value: m.Value, Headers: hs}
 	}
 	return recs
 }
@@ -177,7 +172,7 @@ func (p *Producer) disconnectTxn(cl *kgo.Client) {
 // transaction is all or nothing); the others are then sent once more in a
 // transaction of their own, so one refused record or one sick partition
 // does not hold back the rest of its batch.
-func (p *Producer) sendTxn(ctx context.Context, msgs []outbox.Message, abandoned *atomic.Bool, connsOut chan<- *connSet) []error {
+func (p *Producer) sendTxn(ctx context.Context, msgs []event.Message, abandoned *atomic.Bool, connsOut chan<- *connSet) []error {
 	errs := make([]error, len(msgs))
 	cl, conns, err := p.connectTxn()
 	if err != nil {

@@ -46,7 +46,7 @@ func TestTransactionalProducersSharingAnIDReportFencingAsUnavailable(t *testing.
 		for name, p := range map[string]*Producer{"a": a, "c": c} {
 			msgs := producerTestMessages(nextID, 4, 1, 2, 3, 4)
 			nextID += int64(len(msgs))
-			for i, err := range p.Send(context.Background(), msgs) {
+			for i, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
 				if err == nil {
 					acked++
 					continue
@@ -106,7 +106,7 @@ func TestTransactionalProducersSharingAnIDConcurrently(t *testing.T) {
 			for time.Now().Before(deadline) {
 				msgs := producerTestMessages(next, 4, 1, 2, 3, 4)
 				next += int64(len(msgs))
-				for i, err := range p.Send(context.Background(), msgs) {
+				for i, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
 					if err == nil {
 						results[k].acked = append(results[k].acked, msgs[i].EventID)
 						continue
@@ -151,14 +151,14 @@ func TestTransactionalProducerRefusesOversizedMessageAlone(t *testing.T) {
 	msgs := producerTestMessages(1, 3, 1, 2, 3)
 	msgs[1].Payload = `{"big":"` + strings.Repeat("x", 2000) + `"}`
 
-	errs := p.Send(context.Background(), msgs)
+	errs := p.Send(context.Background(), relay.Envelopes(msgs))
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[2])
 	var rej *ProducerRejectedError
 	require.ErrorAs(t, errs[1], &rej)
 	require.NotErrorIs(t, errs[1], relay.ErrUnavailable)
 	require.Len(t, b.Records(t, 2, 10*time.Second), 2)
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(10, 3, 1, 2, 3)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(10, 3, 1, 2, 3))))
 	require.Len(t, b.Records(t, 5, 10*time.Second), 5)
 }
 
@@ -184,7 +184,7 @@ func TestProducerSickPartitionFailsOnlyItsOwnMessages(t *testing.T) {
 			for round := range 2 {
 				msgs := producerTestMessages(int64(1+10*round), 8, posts...)
 				start := time.Now()
-				errs := p.Send(context.Background(), msgs)
+				errs := p.Send(context.Background(), relay.Envelopes(msgs))
 				took := time.Since(start)
 				for i, m := range msgs {
 					if m.AggregateID != posts[0] {
@@ -220,7 +220,7 @@ func TestTransactionalCommitWithoutAnswerCanLandBeforeTheResend(t *testing.T) {
 	cfg.TransactionalID = "slow-commit"
 	cfg.SendTimeout, cfg.DialTimeout, cfg.RequestTimeout, cfg.AckTimeout = 2*time.Second, 100*time.Millisecond, 800*time.Millisecond, 100*time.Millisecond
 	p := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1, 2)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(1, 2, 1, 2))))
 
 	c := b.Cluster
 	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -229,7 +229,7 @@ func TestTransactionalCommitWithoutAnswerCanLandBeforeTheResend(t *testing.T) {
 		return nil, nil, false // then the cluster commits it
 	})
 	msgs := producerTestMessages(10, 2, 1, 2)
-	for i, err := range p.Send(context.Background(), msgs) {
+	for i, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
 		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
 		var unanswered *relay.UnansweredError
 		if errors.As(err, &unanswered) {
@@ -237,8 +237,8 @@ func TestTransactionalCommitWithoutAnswerCanLandBeforeTheResend(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second)                                                                       // the commit lands
-	producerTestRequireAllNil(t, p.Send(context.Background(), msgs))                              // the relay's resend
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(20, 2, 1, 2))) // the posts' next events
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))                              // the relay's resend
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(20, 2, 1, 2)))) // the posts' next events
 
 	recs := b.Records(t, 8, 10*time.Second)
 	var order []string
@@ -267,8 +267,8 @@ func TestTransactionalPendingCommitKeepsOrderAgainstAnotherInstance(t *testing.T
 	a := producerTestNew(t, cfg)
 	cfg.TransactionalID = "slow-commit-b"
 	other := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, a.Send(context.Background(), producerTestMessages(1, 1, 1)))
-	producerTestRequireAllNil(t, other.Send(context.Background(), producerTestMessages(2, 1, 2)))
+	producerTestRequireAllNil(t, a.Send(context.Background(), relay.Envelopes(producerTestMessages(1, 1, 1))))
+	producerTestRequireAllNil(t, other.Send(context.Background(), relay.Envelopes(producerTestMessages(2, 1, 2))))
 
 	c := b.Cluster
 	wake := time.Now().Add(cfg.RequestTimeout + 700*time.Millisecond)
@@ -282,13 +282,13 @@ func TestTransactionalPendingCommitKeepsOrderAgainstAnotherInstance(t *testing.T
 		return nil, nil, false // then the cluster commits it
 	})
 	msgs := producerTestMessages(10, 1, 1)
-	for i, err := range a.Send(context.Background(), msgs) {
+	for i, err := range a.Send(context.Background(), relay.Envelopes(msgs)) {
 		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d", i)
 		var unanswered *relay.UnansweredError
 		require.False(t, errors.As(err, &unanswered), "released at once: %v", err)
 	}
-	producerTestRequireAllNil(t, other.Send(context.Background(), msgs))                           // another relay's resend
-	producerTestRequireAllNil(t, other.Send(context.Background(), producerTestMessages(20, 1, 1))) // and the post's next event
+	producerTestRequireAllNil(t, other.Send(context.Background(), relay.Envelopes(msgs)))                           // another relay's resend
+	producerTestRequireAllNil(t, other.Send(context.Background(), relay.Envelopes(producerTestMessages(20, 1, 1)))) // and the post's next event
 	require.True(t, time.Now().Before(wake), "the resend and the next event went before the commit")
 	time.Sleep(time.Until(wake))
 
@@ -318,7 +318,7 @@ func TestIdleLagAfterAnAbortedTransactionCountsItsRecords(t *testing.T) {
 	cfg.TransactionalID = "lag"
 	cfg.SendTimeout, cfg.DialTimeout, cfg.RequestTimeout, cfg.AckTimeout = 2*time.Second, 100*time.Millisecond, 800*time.Millisecond, 100*time.Millisecond
 	p := producerTestNew(t, cfg)
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(1, 2, 1)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(1, 2, 1))))
 
 	r, err := NewLagReader(ConsumerConfig{Brokers: []string{b.Addr}, Topic: b.Topic, GroupID: "lag-txn"})
 	require.NoError(t, err)
@@ -337,7 +337,7 @@ func TestIdleLagAfterAnAbortedTransactionCountsItsRecords(t *testing.T) {
 		bc.KeepControl()
 		return nil, nil, !answer.Load()
 	})
-	for _, err := range p.Send(context.Background(), producerTestMessages(10, 5, 1)) {
+	for _, err := range p.Send(context.Background(), relay.Envelopes(producerTestMessages(10, 5, 1))) {
 		require.ErrorIs(t, err, relay.ErrUnavailable)
 	}
 	time.Sleep(cfg.TransactionTimeout() + 2*time.Second)
@@ -351,7 +351,7 @@ func TestIdleLagAfterAnAbortedTransactionCountsItsRecords(t *testing.T) {
 	require.EqualValues(t, 7, lagSum(t, r), "idle: the aborted records and both markers")
 
 	answer.Store(true)
-	producerTestRequireAllNil(t, p.Send(context.Background(), producerTestMessages(20, 1, 1)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(20, 1, 1))))
 	h3 := &consumerTestHandler{}
 	c = consumerTestStart(t, b.Addr, "lag-txn", h3, nil)
 	require.Eventually(t, func() bool { return len(h3.snapshot()) == 1 }, 20*time.Second, 20*time.Millisecond)
@@ -370,7 +370,7 @@ func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T
 	require.NoError(t, restarted.Ping(context.Background()))
 	time.Sleep(time.Second)
 	require.True(t, open(), "started, not yet sent: still held")
-	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
+	producerTestRequireAllNil(t, restarted.Send(context.Background(), relay.Envelopes(producerTestMessages(2, 1, 2))))
 	require.False(t, open(), "the first send's new epoch aborted it")
 }
 
@@ -388,7 +388,7 @@ func txnTestDeadRun(t *testing.T, b *kafkatest.Broker, id string) (*Producer, fu
 	cfg.Topic = b.Topic
 	cfg.TransactionalID = id
 	restarted := producerTestNew(t, cfg)
-	for _, r := range dead.ProduceSync(context.Background(), restarted.kgoRecords(producerTestMessages(1, 1, 1))...) {
+	for _, r := range dead.ProduceSync(context.Background(), restarted.kgoRecords(relay.Envelopes(producerTestMessages(1, 1, 1)))...) {
 		require.NoError(t, r.Err)
 	}
 	dead.Close() // no EndTxn: the process died
@@ -438,7 +438,7 @@ func TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction(t *test
 			defer stop()
 			msgs := producerTestMessages(1, 8, posts...)
 			start := time.Now()
-			errs := p.Send(context.Background(), msgs)
+			errs := p.Send(context.Background(), relay.Envelopes(msgs))
 			took := time.Since(start)
 			if transactional {
 				require.Less(t, took, p.SendBound()*5/4, "within the send's bound")
@@ -446,7 +446,7 @@ func TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction(t *test
 					require.ErrorIs(t, err, relay.ErrUnavailable, "message %d: the whole transaction is unanswered", i)
 				}
 				stop()
-				producerTestRequireAllNil(t, p.Send(context.Background(), msgs))
+				producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 				return
 			}
 			for i, m := range msgs {
@@ -469,7 +469,7 @@ func TestCheckTransactionsAbortsWhatADeadRunLeftOpen(t *testing.T) {
 	restarted, open := txnTestDeadRun(t, b, "posting-relay-y")
 	require.NoError(t, restarted.CheckTransactions(context.Background()))
 	require.False(t, open(), "the check's new epoch aborted it")
-	producerTestRequireAllNil(t, restarted.Send(context.Background(), producerTestMessages(2, 1, 2)))
+	producerTestRequireAllNil(t, restarted.Send(context.Background(), relay.Envelopes(producerTestMessages(2, 1, 2))))
 }
 
 // A cluster that refuses the transactional id (an ACL) is told by

@@ -17,7 +17,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/response"
 )
@@ -283,7 +282,7 @@ func (t *timedSender) SendBound() time.Duration {
 	return 0
 }
 
-func (t *timedSender) Send(ctx context.Context, msgs []outbox.Message) []error {
+func (t *timedSender) Send(ctx context.Context, msgs []event.Message) []error {
 	start := time.Now()
 	errs := t.next.Send(ctx, msgs)
 	d := time.Since(start)

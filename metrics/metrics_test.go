@@ -18,6 +18,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/metrics"
@@ -95,8 +96,8 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			Updates(map[string]any{"status": outbox.StatusProcessing, "claimed_by": "dead", "claimed_at": t0.Add(-time.Hour)}).Error)
 
 		send := relaytest.NewSender()
-		send.Reject(func(m outbox.Message) error {
-			if m.AggregateID >= 4 && m.AggregateID <= 6 {
+		send.Reject(func(m event.Message) error {
+			if m.Key == event.Key(4) || m.Key == event.Key(5) || m.Key == event.Key(6) {
 				return errors.New("message too large")
 			}
 			return nil
@@ -262,9 +263,9 @@ func TestWrapSenderKeepsPing(t *testing.T) {
 }
 
 // sendFunc is a relay.Sender that answers with a function.
-type sendFunc func(msgs []outbox.Message) []error
+type sendFunc func(msgs []event.Message) []error
 
-func (f sendFunc) Send(_ context.Context, msgs []outbox.Message) []error { return f(msgs) }
+func (f sendFunc) Send(_ context.Context, msgs []event.Message) []error { return f(msgs) }
 
 // scrapeText serves one GET /metrics in the text format.
 func scrapeText(t *testing.T, h http.Handler) string {
@@ -294,21 +295,21 @@ func samples(body, name string) []string {
 func TestBrokerSendMetricsKeepDeprecatedNames(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(nil, "test-1")
-	timed := m.WrapSender(sendFunc(func(msgs []outbox.Message) []error {
+	timed := m.WrapSender(sendFunc(func(msgs []event.Message) []error {
 		errs := make([]error, len(msgs))
 		for i, msg := range msgs {
-			switch msg.AggregateID % 4 {
-			case 2:
+			switch msg.Key {
+			case event.Key(2):
 				errs[i] = errors.New("message too large")
-			case 3:
+			case event.Key(3):
 				errs[i] = fmt.Errorf("send: %w", relay.ErrUnavailable)
 			}
 		}
 		return errs
 	}))
-	batch := make([]outbox.Message, 4)
+	batch := make([]event.Message, 4)
 	for i := range batch {
-		batch[i].AggregateID = int64(i) // 0 and 1 acked, 2 rejected, 3 unavailable
+		batch[i].Key = event.Key(int64(i)) // 0 and 1 acked, 2 rejected, 3 unavailable
 	}
 	require.Len(t, timed.Send(context.Background(), batch), 4)
 

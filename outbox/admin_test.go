@@ -34,8 +34,8 @@ func TestOpsFailListedRequeuedThenSent(t *testing.T) {
 		rows := o.append(t, t0, 1, 2, 1)
 		now := t0.Add(time.Second)
 		send := relaytest.NewSender()
-		send.Reject(func(m outbox.Message) error {
-			if m.EventID == rows[0].EventID {
+		send.Reject(func(m event.Message) error {
+			if m.EventID() == rows[0].EventID {
 				return errors.New("record too large")
 			}
 			return nil

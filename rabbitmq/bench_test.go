@@ -13,6 +13,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/relay"
 )
 
 // benchQueues are the queues a benchmark publishes to: the worker's (a
@@ -107,7 +108,7 @@ func BenchmarkSend(b *testing.B) {
 				var total time.Duration
 				for i := 0; i < b.N; i++ {
 					start := time.Now()
-					for _, err := range s.Send(context.Background(), msgs) {
+					for _, err := range s.Send(context.Background(), relay.Envelopes(msgs)) {
 						require.NoError(b, err)
 					}
 					total += time.Since(start)

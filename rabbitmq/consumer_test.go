@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
 	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
@@ -151,7 +152,7 @@ func TestSecondWorkerTakesOverWhenTheActiveOneDies(t *testing.T) {
 				posts = append(posts, p)
 				msgs = append(msgs, reservationMessage(t, p))
 			}
-			for _, err := range sender.Send(context.Background(), msgs) {
+			for _, err := range sender.Send(context.Background(), relay.Envelopes(msgs)) {
 				require.NoError(t, err)
 			}
 		}
@@ -708,7 +709,7 @@ func TestPublicationRecordedUnderKafkaAfterAdoptionIsPublished(t *testing.T) {
 		m := startAdopter(t, db.DB, url, exchange, queue, rabbitPub, settled)
 		// The RabbitMQ worker is the active consumer (it adopted nothing).
 		probe := reservationtest.InsertWorking(t, db.DB, time.Now().Add(time.Hour))
-		for _, err := range newSender(t, url, exchange).Send(context.Background(), []outbox.Message{reservationMessage(t, probe)}) {
+		for _, err := range newSender(t, url, exchange).Send(context.Background(), relay.Envelopes([]outbox.Message{reservationMessage(t, probe)})) {
 			require.NoError(t, err)
 		}
 		require.Eventually(t, func() bool { return m.w.Pending() == 1 }, 30*time.Second, 10*time.Millisecond)

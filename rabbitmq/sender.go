@@ -17,7 +17,6 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/backoff"
 	"github.com/postingsvc/posting/internal/turn"
-	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 )
 
@@ -35,7 +34,7 @@ var errSenderClosed = fmt.Errorf("%w: rabbitmq sender closed", relay.ErrUnavaila
 // outgrows the buffer, so the reader never waits for us.
 const chunkSize = 1024
 
-// Sender publishes outbox rows to a topic exchange with publisher confirms
+// Sender publishes the relay's messages to a topic exchange with publisher confirms
 // and mandatory. It implements relay.Sender, relay.Pinger and
 // relay.SendBounder. It connects lazily (it can be built while the broker
 // is down) and drops its connection after any failed send, reconnecting
@@ -115,7 +114,7 @@ func (c Config) SendBound() time.Duration {
 // lost, the broker could not be reached or SendTimeout passed. A message
 // that was published and got no confirm may still land: its error is a
 // *relay.UnansweredError, whose Settled closes once it no longer can.
-func (s *Sender) Send(ctx context.Context, msgs []outbox.Message) []error {
+func (s *Sender) Send(ctx context.Context, msgs []event.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
@@ -190,13 +189,13 @@ func settleAfter(heartbeat time.Duration) time.Duration { return 3 * heartbeat }
 
 // spread deals the indexes of msgs to n lanes by a hash of the routing key,
 // keeping their order: two messages of one post share a lane, in order.
-func spread(msgs []outbox.Message, n int) [][]int {
+func spread(msgs []event.Message, n int) [][]int {
 	parts := make([][]int, n)
 	for i := range parts {
 		parts[i] = make([]int, 0, (2*len(msgs)+n-1)/n)
 	}
 	for i, m := range msgs {
-		k := fnv32a(m.Key()) % uint32(n)
+		k := fnv32a(m.Key) % uint32(n)
 		parts[k] = append(parts[k], i)
 	}
 	return parts
@@ -217,8 +216,8 @@ func fnv32a(s string) uint32 {
 // result means the channel failed and the connection must be dropped; the
 // messages of the lane after the failure are unavailable then, and wait
 // for the next connection, in order, spending nothing.
-func (s *Sender) sendLane(ctx context.Context, l lane, msgs []outbox.Message, idx []int, errs []error) error {
-	sub := make([]outbox.Message, len(idx))
+func (s *Sender) sendLane(ctx context.Context, l lane, msgs []event.Message, idx []int, errs []error) error {
+	sub := make([]event.Message, len(idx))
 	for j, i := range idx {
 		sub[j] = msgs[i]
 	}
@@ -245,12 +244,15 @@ func (s *Sender) sendLane(ctx context.Context, l lane, msgs []outbox.Message, id
 // unavailable. Reporting an acked message unanswered made the relay send it
 // again, outside the crash window; reporting a nacked one unanswered spent
 // no attempt on it.
-func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan amqp.Return, msgs []outbox.Message, errs []error) error {
+func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan amqp.Return, msgs []event.Message, errs []error) error {
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	ids := make([]string, len(msgs)) // the message ids, which a return names
 	now := time.Now().UTC()
 	var lost error
 	for i, m := range msgs {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, m.Key(), true, false, publishing(m, now))
+		pub := publishing(m, now)
+		ids[i] = pub.MessageId
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, s.cfg.Exchange, m.Key, true, false, pub)
 		if err != nil {
 			lost = fmt.Errorf("%w: publish to rabbitmq: %w", relay.ErrUnavailable, err)
 			break
@@ -290,7 +292,7 @@ func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan a
 			}
 			errs[i] = lost
 		case !ack:
-			errs[i] = fmt.Errorf("%w: nack for event %s", ErrRejected, msgs[i].EventID)
+			errs[i] = fmt.Errorf("%w: nack for event %s", ErrRejected, ids[i])
 		}
 	}
 	// A return comes before the ack of its message, from the same reader,
@@ -309,28 +311,12 @@ func (s *Sender) sendChunk(ctx context.Context, ch *amqp.Channel, returns chan a
 			drained = true
 		}
 	}
-	for i, m := range msgs {
-		if r, ok := returned[m.EventID]; ok && errs[i] == nil {
+	for i, id := range ids {
+		if r, ok := returned[id]; ok && errs[i] == nil {
 			errs[i] = fmt.Errorf("%w: returned by exchange %s with routing key %s: %d %s", ErrRejected, r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText)
 		}
 	}
 	return lost
-}
-
-// publishing is the AMQP message of one outbox row.
-func publishing(m outbox.Message, now time.Time) amqp.Publishing {
-	return amqp.Publishing{
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		MessageId:    m.EventID,
-		Type:         m.EventType,
-		Timestamp:    now,
-		Headers: withExtraHeaders(amqp.Table{
-			event.HeaderEventID:   m.EventID,
-			event.HeaderEventType: m.EventType,
-		}, m),
-		Body: event.WithSequence([]byte(m.Payload), m.ID),
-	}
 }
 
 // channel returns the open connection and its confirm channels, or opens

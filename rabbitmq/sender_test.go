@@ -65,7 +65,7 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
 	tp := eventtest.Traceparent
 	before := time.Now().Add(-time.Second).Truncate(time.Second)
-	errs := s.Send(context.Background(), msgs)
+	errs := s.Send(context.Background(), relay.Envelopes(msgs))
 	require.Equal(t, []error{nil, nil}, errs)
 
 	ds := rabbitmqtest.Read(t, url, queue, 2, 10*time.Second)
@@ -344,7 +344,7 @@ func TestSendOverSeveralChannelsKeepsPostOrder(t *testing.T) {
 	url, exchange, queue := rabbitmqtest.BoundExchange(t)
 	s := senderWith(t, url, exchange, 4)
 	msgs := interleaved(t, 50, 20)
-	for i, err := range s.Send(context.Background(), msgs) {
+	for i, err := range s.Send(context.Background(), relay.Envelopes(msgs)) {
 		require.NoError(t, err, "message %d", i)
 	}
 	ds := rabbitmqtest.Read(t, url, queue, len(msgs), 30*time.Second)
@@ -373,7 +373,7 @@ func TestReturnsAreReportedOnEveryChannel(t *testing.T) {
 	}
 	s := senderWith(t, url, exchange, 4)
 	msgs := interleaved(t, posts, 1)
-	errs := s.Send(context.Background(), msgs)
+	errs := s.Send(context.Background(), relay.Envelopes(msgs))
 	for i, m := range msgs {
 		if m.AggregateID%2 == 0 {
 			require.NoError(t, errs[i], "post %d is bound", m.AggregateID)
@@ -480,7 +480,7 @@ func waitQueued(t *testing.T, ch *amqp.Channel, queue string, n int) {
 func sendWithin(t *testing.T, s *rabbitmq.Sender, msgs []outbox.Message) []error {
 	t.Helper()
 	done := make(chan []error, 1)
-	go func() { done <- s.Send(context.Background(), msgs) }()
+	go func() { done <- s.Send(context.Background(), relay.Envelopes(msgs)) }()
 	select {
 	case errs := <-done:
 		return errs
@@ -734,7 +734,7 @@ func TestCloseAndPingDuringMultiLaneSend(t *testing.T) {
 	errs := append(errs1, errs2...)
 	seen := queued(t, url, queue, 0)
 	requireHonest(t, all, errs, seen)
-	for i, err := range s.Send(context.Background(), all[:3]) {
+	for i, err := range s.Send(context.Background(), relay.Envelopes(all[:3])) {
 		require.ErrorIs(t, err, relay.ErrUnavailable, "after Close %d", i)
 	}
 	require.NoError(t, s.Close(), "twice")
@@ -770,7 +770,7 @@ func TestMemoryAlarmDuringMultiLaneSend(t *testing.T) {
 	again := requireHonest(t, msgs, errs, seen)
 	require.NotEmpty(t, again, "the alarm came too late")
 	require.Eventually(t, func() bool {
-		errs = s.Send(context.Background(), again)
+		errs = s.Send(context.Background(), relay.Envelopes(again))
 		for _, err := range errs {
 			if err != nil {
 				return false

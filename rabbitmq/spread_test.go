@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/event"
 )
 
 // TestSpreadKeepsEachPostOnOneLaneInOrder checks how a batch is dealt to
@@ -15,10 +15,10 @@ import (
 // the batch's order, and every channel used by a batch of many posts.
 func TestSpreadKeepsEachPostOnOneLaneInOrder(t *testing.T) {
 	const posts, perPost = 100, 10
-	var msgs []outbox.Message
-	for round := range perPost {
+	var msgs []event.Message
+	for range perPost {
 		for p := 1; p <= posts; p++ {
-			msgs = append(msgs, outbox.Message{ID: int64(round*posts + p), AggregateID: int64(p)})
+			msgs = append(msgs, event.Message{Key: event.Key(int64(p))})
 		}
 	}
 	for _, n := range []int{1, 2, 4, 16} {
@@ -33,7 +33,7 @@ func TestSpreadKeepsEachPostOnOneLaneInOrder(t *testing.T) {
 				if j > 0 {
 					require.Greater(t, i, idx[j-1], "lane %d out of order", lane)
 				}
-				key := msgs[i].Key()
+				key := msgs[i].Key
 				if l, ok := laneOf[key]; ok {
 					require.Equal(t, l, lane, "post %s on two lanes", key)
 				}

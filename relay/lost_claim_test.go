@@ -12,6 +12,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
@@ -159,8 +160,8 @@ func TestFailedRejectionWriteIsKeptForTheNextPoll(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, db)
 		rows := b.append(t, 1, 1)
-		b.send.Reject(func(m outbox.Message) error {
-			if m.ID == rows[0].ID {
+		b.send.Reject(func(m event.Message) error {
+			if m.Sequence() == rows[0].ID {
 				return errRejected
 			}
 			return nil
@@ -197,7 +198,7 @@ type shortSender struct {
 	broke atomic.Bool
 }
 
-func (s *shortSender) Send(ctx context.Context, msgs []outbox.Message) []error {
+func (s *shortSender) Send(ctx context.Context, msgs []event.Message) []error {
 	errs := s.Sender.Send(ctx, msgs)
 	if len(errs) > 0 && s.broke.CompareAndSwap(false, true) {
 		return errs[:len(errs)-1]

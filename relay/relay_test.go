@@ -777,9 +777,10 @@ func TestPipelinedRelaysKeepPerPostOrderAcrossRejections(t *testing.T) {
 		rows := b.appendRounds(t, 40, 5)
 		b.send.SetPause(time.Millisecond)
 		attempts := map[int64]int{} // read and written under the sender's lock
-		b.send.Reject(func(m outbox.Message) error {
-			attempts[m.ID]++
-			if m.ID%3 == 0 && attempts[m.ID] == 1 {
+		b.send.Reject(func(m event.Message) error {
+			id := m.Sequence()
+			attempts[id]++
+			if id%3 == 0 && attempts[id] == 1 {
 				return errRejected
 			}
 			return nil

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/event"
 )
 
 // ErrUnavailable marks a send that failed because the cluster could not be
@@ -17,14 +17,17 @@ import (
 // it as one of the message's attempts.
 var ErrUnavailable = errors.New("broker unavailable")
 
-// Sender sends a batch of outbox rows synchronously and tells each result.
+// Sender sends a batch of messages synchronously and tells each result. It
+// gets each outbox row as its transport-neutral message (Envelope), built
+// once by the relay: a sender maps its headers to its binding and writes
+// its key and value as they are.
 type Sender interface {
-	// Send sends msgs, keyed by their aggregate id, and returns one error per
+	// Send sends msgs, each under its key, and returns one error per
 	// message in the same order: nil when the broker acknowledged it, an
 	// error wrapping ErrUnavailable when the cluster could not be reached,
 	// and any other error when the broker rejected that message. It returns
 	// only when every message has an outcome.
-	Send(ctx context.Context, msgs []outbox.Message) []error
+	Send(ctx context.Context, msgs []event.Message) []error
 }
 
 // Pinger is a Sender that can tell cheaply whether the cluster answers

@@ -38,8 +38,9 @@ func (r *Relay) tracePoll(ctx context.Context, start time.Time, msgs []outbox.Me
 func (r *Relay) traceSend(ctx context.Context, msgs []outbox.Message) []error {
 	ctx, span := r.cfg.TracerProvider.Tracer(tracerName).Start(ctx, "outbox send", trace.WithSpanKind(trace.SpanKindProducer))
 	defer span.End()
+	envs := Envelopes(msgs)
 	if !span.IsRecording() {
-		return r.send.Send(ctx, msgs)
+		return r.send.Send(ctx, envs)
 	}
 	span.SetAttributes(attribute.Int("messaging.batch.message_count", len(msgs)))
 	for _, m := range msgs {
@@ -50,7 +51,7 @@ func (r *Relay) traceSend(ctx context.Context, msgs []outbox.Message) []error {
 			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("messaging.message.id", m.EventID)}})
 		}
 	}
-	errs := r.send.Send(ctx, msgs)
+	errs := r.send.Send(ctx, envs)
 	failed := 0
 	for _, err := range errs {
 		if err != nil {

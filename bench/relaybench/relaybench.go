@@ -178,7 +178,7 @@ func SeedStyle(ctx context.Context, db *gorm.DB, send relay.Sender) (Result, err
 			}
 			m.Version++
 			m.Status = outbox.StatusProcessing
-			errs := send.Send(ctx, []outbox.Message{m})
+			errs := send.Send(ctx, []event.Message{relay.Envelope(m)})
 			status := outbox.StatusSent
 			if len(errs) != 1 || errs[0] != nil {
 				status = outbox.StatusRetry

@@ -9,6 +9,7 @@ import (
 	"github.com/postingsvc/posting/bench/relaybench"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay/relaytest"
 )
@@ -76,7 +77,7 @@ func TestRelayStalls(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, relaybench.Seed(ctx, db.DB, 10))
 	s := relaytest.NewSender()
-	s.Reject(func(outbox.Message) error { return context.DeadlineExceeded })
+	s.Reject(func(event.Message) error { return context.DeadlineExceeded })
 	_, err := relaybench.Relay(ctx, db.DB, s, 100)
 	require.ErrorIs(t, err, relaybench.ErrStalled)
 }

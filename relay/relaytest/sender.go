@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/event"
 )
 
 // Sender is a configurable fake relay.Sender: by default it acknowledges
@@ -17,17 +17,17 @@ import (
 // setter may be called while a relay runs.
 type Sender struct {
 	mu      sync.Mutex
-	down    error                      // while set, every message gets it
-	answers map[string][]error         // per key, consumed one per attempt; nil = ack
-	reject  func(outbox.Message) error // a non-nil answer rejects the message
-	hold    chan struct{}              // while set, Send waits for it to close
-	entered chan struct{}              // told, without blocking, at each call
-	before  func()                     // run once by the next Send
-	pause   time.Duration              // each Send sleeps this long first
-	bound   time.Duration              // SendBound
+	down    error                     // while set, every message gets it
+	answers map[string][]error        // per key, consumed one per attempt; nil = ack
+	reject  func(event.Message) error // a non-nil answer rejects the message
+	hold    chan struct{}             // while set, Send waits for it to close
+	entered chan struct{}             // told, without blocking, at each call
+	before  func()                    // run once by the next Send
+	pause   time.Duration             // each Send sleeps this long first
+	bound   time.Duration             // SendBound
 	calls   int
-	sent    []outbox.Message // acknowledged, in order
-	sends   map[string]int   // acknowledgements by event id
+	sent    []event.Message // acknowledged, in order
+	sends   map[string]int  // acknowledgements by event id
 }
 
 // NewSender returns a Sender that acknowledges everything.
@@ -38,7 +38,7 @@ func NewSender() *Sender {
 // Send answers each message: err of SetDown while down, else the next
 // queued answer of its key (Answer), else the Reject function's answer,
 // else an acknowledgement.
-func (s *Sender) Send(_ context.Context, msgs []outbox.Message) []error {
+func (s *Sender) Send(_ context.Context, msgs []event.Message) []error {
 	s.mu.Lock()
 	hold, before, pause := s.hold, s.before, s.pause
 	s.before = nil
@@ -63,14 +63,14 @@ func (s *Sender) Send(_ context.Context, msgs []outbox.Message) []error {
 			errs[i] = s.down
 			continue
 		}
-		if q := s.answers[m.Key()]; len(q) > 0 {
-			errs[i], s.answers[m.Key()] = q[0], q[1:]
+		if q := s.answers[m.Key]; len(q) > 0 {
+			errs[i], s.answers[m.Key] = q[0], q[1:]
 		} else if s.reject != nil {
 			errs[i] = s.reject(m)
 		}
 		if errs[i] == nil {
 			s.sent = append(s.sent, m)
-			s.sends[m.EventID]++
+			s.sends[m.EventID()]++
 		}
 	}
 	return errs
@@ -101,7 +101,7 @@ func (s *Sender) Answer(key string, errs ...error) {
 
 // Reject sets what answers each message with no queued answer: a non-nil
 // error rejects it. nil acknowledges everything again.
-func (s *Sender) Reject(f func(outbox.Message) error) {
+func (s *Sender) Reject(f func(event.Message) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reject = f
@@ -160,15 +160,16 @@ func (s *Sender) Calls() int {
 	return s.calls
 }
 
-// SentIDs are the outbox ids acknowledged, in order.
-func (s *Sender) SentIDs() []int64 { return sent(s, func(m outbox.Message) int64 { return m.ID }) }
+// SentIDs are the outbox ids acknowledged (the messages' sequences), in
+// order.
+func (s *Sender) SentIDs() []int64 { return sent(s, event.Message.Sequence) }
 
 // SentEventIDs are the event ids acknowledged, in order.
 func (s *Sender) SentEventIDs() []string {
-	return sent(s, func(m outbox.Message) string { return m.EventID })
+	return sent(s, event.Message.EventID)
 }
 
-func sent[T any](s *Sender, field func(outbox.Message) T) []T {
+func sent[T any](s *Sender, field func(event.Message) T) []T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []T

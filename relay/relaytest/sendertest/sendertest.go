@@ -211,7 +211,7 @@ func oneBatchKeepsEachPostsOrder(t *testing.T, newBroker func(*testing.T) Broker
 		posts = append(posts, int64(1000+i))
 	}
 	msgs := Messages(t, 1, 1000, posts...)
-	requireAllAcknowledged(t, s.Send(context.Background(), msgs))
+	requireAllAcknowledged(t, s.Send(context.Background(), relay.Envelopes(msgs)))
 
 	arrived := b.Read(t, len(msgs), 30*time.Second)
 	require.Len(t, arrived, len(msgs))
@@ -251,7 +251,7 @@ func rejectionIsNotAnOutage(t *testing.T, newBroker func(*testing.T) Broker) {
 	for round := range 3 { // rejections again and again must not wedge the sender
 		msgs := Messages(t, nextID, 40, posts...)
 		nextID += int64(len(msgs))
-		errs := s.Send(context.Background(), msgs)
+		errs := s.Send(context.Background(), relay.Envelopes(msgs))
 		require.Len(t, errs, len(msgs))
 		for i, m := range msgs {
 			if m.AggregateID != bad {
@@ -271,7 +271,7 @@ func rejectionIsNotAnOutage(t *testing.T, newBroker func(*testing.T) Broker) {
 
 	stop()
 	msgs := Messages(t, nextID, 40, posts...)
-	requireAllAcknowledged(t, s.Send(context.Background(), msgs))
+	requireAllAcknowledged(t, s.Send(context.Background(), relay.Envelopes(msgs)))
 	want = append(want, eventIDs(msgs, messageID)...)
 	require.ElementsMatch(t, want, eventIDs(b.Read(t, len(want), 30*time.Second), arrivedID))
 }
@@ -286,16 +286,16 @@ func outageIsUnavailableNotRejected(t *testing.T, newBroker func(*testing.T) Bro
 	s := b.NewSender(t, Options{})
 	posts := []int64{1, 2, 3, 4, 5}
 	before := Messages(t, 1, 20, posts...)
-	requireAllAcknowledged(t, s.Send(context.Background(), before))
+	requireAllAcknowledged(t, s.Send(context.Background(), relay.Envelopes(before)))
 
 	b.Down(t)
 	late := b.NewSender(t, Options{}) // no connection at construction
 	for round := range 3 {
 		start := time.Now()
-		requireAllUnavailable(t, b, s.Send(context.Background(), Messages(t, 100+int64(round)*20, 20, posts...)))
+		requireAllUnavailable(t, b, s.Send(context.Background(), relay.Envelopes(Messages(t, 100+int64(round)*20, 20, posts...))))
 		require.Less(t, time.Since(start), s.SendBound(), "the sender answered within its own bound")
 	}
-	requireAllUnavailable(t, b, late.Send(context.Background(), Messages(t, 180, 5, 1, 2)))
+	requireAllUnavailable(t, b, late.Send(context.Background(), relay.Envelopes(Messages(t, 180, 5, 1, 2))))
 	require.ErrorIs(t, s.Ping(context.Background()), relay.ErrUnavailable)
 
 	b.Up(t)
@@ -305,7 +305,7 @@ func outageIsUnavailableNotRejected(t *testing.T, newBroker func(*testing.T) Bro
 		// A sender may wait out its reconnect backoff first: unavailable
 		// until then, never rejected.
 		require.Eventually(t, func() bool {
-			errs := sender.Send(context.Background(), msgs)
+			errs := sender.Send(context.Background(), relay.Envelopes(msgs))
 			for _, err := range errs {
 				if err != nil {
 					require.ErrorIs(t, err, relay.ErrUnavailable)
@@ -330,16 +330,17 @@ func stalledBrokerCannotHoldASend(t *testing.T, newBroker func(*testing.T) Broke
 	b := newBroker(t)
 	const sendTimeout = 5 * time.Second
 	s := b.NewSender(t, Options{SendTimeout: sendTimeout})
-	requireAllAcknowledged(t, s.Send(context.Background(), Messages(t, 1, 2, 1)))
+	requireAllAcknowledged(t, s.Send(context.Background(), relay.Envelopes(Messages(t, 1, 2, 1))))
 
 	msgs := Messages(t, 10, 1000, 1, 2, 3, 4, 5, 6, 7, 8)
 	for i := range msgs {
 		msgs[i].Payload = `{"filler":"` + strings.Repeat("x", 32<<10) + `"}`
 	}
+	envs := relay.Envelopes(msgs) // built before the clock starts: the bound is Send's
 	resume := b.Stall(t)
 	start := time.Now()
 	done := make(chan []error, 1)
-	go func() { done <- s.Send(context.Background(), msgs) }()
+	go func() { done <- s.Send(context.Background(), envs) }()
 	select {
 	case errs := <-done:
 		// The sender's timer ends the send at its bound; handing back the
@@ -360,7 +361,7 @@ func stalledBrokerCannotHoldASend(t *testing.T, newBroker func(*testing.T) Broke
 
 	resume()
 	require.Eventually(t, func() bool {
-		for _, err := range s.Send(context.Background(), Messages(t, 2000, 2, 1)) {
+		for _, err := range s.Send(context.Background(), relay.Envelopes(Messages(t, 2000, 2, 1))) {
 			if err != nil {
 				require.ErrorIs(t, err, relay.ErrUnavailable)
 				return false
@@ -395,11 +396,11 @@ func closeDuringASend(t *testing.T, newBroker func(*testing.T) Broker) {
 	b := newBroker(t)
 	s := b.NewSender(t, Options{})
 	first := Messages(t, 1, 2, 1)
-	requireAllAcknowledged(t, s.Send(context.Background(), first))
+	requireAllAcknowledged(t, s.Send(context.Background(), relay.Envelopes(first)))
 
 	msgs := Messages(t, 10, 1000, 1, 2, 3, 4, 5, 6, 7, 8)
 	done := make(chan []error, 1)
-	go func() { done <- s.Send(context.Background(), msgs) }()
+	go func() { done <- s.Send(context.Background(), relay.Envelopes(msgs)) }()
 	require.NoError(t, s.Close())
 	errs := <-done
 	require.Len(t, errs, len(msgs))
@@ -413,7 +414,7 @@ func closeDuringASend(t *testing.T, newBroker func(*testing.T) Broker) {
 		require.False(t, b.IsRejection(err), "message %d", i)
 	}
 	require.NoError(t, s.Close(), "Close twice")
-	requireAllUnavailable(t, b, s.Send(context.Background(), Messages(t, 2000, 2, 1)))
+	requireAllUnavailable(t, b, s.Send(context.Background(), relay.Envelopes(Messages(t, 2000, 2, 1))))
 	require.Empty(t, s.Send(context.Background(), nil))
 	require.Subset(t, eventIDs(b.Read(t, len(acked), 30*time.Second), arrivedID), acked, "every acknowledged message arrived")
 	t.Logf("%d of %d acknowledged before the close", len(acked)-len(first), len(msgs))
