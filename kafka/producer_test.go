@@ -44,6 +44,24 @@ func producerTestConfig(addr string) ProducerConfig {
 	}
 }
 
+// producerTestEach runs fn with the transactional producer serve uses and
+// with the idempotent one, in parallel subtests named after them, each on
+// a broker of its own with producerTestConfig (a transactional id of its
+// own for the first).
+func producerTestEach(t *testing.T, fn func(t *testing.T, b *kafkatest.Broker, cfg ProducerConfig, transactional bool)) {
+	for _, transactional := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
+			t.Parallel()
+			b := kafkatest.Start(t)
+			cfg := producerTestConfig(b.Addr)
+			if transactional {
+				cfg.TransactionalID = fmt.Sprintf("each-%d", senders.Add(1))
+			}
+			fn(t, b, cfg, transactional)
+		})
+	}
+}
+
 func producerTestNew(t testing.TB, cfg ProducerConfig) *Producer {
 	t.Helper()
 	p, err := NewProducer(cfg, nil)
@@ -220,70 +238,62 @@ func (k producerTestBroker) Stall(testing.TB) func() {
 // TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction).
 func TestProducerClassifiesBrokerCodes(t *testing.T) {
 	t.Parallel()
-	for _, transactional := range []bool{false, true} {
-		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
-			t.Parallel()
-			b := kafkatest.Start(t)
-			cfg := producerTestConfig(b.Addr)
-			if transactional {
-				cfg.TransactionalID = fmt.Sprintf("codes-%d", senders.Add(1))
+	producerTestEach(t, func(t *testing.T, b *kafkatest.Broker, cfg ProducerConfig, transactional bool) {
+		p := producerTestNew(t, cfg)
+		posts := producerTestPostsOnDistinctPartitions(t, 2, b.Partitions)
+		bad, good := posts[0], posts[1]
+		nextID := int64(1)
+		var want int
+		for _, tc := range []struct {
+			code        *kerr.Error
+			unavailable bool
+		}{
+			{kerr.InvalidRecord, false},
+			{kerr.MessageTooLarge, false},
+			{kerr.CorruptMessage, false}, // sarama retries it, then gives up
+			{kerr.PolicyViolation, false},
+			{kerr.TopicAuthorizationFailed, false},
+			{kerr.NotEnoughReplicas, true},
+			{kerr.NotLeaderForPartition, true},
+			{kerr.RequestTimedOut, true},
+		} {
+			if transactional && tc.code == kerr.RequestTimedOut {
+				continue
 			}
-			p := producerTestNew(t, cfg)
-			posts := producerTestPostsOnDistinctPartitions(t, 2, b.Partitions)
-			bad, good := posts[0], posts[1]
-			nextID := int64(1)
-			var want int
-			for _, tc := range []struct {
-				code        *kerr.Error
-				unavailable bool
-			}{
-				{kerr.InvalidRecord, false},
-				{kerr.MessageTooLarge, false},
-				{kerr.CorruptMessage, false}, // sarama retries it, then gives up
-				{kerr.PolicyViolation, false},
-				{kerr.TopicAuthorizationFailed, false},
-				{kerr.NotEnoughReplicas, true},
-				{kerr.NotLeaderForPartition, true},
-				{kerr.RequestTimedOut, true},
-			} {
-				if transactional && tc.code == kerr.RequestTimedOut {
+			stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
+			msgs := producerTestMessages(nextID, 4, bad, good)
+			nextID += int64(len(msgs))
+			start := time.Now()
+			errs := p.Send(context.Background(), relay.Envelopes(msgs))
+			stop()
+			if transactional {
+				require.Less(t, time.Since(start), cfg.SendTimeout/2, "%s: Send took", tc.code.Message)
+			}
+			for i, m := range msgs {
+				if m.AggregateID == good {
+					require.NoError(t, errs[i], "%s: the other partition", tc.code.Message)
+					want++
 					continue
 				}
-				stop := b.RejectKey(strconv.FormatInt(bad, 10), tc.code.Code)
-				msgs := producerTestMessages(nextID, 4, bad, good)
-				nextID += int64(len(msgs))
-				start := time.Now()
-				errs := p.Send(context.Background(), relay.Envelopes(msgs))
-				stop()
-				if transactional {
-					require.Less(t, time.Since(start), cfg.SendTimeout/2, "%s: Send took", tc.code.Message)
+				if tc.unavailable {
+					require.ErrorIs(t, errs[i], relay.ErrUnavailable, tc.code.Message)
+					var unanswered *relay.UnansweredError
+					require.False(t, errors.As(errs[i], &unanswered), "%s: answered, not held", tc.code.Message)
+				} else {
+					var rej *ProducerRejectedError
+					require.ErrorAs(t, errs[i], &rej, tc.code.Message)
+					require.Equal(t, tc.code.Code, rej.Code)
+					require.NotErrorIs(t, errs[i], relay.ErrUnavailable)
 				}
-				for i, m := range msgs {
-					if m.AggregateID == good {
-						require.NoError(t, errs[i], "%s: the other partition", tc.code.Message)
-						want++
-						continue
-					}
-					if tc.unavailable {
-						require.ErrorIs(t, errs[i], relay.ErrUnavailable, tc.code.Message)
-						var unanswered *relay.UnansweredError
-						require.False(t, errors.As(errs[i], &unanswered), "%s: answered, not held", tc.code.Message)
-					} else {
-						var rej *ProducerRejectedError
-						require.ErrorAs(t, errs[i], &rej, tc.code.Message)
-						require.Equal(t, tc.code.Code, rej.Code)
-						require.NotErrorIs(t, errs[i], relay.ErrUnavailable)
-					}
-					require.Contains(t, errs[i].Error(), tc.code.Message)
-				}
+				require.Contains(t, errs[i].Error(), tc.code.Message)
 			}
-			producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(nextID, 4, bad, good))))
-			if transactional {
-				want += 4
-				require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
-			}
-		})
-	}
+		}
+		producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(nextID, 4, bad, good))))
+		if transactional {
+			want += 4
+			require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
+		}
+	})
 }
 
 func TestProducerRefusesOversizedMessageAlone(t *testing.T) {

@@ -169,39 +169,31 @@ func TestTransactionalProducerRefusesOversizedMessageAlone(t *testing.T) {
 // send timeout here: every message unanswered) and then failed it all.
 func TestProducerSickPartitionFailsOnlyItsOwnMessages(t *testing.T) {
 	t.Parallel()
-	for _, transactional := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
-			t.Parallel()
-			b := kafkatest.Start(t)
-			cfg := producerTestConfig(b.Addr)
-			if transactional {
-				cfg.TransactionalID = "sick-partition"
-			}
-			p := producerTestNew(t, cfg)
-			posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
-			stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.NotEnoughReplicas.Code)
-			acked := 0
-			for round := range 2 {
-				msgs := producerTestMessages(int64(1+10*round), 8, posts...)
-				start := time.Now()
-				errs := p.Send(context.Background(), relay.Envelopes(msgs))
-				took := time.Since(start)
-				for i, m := range msgs {
-					if m.AggregateID != posts[0] {
-						require.NoError(t, errs[i], "round %d, message %d: a healthy partition", round, i)
-						acked++
-						continue
-					}
-					require.ErrorIs(t, errs[i], relay.ErrUnavailable, "round %d, message %d", round, i)
-					var unanswered *relay.UnansweredError
-					require.False(t, errors.As(errs[i], &unanswered), "round %d, message %d: answered, not held: %v", round, i, errs[i])
+	producerTestEach(t, func(t *testing.T, b *kafkatest.Broker, cfg ProducerConfig, transactional bool) {
+		p := producerTestNew(t, cfg)
+		posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
+		stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.NotEnoughReplicas.Code)
+		acked := 0
+		for round := range 2 {
+			msgs := producerTestMessages(int64(1+10*round), 8, posts...)
+			start := time.Now()
+			errs := p.Send(context.Background(), relay.Envelopes(msgs))
+			took := time.Since(start)
+			for i, m := range msgs {
+				if m.AggregateID != posts[0] {
+					require.NoError(t, errs[i], "round %d, message %d: a healthy partition", round, i)
+					acked++
+					continue
 				}
-				require.Less(t, took, 3*time.Second, "round %d", round)
+				require.ErrorIs(t, errs[i], relay.ErrUnavailable, "round %d, message %d", round, i)
+				var unanswered *relay.UnansweredError
+				require.False(t, errors.As(errs[i], &unanswered), "round %d, message %d: answered, not held: %v", round, i, errs[i])
 			}
-			stop()
-			require.Len(t, b.Records(t, acked, 10*time.Second), acked, "every acknowledged message committed once, no other")
-		})
-	}
+			require.Less(t, took, 3*time.Second, "round %d", round)
+		}
+		stop()
+		require.Len(t, b.Records(t, acked, 10*time.Second), acked, "every acknowledged message committed once, no other")
+	})
 }
 
 // A commit whose answer does not come (here: it comes after the request
@@ -236,7 +228,7 @@ func TestTransactionalCommitWithoutAnswerCanLandBeforeTheResend(t *testing.T) {
 			<-unanswered.Settled
 		}
 	}
-	time.Sleep(time.Second)                                                                       // the commit lands
+	time.Sleep(time.Second)                                                                                        // the commit lands
 	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))                              // the relay's resend
 	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(20, 2, 1, 2)))) // the posts' next events
 
@@ -424,41 +416,33 @@ func txnTestDeadRun(t *testing.T, b *kafkatest.Broker, id string) (*Producer, fu
 // delivered.
 func TestProducerPartitionTimingOutFailsItsMessagesOrTheWholeTransaction(t *testing.T) {
 	t.Parallel()
-	for _, transactional := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Transactional", false: "Idempotent"}[transactional], func(t *testing.T) {
-			t.Parallel()
-			b := kafkatest.Start(t)
-			cfg := producerTestConfig(b.Addr)
-			if transactional {
-				cfg.TransactionalID = "timing-out"
+	producerTestEach(t, func(t *testing.T, b *kafkatest.Broker, cfg ProducerConfig, transactional bool) {
+		p := producerTestNew(t, cfg)
+		posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
+		stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.RequestTimedOut.Code)
+		defer stop()
+		msgs := producerTestMessages(1, 8, posts...)
+		start := time.Now()
+		errs := p.Send(context.Background(), relay.Envelopes(msgs))
+		took := time.Since(start)
+		if transactional {
+			require.Less(t, took, p.SendBound()*5/4, "within the send's bound")
+			for i, err := range errs {
+				require.ErrorIs(t, err, relay.ErrUnavailable, "message %d: the whole transaction is unanswered", i)
 			}
-			p := producerTestNew(t, cfg)
-			posts := producerTestPostsOnDistinctPartitions(t, 4, b.Partitions)
-			stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.RequestTimedOut.Code)
-			defer stop()
-			msgs := producerTestMessages(1, 8, posts...)
-			start := time.Now()
-			errs := p.Send(context.Background(), relay.Envelopes(msgs))
-			took := time.Since(start)
-			if transactional {
-				require.Less(t, took, p.SendBound()*5/4, "within the send's bound")
-				for i, err := range errs {
-					require.ErrorIs(t, err, relay.ErrUnavailable, "message %d: the whole transaction is unanswered", i)
-				}
-				stop()
-				producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
-				return
+			stop()
+			producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
+			return
+		}
+		for i, m := range msgs {
+			if m.AggregateID == posts[0] {
+				require.ErrorIs(t, errs[i], relay.ErrUnavailable, "message %d", i)
+				continue
 			}
-			for i, m := range msgs {
-				if m.AggregateID == posts[0] {
-					require.ErrorIs(t, errs[i], relay.ErrUnavailable, "message %d", i)
-					continue
-				}
-				require.NoError(t, errs[i], "message %d: a healthy partition", i)
-			}
-			require.Less(t, took, cfg.SendTimeout/2)
-		})
-	}
+			require.NoError(t, errs[i], "message %d: a healthy partition", i)
+		}
+		require.Less(t, took, cfg.SendTimeout/2)
+	})
 }
 
 // CheckTransactions, which serve runs at start, takes the id at once: a
