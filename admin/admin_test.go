@@ -15,12 +15,12 @@ import (
 	"github.com/postingsvc/posting/admin"
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/response"
 	"github.com/postingsvc/posting/worker"
 )
@@ -61,7 +61,7 @@ func (f *fixture) do(t *testing.T, method, target, auth string) (*httptest.Respo
 
 func (f *fixture) append(t *testing.T, post int64) outbox.Message {
 	t.Helper()
-	return eventtest.Append(t, f.db.DB, post, t0)
+	return reservationtest.Append(t, f.db.DB, post, t0)
 }
 
 func (f *fixture) set(t *testing.T, id int64, status outbox.Status) {

@@ -15,9 +15,9 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // The parameters the service does not set reach pgx as written, so they
@@ -75,8 +75,8 @@ func TestPostgresReadsSurviveAnAddedColumn(t *testing.T) {
 	require.NoError(t, err)
 	sqlDB.SetMaxOpenConns(1) // one session: the one whose statements are cached
 	ctx := context.Background()
-	first := eventtest.Append(t, db.DB, 1, time.Now())
-	eventtest.Append(t, db.DB, 2, time.Now())
+	first := reservationtest.Append(t, db.DB, 1, time.Now())
+	reservationtest.Append(t, db.DB, 2, time.Now())
 	store := outbox.NewStore(db)
 	now, err := store.Now(ctx)
 	require.NoError(t, err)

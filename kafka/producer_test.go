@@ -24,11 +24,11 @@ import (
 
 	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest/sendertest"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // producerTestConfig is a config with timeouts short enough for tests: an
@@ -591,8 +591,8 @@ func TestRecordsAreCloudEventsInBinaryMode(t *testing.T) {
 	b := kafkatest.Start(t)
 	p := producerTestNew(t, producerTestConfig(b.Addr))
 	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
-	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
-	tp := eventtest.Traceparent
+	msgs := reservationtest.Batch(t, at) // the second has no traceparent: no header
+	tp := reservationtest.Traceparent
 	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 
 	recs := b.Records(t, 2, 10*time.Second)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/metrics"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // However often and however many at once scrape, the outbox is counted at
@@ -40,7 +40,7 @@ func TestScrapesReadTheOutboxAtMostOncePerInterval(t *testing.T) {
 		require.Positive(t, perRound, "a scrape reads the outbox")
 		require.Equal(t, 0.0, value(t, first, "posting_outbox_rows", map[string]string{"status": "PENDING"}))
 
-		eventtest.Append(t, db.DB, 1, time.Now())
+		reservationtest.Append(t, db.DB, 1, time.Now())
 		start := time.Now()
 		var wg sync.WaitGroup
 		for range 20 {

@@ -19,12 +19,12 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/metrics"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/response"
 )
 
@@ -87,9 +87,9 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 		// used its retries and fails; 7 was claimed by a dead instance.
 		var rows []outbox.Message
 		for post := int64(1); post <= 7; post++ {
-			rows = append(rows, eventtest.Append(t, db.DB, post, t0.Add(time.Duration(post)*time.Millisecond)))
+			rows = append(rows, reservationtest.Append(t, db.DB, post, t0.Add(time.Duration(post)*time.Millisecond)))
 		}
-		held := eventtest.Append(t, db.DB, 6, t0.Add(time.Second)) // blocked behind post 6's FAIL
+		held := reservationtest.Append(t, db.DB, 6, t0.Add(time.Second)) // blocked behind post 6's FAIL
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[5].ID).
 			Updates(map[string]any{"status": outbox.StatusRetry, "retry_count": 3}).Error)
 		require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", rows[6].ID).

@@ -8,9 +8,9 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 var t0 = clocktest.T0
@@ -39,7 +39,7 @@ func (o *bundle) append(t *testing.T, at time.Time, aggregateIDs ...int64) []out
 	t.Helper()
 	var out []outbox.Message
 	for i, id := range aggregateIDs {
-		out = append(out, eventtest.Append(t, o.db.DB, id, at.Add(time.Duration(i)*time.Millisecond)))
+		out = append(out, reservationtest.Append(t, o.db.DB, id, at.Add(time.Duration(i)*time.Millisecond)))
 	}
 	return out
 }

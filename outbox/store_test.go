@@ -17,9 +17,9 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 func TestAppendWritesEnvelope(t *testing.T) {
@@ -39,11 +39,11 @@ func TestAppendWritesEnvelope(t *testing.T) {
 		require.Equal(t, "CREATED", payload["action"])
 
 		// A dedup key admits one row only.
-		first := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
+		first := reservationtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
 		first.DedupKey = "reservation:42"
 		_, err := outbox.Append(o.db.DB, first)
 		require.NoError(t, err)
-		second := eventtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
+		second := reservationtest.Outbox(t, event.ReservationEvent, 42, t0, nil)
 		second.DedupKey = first.DedupKey
 		_, err = outbox.Append(o.db.DB, second)
 		require.ErrorIs(t, err, outbox.ErrDuplicate)

@@ -16,7 +16,6 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/inbox/inboxtest"
 	"github.com/postingsvc/posting/outbox"
@@ -64,7 +63,7 @@ func (r *recorder) keysOf(id int64) []string {
 
 func reservationMessage(t *testing.T, p *reservation.Post) outbox.Message {
 	t.Helper()
-	m, err := outbox.NewMessage(eventtest.Outbox(t, event.ReservationEvent, p.ID, time.Now(), event.ReservationEventFields{ScheduledAt: p.ScheduledAt}))
+	m, err := outbox.NewMessage(reservationtest.Outbox(t, event.ReservationEvent, p.ID, time.Now(), event.ReservationEventFields{ScheduledAt: p.ScheduledAt}))
 	require.NoError(t, err)
 	return *m
 }

@@ -25,13 +25,13 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/rabbitmq"
 	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
 	"github.com/postingsvc/posting/relay/relaytest/sendertest"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // openSender returns a sender of cfg, closed after the test.
@@ -62,8 +62,8 @@ func TestSendPublishesTheContractMessage(t *testing.T) {
 	s := newSender(t, url, exchange)
 
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	msgs := eventtest.Batch(t, at) // the second has no traceparent: no header
-	tp := eventtest.Traceparent
+	msgs := reservationtest.Batch(t, at) // the second has no traceparent: no header
+	tp := reservationtest.Traceparent
 	before := time.Now().Add(-time.Second).Truncate(time.Second)
 	errs := s.Send(context.Background(), relay.Envelopes(msgs))
 	require.Equal(t, []error{nil, nil}, errs)
@@ -254,7 +254,7 @@ func (b *suiteBroker) Stall(testing.TB) func() {
 // reservationLike is an outbox row of a posting event about post, not stored.
 func reservationLike(t testing.TB, post int64) outbox.Message {
 	t.Helper()
-	m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, post, time.Now(), map[string]any{"action": "UPDATED"}))
+	m, err := outbox.NewMessage(reservationtest.Outbox(t, event.PostingEvent, post, time.Now(), map[string]any{"action": "UPDATED"}))
 	require.NoError(t, err)
 	return *m
 }
@@ -327,7 +327,7 @@ func interleaved(t testing.TB, posts, perPost int) []outbox.Message {
 	var msgs []outbox.Message
 	for round := range perPost {
 		for p := 1; p <= posts; p++ {
-			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), time.Now(), map[string]any{"action": "UPDATED"}))
+			m, err := outbox.NewMessage(reservationtest.Outbox(t, event.PostingEvent, int64(p), time.Now(), map[string]any{"action": "UPDATED"}))
 			require.NoError(t, err)
 			m.ID = int64(round*posts + p)
 			msgs = append(msgs, *m)

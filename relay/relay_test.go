@@ -19,10 +19,10 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -78,7 +78,7 @@ func (b *bundle) append(t *testing.T, postIDs ...int64) []outbox.Message {
 // the bundle's or the real one).
 func appendEvent(t *testing.T, db *gorm.DB, post int64, at time.Time) outbox.Message {
 	t.Helper()
-	m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, post, at, nil))
+	m, err := outbox.Append(db, reservationtest.Outbox(t, event.PostingEvent, post, at, nil))
 	require.NoError(t, err)
 	return *m
 }
@@ -570,7 +570,7 @@ func TestCommitWakesAreCoalescedAndNeverBlockTheWriter(t *testing.T) {
 		writers := database.WithCommitWaker(db.DB, r.Wake)
 		appendPost := func(post int64) error {
 			return database.Transaction(ctx, writers, func(tx *gorm.DB) error {
-				_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, post, time.Now(), nil))
+				_, err := outbox.Append(tx, reservationtest.Outbox(t, event.PostingEvent, post, time.Now(), nil))
 				return err
 			})
 		}

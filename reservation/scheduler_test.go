@@ -20,10 +20,10 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -267,7 +267,7 @@ func TestSchedulerDuplicateGuardSkipsOnlyThatPost(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setupScheduler(t, db.DB)
 		posts := b.insert(t, time.Minute, 2*time.Minute, 3*time.Minute)
-		ev := eventtest.Outbox(t, event.ReservationEvent, posts[1].ID, clocktest.T0, event.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt})
+		ev := reservationtest.Outbox(t, event.ReservationEvent, posts[1].ID, clocktest.T0, event.ReservationEventFields{ScheduledAt: posts[1].ScheduledAt})
 		ev.DedupKey = event.ReservationDedupKey(posts[1].ID)
 		_, err := outbox.Append(db.DB, ev)
 		require.NoError(t, err)

@@ -16,11 +16,11 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // BenchmarkCommitToBroker measures, on PostgreSQL, how long an event takes
@@ -111,7 +111,7 @@ func commitToBroker(b *testing.B, writer *gorm.DB, broker *kafkatest.Broker) {
 	end := time.Now().Add(duration)
 	for n := int64(1); time.Now().Before(end); n++ {
 		<-tick.C
-		ev := eventtest.Outbox(b, event.PostingEvent, n, time.Now(), map[string]any{"action": "CREATED"})
+		ev := reservationtest.Outbox(b, event.PostingEvent, n, time.Now(), map[string]any{"action": "CREATED"})
 		require.NoError(b, database.Transaction(context.Background(), writer, func(tx *gorm.DB) error {
 			_, err := outbox.Append(tx, ev)
 			return err
@@ -236,7 +236,7 @@ func BenchmarkWritersNotify(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for i := range commits / writers {
-					ev := eventtest.Outbox(b, event.PostingEvent, int64(g*commits+i+1), time.Now(), nil)
+					ev := reservationtest.Outbox(b, event.PostingEvent, int64(g*commits+i+1), time.Now(), nil)
 					err := database.Transaction(context.Background(), w, func(tx *gorm.DB) error {
 						if _, err := outbox.Append(tx, ev); err != nil {
 							return err

@@ -17,13 +17,13 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // TestConfigValidationNamesTheFirstSettingOut: with RetryBase (or RetryMax)
@@ -110,7 +110,7 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, database.Transaction(ctx, writer, func(tx *gorm.DB) error {
 		for i := range 3 {
-			if _, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, int64(i+1), time.Now(), map[string]any{"action": "CREATED"})); err != nil {
+			if _, err := outbox.Append(tx, reservationtest.Outbox(t, event.PostingEvent, int64(i+1), time.Now(), map[string]any{"action": "CREATED"})); err != nil {
 				return err
 			}
 		}
@@ -129,7 +129,7 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 	}
 
 	_ = database.Transaction(ctx, writer, func(tx *gorm.DB) error {
-		_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, 9, time.Now(), map[string]any{"action": "CREATED"}))
+		_, err := outbox.Append(tx, reservationtest.Outbox(t, event.PostingEvent, 9, time.Now(), map[string]any{"action": "CREATED"}))
 		require.NoError(t, err)
 		return context.Canceled // roll back
 	})
@@ -141,7 +141,7 @@ func TestListenerWakesOnCommitAndReconnects(t *testing.T) {
 
 	// No waker: the committed append itself notified nobody.
 	require.NoError(t, database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
-		_, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, 10, time.Now(), map[string]any{"action": "CREATED"}))
+		_, err := outbox.Append(tx, reservationtest.Outbox(t, event.PostingEvent, 10, time.Now(), map[string]any{"action": "CREATED"}))
 		return err
 	}))
 	select {
@@ -214,7 +214,7 @@ func TestAppendWakesAnotherInstancesRelay(t *testing.T) {
 		start := time.Now()
 		var id int64
 		require.NoError(t, database.Transaction(context.Background(), writer, func(tx *gorm.DB) error {
-			m, err := outbox.Append(tx, eventtest.Outbox(t, event.PostingEvent, int64(round+1), time.Now(), map[string]any{"action": "CREATED"}))
+			m, err := outbox.Append(tx, reservationtest.Outbox(t, event.PostingEvent, int64(round+1), time.Now(), map[string]any{"action": "CREATED"}))
 			if err == nil {
 				id = m.ID
 			}

@@ -15,7 +15,6 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/kafka"
@@ -179,7 +178,7 @@ func TestWorkerTakesAnOldEventWhoseRowWasPurged(t *testing.T) {
 		// gone: none of its rows remains; another post's row does.
 		gone := reservationtest.InsertWorking(t, db.DB, now.Add(time.Hour))
 		purgedOfGone := written(t, db.DB, reservationRecord(t, gone))
-		eventtest.Append(t, db.DB, kept.ID, now)
+		reservationtest.Append(t, db.DB, kept.ID, now)
 		last := outboxRows(t, db.DB, kept.ID)
 		top := last[len(last)-1].ID
 		for _, r := range []kafkatest.Record{purgedOfKept, purgedOfGone} {
@@ -245,7 +244,7 @@ func TestWorkerExpiredEventSettlesAsTheTableSays(t *testing.T) {
 // returns the message's event id.
 func forge(t *testing.T, addr, topic string, typ event.Type, postID, sequence int64, fields any) string {
 	t.Helper()
-	ev := eventtest.Outbox(t, typ, postID, time.Now(), fields)
+	ev := reservationtest.Outbox(t, typ, postID, time.Now(), fields)
 	value := event.WithSequence(ev.Payload, sequence)
 	headers := []kgo.RecordHeader{{Key: event.HeaderEventID, Value: []byte(ev.ID)}, {Key: event.HeaderEventType, Value: []byte(typ)}}
 	if sequence > 0 {

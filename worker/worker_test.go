@@ -23,7 +23,6 @@ import (
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/inbox"
 	"github.com/postingsvc/posting/kafka"
 	"github.com/postingsvc/posting/kafka/kafkatest"
@@ -105,7 +104,7 @@ func newWorker(t *testing.T, db *gorm.DB, pub worker.Publisher) *worker.Worker {
 // message builds the Kafka record of an event about post, as the relay sends it.
 func message(t *testing.T, typ event.Type, post *reservation.Post, fields any) kafkatest.Record {
 	t.Helper()
-	m, err := outbox.NewMessage(eventtest.Outbox(t, typ, post.ID, time.Now(), fields))
+	m, err := outbox.NewMessage(reservationtest.Outbox(t, typ, post.ID, time.Now(), fields))
 	require.NoError(t, err)
 	return kafkatest.Record{Key: m.Key(), Value: []byte(m.Payload),
 		Headers: map[string]string{event.HeaderEventID: m.EventID, event.HeaderEventType: string(m.EventType)}}

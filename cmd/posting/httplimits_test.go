@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/httpserver/httpservertest"
 	"github.com/postingsvc/posting/internal/logtest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // serveInProcess runs serve with args added to a fresh data dir and free
@@ -161,7 +161,7 @@ func TestServeAdminPurgeAnswersWithinTheWriteTimeout(t *testing.T) {
 	// Sent two days ago: older than the purge's hour, younger than the
 	// cleaner's 168h, which serve runs at start.
 	sentAt := database.Normalize(time.Now().Add(-48 * time.Hour))
-	m := eventtest.Append(t, db.DB, 1, sentAt.Add(-time.Minute))
+	m := reservationtest.Append(t, db.DB, 1, sentAt.Add(-time.Minute))
 	require.NoError(t, db.Model(&outbox.Message{}).Where("id = ?", m.ID).
 		Updates(map[string]any{"status": outbox.StatusSent, "sent_at": sentAt}).Error)
 	for range 13 {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/migrations"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // outboxTestDB returns a fresh migrated database of the dialect and its URL,
@@ -43,7 +43,7 @@ func outboxSetup(t *testing.T, dialect database.Dialect) *outboxFixture {
 	t.Helper()
 	db, url := outboxTestDB(t, dialect)
 	base := time.Now().Add(-30 * 24 * time.Hour)
-	write := func(post int64, at time.Time) outbox.Message { return eventtest.Append(t, db.DB, post, at) }
+	write := func(post int64, at time.Time) outbox.Message { return reservationtest.Append(t, db.DB, post, at) }
 	f := &outboxFixture{db: db, url: url,
 		failed: write(1, base), held: write(1, base.Add(time.Second)),
 		sent: write(2, base.Add(2*time.Second)), oldSent: write(3, base.Add(3*time.Second))}
@@ -196,7 +196,7 @@ func TestOutboxPurge(t *testing.T) {
 		// Two more old SENT rows: three, one per statement, and a round
 		// of 1ns reports after each statement that leaves rows.
 		for post := int64(4); post <= 5; post++ {
-			m := eventtest.Append(t, f.db.DB, post, f.oldSent.Created)
+			m := reservationtest.Append(t, f.db.DB, post, f.oldSent.Created)
 			require.NoError(t, f.db.Model(&outbox.Message{}).Where("id = ?", m.ID).Updates(map[string]any{
 				"status": outbox.StatusSent, "sent_at": f.oldSent.Created.Add(time.Hour)}).Error)
 		}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/overdue"
 	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 	"github.com/postingsvc/posting/worker"
 )
 
@@ -66,7 +66,7 @@ func Seed(t testing.TB, db *database.DB) *Fixture {
 		return p.ID
 	}
 	reservationEvent := func(id int64, status outbox.Status, lastError string) {
-		m, err := outbox.Append(db.DB, eventtest.Outbox(t, event.ReservationEvent, id, now.Add(-3*time.Hour), nil))
+		m, err := outbox.Append(db.DB, reservationtest.Outbox(t, event.ReservationEvent, id, now.Add(-3*time.Hour), nil))
 		require.NoError(t, err)
 		values := map[string]any{"status": status}
 		if lastError != "" {

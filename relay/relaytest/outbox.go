@@ -9,8 +9,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // Seed writes perPost events for each of posts post ids, interleaved the
@@ -20,7 +20,7 @@ func Seed(t testing.TB, db *gorm.DB, posts, perPost int, at time.Time) []outbox.
 	var rows []*outbox.Message
 	for round := range perPost {
 		for p := 1; p <= posts; p++ {
-			m, err := outbox.NewMessage(eventtest.Outbox(t, event.PostingEvent, int64(p), at, event.PostingEventFields{
+			m, err := outbox.NewMessage(reservationtest.Outbox(t, event.PostingEvent, int64(p), at, event.PostingEventFields{
 				Action: event.ActionUpdated, Status: "RESERVED", ScheduledAt: at.Add(time.Duration(round+1) * time.Minute)}))
 			require.NoError(t, err)
 			// As every row written by the API or the scheduler has one.

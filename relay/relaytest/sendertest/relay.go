@@ -16,11 +16,11 @@ import (
 	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/database/pgbouncertest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/internal/clocktest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
 	"github.com/postingsvc/posting/relay/relaytest"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // observer collects, over every poll of some relays, what must not happen
@@ -72,7 +72,7 @@ func sentCount(t testing.TB, db *gorm.DB) int64 {
 
 func appendEvent(t *testing.T, db *gorm.DB, post int64, at time.Time) outbox.Message {
 	t.Helper()
-	m, err := outbox.Append(db, eventtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
+	m, err := outbox.Append(db, reservationtest.Outbox(t, event.PostingEvent, post, at, map[string]any{"action": "CREATED"}))
 	require.NoError(t, err)
 	return *m
 }

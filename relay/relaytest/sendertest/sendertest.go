@@ -28,9 +28,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/event/eventtest"
 	"github.com/postingsvc/posting/outbox"
 	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/reservation/reservationtest"
 )
 
 // Sender is a relay.Sender under test, with what every broker's sender
@@ -134,7 +134,7 @@ func Messages(t testing.TB, firstID int64, n int, posts ...int64) []outbox.Messa
 		if i%2 == 1 {
 			typ, fields = event.ReservationEvent, map[string]any{"scheduledAt": at.Add(time.Hour)}
 		}
-		m, err := outbox.NewMessage(eventtest.Outbox(t, typ, posts[i%len(posts)], at, fields))
+		m, err := outbox.NewMessage(reservationtest.Outbox(t, typ, posts[i%len(posts)], at, fields))
 		require.NoError(t, err)
 		m.ID = firstID + int64(i)
 		m.Status = outbox.StatusProcessing

@@ -1,6 +1,7 @@
-// Package eventtest builds events of the contract for tests, in the form
-// outbox.Append and outbox.NewMessage take, as the service writes them.
-package eventtest
+package reservationtest
+
+// The events of the contract in the form outbox.Append and
+// outbox.NewMessage take, as the service writes them (reservation.OutboxEvent).
 
 import (
 	"encoding/json"
@@ -70,8 +71,8 @@ func complete(t testing.TB, typ event.Type, at time.Time, fields any) map[string
 	obj := map[string]any{}
 	if fields != nil {
 		raw, err := json.Marshal(fields)
-		require.NoError(t, err, "eventtest: fields")
-		require.NoError(t, json.Unmarshal(raw, &obj), "eventtest: fields are not a JSON object")
+		require.NoError(t, err, "reservationtest: fields")
+		require.NoError(t, json.Unmarshal(raw, &obj), "reservationtest: fields are not a JSON object")
 		if obj == nil {
 			obj = map[string]any{}
 		}
