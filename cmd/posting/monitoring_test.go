@@ -21,13 +21,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/database/pgbouncertest"
-	"github.com/postingsvc/posting/internal/logtest"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/metrics"
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
+	"github.com/postingsvc/posting/internal/adapters/database/pgbouncertest"
+	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/platform/metrics"
+	"github.com/postingsvc/posting/internal/send/outbox"
 )
 
 // The shipped monitoring files, relative to this package.

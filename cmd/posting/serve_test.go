@@ -17,12 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/kafka"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/response"
+	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
+	"github.com/postingsvc/posting/internal/adapters/kafka"
+	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/platform/response"
 )
 
 // The binary's helpers, shared with the cross-component tests of e2e/.
