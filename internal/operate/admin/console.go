@@ -8,6 +8,7 @@ import (
 	"path"
 	"strconv"
 
+	"github.com/postingsvc/posting/internal/write/api"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
@@ -77,7 +78,7 @@ const (
 
 // postsResponse is the answer of GET /admin/posts.
 type postsResponse struct {
-	Items []reservation.PostJSON `json:"items"`
+	Items []api.PostJSON `json:"items"`
 }
 
 // recentPosts answers the latest posts of every owner, newest first, as the
@@ -93,9 +94,9 @@ func (s *server) recentPosts(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, fmt.Errorf("read recent posts: %w", err))
 		return
 	}
-	out := postsResponse{Items: make([]reservation.PostJSON, 0, len(posts))}
+	out := postsResponse{Items: make([]api.PostJSON, 0, len(posts))}
 	for i := range posts {
-		out.Items = append(out.Items, reservation.NewPostJSON(&posts[i]))
+		out.Items = append(out.Items, api.NewPostJSON(&posts[i]))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -2,9 +2,48 @@ package api
 
 import "github.com/postingsvc/posting/internal/write/reservation"
 
-// PostJSON is a post as the API shows it; the admin console's recent posts
-// share it, so it lives with the post in reservation.
-type PostJSON = reservation.PostJSON
+// PostJSON is a post as the HTTP API and the operator console show it (the
+// OpenAPI document's Post). Times are RFC 3339 in UTC; PublishedAt is null
+// until the post is published. The webhook has a shape of its own (package
+// webhook), and the idempotency store keeps a form of its own
+// (reservation), so a change here changes neither what receivers get nor
+// what a stored answer reads back.
+type PostJSON struct {
+	ID          int64              `json:"id"`
+	Title       string             `json:"title"`
+	Content     string             `json:"content"`
+	Status      reservation.Status `json:"status"`
+	ScheduledAt string             `json:"scheduledAt"`
+	CreatedAt   string             `json:"createdAt"`
+	UpdatedAt   string             `json:"updatedAt"`
+	PublishedAt *string            `json:"publishedAt"`
+	// PublishBy is the latest instant the post may be published (its own,
+	// or scheduledAt plus the service's late limit); null: no deadline.
+	PublishBy *string `json:"publishBy"`
+	// OwnerID is the JWT subject that created the post; "" when it was
+	// created without authentication.
+	OwnerID string `json:"ownerId"`
+}
 
 // NewPostJSON returns p as the API shows it.
-func NewPostJSON(p *reservation.Post) PostJSON { return reservation.NewPostJSON(p) }
+func NewPostJSON(p *reservation.Post) PostJSON {
+	out := PostJSON{
+		ID:          p.ID,
+		Title:       p.Title,
+		Content:     p.Content,
+		Status:      p.Status,
+		ScheduledAt: reservation.FormatJSONTime(p.ScheduledAt),
+		CreatedAt:   reservation.FormatJSONTime(p.CreatedAt),
+		UpdatedAt:   reservation.FormatJSONTime(p.UpdatedAt),
+		OwnerID:     p.OwnerID,
+	}
+	if p.PublishedAt != nil {
+		s := reservation.FormatJSONTime(*p.PublishedAt)
+		out.PublishedAt = &s
+	}
+	if p.PublishBy != nil {
+		s := reservation.FormatJSONTime(*p.PublishBy)
+		out.PublishBy = &s
+	}
+	return out
+}

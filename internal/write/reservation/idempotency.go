@@ -141,7 +141,7 @@ func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (C
 		if created, err = s.insertPost(ctx, tx, in, now); err != nil {
 			return err
 		}
-		body, err := json.Marshal(NewPostJSON(created))
+		body, err := json.Marshal(newStoredPost(created))
 		if err != nil {
 			return err
 		}
@@ -209,10 +209,10 @@ func requestHash(in CreateInput) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// postFromJSON reads back a post NewPostJSON wrote; NewPostJSON of the
+// postFromJSON reads back a post newStoredPost wrote; newStoredPost of the
 // result writes the same JSON.
 func postFromJSON(b []byte) (*Post, error) {
-	var j PostJSON
+	var j storedPost
 	if err := json.Unmarshal(b, &j); err != nil {
 		return nil, fmt.Errorf("stored post: %w", err)
 	}

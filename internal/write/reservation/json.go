@@ -2,11 +2,13 @@ package reservation
 
 import "time"
 
-// PostJSON is a post as the HTTP API and the operator console show it (the
-// OpenAPI document's Post). Times are RFC 3339 in UTC; PublishedAt is null
-// until the post is published. The webhook has a shape of its own (package
-// webhook), so a change here does not silently change what receivers get.
-type PostJSON struct {
+// storedPost is the form in which the idempotency store keeps the post a
+// key created (the response column), to answer a replay with. Rows written
+// before it had a name of its own hold the same fields under the same
+// names, so it is frozen: a new field is optional here, and a change to
+// the API's JSON shape (api.PostJSON) never changes what a stored answer
+// reads back.
+type storedPost struct {
 	ID          int64   `json:"id"`
 	Title       string  `json:"title"`
 	Content     string  `json:"content"`
@@ -15,17 +17,13 @@ type PostJSON struct {
 	CreatedAt   string  `json:"createdAt"`
 	UpdatedAt   string  `json:"updatedAt"`
 	PublishedAt *string `json:"publishedAt"`
-	// PublishBy is the latest instant the post may be published (its own,
-	// or scheduledAt plus the service's late limit); null: no deadline.
-	PublishBy *string `json:"publishBy"`
-	// OwnerID is the JWT subject that created the post; "" when it was
-	// created without authentication.
-	OwnerID string `json:"ownerId"`
+	PublishBy   *string `json:"publishBy"`
+	OwnerID     string  `json:"ownerId"`
 }
 
-// NewPostJSON returns p as the API shows it.
-func NewPostJSON(p *Post) PostJSON {
-	out := PostJSON{
+// newStoredPost returns p in the idempotency store's form.
+func newStoredPost(p *Post) storedPost {
+	out := storedPost{
 		ID:          p.ID,
 		Title:       p.Title,
 		Content:     p.Content,

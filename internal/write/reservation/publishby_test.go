@@ -29,7 +29,7 @@ func TestCreateStoresTheDeadlineOrTheLateLimit(t *testing.T) {
 		p, err := plain.Create(ctx, reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: at})
 		require.NoError(t, err)
 		require.Nil(t, loadPost(t, db.DB, p.ID).PublishBy, "no limit: no deadline")
-		require.Nil(t, reservation.NewPostJSON(p).PublishBy)
+		require.Nil(t, p.PublishBy, "the answer carries no deadline either")
 
 		limited, err := reservation.NewService(db.DB, reservation.ServiceConfig{Now: clock.Now, LateLimit: 2 * time.Hour})
 		require.NoError(t, err)
@@ -42,7 +42,7 @@ func TestCreateStoresTheDeadlineOrTheLateLimit(t *testing.T) {
 		p, err = limited.Create(ctx, reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: at, PublishBy: &by})
 		require.NoError(t, err)
 		require.True(t, loadPost(t, db.DB, p.ID).PublishBy.Equal(database.Normalize(by)), "the post's own deadline wins")
-		require.Equal(t, reservation.FormatJSONTime(database.Normalize(by)), *reservation.NewPostJSON(p).PublishBy)
+		require.True(t, p.PublishBy != nil && p.PublishBy.Equal(database.Normalize(by)), "the answer carries the deadline stored")
 
 		var before int64
 		require.NoError(t, db.Model(&reservation.Post{}).Count(&before).Error)
