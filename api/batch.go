@@ -425,3 +425,17 @@ func batchLimitDetail(w http.ResponseWriter, r *http.Request, l WriteLimit, deta
 	return fmt.Sprintf("too many writes: a batch spends one write per post, and this one's %d posts are more than the %s writes left of at most %d per %s for this caller; nothing was written; retry after the time in Retry-After, or send fewer posts",
 		n, w.Header().Get("X-RateLimit-Remaining"), l.Requests, l.Window)
 }
+
+// batchOnlyPost answers 405 with Allow: POST to a request for
+// /api/v1/posts/batch that the mux gave to a route of /api/v1/posts/{id}
+// (GET, HEAD, PATCH), as the OpenAPI document says of the path, instead of
+// a 400 for the id "batch". It reports whether it answered.
+func batchOnlyPost(w http.ResponseWriter, r *http.Request) bool {
+	if r.PathValue("id") != "batch" {
+		return false
+	}
+	w.Header().Set("Allow", http.MethodPost)
+	response.WriteProblem(w, http.StatusMethodNotAllowed,
+		fmt.Sprintf("method %s is not allowed on %s; allowed: POST", r.Method, r.URL.Path), "")
+	return true
+}

@@ -94,6 +94,9 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 // it. The answer is the post as action returns it.
 func (p *posts) byID(action func(ctx context.Context, id int64) (*reservation.Post, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if batchOnlyPost(w, r) {
+			return
+		}
 		id, err := pathID(r)
 		if err != nil {
 			writeError(w, r, p.log, err)
@@ -221,6 +224,9 @@ func listQuery(r *http.Request) (reservation.ListQuery, error) {
 }
 
 func (p *posts) update(w http.ResponseWriter, r *http.Request) {
+	if batchOnlyPost(w, r) {
+		return
+	}
 	id, err := pathID(r)
 	if err != nil {
 		writeError(w, r, p.log, err)
