@@ -18,11 +18,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/postingsvc/posting/api"
-	"github.com/postingsvc/posting/bench"
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/internal/operate/bench"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
+	"github.com/postingsvc/posting/internal/write/api"
 )
 
 // addBenchFlags binds each size of bench.Config to a flag, and the
