@@ -22,6 +22,7 @@ import (
 	"github.com/postingsvc/posting/internal/operate/bench"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/migrations"
+	"github.com/postingsvc/posting/internal/write/api"
 )
 
 // addBenchFlags binds each size of bench.Config to a flag, and the
@@ -33,6 +34,8 @@ func addBenchFlags(fs *pflag.FlagSet, b *bench.Config, s *settings) {
 	fs.IntVar(&b.RelayBatch, "relay-batch", 500, "batch size of the relay measurements (1..5000)")
 	fs.IntVar(&b.APIClients, "api-clients", 32, "concurrent clients of the create measurements")
 	fs.DurationVar(&b.APIDuration, "api-duration", 10*time.Second, "how long each side of the create comparison runs (raw SQL and the API alone, in 3 alternating rounds), and the creates on the whole serve")
+	fs.IntVar(&b.BatchSize, "api-batch-size", 1000, "posts of each POST /api/v1/posts/batch of the batch measurements (1..1000)")
+	fs.IntVar(&b.BatchTotal, "api-batch-total", 100000, "posts the timed load creates through POST /api/v1/posts/batch, --api-batch-size a request")
 	fs.IntSliceVar(&b.LatencyRates, "latency-rate", []int{200, 400, 1000}, "posts/s offered over HTTP while commit → broker times are measured; several, comma-separated, are measured one after the other")
 	fs.DurationVar(&b.LatencyDuration, "latency-duration", 10*time.Second, "how long each commit → broker load runs")
 	fs.IntVar(&b.SpikePosts, "spike-posts", 20000, "posts due in the same second for the spike lag; 0 skips it")
@@ -64,6 +67,10 @@ func validateBench(b *bench.Config, s *settings) error {
 		return bad("api-clients", b.APIClients, "must be 1..1024")
 	case b.APIDuration <= 0:
 		return bad("api-duration", b.APIDuration, "must be positive")
+	case b.BatchSize < 1 || b.BatchSize > api.MaxBatchPosts:
+		return bad("api-batch-size", b.BatchSize, fmt.Sprintf("must be 1..%d", api.MaxBatchPosts))
+	case b.BatchTotal < 1:
+		return bad("api-batch-total", b.BatchTotal, "must be at least 1")
 	case len(b.LatencyRates) == 0:
 		return bad("latency-rate", "", "must name at least one rate")
 	case slices.ContainsFunc(b.LatencyRates, func(r int) bool { return r < 1 || r > 100000 }):

@@ -22,7 +22,7 @@ import (
 
 // smallBench are sizes that run the whole bench in seconds.
 var smallBench = []string{"--relay-events", "50", "--seed-style-events", "20", "--relay-batch", "10", "--api-clients", "2",
-	"--api-duration", "200ms", "--latency-rate", "50,60", "--latency-duration", "300ms", "--spike-posts", "10", "--spike-due-in", "1s"}
+	"--api-duration", "200ms", "--api-batch-size", "10", "--api-batch-total", "55", "--latency-rate", "50,60", "--latency-duration", "300ms", "--spike-posts", "10", "--spike-due-in", "1s"}
 
 // TestBenchPrintsEveryFigure runs posting bench with small sizes on a fresh
 // SQLite file and MariaDB database, and requires a line for every figure.
@@ -41,6 +41,8 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 				"raw set-based claim+ack events/s: ", "\n  relay events/s: ", "seed-style relay events/s: ",
 				"raw two-row transaction posts/s: ",
 				"POST /api/v1/posts posts/s, API alone: ",
+				"POST /api/v1/posts/batch posts/s, 10 posts a request, API alone: ",
+				"55 posts through POST /api/v1/posts/batch, 10 a request, API alone: ",
 				"POST /api/v1/posts posts/s, whole serve (relay and worker running): ",
 				"commit -> broker latency: ", " p50 ", " p99 ",
 				"spike lag",
@@ -50,6 +52,8 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.Contains(t, out, "relay and worker at their defaults, in-process Kafka broker\n")
 			require.NotContains(t, out, "RabbitMQ", "no RabbitMQ spike unless asked for")
 			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a create rate, beside raw SQL")
+			require.Regexp(t, `batch posts/s, 10 posts a request, API alone: [1-9][0-9]* \([0-9.]+ x single creates\)`, out, "a batch rate, beside single creates")
+			require.Regexp(t, `55 posts through POST /api/v1/posts/batch, 10 a request, API alone: [0-9.]+ s \([1-9][0-9]* posts/s\)`, out)
 			require.Regexp(t, `relay events/s, default settings \(batch 100 growing to 1000 while polls come back full\): [1-9][0-9]* \([0-9.]+ x the best fixed batch, [0-9]+; [0-9.]+ x raw\)`, out)
 			require.Regexp(t, `relay events/s at fixed batches: ([0-9]+: [0-9]+, )+[0-9]+: [0-9]+\n`, out)
 			for _, perPost := range []string{"5", "1"} {
@@ -165,6 +169,8 @@ func TestBenchSettingErrors(t *testing.T) {
 	}{
 		{[]string{"--api-clients", "0"}, "--api-clients"},
 		{[]string{"--relay-batch", "9000"}, "--relay-batch"},
+		{[]string{"--api-batch-size", "1001"}, "--api-batch-size"},
+		{[]string{"--api-batch-total", "0"}, "--api-batch-total"},
 		{[]string{"--latency-duration", "-1s"}, "--latency-duration"},
 		{[]string{"--latency-rate", "200,0"}, "--latency-rate"},
 		{[]string{"--api-duration", "soon"}, "api-duration"},

@@ -203,6 +203,16 @@ func TestOpenAPIResponses(t *testing.T) {
 		f.exchange(t, "POST", "/api/v1/posts", js, `{"title":"t","content":"c","scheduledAt":"`+future+`","extra":1}`, "", http.StatusBadRequest)
 		f.exchange(t, "POST", "/api/v1/posts", js, `{"title":"`+strings.Repeat("x", api.MaxBodyBytes)+`"}`, "", http.StatusRequestEntityTooLarge)
 		f.exchange(t, "POST", "/api/v1/posts", "text/plain", `{}`, "", http.StatusUnsupportedMediaType)
+		// Batches: created, a dry run, and refusals naming their places.
+		item := `{"title":"t","content":"c","scheduledAt":"` + future + `"}`
+		f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`+item+`,`+item+`]}`, "", http.StatusCreated)
+		f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`+item+`],"dryRun":true}`, "", http.StatusOK)
+		f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`+item+`,{"title":"","content":"c","scheduledAt":"2020-01-01T00:00:00Z"},7]}`, "", http.StatusBadRequest)
+		f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[]}`, "", http.StatusBadRequest)
+		f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`, "", http.StatusBadRequest)
+		f.exchange(t, "POST", "/api/v1/posts/batch", "text/plain", `{}`, "", http.StatusUnsupportedMediaType)
+		f.exchange(t, "GET", "/api/v1/posts/batch", "", "", "", http.StatusMethodNotAllowed)
+		f.exchange(t, "PATCH", "/api/v1/posts/batch", js, `{"title":"x"}`, "", http.StatusMethodNotAllowed)
 		f.exchange(t, "DELETE", posts+id(a), "", "", "", http.StatusMethodNotAllowed)
 		f.exchange(t, "GET", "/api/v2/nothing", "", "", "", http.StatusNotFound)
 
@@ -331,6 +341,18 @@ func TestOpenAPIIdempotentCreate(t *testing.T) {
 	f.exchange(t, "POST", "/api/v1/posts", js, body, "", http.StatusCreated)
 	f.exchange(t, "POST", "/api/v1/posts", js, strings.Replace(body, `"c"`, `"other"`, 1), "", http.StatusUnprocessableEntity)
 	keyed(strings.Repeat("k", 256)).exchange(t, "POST", "/api/v1/posts", js, body, "", http.StatusBadRequest)
+	// A batch under a key: created, replayed, refused with other posts or
+	// with a key of a single create.
+	batch := `{"posts":[` + body + `,` + body + `]}`
+	b := keyed("batch-1")
+	b.exchange(t, "POST", "/api/v1/posts/batch", js, batch, "", http.StatusCreated)
+	b.exchange(t, "POST", "/api/v1/posts/batch", js, batch, "", http.StatusCreated)
+	b.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`+body+`]}`, "", http.StatusUnprocessableEntity)
+	f.exchange(t, "POST", "/api/v1/posts/batch", js, batch, "", http.StatusUnprocessableEntity)
+	keyed(strings.Repeat("k", 256)).exchange(t, "POST", "/api/v1/posts/batch", js, batch, "", http.StatusBadRequest)
+	bop := doc.Paths.Value("/api/v1/posts/batch").Post
+	require.NotNil(t, bop.Parameters.GetByInAndName("header", api.IdempotencyKeyHeader), "the batch declares the Idempotency-Key header")
+	require.NotNil(t, bop.Responses.Status(http.StatusCreated).Value.Headers[api.IdempotentReplayedHeader])
 
 	op := doc.Paths.Value("/api/v1/posts").Post
 	param := op.Parameters.GetByInAndName("header", api.IdempotencyKeyHeader)
@@ -385,12 +407,17 @@ func TestOpenAPIDocumentsEveryRefusal(t *testing.T) {
 		{"POST", "/api/v1/posts", js, create},
 		{"PATCH", "/api/v1/posts/1", js, `{"title":"x"}`},
 		{"POST", "/api/v1/posts/1/cancel", "", ""},
+		{"POST", "/api/v1/posts/batch", js, `{"posts":[` + create + `]}`},
 	} {
 		caller := token("writer-" + w.method + w.target)
 		f.exchange(t, "POST", "/api/v1/posts", js, create, caller, http.StatusCreated)
 		f.exchange(t, "POST", "/api/v1/posts", js, create, caller, http.StatusCreated)
 		f.exchange(t, w.method, w.target, w.contentType, w.body, caller, http.StatusTooManyRequests)
 	}
+	// 429 for a batch that needs more writes than are left: one per post.
+	batcher := token("batcher")
+	f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`+create+`]}`, batcher, http.StatusCreated)
+	f.exchange(t, "POST", "/api/v1/posts/batch", js, `{"posts":[`+create+`,`+create+`]}`, batcher, http.StatusTooManyRequests)
 	// 405 on every path, with Allow.
 	for path, item := range doc.Paths.Map() {
 		target := strings.ReplaceAll(path, "{id}", "1")

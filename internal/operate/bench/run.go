@@ -38,6 +38,12 @@ type Config struct {
 	// APIDuration is how long each side of the create comparison runs (in
 	// alternating rounds), and the creates on the whole serve.
 	APIDuration time.Duration
+	// BatchSize is the posts of each POST /api/v1/posts/batch of the batch
+	// measurements (1..1000).
+	BatchSize int
+	// BatchTotal is the posts the timed load creates through the batch
+	// route, in batches of BatchSize (at least 1).
+	BatchTotal int
 	// LatencyRates are the posts/s offered while commit → broker is
 	// measured, one load after the other in the order given.
 	LatencyRates []int

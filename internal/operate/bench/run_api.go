@@ -21,7 +21,8 @@ import (
 // comparison runs.
 const apiRounds = 3
 
-// runAPI measures the API's creates beside raw SQL, then, on a `serve`
+// runAPI measures the API's creates beside raw SQL, single and in batches
+// (and the time a load of cfg.BatchTotal posts in batches takes), then, on a `serve`
 // started by cfg.StartServe with default settings, commit → broker at a
 // fixed load and the creates again with the relay and worker sharing the
 // database.
@@ -40,7 +41,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	}
 	// Alternating rounds: a machine whose load drifts weighs on both sides
 	// alike.
-	var raw, alone Throughput
+	var raw, alone, batch Throughput
 	part := cfg.APIDuration / apiRounds
 	for range apiRounds {
 		if err := clean(ctx); err != nil {
@@ -57,7 +58,21 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		if err != nil {
 			return err
 		}
-		raw, alone = raw.Add(r), alone.Add(a)
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		b, err := APIBatchCreate(ctx, apiURL, cfg.APIClients, cfg.BatchSize, part)
+		if err != nil {
+			return err
+		}
+		raw, alone, batch = raw.Add(r), alone.Add(a), batch.Add(b)
+	}
+	if err := clean(ctx); err != nil {
+		return err
+	}
+	total, err := APIBatchTotal(ctx, apiURL, cfg.APIClients, cfg.BatchSize, cfg.BatchTotal)
+	if err != nil {
+		return err
 	}
 	// A recording that could not be written out fails the run once its
 	// figures are printed: they hold, the file does not.
@@ -66,6 +81,10 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", cfg.APIClients, cfg.APIDuration, apiRounds)
 	fmt.Fprintf(out, "  raw two-row transaction posts/s: %.0f\n", raw.PerSecond())
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw)\n", alone.PerSecond(), ratio(alone.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates)\n",
+		cfg.BatchSize, batch.PerSecond(), ratio(batch.PerSecond(), alone.PerSecond()))
+	fmt.Fprintf(out, "  %d posts through POST /api/v1/posts/batch, %d a request, API alone: %.2f s (%.0f posts/s)\n",
+		total.Count, cfg.BatchSize, total.Elapsed.Seconds(), total.PerSecond())
 	if err := clean(ctx); err != nil {
 		return err
 	}

@@ -69,7 +69,8 @@ type Config struct {
 	// the API is open to anyone and every post is everyone's.
 	Auth *auth.Verifier
 	// WriteLimit bounds the writes (POST, PATCH) of /api/v1/... per caller:
-	// per token subject, or per client IP without authentication. Zero: no
+	// per token subject, or per client IP without authentication. A batch
+	// create counts one write per post (a dry run one in all). Zero: no
 	// bound.
 	WriteLimit WriteLimit
 }
@@ -132,6 +133,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, limit) }
 	routes := map[string]http.Handler{
 		"POST /api/v1/posts":             write(p.create),
+		"POST /api/v1/posts/batch":       batchGuard(cfg, http.HandlerFunc(p.createBatch), limit, cfg.Logger),
 		"GET /api/v1/posts":              read(p.list),
 		"GET /api/v1/posts/{id}":         read(p.byID(p.svc.Get)),
 		"PATCH /api/v1/posts/{id}":       write(p.update),

@@ -51,10 +51,11 @@ func writeLimiter(l WriteLimit) func(http.Handler) http.Handler {
 	detail := fmt.Sprintf("too many writes: at most %d per %s for each caller; retry after the time in Retry-After", l.Requests, l.Window)
 	return httprate.Limit(l.Requests, l.Window,
 		httprate.WithKeyFuncs(callerKey),
-		httprate.WithLimitHandler(func(w http.ResponseWriter, _ *http.Request) {
-			// httprate has set Retry-After (the window, in seconds).
+		httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
+			// httprate has set Retry-After (the window, in seconds) and
+			// X-RateLimit-Remaining.
 			response.Refuse(w)
-			response.WriteProblem(w, http.StatusTooManyRequests, detail, "")
+			response.WriteProblem(w, http.StatusTooManyRequests, batchLimitDetail(w, r, l, detail), "")
 		}))
 }
 

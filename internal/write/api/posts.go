@@ -94,6 +94,9 @@ func (p *posts) create(w http.ResponseWriter, r *http.Request) {
 // it. The answer is the post as action returns it.
 func (p *posts) byID(action func(ctx context.Context, id int64) (*reservation.Post, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if batchOnlyPost(w, r) {
+			return
+		}
 		id, err := pathID(r)
 		if err != nil {
 			writeError(w, r, p.log, err)
@@ -221,6 +224,9 @@ func listQuery(r *http.Request) (reservation.ListQuery, error) {
 }
 
 func (p *posts) update(w http.ResponseWriter, r *http.Request) {
+	if batchOnlyPost(w, r) {
+		return
+	}
 	id, err := pathID(r)
 	if err != nil {
 		writeError(w, r, p.log, err)
@@ -411,27 +417,9 @@ func pathID(r *http.Request) (int64, error) {
 // readJSON reads the request body, at most MaxBodyBytes of
 // application/json, and decodes it into a post request.
 func readJSON(w http.ResponseWriter, r *http.Request, dst *postRequest) error {
-	ct := r.Header.Get("Content-Type")
-	mediaType, _, err := mime.ParseMediaType(ct)
-	if err != nil || mediaType != "application/json" {
-		return &requestError{status: http.StatusUnsupportedMediaType,
-			detail: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(w, r, MaxBodyBytes)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return &requestError{status: http.StatusRequestEntityTooLarge,
-				detail: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
-		}
-		var netErr net.Error
-		if errors.As(err, &netErr) && netErr.Timeout() {
-			// The server's read timeout cut a body still arriving.
-			response.Refuse(w)
-			return &requestError{status: http.StatusRequestTimeout,
-				detail: "the request body did not arrive within the server's read timeout"}
-		}
-		return &requestError{status: http.StatusBadRequest, detail: "could not read the request body"}
+		return err
 	}
 	req, err := decodePost(body)
 	if err != nil {
@@ -439,6 +427,34 @@ func readJSON(w http.ResponseWriter, r *http.Request, dst *postRequest) error {
 	}
 	*dst = req
 	return nil
+}
+
+// readBody reads the request body, at most limit bytes of
+// application/json; the error is a requestError (415, 413, 408 or 400).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	ct := r.Header.Get("Content-Type")
+	mediaType, _, err := mime.ParseMediaType(ct)
+	if err != nil || mediaType != "application/json" {
+		return nil, &requestError{status: http.StatusUnsupportedMediaType,
+			detail: fmt.Sprintf("Content-Type must be application/json, got %q", ct)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, &requestError{status: http.StatusRequestEntityTooLarge,
+				detail: fmt.Sprintf("request body is larger than %d bytes", limit)}
+		}
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			// The server's read timeout cut a body still arriving.
+			response.Refuse(w)
+			return nil, &requestError{status: http.StatusRequestTimeout,
+				detail: "the request body did not arrive within the server's read timeout"}
+		}
+		return nil, &requestError{status: http.StatusBadRequest, detail: "could not read the request body"}
+	}
+	return body, nil
 }
 
 // decodeOptions read a post request strictly: member names match the
