@@ -30,7 +30,7 @@ bench: build
 # The Go benchmarks of single parts (relay, producer, relay beside raw SQL,
 # commit → broker on PostgreSQL).
 bench-micro:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/send/relay/ ./internal/adapters/kafka/ ./internal/operate/bench/relaybench/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/send/relay/ ./internal/brokers/kafka/ ./internal/operate/bench/relaybench/
 	$(GO) test -run '^$$' -bench 'CommitToBroker|WritersNotify' -benchtime 1x ./internal/send/wakeup/
 
 build:

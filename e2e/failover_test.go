@@ -16,10 +16,10 @@ import (
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
 	"github.com/postingsvc/posting/internal/platform/logtest"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/database/pgbouncertest"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/pgbouncertest"
 )
 
 // Two serve and a worker, all through PgBouncer in transaction pooling

@@ -19,9 +19,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/migrations"
 	"github.com/postingsvc/posting/internal/operate/bench"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
 )
 
 // addBenchFlags binds each size of bench.Config to a flag, and the

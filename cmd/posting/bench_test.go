@@ -14,9 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

@@ -12,14 +12,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/kafka"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
 	"github.com/postingsvc/posting/internal/operate/admin"
 	"github.com/postingsvc/posting/internal/operate/overdue"
 	"github.com/postingsvc/posting/internal/platform/config"
 	"github.com/postingsvc/posting/internal/platform/httpserver"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

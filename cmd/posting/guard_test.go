@@ -17,12 +17,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/internal/platform/startstop"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // requireEmptyDir fails unless dir holds nothing: no SQLite file, no broker

@@ -21,13 +21,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/database/pgbouncertest"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/operate/metrics"
 	"github.com/postingsvc/posting/internal/platform/logtest"
-	"github.com/postingsvc/posting/internal/platform/metrics"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/pgbouncertest"
 )
 
 // The shipped monitoring files, relative to this package.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/operate/admin"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // Every operator command says on stderr which database it read: the SQLite
@@ -151,4 +151,3 @@ func TestOperationsPageTablesEveryAdminToolRoute(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, n, 9)
 }
-

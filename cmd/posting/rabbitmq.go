@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/pflag"
 
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq"
 	"github.com/postingsvc/posting/internal/platform/backoff"
 	"github.com/postingsvc/posting/internal/send/relay"
 )

@@ -18,11 +18,11 @@ import (
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/kafka"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
 	"github.com/postingsvc/posting/internal/platform/response"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // The binary's helpers, shared with the cross-component tests of e2e/.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/internal/platform/nodetest"
 )
 

@@ -15,14 +15,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/kafka"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq"
+	"github.com/postingsvc/posting/internal/operate/metrics"
 	"github.com/postingsvc/posting/internal/platform/httpserver"
-	"github.com/postingsvc/posting/internal/platform/metrics"
 	"github.com/postingsvc/posting/internal/platform/response"
 	"github.com/postingsvc/posting/internal/platform/startstop"
 	"github.com/postingsvc/posting/internal/publish/worker"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/api"
 )
 

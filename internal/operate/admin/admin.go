@@ -15,12 +15,12 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/operate/overdue"
 	"github.com/postingsvc/posting/internal/platform/config"
 	"github.com/postingsvc/posting/internal/platform/response"
 	"github.com/postingsvc/posting/internal/publish/worker"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // DefaultPurgeBudget is Config.PurgeBudget's default: a third of the

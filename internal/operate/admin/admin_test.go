@@ -12,15 +12,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/database/migrations"
 	"github.com/postingsvc/posting/internal/operate/admin"
 	"github.com/postingsvc/posting/internal/platform/clocktest"
 	"github.com/postingsvc/posting/internal/platform/logtest"
 	"github.com/postingsvc/posting/internal/platform/response"
 	"github.com/postingsvc/posting/internal/publish/worker"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
 	"github.com/postingsvc/posting/internal/write/reservation"
 	"github.com/postingsvc/posting/internal/write/reservation/reservationtest"
 )

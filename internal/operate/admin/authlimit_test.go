@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/operate/admin"
 	"github.com/postingsvc/posting/internal/platform/config"
 	"github.com/postingsvc/posting/internal/platform/logtest"
 	"github.com/postingsvc/posting/internal/platform/response"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // authEnv serves the admin routes with the default failure limit, keeping

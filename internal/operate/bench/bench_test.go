@@ -7,12 +7,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/operate/bench"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay"
 	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

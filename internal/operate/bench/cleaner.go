@@ -6,7 +6,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // NewCleaner returns the function that deletes what the bench wrote:

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/operate/bench/relaybench"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // Throughput is how many operations completed in how long.

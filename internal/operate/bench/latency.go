@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/kafka/endoffset"
+	"github.com/postingsvc/posting/internal/brokers/kafka/endoffset"
 	"github.com/postingsvc/posting/internal/platform/backoff"
 )
 

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/backoff"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // ErrNotDrained is returned by RelayInstances when the relays stopped with

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/kafka"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // ErrNotEmpty is returned by Run on a database that holds posts or outbox

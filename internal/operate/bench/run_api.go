@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/platform/metrics"
+	"github.com/postingsvc/posting/internal/operate/metrics"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/api"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )

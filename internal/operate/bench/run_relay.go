@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/kafka"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
 	"github.com/postingsvc/posting/internal/operate/bench/relaybench"
 	"github.com/postingsvc/posting/internal/send/relay"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // fixedBatches are the fixed batch sizes the default relay is compared

@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/operate/bench/spike"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // runSpike measures the spike lag with internal/operate/bench/spike: posts due in the same

@@ -10,11 +10,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/backoff"
 	"github.com/postingsvc/posting/internal/platform/config"
 	"github.com/postingsvc/posting/internal/platform/startstop"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

@@ -20,7 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // ErrMalformed marks a message that does not follow the contract (missing

@@ -8,7 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

@@ -12,9 +12,9 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/telemetry"
 	"github.com/postingsvc/posting/internal/publish/inbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // Handle processes one event effectively once: the inbox row and the

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/publish/inbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

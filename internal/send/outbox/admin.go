@@ -9,7 +9,7 @@ package outbox
 import (
 	"errors"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // Sentinel errors of the operator tools. Per-row errors of Requeue and

@@ -7,8 +7,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/backoff"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // MaxPurgeRemainingCounted bounds the count of PurgeResult.Remaining: it

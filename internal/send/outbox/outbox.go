@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/telemetry"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // tracerName is the instrumentation scope of Append's span.

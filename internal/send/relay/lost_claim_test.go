@@ -11,10 +11,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // loseClaimAnswer makes the next claim of r report a lost connection

@@ -17,17 +17,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/kafka"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq"
-	"github.com/postingsvc/posting/internal/adapters/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/internal/publish/inbox"
 	"github.com/postingsvc/posting/internal/publish/worker"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay"
 	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // stallingDialer dials brokers for a producer and holds the first Produce

@@ -179,7 +179,7 @@ func traced(h http.Handler, mux *http.ServeMux, tp trace.TracerProvider) http.Ha
 	}
 	return otelhttp.NewHandler(ensure, "http",
 		otelhttp.WithTracerProvider(tp),
-		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // metrics are Prometheus's (internal/platform/metrics/)
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()), // metrics are Prometheus's (internal/operate/metrics/)
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if _, pattern := mux.Handler(r); pattern != "" {

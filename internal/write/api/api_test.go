@@ -20,11 +20,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/platform/logtest"
 	"github.com/postingsvc/posting/internal/platform/response"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 	"github.com/postingsvc/posting/internal/write/api"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )

@@ -12,7 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/plugin/optimisticlock"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // Limits of idempotency keys (the Idempotency-Key header of the IETF

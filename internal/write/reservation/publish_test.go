@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

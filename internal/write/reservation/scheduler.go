@@ -15,11 +15,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/config"
 	"github.com/postingsvc/posting/internal/platform/startstop"
 	"github.com/postingsvc/posting/internal/platform/telemetry"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // SchedulerConfig configures the reservation job. Zero fields take the

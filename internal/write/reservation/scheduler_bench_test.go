@@ -8,7 +8,7 @@ import (
 
 	"gorm.io/plugin/optimisticlock"
 
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 

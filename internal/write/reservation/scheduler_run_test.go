@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // One tick of the schedule works off every due post, in runs of at most

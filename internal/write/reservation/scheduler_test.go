@@ -17,11 +17,11 @@ import (
 	"gorm.io/plugin/optimisticlock"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/database/pgbouncertest"
 	"github.com/postingsvc/posting/internal/platform/clocktest"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/pgbouncertest"
 	"github.com/postingsvc/posting/internal/write/reservation"
 	"github.com/postingsvc/posting/internal/write/reservation/reservationtest"
 )

@@ -15,9 +15,9 @@ import (
 	"gorm.io/plugin/optimisticlock"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
 	"github.com/postingsvc/posting/internal/platform/config"
 	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // Limits of a post's fields, in characters (runes): the posts table holds a

@@ -8,9 +8,9 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
-	"github.com/postingsvc/posting/internal/adapters/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
 	"github.com/postingsvc/posting/internal/operate/bench/relaybench"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // BenchmarkRelayDefaultVsBestBatch prints, on each dialect, the relay's

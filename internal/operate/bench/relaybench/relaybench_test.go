@@ -7,11 +7,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/operate/bench/relaybench"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // TestDrains checks that each measurement moves every seeded row to SENT

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/adapters/database/databasetest"
 	"github.com/postingsvc/posting/internal/publish/inbox"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // suiteWait bounds every wait of the suite for a consumer.
