@@ -32,11 +32,12 @@ type Type string
 // The event types of the contract.
 const (
 	// PostingEvent announces a change of a post (action CREATED, UPDATED,
-	// CANCELLED); its value adds PostingEventFields.
+	// CANCELLED, EXPIRED); its value adds PostingEventFields.
 	PostingEvent Type = "POSTING_EVENT"
 	// ReservationEvent announces that a post is due and now WORKING; its
-	// value adds ReservationEventFields. A post has at most one
-	// (ReservationDedupKey).
+	// value adds ReservationEventFields. A post has one
+	// (ReservationDedupKey), and one more each time the overdue check
+	// announces it again, with a higher sequence.
 	ReservationEvent Type = "POSTING_RESERVATION_EVENT"
 )
 

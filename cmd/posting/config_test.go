@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/internal/operate/overdue"
 	"github.com/postingsvc/posting/internal/send/relay"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
@@ -70,6 +71,24 @@ func TestHelpNamesEveryEnvTwin(t *testing.T) {
 	require.Contains(t, out.String(), "(env POSTING_LOG_FORMAT)")
 	require.NotContains(t, out.String(), "POSTING_STATUS", "outbox list --status has no twin")
 	require.NotContains(t, out.String(), "POSTING_JSON", "nor --json")
+}
+
+// An overdue post whose reservation made no publication is announced again
+// at most 3 times unless POSTING_OVERDUE_REANNOUNCE says otherwise: the
+// checker's default, serve's flag and its --help agree.
+func TestOverdueReannounceDefaultsToThree(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 3, overdue.DefaultConfig().Reannounce)
+	cmd := newServeCommand()
+	f := cmd.Flags().Lookup("overdue-reannounce")
+	require.NotNil(t, f)
+	require.Equal(t, "3", f.DefValue)
+	var s settings
+	addServeFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError), &s)
+	require.Equal(t, 3, s.overdueConfig().Reannounce, "the settings without the variable")
+	var out bytes.Buffer
+	require.NoError(t, Run(context.Background(), []string{"serve", "--help"}, &out, &out))
+	require.Regexp(t, `--overdue-reannounce int .*\(env POSTING_OVERDUE_REANNOUNCE\) \(default 3\)`, out.String())
 }
 
 // docs/configuration.md names every setting a command's --help lists, and

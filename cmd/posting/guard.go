@@ -363,3 +363,129 @@ func (r *brokerLeaseRenewer) runOnce(ctx context.Context) error {
 	defer cancel()
 	return r.lease.renew(ctx)
 }
+
+// readsEmbeddedBroker reports whether a worker reads the embedded broker of
+// a serve (no RabbitMQ URL, no Kafka brokers) rather than a broker of its own
+// choosing.
+func (s *settings) readsEmbeddedBroker() bool {
+	return s.RabbitMQURL == "" && len(s.KafkaBrokers) == 0
+}
+
+// embeddedBrokerWait bounds how long a worker waits for a serve started
+// beside it to take the embedded broker's lease on their database.
+var embeddedBrokerWait = 10 * time.Second
+
+// wrongDatabaseForEmbeddedBroker is the usage error of a worker whose
+// database is not the one of the embedded broker it would read.
+func wrongDatabaseForEmbeddedBroker(s *settings, location, why string) error {
+	return usageError{fmt.Errorf("this worker reads the embedded broker at POSTING_EMBEDDED_KAFKA_ADDR=%s, "+
+		"but its database %s %s: it would take that serve's events into a database no serve sends from. "+
+		"Set POSTING_DATABASE_URL to the database of the serve whose embedded broker listens at %s",
+		s.EmbeddedKafkaAddr, location, why, s.EmbeddedKafkaAddr)}
+}
+
+// requireEmbeddedBrokerFile refuses, before anything is opened, a worker on
+// the embedded broker whose SQLite file does not exist: the serve of that
+// broker makes it, so it is not that serve's database, and creating it would
+// hide the mistake. A serve (or migrate) started beside the worker may not
+// have made it yet: the worker waits up to embeddedBrokerWait for it.
+func (s *settings) requireEmbeddedBrokerFile(ctx context.Context, log *slog.Logger) error {
+	if !s.readsEmbeddedBroker() {
+		return nil
+	}
+	file := database.FileOf(s.DatabaseURL)
+	if s.DatabaseURL == "" {
+		file = filepath.Join(s.DataDir, database.EmbeddedFileName)
+	}
+	if file == "" {
+		return nil // a database on a server: its lease says (requireEmbeddedBrokerLease)
+	}
+	deadline := time.Now().Add(embeddedBrokerWait)
+	for waiting := false; ; waiting = true {
+		if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			location := "sqlite://" + file
+			if s.DatabaseURL == "" {
+				location = "(POSTING_DATABASE_URL is not set, so the embedded SQLite file " + file + ")"
+			}
+			return wrongDatabaseForEmbeddedBroker(s, location, "does not exist")
+		}
+		if !waiting {
+			log.Info("waiting for the embedded broker's serve to create its SQLite file", "component", "database",
+				"file", file, "broker_addr", s.EmbeddedKafkaAddr, "timeout", embeddedBrokerWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// requireEmbeddedBrokerLease refuses a worker on the embedded broker unless
+// its database holds a live embedded-broker lease for that broker's address:
+// the serve of the broker records it there (takeBrokerLease), so a worker
+// on any other database, such as a stale ./data/posting.db beside a serve
+// on PostgreSQL, finds none. A serve started beside the worker may not have
+// taken its lease yet: the worker waits up to embeddedBrokerWait for one.
+// It runs before the worker joins the consumer group.
+func requireEmbeddedBrokerLease(ctx context.Context, s *settings, db *database.DB, log *slog.Logger) error {
+	if !s.readsEmbeddedBroker() {
+		return nil
+	}
+	deadline := time.Now().Add(embeddedBrokerWait)
+	waiting := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, brokerLeaseTimeout)
+		held, live, err := database.ReadLease(rctx, db.DB, embeddedBrokerLease)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("embedded broker: %w", err)
+		}
+		info, ok := parseBrokerInfo(held.Info)
+		switch {
+		case live && ok && sameBrokerAddr(info.addr, s.EmbeddedKafkaAddr):
+			return nil
+		case live && ok:
+			return wrongDatabaseForEmbeddedBroker(s, db.Location,
+				fmt.Sprintf("belongs to the embedded broker at %s, not this one", info.addr))
+		}
+		if !time.Now().Before(deadline) {
+			return wrongDatabaseForEmbeddedBroker(s, db.Location,
+				"holds no live lease of an embedded broker (a serve running its embedded broker on this database records one)")
+		}
+		if !waiting {
+			log.Info("waiting for the embedded broker's serve to record its lease in this database", "component", "kafka",
+				"database", db.Location, "broker_addr", s.EmbeddedKafkaAddr, "timeout", embeddedBrokerWait)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// sameBrokerAddr reports whether a and b name one loopback listener: equal,
+// resolving to one IP and port, or the same port on loopback hosts (the
+// embedded broker listens on loopback only, so localhost and 127.0.0.1
+// reach it alike).
+func sameBrokerAddr(a, b string) bool {
+	if a == b || sameTCPAddr(a, b) {
+		return true
+	}
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	return errA == nil && errB == nil && pa == pb && isLoopbackHost(ha) && isLoopbackHost(hb)
+}
+
+func isLoopbackHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
@@ -134,6 +137,86 @@ func TestExternalBrokerOnTheEmbeddedSQLiteFileIsRefused(t *testing.T) {
 	s := postingtest.StartFreshServe(t, "POSTING_DATABASE_URL=sqlite://"+filepath.Join(t.TempDir(), "serve.db"),
 		"POSTING_KAFKA_BROKERS="+kafka.Addr)
 	s.Terminate(t)
+}
+
+// groupsOf lists the consumer groups the Kafka broker at addr knows.
+func groupsOf(t *testing.T, addr string) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	resp, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, cl)
+	require.NoError(t, err)
+	var names []string
+	for _, g := range resp.Groups {
+		names = append(names, g.Group)
+	}
+	return names
+}
+
+// A worker started in another folder without POSTING_DATABASE_URL, beside
+// a serve on PostgreSQL that runs the embedded broker, would read that
+// broker from its own ./data/posting.db. It stops at start with exit 2
+// naming POSTING_DATABASE_URL and the broker's address: before it creates
+// the SQLite file, and before it joins the consumer group. A stale SQLite
+// file left there is refused too, after a short wait for a lease. On the
+// serve's database it starts, and so does a worker in the folder of a serve
+// on the embedded SQLite file, as docs/brokers.md says.
+func TestWorkerOnTheEmbeddedBrokerOfAnotherDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
+	dbURL := databasetest.PostgresURL(t, "guard")
+	serveEnv, brokerAddr, _ := embeddedServeEnv(t, dbURL, "postgres-serve")
+	serve := startServe(t, serveEnv...)
+	require.Contains(t, serve.Out.String(), "embedded broker lease taken")
+
+	workerEnv := func(dataDir, group string) []string {
+		return []string{"POSTING_DATABASE_URL=", "POSTING_DATA_DIR=" + dataDir, "POSTING_EMBEDDED_KAFKA_ADDR=" + brokerAddr,
+			"POSTING_WORKER_HTTP_ADDR=" + freeAddr(t), "POSTING_WORKER_GROUP=" + group}
+	}
+	otherFolder := t.TempDir()
+	out, code := runBinary(t, workerEnv(otherFolder, "refused-fresh"), "worker")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "this worker reads the embedded broker at POSTING_EMBEDDED_KAFKA_ADDR="+brokerAddr)
+	require.Contains(t, out, "POSTING_DATABASE_URL is not set, so the embedded SQLite file "+filepath.Join(otherFolder, "posting.db")+") does not exist")
+	require.Contains(t, out, "Set POSTING_DATABASE_URL to the database of the serve whose embedded broker listens at "+brokerAddr)
+	require.NotContains(t, out, "consumer started")
+	requireEmptyDir(t, otherFolder, "no ./data/posting.db was made")
+
+	// A quick start's file left in the folder: a database, but not the
+	// serve's, which recorded its broker in PostgreSQL.
+	staleFolder := t.TempDir()
+	out, code = runBinary(t, nil, "migrate", "--data-dir", staleFolder)
+	require.Equal(t, 0, code, out)
+	out, code = runBinary(t, workerEnv(staleFolder, "refused-stale"), "worker")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "this worker reads the embedded broker at POSTING_EMBEDDED_KAFKA_ADDR="+brokerAddr)
+	require.Contains(t, out, "but its database sqlite://"+filepath.Join(staleFolder, "posting.db")+" holds no live lease of an embedded broker")
+	require.Contains(t, out, "Set POSTING_DATABASE_URL")
+	require.NotContains(t, out, "consumer started")
+	require.NotContains(t, groupsOf(t, brokerAddr), "refused-fresh", "the refused workers never joined a group")
+	require.NotContains(t, groupsOf(t, brokerAddr), "refused-stale")
+
+	// On the serve's database, the worker reads its broker.
+	env := append(workerEnv(t.TempDir(), "right-database"), "POSTING_DATABASE_URL="+dbURL)
+	w := startBinary(t, strings.TrimPrefix(env[3], "POSTING_WORKER_HTTP_ADDR="), env, "worker")
+	require.Contains(t, w.Out.String(), "broker=kafka broker_addr="+brokerAddr)
+	require.Eventually(t, func() bool { return slices.Contains(groupsOf(t, brokerAddr), "right-database") },
+		30*time.Second, 100*time.Millisecond, "the worker joined its group")
+	w.Terminate(t)
+
+	// docs/brokers.md: a worker without brokers reads the embedded broker
+	// of a serve running in the same folder, on the same SQLite file.
+	folder := t.TempDir()
+	sqliteBroker := freeAddr(t)
+	startServe(t, "POSTING_DATABASE_URL=", "POSTING_DATA_DIR="+folder, "POSTING_HTTP_ADDR="+freeAddr(t),
+		"POSTING_EMBEDDED_KAFKA_ADDR="+sqliteBroker)
+	addr := freeAddr(t)
+	w = startBinary(t, addr, []string{"POSTING_DATABASE_URL=", "POSTING_DATA_DIR=" + folder, "POSTING_EMBEDDED_KAFKA_ADDR=" + sqliteBroker,
+		"POSTING_WORKER_HTTP_ADDR=" + addr}, "worker")
+	require.Contains(t, w.Out.String(), "broker=kafka broker_addr="+sqliteBroker)
+	w.Terminate(t)
 }
 
 // A worker logs its database and its Kafka brokers at start, as serve

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/internal/operate/admin"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
@@ -122,4 +123,31 @@ func TestMigrateUnknownPostgresDatabaseSaysCreateIt(t *testing.T) {
 	require.Equal(t, 1, exitCode(err, &errOut))
 	require.Contains(t, errOut.String(), `database "`+u.Path[1:]+`" does not exist`)
 	require.Contains(t, errOut.String(), `create it first: CREATE DATABASE "`+u.Path[1:]+`"`)
+}
+
+// The table of admin routes in docs/operations.md names every route that
+// is an operator tool (the console's page, its assets and the data it
+// alone reads are described with the console): a route added without its
+// row fails here.
+func TestOperationsPageTablesEveryAdminToolRoute(t *testing.T) {
+	t.Parallel()
+	db := databasetest.Open(t, "sqlite://"+filepath.Join(t.TempDir(), "admin.db"))
+	routes, err := admin.Routes(admin.Config{DB: db.DB, Token: strings.Repeat("t", 32)})
+	require.NoError(t, err)
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	require.NoError(t, err)
+	_, table, ok := strings.Cut(string(page), "| Route | Does what |")
+	require.True(t, ok, "docs/operations.md has the table of admin routes")
+	table, _, _ = strings.Cut(table, "\n\n")
+	console := map[string]bool{"GET /admin": true, "GET /admin/{$}": true, "GET /admin/console.js": true,
+		"GET /admin/console.css": true, "GET /admin/outbox/history": true, "GET /admin/posts": true}
+	n := 0
+	for pattern := range routes {
+		if console[pattern] {
+			continue
+		}
+		n++
+		require.Regexp(t, "(?m)^\\| `"+regexp.QuoteMeta(pattern)+"[?`]", table, "docs/operations.md's table lacks %s", pattern)
+	}
+	require.GreaterOrEqual(t, n, 9)
 }

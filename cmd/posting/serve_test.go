@@ -611,3 +611,26 @@ func TestLongRelayIntervalRaisesTheOutageBackoffCap(t *testing.T) {
 	require.NoError(t, c.Validate())
 	require.Equal(t, time.Minute, c.OutageBackoffMax)
 }
+
+// POSTING_PUBLISH_LATE_LIMIT gives a post created without publishBy its
+// deadline: scheduledAt plus the limit, in the API's answer and when read
+// back. serve says at start how many times it announces a reservation
+// again by default (3).
+func TestServePublishLateLimitSetsTheDeadlineOfAPostWithoutOne(t *testing.T) {
+	t.Parallel()
+	p := postingtest.StartFreshServe(t, "POSTING_EMBEDDED_KAFKA_ADDR="+freeAddr(t), "POSTING_PUBLISH_LATE_LIMIT=1h")
+	at := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	post := createPost(t, p.HTTP, at)
+	for _, answer := range []map[string]any{post, getPost(t, p.HTTP, post["id"])} {
+		scheduled, err := time.Parse(time.RFC3339, answer["scheduledAt"].(string))
+		require.NoError(t, err)
+		require.True(t, scheduled.Equal(at), answer)
+		by, ok := answer["publishBy"].(string)
+		require.True(t, ok, "publishBy in %v", answer)
+		deadline, err := time.Parse(time.RFC3339, by)
+		require.NoError(t, err)
+		require.True(t, deadline.Equal(at.Add(time.Hour)), "publishBy %s, want scheduledAt + 1h", by)
+	}
+	require.Regexp(t, `msg="overdue check started" .*reannounce=3`, p.Out.String())
+	p.Terminate(t)
+}

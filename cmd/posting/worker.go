@@ -222,6 +222,9 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer st.undo()
+	if err := s.requireEmbeddedBrokerFile(ctx, log); err != nil {
+		return err
+	}
 	db, applied, err := openSchema(ctx, s, st.Stack, "posts", "inbox", "publications")
 	if err != nil {
 		return err
@@ -232,6 +235,10 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 		log.Info("database ready", "component", "database", "database", db.Location, "migrations_applied", applied)
 	} else {
 		log.Info("database ready, migrations skipped", "component", "database", "database", db.Location)
+	}
+	// On a serve's embedded broker, only on that serve's database.
+	if err := requireEmbeddedBrokerLease(ctx, s, db, log); err != nil {
+		return err
 	}
 	brokers := s.brokers()
 	m := metrics.New(db.DB, s.InstanceID)

@@ -3,6 +3,8 @@ package eventtest_test
 import (
 	"encoding/json"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -169,6 +171,32 @@ func TestAsyncAPIDocumentIsWhole(t *testing.T) {
 	require.Equal(t, event.DefaultTopic, channels[event.AsyncAPIChannelRabbitMQ].(map[string]any)["address"])
 }
 
+// The document says what a consumer sees: every action of POSTING_EVENT,
+// EXPIRED included, in its titles and descriptions, and that a post's
+// reservation may be announced again (with a higher sequence), so that a
+// consumer does not take a second POSTING_RESERVATION_EVENT for a fault.
+func TestAsyncAPISaysPostsExpireAndReservationsMayBeAnnouncedAgain(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Info struct {
+			Description string `json:"description"`
+		} `json:"info"`
+		Components struct {
+			Schemas  map[string]struct{ Description string }    `json:"schemas"`
+			Messages map[string]struct{ Title, Summary string } `json:"messages"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(event.AsyncAPIDocument(), &doc))
+	reservation := doc.Components.Schemas["PostingReservationEvent"].Description
+	require.NotContains(t, reservation, "at most one")
+	require.Contains(t, reservation, "announced again")
+	require.Contains(t, reservation, "higher sequence")
+	for _, text := range []string{doc.Info.Description, doc.Components.Schemas["PostingEvent"].Description,
+		doc.Components.Messages["postingEvent"].Title} {
+		require.Contains(t, strings.ToLower(text), "expired", text)
+	}
+}
+
 func TestAsyncAPINamesTheConfiguredTopicAndExchange(t *testing.T) {
 	t.Parallel()
 	same, err := event.AsyncAPI(event.DefaultTopic, event.DefaultTopic)
@@ -263,4 +291,18 @@ func TestAsyncAPIServedNamesTheRunningBrokers(t *testing.T) {
 // keys returns m's keys, sorted.
 func keys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// docs/design.md, where it says what a published post emits, names every
+// action of the contract.
+func TestDesignPageNamesEveryAction(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "design.md"))
+	require.NoError(t, err)
+	_, sentence, ok := strings.Cut(strings.Join(strings.Fields(string(page)), " "), "the contract's actions are ")
+	require.True(t, ok, "docs/design.md lists the contract's actions")
+	sentence, _, _ = strings.Cut(sentence, ")")
+	for _, a := range []event.Action{event.ActionCreated, event.ActionUpdated, event.ActionCancelled, event.ActionExpired} {
+		require.Contains(t, sentence, string(a))
+	}
 }

@@ -386,6 +386,50 @@ func TestRefusedEvents(t *testing.T) {
 		map[string]string{"event_type": "POSTING_EVENT", "outcome": "refused"}))
 }
 
+// The overdue figures come from the one instance that holds the overdue
+// check's lease: another instance exports no posting_posts_overdue, so a
+// sum over instances counts each post once. A failed check of the holder
+// keeps the last figures, rather than show 0 while posts may be stuck;
+// the expired and re-announced counters add each check's repairs.
+func TestOverdueFiguresAreExportedByTheLeaseHolderAndKeptAtAFailedCheck(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(nil, "test-1")
+	m.WatchOverdue()
+	f := scrape(t, m.Handler())
+	require.NotContains(t, f, "posting_posts_overdue", "no check yet")
+	require.NotContains(t, f, "posting_posts_overdue_oldest_seconds")
+	require.Zero(t, value(t, f, "posting_posts_expired_total", nil))
+	require.Zero(t, value(t, f, "posting_posts_reannounced_total", nil))
+
+	m.ObserveOverdue(false, true, 5, time.Minute, 0, 0)
+	f = scrape(t, m.Handler())
+	require.NotContains(t, f, "posting_posts_overdue", "not the lease holder")
+
+	m.ObserveOverdue(true, true, 3, 90*time.Second, 2, 1)
+	f = scrape(t, m.Handler())
+	require.Equal(t, 3.0, value(t, f, "posting_posts_overdue", nil))
+	require.Equal(t, 90.0, value(t, f, "posting_posts_overdue_oldest_seconds", nil))
+	require.Equal(t, 2.0, value(t, f, "posting_posts_expired_total", nil))
+	require.Equal(t, 1.0, value(t, f, "posting_posts_reannounced_total", nil))
+
+	m.ObserveOverdue(true, false, 0, 0, 0, 0)
+	f = scrape(t, m.Handler())
+	require.Equal(t, 3.0, value(t, f, "posting_posts_overdue", nil), "a failed check keeps the last count")
+	require.Equal(t, 90.0, value(t, f, "posting_posts_overdue_oldest_seconds", nil))
+
+	m.ObserveOverdue(true, true, 1, 10*time.Second, 1, 2)
+	f = scrape(t, m.Handler())
+	require.Equal(t, 1.0, value(t, f, "posting_posts_overdue", nil))
+	require.Equal(t, 10.0, value(t, f, "posting_posts_overdue_oldest_seconds", nil))
+	require.Equal(t, 3.0, value(t, f, "posting_posts_expired_total", nil))
+	require.Equal(t, 3.0, value(t, f, "posting_posts_reannounced_total", nil))
+
+	m.ObserveOverdue(false, true, 0, 0, 0, 0)
+	f = scrape(t, m.Handler())
+	require.NotContains(t, f, "posting_posts_overdue", "the lease went to another instance")
+	require.Equal(t, 3.0, value(t, f, "posting_posts_expired_total", nil))
+}
+
 // The worker's publications are counted by outcome; an unknown outcome is
 // "other", and the lag is observed for published posts only.
 func TestPublicationOutcomes(t *testing.T) {

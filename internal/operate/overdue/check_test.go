@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/operate/overdue"
+	"github.com/postingsvc/posting/internal/platform/logtest"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
@@ -208,11 +211,39 @@ func TestCheckReannouncesASentReservationThatMadeNoPublicationUpToItsLimit(t *te
 		recent := f.post(reservation.StatusWorking, -10*time.Minute, nil)
 		f.reservation(recent, outbox.StatusSent, -grace/2)
 
-		c := newChecker(t, db, "a", 2)
+		var logs logtest.Buffer
+		cfg := overdue.DefaultConfig()
+		cfg.Grace, cfg.Interval, cfg.Reannounce, cfg.InstanceID = grace, time.Second, 2, "a"
+		cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		c, err := overdue.New(db.DB, cfg)
+		require.NoError(t, err)
 		ctx := context.Background()
 		res, err := c.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Reannounced)
+		// Each re-announcement is in the audit log: which post, by whom,
+		// how many times of how many, and why.
+		audits := func() []map[string]any {
+			var lines []map[string]any
+			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var l map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line), &l), line)
+				if l["msg"] == "audit" {
+					lines = append(lines, l)
+				}
+			}
+			return lines
+		}
+		require.Len(t, audits(), 1, logs.String())
+		a := audits()[0]
+		require.Equal(t, "INFO", a["level"])
+		require.Equal(t, "posts.reannounce", a["action"])
+		require.Equal(t, []any{float64(lost)}, a["ids"])
+		require.Equal(t, "overdue-check", a["source"])
+		require.Equal(t, "a", a["instance_id"])
+		require.Equal(t, 1.0, a["reannounced"])
+		require.Equal(t, 2.0, a["of"])
+		require.Equal(t, string(overdue.ReasonNoPublication), a["reason"])
 		reservations := func(id int64) []outbox.Message {
 			var ms []outbox.Message
 			require.NoError(t, db.Where("aggregate_id = ? AND event_type = ?", id, event.ReservationEvent).Order("id").Find(&ms).Error)
@@ -241,10 +272,14 @@ func TestCheckReannouncesASentReservationThatMadeNoPublicationUpToItsLimit(t *te
 		res, err = c.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Reannounced)
+		require.Len(t, audits(), 2)
+		require.Equal(t, 2.0, audits()[1]["reannounced"], "the second of two")
+		require.Equal(t, []any{float64(lost)}, audits()[1]["ids"])
 		sendAllBefore(-5 * time.Minute)
 		res, err = c.RunOnce(ctx)
 		require.NoError(t, err)
 		require.Zero(t, res.Reannounced, "at most twice")
+		require.Len(t, audits(), 2, "no audit line without a re-announcement")
 		require.Len(t, reservations(lost), 3)
 		require.Equal(t, 4, res.Overdue, "a repair that does not help leaves the post overdue")
 

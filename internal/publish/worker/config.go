@@ -37,7 +37,9 @@ const (
 	// RefusedUnknownSequence: the database never wrote the event with its
 	// sequence: the sequence is beyond every outbox row the database wrote
 	// for the post, or it is the id of a row of another event, or the
-	// event's id is a row of another sequence, post or type.
+	// event's id is a row of another sequence, post or type, or, for an
+	// event without a sequence, its id names no row of a post whose rows
+	// remain.
 	RefusedUnknownSequence = "unknown_sequence"
 	// RefusedContradicted: the posts table says otherwise: a reservation
 	// of a post still RESERVED (the service writes one only as the post

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,57 @@ func mustSetEventID(t *testing.T, value []byte, id string) []byte {
 	out, err := json.Marshal(m)
 	require.NoError(t, err)
 	return out
+}
+
+// An event without a sequence (as a producer older than sequences sent)
+// is still proven by its outbox row: one whose event id names no row of a
+// post whose rows remain was not written by the service. A forged one for
+// a WORKING post, arriving before the real reservation, is refused, counted
+// and logged once; the publication carries the real event's id, which the
+// webhook sends as its Idempotency-Key. Once every row of a post was
+// purged, an unsequenced event of it is taken, as a redelivery.
+func TestWorkerRefusesAnUnsequencedEventWhoseIdNamesNoRow(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		ctx := context.Background()
+		var logs logtest.Buffer
+		var refused tally
+		w, err := worker.New(db.DB, worker.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), ObserveRefused: refused.add})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		now := databasetest.Now(t, db.DB)
+		post := reservationtest.InsertWorking(t, db.DB, now.Add(time.Hour))
+		real := written(t, db.DB, reservationRecord(t, post))
+		forged := reservationRecord(t, post) // a fresh event id, no row, no sequence
+		require.Zero(t, decode(t, forged, 0).Sequence)
+
+		for range 2 {
+			require.NoError(t, w.Handle(ctx, decode(t, forged, 0)))
+		}
+		require.Equal(t, map[string]int{worker.RefusedUnknownSequence: 2}, refused.counts())
+		require.Equal(t, 1, strings.Count(logs.String(), `"msg":"event refused`), "once per post:\n%s", logs.String())
+		require.Contains(t, logs.String(), forged.Headers[event.HeaderEventID])
+		require.Zero(t, w.Pending())
+		require.Zero(t, databasetest.Count[worker.Publication](t, db.DB), "no publication under the forged id")
+
+		require.NoError(t, w.Handle(ctx, decode(t, real, 0)))
+		require.Equal(t, 1, w.Pending())
+		require.Equal(t, real.Headers[event.HeaderEventID], loadPublication(t, db.DB, post.ID).EventID)
+
+		// Every row of the post purged: an old unsequenced event is taken.
+		old := reservationtest.InsertWorking(t, db.DB, now.Add(time.Hour))
+		oldRecord := reservationRecord(t, old)
+		copied := oldRecord
+		copied.Headers = maps.Clone(oldRecord.Headers) // written adds the sequence to the headers
+		written(t, db.DB, copied)
+		require.Zero(t, decode(t, oldRecord, 0).Sequence)
+		require.NoError(t, db.Where("aggregate_id = ?", old.ID).Delete(&outbox.Message{}).Error)
+		require.NoError(t, w.Handle(ctx, decode(t, oldRecord, 0)))
+		require.Equal(t, map[string]int{worker.RefusedUnknownSequence: 2}, refused.counts())
+		require.Equal(t, 2, w.Pending())
+		require.Equal(t, oldRecord.Headers[event.HeaderEventID], loadPublication(t, db.DB, old.ID).EventID)
+	})
 }
 
 // A post's events whose outbox rows the cleaner deleted (SENT, past the

@@ -47,9 +47,9 @@ type outboxRef struct {
 }
 
 // readTable reads the tableView of evs: one SELECT of their posts and one of
-// the outbox (the rows of their event ids, and, when an event has a
-// sequence, the rows of their sequences and the highest ids of their posts
-// and of the table, as one UNION ALL).
+// the outbox (the rows of their event ids, the highest ids of their posts,
+// and, when an event has a sequence, the rows of their sequences and the
+// highest id of the table, as one UNION ALL).
 func (w *Worker) readTable(ctx context.Context, evs []inbox.Event) (tableView, error) {
 	v := tableView{posts: map[int64]*reservation.Post{}, bySeq: map[int64]outboxRef{},
 		byEvent: map[string]outboxRef{}, lastOf: map[int64]int64{}}
@@ -68,16 +68,15 @@ func (w *Worker) readTable(ctx context.Context, evs []inbox.Event) (tableView, e
 			events[ev.EventID] = true
 			eventIDs = append(eventIDs, ev.EventID)
 		}
-		if ev.Sequence <= 0 {
-			continue
-		}
-		if !seqSet[ev.Sequence] {
-			seqSet[ev.Sequence] = true
-			seqs = append(seqs, ev.Sequence)
-		}
+		// The highest row of every post: a sequence is checked against it,
+		// and an event without one needs to know whether rows remain.
 		if !seqPostSet[ev.PostID] {
 			seqPostSet[ev.PostID] = true
 			seqPosts = append(seqPosts, ev.PostID)
+		}
+		if ev.Sequence > 0 && !seqSet[ev.Sequence] {
+			seqSet[ev.Sequence] = true
+			seqs = append(seqs, ev.Sequence)
 		}
 	}
 	db := w.db.WithContext(ctx)
@@ -89,12 +88,12 @@ func (w *Worker) readTable(ctx context.Context, evs []inbox.Event) (tableView, e
 		v.posts[rows[i].ID] = &rows[i]
 	}
 	q := "SELECT 'e' AS kind, id, event_id, event_type, aggregate_id FROM outbox WHERE event_id IN ?"
-	args := []any{eventIDs}
+	q += " UNION ALL SELECT 'p', MAX(id), NULL, NULL, aggregate_id FROM outbox WHERE aggregate_id IN ? GROUP BY aggregate_id"
+	args := []any{eventIDs, seqPosts}
 	if len(seqs) > 0 {
 		q += " UNION ALL SELECT 's', id, event_id, event_type, aggregate_id FROM outbox WHERE id IN ?" +
-			" UNION ALL SELECT 'p', MAX(id), NULL, NULL, aggregate_id FROM outbox WHERE aggregate_id IN ? GROUP BY aggregate_id" +
 			" UNION ALL SELECT 't', MAX(id), NULL, NULL, 0 FROM outbox"
-		args = append(args, seqs, seqPosts)
+		args = append(args, seqs)
 	}
 	var refs []outboxRef
 	if err := db.Raw(q, args...).Scan(&refs).Error; err != nil {
@@ -135,6 +134,8 @@ func (w *Worker) readTable(ctx context.Context, evs []inbox.Event) (tableView, e
 // table says whatever the message says. An event without a sequence (a
 // producer older than it) is checked by its post, its event id's row and
 // the table's statuses only: it takes no part in the order check either.
+// Its event id must name a row of the post, unless no row of the post is
+// left (purged).
 func (v tableView) refusal(ev inbox.Event, p plan) string {
 	post := v.posts[ev.PostID]
 	if post == nil {
@@ -163,6 +164,15 @@ func (v tableView) refusal(ev inbox.Event, p plan) string {
 	case p.action == event.ActionCancelled && post.Status != reservation.StatusCancelled,
 		p.action == event.ActionExpired && post.Status != reservation.StatusExpired:
 		return RefusedContradicted
+	}
+	if _, ok := v.byEvent[ev.EventID]; !ok && ev.Sequence == 0 {
+		// Without a sequence, the event's row is its only proof: an id
+		// that names no row of a post whose rows remain was never written
+		// (a forged id would become the webhook's Idempotency-Key). A post
+		// with no row left was purged: its old events pass.
+		if _, rows := v.lastOf[ev.PostID]; rows {
+			return RefusedUnknownSequence
+		}
 	}
 	return ""
 }

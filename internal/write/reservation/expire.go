@@ -15,8 +15,9 @@ import (
 // in the same transaction. With claimed false it leaves a post the worker
 // has claimed for publishing (publish_claimed_at set) alone: that post's end
 // is the worker's to decide, so a publication and an expiry never both
-// happen; the worker, which decides, passes true. It returns the posts it
-// expired, in the order of ids.
+// happen. The worker and the overdue check both pass false: the worker
+// expires only posts it has not claimed, and a claimed post it publishes
+// or settles itself. It returns the posts it expired, in the order of ids.
 func Expire(tx *gorm.DB, ids []int64, now time.Time, claimed bool) ([]Post, error) {
 	if len(ids) == 0 {
 		return nil, nil
