@@ -76,6 +76,10 @@ var producerUnavailableCodes = map[sarama.KError]bool{
 // was refused). Errors that are not Kafka codes are connection trouble
 // (ErrOutOfBrokers, ErrNotConnected, ErrClosedClient, ErrShuttingDown,
 // network errors, timeouts) unless sarama refused the message itself.
+// The error alone does not tell whether a request was written (a dial
+// timeout can end the retries of a request whose first attempt timed out
+// after it was written): Producer.send holds the outcome as unanswered
+// when its connections saw a produce request go without an answer.
 func producerClassify(err error) error {
 	var kerrCode sarama.KError
 	if errors.As(err, &kerrCode) {

@@ -74,8 +74,11 @@ func (p *Producer) Config() ProducerConfig { return p.cfg }
 // message is acknowledged by all in-sync replicas or has failed. It returns
 // one error per message, in order: nil when acknowledged; an error wrapping
 // relay.ErrUnavailable when the cluster could not be reached or answered
-// with a retriable error; a *ProducerRejectedError when the broker (or sarama,
-// before sending) refused that message.
+// with a retriable error; a *relay.UnansweredError (which wraps it) on the
+// idempotent path when sarama wrote a produce request and gave up waiting
+// for its answer, since that request may still land; a
+// *ProducerRejectedError when the broker (or sarama, before sending)
+// refused that message.
 //
 // Send returns within SendTimeout, or sooner when ctx ends. When that
 // bound passes first, every message is reported as a
@@ -112,7 +115,7 @@ func (p *Producer) Send(ctx context.Context, msgs []event.Message) []error {
 			done <- p.sendTxn(sendCtx, msgs, &abandoned, conns)
 			return
 		}
-		done <- p.send(p.saramaMessages(msgs), &abandoned, conns)
+		done <- p.send(p.saramaMessages(msgs), &abandoned, conns, settled)
 	}()
 	var why error
 	select {
@@ -158,8 +161,8 @@ func (p *Producer) saramaMessages(msgs []event.Message) []*sarama.ProducerMessag
 }
 
 // send runs one batch through the sarama producer, connecting first if
-// needed. It holds the turn.
-func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool, connsOut chan<- *connSet) []error {
+// needed. It holds the turn; settled is closed once it has returned.
+func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool, connsOut chan<- *connSet, settled <-chan struct{}) []error {
 	errs := make([]error, len(pms))
 	sp, conns, err := p.connect()
 	if err != nil {
@@ -189,7 +192,35 @@ func (p *Producer) send(pms []*sarama.ProducerMessage, abandoned *atomic.Bool, c
 		// that gave up waiting for this send leaves the closing to us.
 		p.disconnect(sp, err)
 	}
+	if err != nil {
+		// sarama has returned every message, so it retries none of them
+		// any more, and its producer is closed. Close whatever connection
+		// is left (sarama closes some asynchronously) before counting the
+		// produce requests that got no answer.
+		conns.tearDown()
+		if conns.unansweredProduces() > 0 {
+			holdUnanswered(errs, settled)
+		}
+	}
 	return errs
+}
+
+// holdUnanswered turns the unavailable outcomes of a send that wrote a
+// produce request and got no answer to it into *relay.UnansweredError.
+// sarama gives up on such a request (its read timeout, a connection reset
+// or closed after the write) and retries it, so a message's final error
+// may even come from a later attempt that never reached the broker, and
+// nothing tells which messages the unanswered request carried: every
+// message not acknowledged nor refused is held. The request may still
+// land; a resend released at once could then follow the post's next event.
+// Held rows cost a delay only: settled closes as soon as send returns,
+// every connection of the sarama producer being closed by then.
+func holdUnanswered(errs []error, settled <-chan struct{}) {
+	for i, err := range errs {
+		if err != nil && errors.Is(err, relay.ErrUnavailable) {
+			errs[i] = &relay.UnansweredError{Err: err, Settled: settled}
+		}
+	}
 }
 
 // connect returns the current sarama producer or builds one. Failing to build

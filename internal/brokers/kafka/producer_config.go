@@ -30,7 +30,8 @@ import (
 // that sarama producer (so the request can no longer land) and reports a
 // relay.UnansweredError, whose rows the relay holds until sarama has
 // returned; later calls report unavailable until then, so two batches are
-// never in flight.
+// never in flight. When sarama gives up first on a produce request it wrote
+// (its read timeout, a reset), that send is reported unanswered too.
 type ProducerConfig struct {
 	// Brokers is the bootstrap list, host:port each. Required, at least one.
 	Brokers []string
