@@ -138,8 +138,51 @@ func List(ctx context.Context, db *gorm.DB, grace time.Duration, limit int) ([]P
 	if err != nil {
 		return nil, Summary{}, fmt.Errorf("list overdue posts: %w", err)
 	}
+	if testHookBeforeExplain != nil {
+		testHookBeforeExplain()
+	}
 	out, err := explain(ctx, db, posts, sum.Now)
+	if err != nil {
+		return nil, Summary{}, err
+	}
+	out, err = stillOpen(ctx, db, out)
 	return out, sum, err
+}
+
+// testHookBeforeExplain, when set by a test, runs between List's read of
+// the posts and its reads of their events and publications.
+var testHookBeforeExplain func()
+
+// stillOpen leaves out of posts those no longer RESERVED or WORKING. The
+// posts, their events and their publications are read one after the other,
+// and the worker settles a post and its publication in one transaction: a
+// post published between the reads would be listed WORKING with its
+// publication settled, stuck to all appearances. Read after the
+// publications, its status shows it final.
+func stillOpen(ctx context.Context, db *gorm.DB, posts []Post) ([]Post, error) {
+	if len(posts) == 0 {
+		return posts, nil
+	}
+	ids := make([]int64, len(posts))
+	for i, p := range posts {
+		ids[i] = p.ID
+	}
+	var openIDs []int64
+	if err := db.WithContext(ctx).Model(&reservation.Post{}).Where("id IN ? AND status IN ?", ids, open).
+		Pluck("id", &openIDs).Error; err != nil {
+		return nil, fmt.Errorf("read the overdue posts' statuses again: %w", err)
+	}
+	keep := make(map[int64]bool, len(openIDs))
+	for _, id := range openIDs {
+		keep[id] = true
+	}
+	out := posts[:0]
+	for _, p := range posts {
+		if keep[p.ID] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // publication is what List reads of the worker's publications table.
