@@ -399,7 +399,10 @@ func TestSeriesInputIsRefusedNamingTheField(t *testing.T) {
 		bad("timeZone", func(in *reservation.SeriesInput) { in.TimeZone = "" })
 		bad("rrule", func(in *reservation.SeriesInput) { in.RRule = "FREQ=MINUTELY" })
 		bad("rrule", func(in *reservation.SeriesInput) { in.RRule = "FREQ=DAILY;BYYEARDAY=3" })
-		bad("rrule", func(in *reservation.SeriesInput) { in.RRule = "FREQ=DAILY;COUNT=2"; in.Start = local("2027-05-01T09:00:00") })
+		bad("rrule", func(in *reservation.SeriesInput) {
+			in.RRule = "FREQ=DAILY;COUNT=2"
+			in.Start = local("2027-05-01T09:00:00")
+		})
 		bad("rrule", func(in *reservation.SeriesInput) {
 			in.RRule = "FREQ=DAILY;BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23;BYMINUTE=0,10,20,30,40,50"
 		})
