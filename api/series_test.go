@@ -97,7 +97,7 @@ func TestSeriesBadInputIsA400NamingTheField(t *testing.T) {
 		dense := "FREQ=DAILY;BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23;BYMINUTE=0,10,20,30,40,50"
 		for _, c := range []struct{ body, field, detail string }{
 			{seriesBody(start, "Europe/Atlantis", "FREQ=DAILY", ""), "timeZone", `unknown time zone "Europe/Atlantis"`},
-			{seriesBody(start, "Europe/Berlin", "FREQ=DAILY;BYSECOND=10", ""), "rrule", "part BYSECOND is not supported"},
+			{seriesBody(start, "Europe/Berlin", "FREQ=DAILY;BYYEARDAY=10", ""), "rrule", "part BYYEARDAY is not supported"},
 			{seriesBody(start, "Europe/Berlin", "FREQ=HOURLY", ""), "rrule", "FREQ=HOURLY is not supported"},
 			{seriesBody("2020-01-01T09:00:00", "Europe/Berlin", "FREQ=DAILY;COUNT=3", ""), "rrule", "has no occurrence"},
 			{seriesBody(start, "Europe/Berlin", dense, ""), "rrule", "more than 1000 occurrences within the series horizon"},

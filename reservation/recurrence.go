@@ -91,7 +91,7 @@ type Occurrence struct {
 // outside them is refused by name rather than half-supported.
 var (
 	supportedRuleParts = []string{"FREQ", "INTERVAL", "COUNT", "UNTIL", "BYDAY", "BYMONTHDAY", "BYMONTH",
-		"BYHOUR", "BYMINUTE", "BYSETPOS", "WKST"}
+		"BYHOUR", "BYMINUTE", "BYSECOND", "BYSETPOS", "WKST"}
 	supportedFreqs = []string{"DAILY", "WEEKLY", "MONTHLY", "YEARLY"}
 )
 
