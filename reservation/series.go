@@ -128,7 +128,9 @@ type seriesPlan struct {
 
 // compile checks s's fields and compiles its rule, without the checks that
 // depend on the time (see checkRule).
-func (svc *Service) compile(s *Series) (*seriesPlan, error) {
+func (svc *Service) compile(s *Series) (*seriesPlan, error) { return compileSeries(s) }
+
+func compileSeries(s *Series) (*seriesPlan, error) {
 	if err := validateText("title", s.Title, MaxTitleLength, titleControls); err != nil {
 		return nil, err
 	}
@@ -366,12 +368,17 @@ func (svc *Service) GetSeries(ctx context.Context, id int64) (*SeriesView, error
 
 // viewStored is view for a stored series, whose rule compiled when it was
 // stored (a rule that no longer does shows no occurrences).
-func (svc *Service) viewStored(s *Series, now time.Time) *SeriesView {
-	plan, err := svc.compile(s)
-	if err != nil {
-		plan = nil
+func (svc *Service) viewStored(s *Series, now time.Time) *SeriesView { return NewSeriesView(s, now) }
+
+// NewSeriesView returns s, a stored series, with its next occurrences from
+// now (none when its stored rule no longer compiles), for readers outside
+// the Service such as the operator console.
+func NewSeriesView(s *Series, now time.Time) *SeriesView {
+	v := &SeriesView{Series: *s, Next: []Occurrence{}}
+	if plan, err := compileSeries(s); err == nil && s.Status != SeriesCancelled {
+		v.Next = plan.rec.next(now, NextOccurrencesShown)
 	}
-	return svc.view(s, plan, now)
+	return v
 }
 
 // SeriesListQuery selects a page of series in id order.

@@ -33,6 +33,7 @@ func TestOpenAPISeriesResponses(t *testing.T) {
 		path := fmt.Sprintf("/api/v1/series/%d", s.ID)
 		f.exchange(t, "GET", path, "", "", "", http.StatusOK)
 		f.exchange(t, "GET", "/api/v1/series?limit=1&status=ACTIVE", "", "", "", http.StatusOK)
+		f.exchange(t, "GET", "/admin/series?limit=5", "", "", "admin", http.StatusOK)
 		body = f.exchange(t, "GET", fmt.Sprintf("/api/v1/posts?seriesId=%d", s.ID), "", "", "", http.StatusOK)
 		var page api.PostListJSON
 		require.NoError(t, json.Unmarshal(body, &page))
