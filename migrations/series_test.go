@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/pressly/goose/v3"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/migrations"
 )
 
 // The series migration goes up, down and up again on each database, and
@@ -52,6 +55,48 @@ func TestSeriesMigrationGoesDownAndUp(t *testing.T) {
 			_, err = p.Up(ctx)
 			require.NoError(t, err)
 			require.True(t, m.HasColumn("posts", "series_exception"))
+		})
+	}
+}
+
+// A start killed inside 00012 on MySQL (which commits each statement on
+// its own) leaves the statements before the kill applied; whichever it
+// followed, the next start finishes the migration.
+func TestMySQLStartAfterAKillInsideTheSeriesMigration(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("mysql/00012_series.sql")
+	require.NoError(t, err)
+	up := strings.SplitN(strings.SplitN(string(raw), "-- +goose Up", 2)[1], "-- +goose Down", 2)[0]
+	var code []string
+	for _, l := range strings.Split(up, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+			code = append(code, l)
+		}
+	}
+	var stmts []string
+	for _, s := range strings.Split(strings.Join(code, "\n"), ";") {
+		if s := strings.TrimSpace(s); s != "" {
+			stmts = append(stmts, s)
+		}
+	}
+	require.Len(t, stmts, 3)
+	for k := 1; k < len(stmts); k++ {
+		t.Run(fmt.Sprintf("killed after statement %d of %d", k, len(stmts)), func(t *testing.T) {
+			t.Parallel()
+			db := databasetest.Open(t, freshURL(t, database.MySQL))
+			sqlDB, err := db.DB.DB()
+			require.NoError(t, err)
+			p, err := goose.NewProvider(goose.DialectMySQL, sqlDB, os.DirFS("mysql"), goose.WithDisableGlobalRegistry(true))
+			require.NoError(t, err)
+			_, err = p.UpTo(context.Background(), 11)
+			require.NoError(t, err)
+			for _, s := range stmts[:k] {
+				require.NoError(t, db.Exec(s).Error, s)
+			}
+			n, err := migrations.Apply(context.Background(), db, nil)
+			require.NoError(t, err, "a start after the kill")
+			require.Equal(t, 1, n)
+			require.True(t, db.Migrator().HasColumn("posts", "series_exception"))
 		})
 	}
 }
