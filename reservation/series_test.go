@@ -454,3 +454,37 @@ func TestSeriesAreScopedToTheirOwner(t *testing.T) {
 		require.Len(t, page.Items[0].Next, reservation.NextOccurrencesShown)
 	})
 }
+
+// A zone edit keeps the local occurrences: the posts that follow the series
+// move to the new zone's instants, an exception keeps its own, and its
+// occurrence is not made a second time.
+func TestSeriesZoneEditMovesTheFollowersAndKeepsAnException(t *testing.T) {
+	eachSeries(t, instant("2027-06-01T00:00:00Z"), func(t *testing.T, e *seriesBundle) {
+		ctx := context.Background()
+		s, err := e.svc.CreateSeries(ctx, reservation.SeriesInput{Title: "daily", Content: "c", TimeZone: "Europe/Berlin",
+			Start: local("2027-06-02T09:00:00"), RRule: "FREQ=DAILY;COUNT=4"})
+		require.NoError(t, err)
+		posts := e.posts(t, s.ID)
+		require.Len(t, posts, 4)
+		mine := "mine"
+		_, err = e.svc.Update(ctx, posts[1].ID, reservation.UpdateInput{Content: &mine})
+		require.NoError(t, err)
+
+		zone := "America/New_York"
+		_, err = e.svc.UpdateSeries(ctx, s.ID, reservation.SeriesUpdate{TimeZone: &zone})
+		require.NoError(t, err)
+		require.Equal(t, []occurrencePost{
+			{"2027-06-02T09:00:00", "2027-06-02T13:00:00Z"}, // EDT
+			{"2027-06-03T09:00:00", "2027-06-03T07:00:00Z"}, // the exception, still at Berlin's 09:00
+			{"2027-06-04T09:00:00", "2027-06-04T13:00:00Z"},
+			{"2027-06-05T09:00:00", "2027-06-05T13:00:00Z"},
+		}, occurrencePosts(e.posts(t, s.ID)), "the same four posts, no second post of the exception's occurrence")
+		for i, p := range e.posts(t, s.ID) {
+			require.Equal(t, posts[i].ID, p.ID)
+			require.Equal(t, reservation.StatusReserved, p.Status)
+		}
+		evs := e.events(t, posts[0].ID)
+		require.Equal(t, "UPDATED", evs[len(evs)-1]["action"])
+		require.Equal(t, "2027-06-02T13:00:00Z", evs[len(evs)-1]["scheduledAt"])
+	})
+}
