@@ -14,10 +14,10 @@ unit:
 # Go fuzz targets, a few seconds each, starting from their seed corpora
 # (testdata/fuzz, which unit runs as plain tests).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzVerifyClaims$$' -fuzztime 5s ./auth/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodePost$$' -fuzztime 5s ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseDateTime$$' -fuzztime 5s ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 5s ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzVerifyClaims$$' -fuzztime 5s ./internal/write/auth/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodePost$$' -fuzztime 5s ./internal/write/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDateTime$$' -fuzztime 5s ./internal/write/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 5s ./internal/write/api/
 
 # Benchmarks print figures; they are not part of make test.
 # posting bench on a fresh SQLite file, then on a fresh MariaDB/MySQL database
@@ -30,8 +30,8 @@ bench: build
 # The Go benchmarks of single parts (relay, producer, relay beside raw SQL,
 # commit → broker on PostgreSQL).
 bench-micro:
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./relay/ ./kafka/ ./bench/relaybench/
-	$(GO) test -run '^$$' -bench 'CommitToBroker|WritersNotify' -benchtime 1x ./wakeup/
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./internal/send/relay/ ./internal/brokers/kafka/ ./internal/operate/bench/relaybench/
+	$(GO) test -run '^$$' -bench 'CommitToBroker|WritersNotify' -benchtime 1x ./internal/send/wakeup/
 
 build:
 	$(GO) build -buildvcs=auto -o bin/posting ./cmd/posting

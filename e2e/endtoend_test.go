@@ -11,15 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/internal/logtest"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
-	"github.com/postingsvc/posting/relay/relaytest"
-	"github.com/postingsvc/posting/reservation"
-	"github.com/postingsvc/posting/worker"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/publish/worker"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // The whole lifecycle on MariaDB and on PostgreSQL with the in-process

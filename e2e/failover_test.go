@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/logtest"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // failoverScript is the script that makes the primary and its standby.

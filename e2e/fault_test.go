@@ -18,15 +18,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/api"
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/overdue"
-	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
-	"github.com/postingsvc/posting/reservation"
-	"github.com/postingsvc/posting/worker"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/operate/overdue"
+	"github.com/postingsvc/posting/internal/publish/worker"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/api"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // The fault test's settings and timeline. Times are offsets from the run's

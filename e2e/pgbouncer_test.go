@@ -8,11 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/database/pgbouncertest"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/pgbouncertest"
 )
 
 // Two serve and a worker, all through PgBouncer in transaction pooling

@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/internal/logtest"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // A series created over HTTP in a zone with DST: serve makes its three

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/clocktest"
+	"github.com/postingsvc/posting/internal/platform/clocktest"
 )
 
 var t0 = clocktest.T0

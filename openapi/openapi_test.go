@@ -9,8 +9,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/internal/publish/webhook"
 	"github.com/postingsvc/posting/openapi"
-	"github.com/postingsvc/posting/webhook"
 )
 
 // The routes and the handlers' answers are checked against the document in

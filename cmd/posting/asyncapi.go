@@ -7,8 +7,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/postingsvc/posting/config"
 	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/platform/config"
 )
 
 // asyncAPIRoute serves the AsyncAPI document of the messages this service

@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/postingsvc/posting/api"
-	"github.com/postingsvc/posting/auth"
-	"github.com/postingsvc/posting/config"
+	"github.com/postingsvc/posting/internal/platform/config"
+	"github.com/postingsvc/posting/internal/write/api"
+	"github.com/postingsvc/posting/internal/write/auth"
 )
 
 // defaultWriteRate is POSTING_API_WRITE_RATE's default: 50 writes per

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/auth"
-	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/write/auth"
 )
 
 const cliSecret = "cli-test-secret-cli-test-secret-0123"

@@ -18,10 +18,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/postingsvc/posting/bench"
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/internal/operate/bench"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
 )
 
 // addBenchFlags binds each size of bench.Config to a flag, and the

@@ -4,10 +4,10 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/internal/startstop"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/wakeup"
+	"github.com/postingsvc/posting/internal/platform/startstop"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/send/wakeup"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // commitWake is what a commit of outbox rows wakes: the local relay

@@ -11,16 +11,16 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/postingsvc/posting/admin"
-	"github.com/postingsvc/posting/config"
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/httpserver"
-	"github.com/postingsvc/posting/kafka"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/overdue"
-	"github.com/postingsvc/posting/relay"
-	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
+	"github.com/postingsvc/posting/internal/operate/admin"
+	"github.com/postingsvc/posting/internal/operate/overdue"
+	"github.com/postingsvc/posting/internal/platform/config"
+	"github.com/postingsvc/posting/internal/platform/httpserver"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/send/relay"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // exitUsage is the exit status for a bad setting or command line.

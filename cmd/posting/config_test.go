@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/internal/send/relay"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // A flag given on the command line wins over its environment twin, even when

@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/internal/logtest"
-	"github.com/postingsvc/posting/kafka/kafkatest"
-	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // The getting-started page's command blocks, run as printed by bash in a

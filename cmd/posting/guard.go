@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/internal/startstop"
+	"github.com/postingsvc/posting/internal/platform/startstop"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // This file holds the refusals of configurations that split the chain

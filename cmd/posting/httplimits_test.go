@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/httpserver/httpservertest"
-	"github.com/postingsvc/posting/internal/logtest"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/reservation/reservationtest"
+	"github.com/postingsvc/posting/internal/platform/httpserver/httpservertest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/write/reservation/reservationtest"
 )
 
 // serveInProcess runs serve with args added to a fresh data dir and free

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/postingsvc/posting/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
 )
 
 // A cluster that refuses the relay's transactional id stops serve at

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/internal/platform/logtest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // raceRounds is how many times each dialect starts the four processes

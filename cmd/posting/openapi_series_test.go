@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/api"
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/reservation"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/api"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // The series routes' answers, success and refusal, and the occurrence

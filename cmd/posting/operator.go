@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // operator is what every operator subcommand (posting outbox ..., posting

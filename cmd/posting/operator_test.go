@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // Every operator command says on stderr which database it read: the SQLite

@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
-	"github.com/postingsvc/posting/reservation"
-	"github.com/postingsvc/posting/worker"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/publish/worker"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // adminJSON GETs path from serve at addr with the admin token and decodes

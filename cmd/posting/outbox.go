@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/internal/backoff"
-	"github.com/postingsvc/posting/outbox"
+	"github.com/postingsvc/posting/internal/platform/backoff"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // newOutboxCommand is `posting outbox`: the operator tools against the

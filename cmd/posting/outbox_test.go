@@ -11,11 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/migrations"
-	"github.com/postingsvc/posting/outbox"
-	"github.com/postingsvc/posting/reservation/reservationtest"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
+	"github.com/postingsvc/posting/internal/write/reservation/reservationtest"
 )
 
 // outboxTestDB returns a fresh migrated database of the dialect and its URL,

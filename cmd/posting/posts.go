@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postingsvc/posting/overdue"
+	"github.com/postingsvc/posting/internal/operate/overdue"
 )
 
 // newPostsCommand is `posting posts`: the posts seen from the operator's

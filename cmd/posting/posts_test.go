@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/overdue/overduetest"
+	"github.com/postingsvc/posting/internal/operate/overdue/overduetest"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 type postsFixture struct {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postingsvc/posting/worker"
+	"github.com/postingsvc/posting/internal/publish/worker"
 )
 
 // newPublicationsCommand is `posting publications`: the worker's

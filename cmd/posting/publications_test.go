@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/reservation"
-	"github.com/postingsvc/posting/worker"
+	"github.com/postingsvc/posting/internal/publish/worker"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 type publicationsFixture struct {

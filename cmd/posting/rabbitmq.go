@@ -10,9 +10,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/pflag"
 
-	"github.com/postingsvc/posting/internal/backoff"
-	"github.com/postingsvc/posting/rabbitmq"
-	"github.com/postingsvc/posting/relay"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq"
+	"github.com/postingsvc/posting/internal/platform/backoff"
+	"github.com/postingsvc/posting/internal/send/relay"
 )
 
 // brokerSender is what serve needs of either broker's sender: the relay's

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postingsvc/posting/database"
-	"github.com/postingsvc/posting/migrations"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
 )
 
 // Run executes the command line args and returns when the command is done

@@ -8,7 +8,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // With POSTING_MIGRATE=false on a database a migration behind (every table
@@ -25,7 +25,7 @@ func TestMigrateFalseOnAnOlderSchemaStops(t *testing.T) {
 	require.NoError(t, err)
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
-	p, err := goose.NewProvider(goose.DialectSQLite3, sqlDB, os.DirFS("../../migrations/sqlite"), goose.WithDisableGlobalRegistry(true))
+	p, err := goose.NewProvider(goose.DialectSQLite3, sqlDB, os.DirFS("../../internal/storage/database/migrations/sqlite"), goose.WithDisableGlobalRegistry(true))
 	require.NoError(t, err)
 	_, err = p.DownTo(context.Background(), 10)
 	require.NoError(t, err)

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
-	"github.com/postingsvc/posting/database/databasetest"
-	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // canary is the password every URL setting of TestNoPasswordInAnyOutput

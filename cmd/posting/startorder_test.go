@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
 // busyAddr is a loopback address a listener of the test holds until it ends.

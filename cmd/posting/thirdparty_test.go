@@ -15,8 +15,8 @@ import (
 
 	"github.com/postingsvc/posting/cmd/posting/postingtest"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/nodetest"
-	"github.com/postingsvc/posting/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/platform/nodetest"
 )
 
 // The tests here read what a running serve serves and sends with tools and

@@ -9,9 +9,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/postingsvc/posting/config"
-	"github.com/postingsvc/posting/internal/startstop"
-	"github.com/postingsvc/posting/telemetry"
+	"github.com/postingsvc/posting/internal/platform/config"
+	"github.com/postingsvc/posting/internal/platform/startstop"
+	"github.com/postingsvc/posting/internal/platform/telemetry"
 )
 
 // tracingShutdownTimeout bounds the export of the spans still buffered at

@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 
-	"github.com/postingsvc/posting/config"
-	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/platform/config"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 func isInvalidURL(err error) bool { return errors.Is(err, database.ErrInvalidURL) }

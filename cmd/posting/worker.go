@@ -14,16 +14,16 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/postingsvc/posting/api"
-	"github.com/postingsvc/posting/database"
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/httpserver"
-	"github.com/postingsvc/posting/internal/startstop"
-	"github.com/postingsvc/posting/kafka"
-	"github.com/postingsvc/posting/metrics"
-	"github.com/postingsvc/posting/rabbitmq"
-	"github.com/postingsvc/posting/response"
-	"github.com/postingsvc/posting/worker"
+	"github.com/postingsvc/posting/internal/brokers/kafka"
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq"
+	"github.com/postingsvc/posting/internal/operate/metrics"
+	"github.com/postingsvc/posting/internal/platform/httpserver"
+	"github.com/postingsvc/posting/internal/platform/response"
+	"github.com/postingsvc/posting/internal/platform/startstop"
+	"github.com/postingsvc/posting/internal/publish/worker"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/write/api"
 )
 
 // addWorkerFlags adds the settings of the downstream worker, which serve

@@ -1,6 +1,6 @@
 // Package eventtest checks messages against the contract, the AsyncAPI
 // document event/asyncapi.json, for tests that read what the service sent.
-// Events as the service writes them are built by reservation/reservationtest.
+// Events as the service writes them are built by internal/write/reservation/reservationtest.
 package eventtest
 
 import (

@@ -13,7 +13,7 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 
-	"github.com/postingsvc/posting/database"
+	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 func main() {

@@ -35,14 +35,14 @@ type mutation struct {
 	why string
 }
 
-// mutations is the table. The lead is changing outbox/store.go and
-// relay/relay.go: when a pattern is no longer found, copy the current line
+// mutations is the table. The lead is changing internal/send/outbox/store.go and
+// internal/send/relay/relay.go: when a pattern is no longer found, copy the current line
 // into old and the broken form into new.
 var mutations = []mutation{
 	{
 		name: "outbox-fence-version",
-		file: "outbox/store.go",
-		pkg:  "./outbox/",
+		file: "internal/send/outbox/store.go",
+		pkg:  "./internal/send/outbox/",
 		why:  "late MarkSent/Release of a recovered claim must be refused while another relay holds the row",
 		old: `			Where("status = ?", StatusProcessing).
 			Where(s.versionMatch(chunk)).`,
@@ -51,16 +51,16 @@ var mutations = []mutation{
 	},
 	{
 		name: "outbox-markfailed-version",
-		file: "outbox/store.go",
-		pkg:  "./outbox/",
+		file: "internal/send/outbox/store.go",
+		pkg:  "./internal/send/outbox/",
 		why:  "a late MarkFailed of a recovered claim must be refused while another relay holds the row",
 		old:  `Where("id = ? AND version = ? AND status = ?", f.Message.ID, f.Message.Version, StatusProcessing)`,
 		new:  `Where("id = ? AND version >= ? AND status = ?", f.Message.ID, f.Message.Version, StatusProcessing)`,
 	},
 	{
 		name: "outbox-claim-version",
-		file: "outbox/store.go",
-		pkg:  "./outbox/",
+		file: "internal/send/outbox/store.go",
+		pkg:  "./internal/send/outbox/",
 		why:  "the claim UPDATE takes only the versions its locking read saw",
 		equivalent: "between the locking read and the UPDATE no other transaction can change the rows " +
 			"(FOR UPDATE SKIP LOCKED on MySQL, BEGIN IMMEDIATE on SQLite), so their versions are the ones read",
@@ -71,56 +71,56 @@ var mutations = []mutation{
 	},
 	{
 		name: "kafka-unavailable-unknown-topic",
-		file: "kafka/classify.go",
-		pkg:  "./kafka/",
+		file: "internal/brokers/kafka/classify.go",
+		pkg:  "./internal/brokers/kafka/",
 		why:  "UNKNOWN_TOPIC_OR_PARTITION is an outage, not a rejection: it must not spend an attempt",
 		old:  "\tsarama.ErrUnknownTopicOrPartition:         true,\n",
 		new:  "",
 	},
 	{
 		name: "kafka-unavailable-broker-not-available",
-		file: "kafka/classify.go",
-		pkg:  "./kafka/",
+		file: "internal/brokers/kafka/classify.go",
+		pkg:  "./internal/brokers/kafka/",
 		why:  "BROKER_NOT_AVAILABLE is an outage, not a rejection: it must not spend an attempt",
 		old:  "\tsarama.ErrBrokerNotAvailable:              true,\n",
 		new:  "",
 	},
 	{
 		name: "kafka-unavailable-throttling",
-		file: "kafka/classify.go",
-		pkg:  "./kafka/",
+		file: "internal/brokers/kafka/classify.go",
+		pkg:  "./internal/brokers/kafka/",
 		why:  "the last of the 24 unavailable codes; any one dropped must be noticed",
 		old:  "\tsarama.ErrThrottlingQuotaExceeded:         true,\n",
 		new:  "",
 	},
 	{
 		name: "kafka-rejoin-no-growth",
-		file: "kafka/consumer.go",
-		pkg:  "./kafka/",
+		file: "internal/brokers/kafka/consumer.go",
+		pkg:  "./internal/brokers/kafka/",
 		why:  "failed joins must wait longer and longer, not retry several times a second",
 		old:  "b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinMax}",
 		new:  "b := &backoff.Backoff{Base: c.cfg.RejoinBase, Max: c.cfg.RejoinBase}",
 	},
 	{
 		name: "kafka-rejoin-no-reset",
-		file: "kafka/consumer.go",
-		pkg:  "./kafka/",
+		file: "internal/brokers/kafka/consumer.go",
+		pkg:  "./internal/brokers/kafka/",
 		why:  "after a session the next outage starts again from the base pause",
 		old:  "\t\t\tb.Reset() // a session was set up: the cluster answered\n",
 		new:  "",
 	},
 	{
 		name: "kafka-consumer-error-flood",
-		file: "kafka/consumer.go",
-		pkg:  "./kafka/",
+		file: "internal/brokers/kafka/consumer.go",
+		pkg:  "./internal/brokers/kafka/",
 		why:  "a broker lost mid-session makes every partition report every retry: at most one warning a second",
 		old:  "if time.Since(warned) < consumerErrorWarnEvery {",
 		new:  "if false && time.Since(warned) < consumerErrorWarnEvery {",
 	},
 	{
 		name: "relay-stop-no-wait",
-		file: "internal/startstop/startstop.go",
-		pkg:  "./relay/",
+		file: "internal/platform/startstop/startstop.go",
+		pkg:  "./internal/send/relay/",
 		why:  "Stop returns only after the poll in flight is recorded and the loop has exited",
 		old: `	cancel(ErrStop)
 	<-done
@@ -131,16 +131,16 @@ var mutations = []mutation{
 	},
 	{
 		name: "worker-no-rearm-on-redelivery",
-		file: "worker/handle.go",
-		pkg:  "./worker/",
+		file: "internal/publish/worker/handle.go",
+		pkg:  "./internal/publish/worker/",
 		why:  "a redelivered reservation re-arms its timer, as the README promises",
 		old:  "\tif after != nil {\n\t\tafter()\n\t}",
 		new:  "\tif after != nil && !dup {\n\t\tafter()\n\t}",
 	},
 	{
 		name: "scheduler-mark-without-status",
-		file: "reservation/scheduler.go",
-		pkg:  "./reservation/",
+		file: "internal/write/reservation/scheduler.go",
+		pkg:  "./internal/write/reservation/",
 		why:  "the scheduler marks a post WORKING only while it is still RESERVED",
 		old: `WHERE id = ? AND version = ? AND status = ?",
 		StatusWorking, now, p.ID, p.Version.Int64, StatusReserved)`,

@@ -21,8 +21,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/freeport"
-	"github.com/postingsvc/posting/internal/logtest"
+	"github.com/postingsvc/posting/internal/platform/freeport"
+	"github.com/postingsvc/posting/internal/platform/logtest"
 )
 
 // BoundPool bounds the pool of every serve, worker and operator command the

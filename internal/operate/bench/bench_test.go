@@ -1,0 +1,91 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/operate/bench"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/send/relay"
+	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/reservation"
+)
+
+// BenchmarkRawCreate is the yardstick of BenchmarkCreate in internal/write/api/: the same
+// two rows per create in plain SQL, 32 clients, for 3 s on MySQL; it
+// reports posts/s (b.N is ignored; run with -benchtime 1x):
+//
+//	POSTING_TEST_REQUIRE_MYSQL=1 go test -run '^$' -bench RawCreate -benchtime 1x -cpuprofile /tmp/raw.prof ./internal/operate/bench/
+func BenchmarkRawCreate(b *testing.B) {
+	db := databasetest.NewMySQL(b)
+	b.ResetTimer()
+	res, err := bench.RawCreate(context.Background(), db, 32, 3*time.Second)
+	require.NoError(b, err)
+	b.ReportMetric(res.PerSecond(), "posts/s")
+}
+
+// TestBenchCleanerKeepsAConcurrentWritersRows: on a database that held
+// posts (--allow-nonempty), a post and its event that another writer adds
+// while the bench runs get ids above the bench's marks, interleaved with the
+// bench's own; the bench's clean-up must not delete them.
+func TestBenchCleanerKeepsAConcurrentWritersRows(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+		require.NoError(t, err)
+		at := time.Now().Add(48 * time.Hour)
+		before, err := svc.Create(ctx, reservation.CreateInput{Title: "before", Content: "keep", ScheduledAt: at})
+		require.NoError(t, err)
+
+		clean, err := bench.NewCleaner(ctx, db, true)
+		require.NoError(t, err)
+		during, err := svc.Create(ctx, reservation.CreateInput{Title: "during", Content: "keep too", ScheduledAt: at})
+		require.NoError(t, err)
+		require.NoError(t, clean(ctx))
+
+		var ids []int64
+		require.NoError(t, db.Table("posts").Order("id").Pluck("id", &ids).Error)
+		require.Equal(t, []int64{before.ID, during.ID}, ids, "a post the bench did not write is kept")
+		var rows int64
+		require.NoError(t, db.Table("outbox").Count(&rows).Error)
+		require.EqualValues(t, 2, rows, "their CREATED events are kept")
+	})
+}
+
+// Four relays draining one backlog together send every event once between
+// them, leave every row SENT, and count what they sent.
+func TestRelayInstancesDrainOneBacklogOnce(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		rows := relaytest.Seed(t, db.DB, 40, 5, time.Now().Add(-time.Second))
+		fakes := []*relaytest.Sender{relaytest.NewSender(), relaytest.NewSender(), relaytest.NewSender(), relaytest.NewSender()}
+		senders := make([]relay.Sender, len(fakes))
+		for i, f := range fakes {
+			senders[i] = f
+		}
+		res, err := bench.RelayInstances(context.Background(), db, senders)
+		require.NoError(t, err)
+		require.Equal(t, len(rows), res.Count)
+		require.Positive(t, res.Elapsed)
+		require.Equal(t, map[outbox.Status]int64{outbox.StatusSent: int64(len(rows))}, relaytest.CountByStatus(t, db.DB))
+		sends := map[string]int{}
+		for _, f := range fakes {
+			for _, id := range f.SentEventIDs() {
+				sends[id]++
+			}
+		}
+		for _, m := range rows {
+			require.Equal(t, 1, sends[m.EventID], "event %s", m.EventID)
+		}
+	})
+}
+
+func TestRelayInstancesNeedsASender(t *testing.T) {
+	_, err := bench.RelayInstances(context.Background(), databasetest.NewSQLite(t), nil)
+	require.ErrorContains(t, err, "no sender")
+}

@@ -1,0 +1,50 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/internal/storage/database"
+)
+
+// NewCleaner returns the function that deletes what the bench wrote:
+// the outbox rows and posts above the ids they had when it started (all
+// rows of a database that was empty), and the publications of those posts.
+// keep (a database that held rows, --allow-nonempty) deletes nothing: rows
+// another writer adds while the bench runs get ids among the bench's own,
+// and an id mark cannot tell them apart, so the bench leaves its rows.
+func NewCleaner(ctx context.Context, db *database.DB, keep bool) (func(context.Context) error, error) {
+	if keep {
+		return func(context.Context) error { return nil }, nil
+	}
+	type mark struct {
+		table, column string
+		above         int64
+	}
+	marks := []mark{{"outbox", "id", 0}, {"publications", "post_id", 0}, {"posts", "id", 0}}
+	for i := range marks {
+		if marks[i].table == "publications" {
+			continue // the posts' mark, filled below
+		}
+		var maxID *int64
+		if err := db.WithContext(ctx).Table(marks[i].table).Select("MAX(" + marks[i].column + ")").Row().Scan(&maxID); err != nil {
+			return nil, fmt.Errorf("read the last id of %s: %w", marks[i].table, err)
+		}
+		if maxID != nil {
+			marks[i].above = *maxID
+		}
+	}
+	marks[1].above = marks[2].above
+	return func(ctx context.Context) error {
+		for _, mk := range marks {
+			err := db.WithContext(ctx).Session(&gorm.Session{AllowGlobalUpdate: true}).
+				Exec("DELETE FROM "+mk.table+" WHERE "+mk.column+" > ?", mk.above).Error
+			if err != nil {
+				return fmt.Errorf("delete the bench's rows of %s: %w", mk.table, err)
+			}
+		}
+		return nil
+	}, nil
+}

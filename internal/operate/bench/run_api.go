@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/postingsvc/posting/internal/operate/metrics"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/write/api"
+	"github.com/postingsvc/posting/internal/write/reservation"
+)
+
+// apiRounds is how many alternating rounds of raw SQL and API creates the
+// comparison runs.
+const apiRounds = 3
+
+// runAPI measures the API's creates beside raw SQL, then, on a `serve`
+// started by cfg.StartServe with default settings, commit → broker at a
+// fixed load and the creates again with the relay and worker sharing the
+// database.
+func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context.Context) error, out io.Writer) error {
+	if err := clean(ctx); err != nil {
+		return err
+	}
+	apiURL, stopAPI, err := startAPIAlone(db, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer stopAPI()
+	stopProfile, err := startCPUProfile(cfg.CPUProfile)
+	if err != nil {
+		return err
+	}
+	// Alternating rounds: a machine whose load drifts weighs on both sides
+	// alike.
+	var raw, alone Throughput
+	part := cfg.APIDuration / apiRounds
+	for range apiRounds {
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		r, err := RawCreate(ctx, db, cfg.APIClients, part)
+		if err != nil {
+			return err
+		}
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		a, err := APICreate(ctx, apiURL, cfg.APIClients, part)
+		if err != nil {
+			return err
+		}
+		raw, alone = raw.Add(r), alone.Add(a)
+	}
+	// A recording that could not be written out fails the run once its
+	// figures are printed: they hold, the file does not.
+	recorded := []error{stopProfile()}
+	stopAPI()
+	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", cfg.APIClients, cfg.APIDuration, apiRounds)
+	fmt.Fprintf(out, "  raw two-row transaction posts/s: %.0f\n", raw.PerSecond())
+	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw)\n", alone.PerSecond(), ratio(alone.PerSecond(), raw.PerSecond()))
+	if err := clean(ctx); err != nil {
+		return err
+	}
+
+	srv, err := cfg.StartServe(ctx)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = srv.Stop()
+		}
+	}()
+	// Rates in the order given: the events of one load are all on the
+	// topic before the next begins.
+	lats := make([]Latency, len(cfg.LatencyRates))
+	stopTrace, err := startTrace(cfg.LatencyTrace)
+	if err != nil {
+		return err
+	}
+	for i, rate := range cfg.LatencyRates {
+		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
+			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration})
+		if err != nil {
+			_ = stopTrace()
+			return fmt.Errorf("commit to broker at %d posts/s: %w", rate, err)
+		}
+		lats[i] = lat
+	}
+	recorded = append(recorded, stopTrace())
+	poolBefore, err := scrapePool(ctx, srv.BaseURL)
+	if err != nil {
+		return err
+	}
+	stopProfile, err = startCPUProfile(cfg.ServeCPUProfile)
+	if err != nil {
+		return err
+	}
+	full, err := APICreate(ctx, srv.BaseURL, cfg.APIClients, cfg.APIDuration)
+	recorded = append(recorded, stopProfile())
+	if err != nil {
+		return err
+	}
+	poolAfter, err := scrapePool(ctx, srv.BaseURL)
+	if err != nil {
+		return err
+	}
+	stopped = true
+	if err := srv.Stop(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, whole serve (relay and worker running): %.0f (%.2f x raw)\n", full.PerSecond(), ratio(full.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  database connections opened during that run: %.0f (pool size %.0f; %.0f opened since start)\n",
+		poolAfter.opened-poolBefore.opened, poolAfter.max, poolAfter.opened)
+	for i, lat := range lats {
+		fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", cfg.LatencyRates[i], cfg.LatencyDuration, cfg.where())
+		fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
+		if lat.Failed > 0 {
+			fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
+		}
+	}
+	return errors.Join(recorded...)
+}
+
+// startAPIAlone serves the API's handler as serve mounts it (with its
+// metrics middleware) on a loopback port, without the relay, scheduler and
+// worker that share the database in serve: what a create costs beyond its
+// two inserts.
+func startAPIAlone(db *database.DB, log *slog.Logger) (baseURL string, stop func(), err error) {
+	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	if err != nil {
+		return "", nil, err
+	}
+	h, err := api.NewHandler(api.Config{Posts: posts, Logger: log})
+	if err != nil {
+		return "", nil, err
+	}
+	m := metrics.New(db.DB, "posting-bench")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: m.HTTP(h), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	var once sync.Once
+	return "http://" + ln.Addr().String(), func() { once.Do(func() { _ = srv.Close() }) }, nil
+}

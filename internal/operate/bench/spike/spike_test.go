@@ -1,0 +1,89 @@
+package spike_test
+
+import (
+	"context"
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/operate/bench/spike"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+)
+
+// TestRunPublishesEveryPostNoneEarly runs a small spike through the
+// scheduler, relay and worker on each database: every post is published,
+// and none before its time by the database's clock.
+func TestRunPublishesEveryPostNoneEarly(t *testing.T) {
+	runPublishesEveryPostNoneEarly(t, "")
+}
+
+// The same through RabbitMQ: the worker's queue, its batches and multiple
+// acks.
+func TestRunThroughRabbitMQPublishesEveryPostNoneEarly(t *testing.T) {
+	runPublishesEveryPostNoneEarly(t, rabbitmqtest.URL(t))
+}
+
+func runPublishesEveryPostNoneEarly(t *testing.T, rabbitMQURL string) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		res, err := spike.Run(context.Background(), db.DB, spike.Config{Posts: 300, DueIn: 3 * time.Second,
+			SchedulerSpec: "@every 1s", RelayInterval: 100 * time.Millisecond, Timeout: 2 * time.Minute, RabbitMQURL: rabbitMQURL})
+		require.NoError(t, err)
+		require.Equal(t, 300, res.Posts)
+		require.GreaterOrEqual(t, res.Min, time.Duration(0), "a post was published before its time: %s", res)
+		var unpublished int64
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM posts WHERE status <> 'PUBLISHED' OR published_at IS NULL").Scan(&unpublished).Error)
+		require.Zero(t, unpublished)
+		var pubs int64
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM publications WHERE status = 'PUBLISHED'").Scan(&pubs).Error)
+		require.EqualValues(t, 300, pubs)
+		t.Log(res)
+	})
+}
+
+func TestRunRefusesADatabaseWithPosts(t *testing.T) {
+	db := databasetest.NewSQLite(t)
+	require.NoError(t, db.Exec("INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at, version) VALUES ('t','c','RESERVED',CURRENT_TIMESTAMP,CURRENT_TIMESTAMP,CURRENT_TIMESTAMP,1)").Error)
+	_, err := spike.Run(context.Background(), db.DB, spike.Config{Posts: 10})
+	require.ErrorIs(t, err, spike.ErrNotEmpty)
+}
+
+var (
+	spikePosts    = flag.Int("spike.posts", 20000, "posts due in the same second in BenchmarkSpike")
+	spikeDueIn    = flag.Duration("spike.due-in", 30*time.Second, "how long after they are seeded the posts are due in BenchmarkSpike")
+	spikeRabbitMQ = flag.Bool("spike.rabbitmq", false, "BenchmarkSpike through RabbitMQ (POSTING_TEST_RABBITMQ_URL or the local broker) instead of the in-process Kafka broker")
+)
+
+// BenchmarkSpike measures the publication lag of spike.Posts posts due in the
+// same second, on each database, with the service's settings (scheduler
+// every 5 s, relay batch 100 every 5 s, worker concurrency 64). Run with
+// -benchtime 1x.
+func BenchmarkSpike(b *testing.B) {
+	for _, d := range databasetest.Dialects {
+		b.Run(string(d), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				db := databasetest.New(b, d)
+				b.StartTimer()
+				cfg := spike.Config{Posts: *spikePosts, DueIn: *spikeDueIn, Timeout: *spikeDueIn + 5*time.Minute}
+				if *spikeRabbitMQ {
+					cfg.RabbitMQURL = rabbitmqtest.URL(b)
+				}
+				res, err := spike.Run(context.Background(), db.DB, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(res.P50.Seconds(), "p50_s")
+				b.ReportMetric(res.P99.Seconds(), "p99_s")
+				b.ReportMetric(res.Max.Seconds(), "max_s")
+				b.ReportMetric(res.AllWorking.Seconds(), "all_working_s")
+				b.ReportMetric(res.AllRecorded.Seconds(), "all_recorded_s")
+				b.Log(res)
+			}
+		})
+	}
+}

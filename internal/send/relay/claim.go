@@ -1,0 +1,87 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/postingsvc/posting/internal/send/outbox"
+)
+
+// claimBatch returns the batch this poll sends: the one a pipelined poll
+// claimed during the previous send, unless it waited too long, or else a
+// batch claimed now, in the transaction that writes the deferred
+// acknowledgements.
+func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, error) {
+	// A batch a pipelined poll claimed during the previous send goes first.
+	msgs, claimedAt := r.pending.takeNext()
+	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
+		return msgs, nil
+	}
+	if len(msgs) > 0 {
+		// The send before took long: sending this batch now could outlast
+		// the stale limit and meet another instance's recovery of it. Hand
+		// it back (no attempt spent) and claim afresh.
+		fenced, err := r.store.Release(ctx, msgs)
+		if err != nil {
+			r.pending.putBackNext(msgs)
+			return nil, fmt.Errorf("release a batch claimed too long ago: %w", err)
+		}
+		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
+	}
+	// A zero time: the claim is stamped by the database's clock inside its
+	// transaction, not with now, which the work above (or a wait for a
+	// lock) may have made old enough to look stale to other instances.
+	acked, ackedAt := r.pending.takeAcks()
+	c := r.claim(ctx, acked, ackedAt)
+	if err := r.tookClaim(c, res); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return c.msgs, nil
+}
+
+// claimed is the outcome of a claim (claim): before a send, or beside one.
+type claimed struct {
+	msgs   []outbox.Message
+	fenced int
+	err    error
+	// acked and ackedAt are the deferred acknowledgements the claim
+	// wrote, or kept when it failed.
+	acked   []outbox.Message
+	ackedAt time.Time
+}
+
+// maxNextAge is how old a batch claimed for the next poll may be when that
+// poll starts its send: a tenth of StaleAfter. New makes StaleAfter exceed
+// (send bound + WriteTimeout) * 5/4, so the age plus a whole send and write
+// stays below nine tenths of it, and no other instance takes a live claim
+// for stale. (Sequential polls start the send right after the claim.)
+func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
+
+// claim writes the deferred acknowledgements acked and claims a batch, in
+// one transaction (outbox.Store.MarkSentAndClaim). It touches no field of
+// r, so a pipelined poll runs it beside a send.
+func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
+	size := r.batch.size()
+	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
+	msgs, err = r.hooks.answer(msgs, err)
+	if err == nil {
+		r.batch.observe(size, len(msgs))
+	}
+	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt}
+}
+
+// tookClaim counts what the claim c wrote and took. When it failed,
+// nothing was written, or the answer of a commit was lost: the
+// acknowledgements it carried wait for the next try (a second write of
+// them is fenced), and so does the read-back of the claim.
+func (r *Relay) tookClaim(c claimed, res *Result) error {
+	if c.err != nil {
+		r.pending.putBackAcks(c.acked, c.ackedAt)
+		r.pending.markClaimLost()
+		return c.err
+	}
+	res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
+	res.Claimed += len(c.msgs)
+	return nil
+}

@@ -1,0 +1,136 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/postingsvc/posting/internal/send/outbox"
+)
+
+// RunOnce does one poll: recover stale claims (at most once per Interval),
+// claim a batch, send it, and record each result under the claim's version.
+// When ctx ends between claim and send the rows stay PROCESSING, as after a
+// crash, and are recovered after StaleAfter; once sent, results are recorded
+// even if ctx ends meanwhile.
+//
+// On MySQL, when the batch was full and every row was acknowledged or
+// rejected, the SENT write of the acknowledged rows is deferred to the next
+// poll, which does it in the transaction of its claim (Result.Deferred); the
+// loop polls again at once after a full batch, and writes what is left when
+// it pauses or stops. A caller that drives RunOnce itself must call Flush
+// when it is done.
+func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) { return r.poll(ctx, false) }
+
+// Pump is RunOnce pipelined, as the relay's loop polls: when the batch it
+// sends is full (more rows are likely waiting), it claims the next batch
+// while this one is being sent, and keeps it for the next poll, which sends
+// it first. The claim and the send overlap instead of following each other,
+// so the database and the broker work at the same time. The guarantees are
+// RunOnce's: the next batch is claimed under the same rule, which never
+// takes an event of a post while an earlier one is PROCESSING (the batch in
+// the air), so per-post order holds; a crash leaves both batches PROCESSING
+// for stale recovery; an unreachable broker releases both. Result.Claimed
+// counts the rows claimed during the poll, the next batch's included. A
+// caller that drives Pump itself must call Flush when it is done, which
+// releases a batch claimed and not sent.
+func (r *Relay) Pump(ctx context.Context) (Result, error) { return r.poll(ctx, true) }
+
+// poll is one cycle of the relay: write what earlier polls kept, look for
+// stale claims, claim a batch, send it, and record each result. With
+// pipelined (Pump), the send of a full batch overlaps the claim of the next.
+func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error) {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	// Two clocks: the app's decides when this relay looks again; the
+	// database's (shared by every instance) is what claims, retries and
+	// stale recovery are written and compared in.
+	appNow := r.cfg.Now()
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			r.troubleUntil = appNow.Add(r.cfg.StaleAfter)
+		}
+	}()
+	now, err := r.store.Now(ctx)
+	if err != nil {
+		return res, err
+	}
+	clock := newSharedClock(now)
+	if err := r.releaseKept(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := r.recoverStale(ctx, appNow, now, &res); err != nil {
+		return res, err
+	}
+
+	claimStart := time.Now()
+	msgs, err := r.claimBatch(ctx, &res)
+	if err != nil || len(msgs) == 0 {
+		return res, err
+	}
+	ctx, poll := r.tracePoll(ctx, claimStart, msgs)
+	defer func() { endSpan(poll, err) }()
+	r.hooks.claimed()
+	if err := ctx.Err(); err != nil {
+		// Kept for Flush, which releases them; after a crash, stale recovery.
+		r.pending.putBackNext(msgs)
+		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
+	}
+
+	errs, claimErr := r.sendBatch(ctx, msgs, pipelined, &res)
+	if len(errs) != len(msgs) {
+		// A broken sender: treat the outcome as unknown and let stale recovery retry.
+		r.pending.leaveUnrecorded(msgs...)
+		return res, errors.Join(fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs)), claimErr)
+	}
+	res, err = r.recordBatch(ctx, msgs, errs, res, clock)
+	return res, errors.Join(err, claimErr)
+}
+
+// sendBatch sends msgs and returns one result per message (see Sender).
+// With pipelined, a full batch means more rows are likely waiting: it
+// claims the next batch (and writes the acknowledgements deferred so far)
+// while this one is sent, and keeps it for the next poll; claimErr is why
+// that claim failed. Its rule skips every post with a row of this batch in
+// the air, so no event overtakes an earlier one of its post.
+func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined bool, res *Result) (errs []error, claimErr error) {
+	if !pipelined || len(msgs) < r.cfg.BatchSize {
+		return r.traceSend(ctx, msgs), nil
+	}
+	acked, ackedAt := r.pending.takeAcks()
+	nextc := make(chan claimed, 1)
+	nextAt := time.Now()
+	// This batch's results are written only once the claim has
+	// returned, so a claim stuck on the database (a lock wait, a
+	// dropped connection not timed out yet) would hold this batch
+	// PROCESSING past the stale limit, for another instance to send
+	// again. A batch claimed later than maxNextAge would be released
+	// unsent anyway: give up the claim then. (Should its commit be cut
+	// off, its rows stay PROCESSING for stale recovery, as after a
+	// crash.)
+	cctx, cancel := context.WithTimeout(ctx, r.maxNextAge())
+	defer cancel()
+	go func() { nextc <- r.claim(cctx, acked, ackedAt) }()
+	errs = r.traceSend(ctx, msgs)
+	c := <-nextc
+	// As for a claim before a send: when it failed, the acknowledgements
+	// are kept, and what the claim may have taken is read back.
+	if err := r.tookClaim(c, res); err != nil {
+		return errs, fmt.Errorf("claim the next batch: %w", err)
+	}
+	r.pending.setNext(c.msgs, nextAt)
+	return errs, nil
+}
+
+// sharedClock is the database's time read at the start of a poll, moved on
+// by this process's monotonic clock: later times of the poll (sent_at, a
+// retry's next_attempt_at) need no second read, and no wall clock enters.
+type sharedClock struct {
+	at    time.Time // the database's time when read
+	since time.Time // this process's time then, with its monotonic reading
+}
+
+func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since: time.Now()} }
+
+func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
