@@ -85,6 +85,13 @@ type PostingEventFields struct {
 	// OwnerID is the post's owner: the JWT subject that created it, "" for
 	// a post created without authentication. Always present.
 	OwnerID string `json:"ownerId"`
+	// SeriesID is the recurring series the post is an occurrence of;
+	// absent for a post created on its own.
+	SeriesID *int64 `json:"seriesId,omitempty"`
+	// Occurrence is the occurrence's local date-time in its series' zone
+	// (2026-03-29T02:30:00, no offset); absent for a post created on its
+	// own.
+	Occurrence string `json:"occurrence,omitempty"`
 }
 
 // ReservationEventFields are the fields a POSTING_RESERVATION_EVENT adds to

@@ -68,6 +68,7 @@ type settings struct {
 	OverdueAfter      time.Duration
 	OverdueInterval   time.Duration
 	OverdueReannounce int
+	SeriesHorizon     time.Duration
 	ShutdownTimeout   time.Duration
 	WorkerGroup       string
 	PublishWebhookURL string
@@ -142,6 +143,8 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.DurationVar(&s.OverdueInterval, "overdue-interval", od.Interval, "pause between two overdue checks (100ms..the grace)")
 	fs.IntVar(&s.OverdueReannounce, "overdue-reannounce", od.Reannounce,
 		"how many times an overdue post whose reservation event was sent but made no publication is announced again (0..100; 0: never)")
+	fs.DurationVar(&s.SeriesHorizon, "series-horizon", reservation.DefaultSeriesHorizon,
+		"how far ahead the occurrences of a recurring series become posts (1h..2160h, longer than the reservation lead)")
 	showEnvTwins(fs)
 }
 
@@ -250,6 +253,14 @@ func (s *settings) validateServe() error {
 		return usageError{fmt.Errorf("invalid POSTING_ADMIN_TOKEN: must be at least %d bytes, got %d; "+
 			"generate one with: openssl rand -hex 32", admin.MinTokenBytes, len(s.AdminToken))}
 	}
+	if err := s.validateConfigs(s.serviceConfig()); err != nil {
+		return err
+	}
+	if s.SeriesHorizon <= s.ReservationLead {
+		// An occurrence must be a post before the scheduler's lead reaches it.
+		return badSetting("POSTING_SERIES_HORIZON", s.SeriesHorizon.String(),
+			fmt.Sprintf("must be longer than POSTING_RESERVATION_LEAD (%s)", s.ReservationLead))
+	}
 	// The relay's stale limit is checked against the send bound of the
 	// sender to come, so that it is refused before anything is opened.
 	if s.RabbitMQURL != "" {
@@ -350,6 +361,7 @@ var settingOf = map[string]string{
 	// Its own block: a long key that would realign the lines above.
 	"reservation.ServiceConfig.IdempotencyRetention": "POSTING_IDEMPOTENCY_RETENTION",
 	"reservation.ServiceConfig.LateLimit":            "POSTING_PUBLISH_LATE_LIMIT",
+	"reservation.ServiceConfig.SeriesHorizon":        "POSTING_SERIES_HORIZON",
 	"overdue.Config.Grace":                           "POSTING_OVERDUE_AFTER",
 	"overdue.Config.Interval":                        "POSTING_OVERDUE_INTERVAL",
 	"overdue.Config.Reannounce":                      "POSTING_OVERDUE_REANNOUNCE",
@@ -452,6 +464,7 @@ func (s *settings) cleanerConfig() outbox.CleanerConfig {
 func (s *settings) serviceConfig() reservation.ServiceConfig {
 	c := reservation.DefaultServiceConfig()
 	c.IdempotencyRetention, c.LateLimit = s.IdemRetention, s.PublishLateLimit
+	c.SeriesHorizon = s.SeriesHorizon
 	return c
 }
 

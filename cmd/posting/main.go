@@ -11,6 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The IANA zone database in the binary: a series' time zone reads the
+	// same on a host without /usr/share/zoneinfo (a scratch image).
+	_ "time/tzdata"
 )
 
 func main() {

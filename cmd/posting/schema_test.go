@@ -35,7 +35,7 @@ func TestMigrateFalseOnAnOlderSchemaStops(t *testing.T) {
 		"POSTING_EMBEDDED_KAFKA_ADDR=" + freeAddr(t), "POSTING_WORKER_HTTP_ADDR="}
 	out, code = runBinary(t, env, "worker")
 	require.Equal(t, 1, code, out)
-	require.Regexp(t, "schema version 10, this binary needs 11, and POSTING_MIGRATE=false: run `posting migrate`", out)
+	require.Regexp(t, "schema version 10, this binary needs 12, and POSTING_MIGRATE=false: run `posting migrate`", out)
 	out, code = runBinary(t, env, "serve") // 00011's leases table is missing too
 	require.Equal(t, 1, code, out)
 	require.Regexp(t, "POSTING_MIGRATE=false: run `posting migrate`", out)

@@ -203,6 +203,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return s.settingError(err)
 	}
 	m.WatchOverdue()
+	// Recurring series: their occurrences become posts one horizon ahead
+	// (every instance; the series' row lock and occurrence key keep each
+	// occurrence one post).
+	mc := reservation.DefaultMaterializerConfig()
+	mc.Logger = log
+	materializer, err := reservation.NewMaterializer(posts, mc)
+	if err != nil {
+		return err
+	}
 	var history *admin.History
 	if s.AdminToken != "" {
 		// The console's chart: samples of the outbox, kept in memory.
@@ -252,7 +261,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// cut off by the signal.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBG()
-	services := append(notifiers, sched, rel, cleaner, checker)
+	services := append(notifiers, sched, rel, cleaner, checker, materializer)
 	if history != nil {
 		services = append(services, history)
 	}

@@ -145,6 +145,8 @@ func (c Config) Validate() error {
 //	GET  /admin/posts?limit=              the latest posts, newest first (default 20, max 100)
 //	GET  /admin/posts/overdue?limit=      the overdue posts and why each is stuck, longest overdue
 //	                                      first, with their count and oldest age (default 100, max 1000)
+//	GET  /admin/series?limit=             the latest recurring series with their next occurrences,
+//	                                      newest first (default 20, max 100)
 //	GET  /admin/                          the operator console (console.go); the page itself
 //	                                      is public and holds no data, it asks the routes above
 func Routes(cfg Config) (map[string]http.Handler, error) {
@@ -177,6 +179,7 @@ func Routes(cfg Config) (map[string]http.Handler, error) {
 		"GET /admin/outbox/history":           protect(s.history),
 		"GET /admin/posts":                    protect(s.recentPosts),
 		"GET /admin/posts/overdue":            protect(s.overduePosts),
+		"GET /admin/series":                   protect(s.recentSeries),
 		"GET /admin":                          http.RedirectHandler("/admin/", http.StatusMovedPermanently),
 		"GET /admin/{$}":                      consoleFile("index.html"),
 		"GET /admin/console.js":               consoleFile("console.js"),

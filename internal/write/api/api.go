@@ -41,7 +41,7 @@ type Check struct {
 
 // Config configures the handler.
 type Config struct {
-	// Posts serves /api/v1/posts. Required.
+	// Posts serves /api/v1/posts and /api/v1/series. Required.
 	Posts *reservation.Service
 	// Ready are the checks of /readyz: all run concurrently, each with
 	// ReadyTimeout; any failure answers 503 naming the failing checks. No
@@ -139,6 +139,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		"PATCH /api/v1/posts/{id}":       write(p.update),
 		"POST /api/v1/posts/{id}/cancel": write(p.byID(p.svc.Cancel)),
 	}
+	maps.Copy(routes, (&series{svc: cfg.Posts, log: cfg.Logger}).routes(read, write))
 	maps.Copy(routes, hc.routes())
 	for pattern, h := range cfg.Routes {
 		if _, dup := routes[pattern]; dup {

@@ -23,6 +23,15 @@ type PostJSON struct {
 	// OwnerID is the JWT subject that created the post; "" when it was
 	// created without authentication.
 	OwnerID string `json:"ownerId"`
+	// SeriesID is the series the post is an occurrence of; absent for a
+	// post created on its own.
+	SeriesID *int64 `json:"seriesId,omitempty"`
+	// Occurrence is the occurrence's local date-time in its series' zone,
+	// without an offset; absent for a post created on its own.
+	Occurrence *string `json:"occurrence,omitempty"`
+	// SeriesException, present on occurrences only, is true once the post
+	// was changed or cancelled on its own: its series' edits leave it alone.
+	SeriesException *bool `json:"seriesException,omitempty"`
 }
 
 // NewPostJSON returns p as the API shows it.
@@ -44,6 +53,14 @@ func NewPostJSON(p *reservation.Post) PostJSON {
 	if p.PublishBy != nil {
 		s := reservation.FormatJSONTime(*p.PublishBy)
 		out.PublishBy = &s
+	}
+	if p.SeriesID != nil {
+		id, exc := *p.SeriesID, p.SeriesException
+		out.SeriesID, out.SeriesException = &id, &exc
+		if p.Occurrence != nil {
+			s := reservation.FormatLocalTime(*p.Occurrence)
+			out.Occurrence = &s
+		}
 	}
 	return out
 }

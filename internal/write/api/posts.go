@@ -113,7 +113,7 @@ func (p *posts) byID(action func(ctx context.Context, id int64) (*reservation.Po
 
 // listParams are the query parameters of GET /api/v1/posts; any other is
 // refused, so a misspelt filter is not silently read as "everything".
-var listParams = []string{"status", "scheduledFrom", "scheduledTo", "order", "limit", "cursor", "ownerId"}
+var listParams = []string{"status", "scheduledFrom", "scheduledTo", "order", "limit", "cursor", "ownerId", "seriesId"}
 
 func (p *posts) list(w http.ResponseWriter, r *http.Request) {
 	query, err := listQuery(r)
@@ -212,6 +212,13 @@ func listQuery(r *http.Request) (reservation.ListQuery, error) {
 			return query, err
 		}
 		*f.dst = t
+	}
+	if s := q.Get("seriesId"); s != "" {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id < 1 || strings.TrimLeft(s, "0123456789") != "" {
+			return query, fieldError("seriesId", fmt.Sprintf("must be a positive integer, got %q", s))
+		}
+		query.SeriesID = &id
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -27,7 +27,7 @@ func Expire(tx *gorm.DB, ids []int64, now time.Time, claimed bool) ([]Post, erro
 		q = q.Where("publish_claimed_at IS NULL")
 	}
 	var due []Post
-	if err := q.Select("id", "status", "scheduled_at", "owner_id", "version").Order("id").Find(&due).Error; err != nil {
+	if err := q.Select("id", "status", "scheduled_at", "owner_id", "series_id", "occurrence", "version").Order("id").Find(&due).Error; err != nil {
 		return nil, fmt.Errorf("read %d posts to expire: %w", len(ids), err)
 	}
 	var expired []Post

@@ -112,6 +112,16 @@ type Post struct {
 	// Reannounced counts the reservation events the overdue check sent
 	// again for the post. Not part of the post's JSON.
 	Reannounced int `gorm:"column:reannounced" json:"-"`
+	// SeriesID is the series the post is an occurrence of (migration
+	// 00012); nil for a post created on its own.
+	SeriesID *int64 `gorm:"column:series_id"`
+	// Occurrence is the occurrence's wall time in its series' zone, its
+	// fields given as a UTC time; nil for a post created on its own.
+	Occurrence *time.Time `gorm:"column:occurrence"`
+	// SeriesException marks an occurrence post changed or cancelled on its
+	// own, through the posts API: edits and the cancel of its series leave
+	// it as it is.
+	SeriesException bool `gorm:"column:series_exception"`
 	// Version is the optimistic lock: GORM adds "AND version = ?" to every
 	// update of the post and increments it.
 	Version optimisticlock.Version `gorm:"column:version"`

@@ -52,6 +52,18 @@ type ServiceConfig struct {
 	// becomes EXPIRED. Default 0: no limit, a post is published however
 	// late. At most MaxAhead.
 	LateLimit time.Duration
+	// SeriesHorizon is how far ahead a series' occurrences become posts.
+	// Default DefaultSeriesHorizon (7 days); MinSeriesHorizon (1h) to
+	// MaxSeriesHorizon (90 days).
+	SeriesHorizon time.Duration
+	// SeriesLimit is the most occurrences a series may have within any
+	// span of SeriesHorizon; a denser rule is refused. Default
+	// DefaultSeriesLimit (1,000); 1..100,000.
+	SeriesLimit int
+	// SeriesClock is the clock series are materialized by. Default
+	// database.Now: the database's, so instances whose clocks differ agree
+	// on what is due.
+	SeriesClock func(ctx context.Context, db *gorm.DB) (time.Time, error)
 }
 
 // DefaultServiceConfig returns a ServiceConfig with every field at its
@@ -63,6 +75,9 @@ func DefaultServiceConfig() ServiceConfig {
 		Now:                  time.Now,
 		MaxAhead:             365 * 24 * time.Hour,
 		IdempotencyRetention: DefaultIdempotencyRetention,
+		SeriesHorizon:        DefaultSeriesHorizon,
+		SeriesLimit:          DefaultSeriesLimit,
+		SeriesClock:          database.Now,
 	}
 }
 
@@ -84,6 +99,15 @@ func (c ServiceConfig) Validate() error {
 	}
 	if c.LateLimit < 0 || c.LateLimit > c.MaxAhead {
 		return config.Invalid(f+"LateLimit", c.LateLimit, "want 0 (no limit) up to MaxAhead %s", c.MaxAhead)
+	}
+	if c.SeriesHorizon < MinSeriesHorizon || c.SeriesHorizon > MaxSeriesHorizon {
+		return config.Invalid(f+"SeriesHorizon", c.SeriesHorizon, "want %s..%s", MinSeriesHorizon, daysOrDuration(MaxSeriesHorizon))
+	}
+	if c.SeriesLimit < 1 || c.SeriesLimit > 100_000 {
+		return config.Invalid(f+"SeriesLimit", c.SeriesLimit, "want 1..100000")
+	}
+	if c.SeriesClock == nil {
+		return config.Invalid(f+"SeriesClock", nil, "must be set")
 	}
 	if c.IdempotencyRetention < MinIdempotencyRetention || c.IdempotencyRetention > MaxIdempotencyRetention {
 		return config.Invalid(f+"IdempotencyRetention", c.IdempotencyRetention, "want %s..%s",
@@ -168,6 +192,8 @@ type ListQuery struct {
 	// created without authentication). It narrows what ctx's Scope lets the
 	// caller see; it never widens it.
 	OwnerID *string
+	// SeriesID, when not nil, keeps the occurrence posts of that series.
+	SeriesID *int64
 }
 
 // Page is one page of posts in the query's order.
@@ -361,6 +387,9 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	if q.Status != "" {
 		query = query.Where("status = ?", q.Status)
 	}
+	if q.SeriesID != nil {
+		query = query.Where("series_id = ?", *q.SeriesID) // idx_posts_series_id
+	}
 	if !q.ScheduledFrom.IsZero() {
 		query = query.Where("scheduled_at >= ?", from)
 	}
@@ -471,6 +500,7 @@ func (s *Service) Update(ctx context.Context, id int64, in UpdateInput) (*Post, 
 	next.UpdatedAt = now
 	next.Traceparent = traceparentOf(ctx) // the reservation continues the last edit's trace
 	changes["traceparent"] = next.Traceparent
+	markException(&next, changes)
 	if err := s.write(ctx, current, &next, changes, event.ActionUpdated, now); err != nil {
 		return nil, fmt.Errorf("update post %d: %w", id, err)
 	}
@@ -493,6 +523,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 	next.Status = StatusCancelled
 	next.UpdatedAt = now
 	changes := map[string]any{"status": StatusCancelled, "updated_at": now}
+	markException(&next, changes)
 	if err := s.write(ctx, current, &next, changes, event.ActionCancelled, now); err != nil {
 		return nil, fmt.Errorf("cancel post %d: %w", id, err)
 	}
@@ -532,8 +563,14 @@ func (s *Service) write(ctx context.Context, current, next *Post, changes map[st
 
 // appendChangeEvent writes p's POSTING_EVENT row in tx.
 func appendChangeEvent(tx *gorm.DB, p *Post, action event.Action, now time.Time) error {
-	return appendEvent(tx, event.PostingEvent, p.ID, now,
-		event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt, OwnerID: p.OwnerID}, "")
+	fields := event.PostingEventFields{Action: action, Status: string(p.Status), ScheduledAt: p.ScheduledAt, OwnerID: p.OwnerID}
+	if p.SeriesID != nil {
+		fields.SeriesID = p.SeriesID
+		if p.Occurrence != nil {
+			fields.Occurrence = FormatLocalTime(*p.Occurrence)
+		}
+	}
+	return appendEvent(tx, event.PostingEvent, p.ID, now, fields, "")
 }
 
 // appendEvent builds the event of type typ about post postID with its

@@ -80,7 +80,7 @@
   // clearData removes every value shown, so that nothing stays on screen
   // after signing out or a refused token.
   function clearData() {
-    for (const id of ["fail-rows", "posts", "overdue-rows", "chart", "legend"]) $(id).replaceChildren();
+    for (const id of ["fail-rows", "posts", "series", "overdue-rows", "chart", "legend"]) $(id).replaceChildren();
     for (const o of document.querySelectorAll("main output")) o.textContent = "–";
     for (const id of ["discarded", "oldest-row", "chart-window", "updated", "overdue-oldest", "overdue-grace", "overdue-more"]) $(id).textContent = "";
     $("overdue-card").classList.remove("alarm");
@@ -102,7 +102,7 @@
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (!token) { showSignIn(); return; }
     try {
-      const [stats, history, failed, pending, retry, posts, overdue] = await Promise.all([
+      const [stats, history, failed, pending, retry, posts, overdue, series] = await Promise.all([
         call("GET", "/admin/outbox/stats", token),
         call("GET", "/admin/outbox/history", token),
         call("GET", "/admin/outbox?status=FAIL&limit=200", token),
@@ -110,6 +110,7 @@
         call("GET", "/admin/outbox?status=RETRY&limit=1000", token),
         call("GET", "/admin/posts?limit=20", token),
         call("GET", "/admin/posts/overdue?limit=100", token),
+        call("GET", "/admin/series?limit=20", token),
       ]);
       showConsole();
       $("error").hidden = true;
@@ -118,6 +119,7 @@
       renderFailed(failed.items, stats.blocking, pending.items.concat(retry.items));
       renderPosts(posts.items);
       renderOverdue(overdue);
+      renderSeries(series.items);
       $("updated").textContent = "updated " + new Date().toISOString().slice(11, 19) + "Z";
     } catch (e) {
       if (e instanceof Unauthorized) { showSignIn(e.message); return; }
@@ -257,6 +259,26 @@
     });
     $("posts").replaceChildren(...trs);
     $("posts-empty").hidden = trs.length > 0;
+  }
+
+  // renderSeries shows the latest recurring series, each with its next
+  // occurrences as local time and instant.
+  function renderSeries(series) {
+    const trs = series.map((s) => {
+      const tr = el("tr");
+      tr.dataset.id = s.id;
+      tr.appendChild(el("td", s.id));
+      tr.appendChild(el("td", s.title));
+      const st = el("td");
+      st.appendChild(el("span", s.status, "badge " + s.status));
+      tr.appendChild(st);
+      tr.appendChild(el("td", s.timeZone));
+      tr.appendChild(el("td", s.rrule));
+      tr.appendChild(el("td", s.nextOccurrences.map((o) => o.occurrence.replace("T", " ") + " (" + time(o.scheduledAt) + ")").join(", ")));
+      return tr;
+    });
+    $("series").replaceChildren(...trs);
+    $("series-empty").hidden = trs.length > 0;
   }
 
   // renderOverdue shows the posts past their time that are neither
