@@ -46,6 +46,11 @@ const (
 	// faultLate is the publishBy of the posts that have one: scheduledAt
 	// plus this.
 	faultLate = 3 * time.Second
+	// faultCheckInterval is POSTING_OVERDUE_INTERVAL: the lease holder's
+	// posting_posts_overdue is at most this (and one check's run) old.
+	faultCheckInterval = time.Second
+	// faultAdminToken is the serves' POSTING_ADMIN_TOKEN.
+	faultAdminToken = "fault-admin-token-0123456789abcdef0123456789"
 
 	firstDue        = 10 * time.Second
 	dueSpan         = 70 * time.Second // the posts fall due from S+10s to S+80s
@@ -156,8 +161,13 @@ func (r *faultReceiver) snapshot() (calls, keys, foreign map[int64]int) {
 //
 // Every 500 ms, straight from the database, every post more than the grace
 // past its time is PUBLISHED, CANCELLED, EXPIRED or listed by
-// overdue.List (the base has no GET /admin/posts/overdue yet); and while no
-// worker runs, serve's posting_posts_overdue tells of the overdue posts.
+// overdue.List; and the operator is told of it: a serve's
+// GET /admin/posts/overdue lists every post more than the grace past its
+// time and not final, and the lease holder's posting_posts_overdue counts
+// at least every post more than the grace plus two check intervals past
+// its time and not final (the gauge is as old as the last check). A sample
+// whose serves cannot answer (one killed, the lease not yet taken over)
+// checks the database only; enough samples must have checked each.
 // At the end (a bounded wait), every post is final as the API left it: a
 // cancelled one CANCELLED and, when cancelled before anything could publish
 // it, never sent to the receiver; one whose publishBy passed while no
@@ -193,12 +203,26 @@ type faultCluster struct {
 	worker    *postingtest.Proc
 	hook      string
 	gen       atomic.Int32
+
+	mu  sync.Mutex // guards ids: the sampler reads them
+	ids [2]string  // the serves' POSTING_INSTANCE_ID
+}
+
+// serveIDs returns the serves' instance ids.
+func (c *faultCluster) serveIDs() [2]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ids
 }
 
 func (c *faultCluster) startServe(i int) {
 	c.t.Helper()
+	id := fmt.Sprintf("fault-serve-%d-%d", i, c.gen.Add(1)) // a new id, as hostname-pid gives
+	c.mu.Lock()
+	c.ids[i] = id
+	c.mu.Unlock()
 	env := append(slices.Clone(c.serveEnv), "POSTING_HTTP_ADDR="+c.serveAddr[i], "POSTING_DATA_DIR="+c.t.TempDir(),
-		fmt.Sprintf("POSTING_INSTANCE_ID=fault-serve-%d-%d", i, c.gen.Add(1))) // a new id, as hostname-pid gives
+		"POSTING_INSTANCE_ID="+id)
 	c.serves[i] = postingtest.StartServe(c.t, env...)
 }
 
@@ -226,7 +250,8 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 		"POSTING_RABBITMQ_EXCHANGE=" + exchange, "POSTING_WORKER_GROUP=" + group}
 	c.serveEnv = append(slices.Clone(c.common), "POSTING_SCHEDULER_SPEC=@every 1s",
 		"POSTING_RESERVATION_LEAD="+faultLead.String(), "POSTING_RELAY_INTERVAL=100ms", "POSTING_API_WRITE_RATE=off",
-		"POSTING_OVERDUE_AFTER="+faultGrace.String(), "POSTING_OVERDUE_INTERVAL=1s",
+		"POSTING_OVERDUE_AFTER="+faultGrace.String(), "POSTING_OVERDUE_INTERVAL="+faultCheckInterval.String(),
+		"POSTING_ADMIN_TOKEN="+faultAdminToken,
 		// A worker on another database eats the reservation events of the
 		// posts due while it runs, and the re-announcements it sees as
 		// well: at most one per grace per post over its 10 s, so 10 is
@@ -242,20 +267,15 @@ func faultRun(t *testing.T, amqpURL, dbURL string) {
 
 	// The plan. Every other post or so has a publishBy (i%3 == 1 or
 	// i%6 == 2: several of them fall due while no worker runs, even when a
-	// slow machine shifts the faults by seconds), except around the kill -9
-	// of the worker: a post the killed worker had claimed and sent to the
-	// receiver but not yet recorded, whose deadline passes before the next
-	// worker's attempt, is expired by that worker (the claim is checked
-	// against the deadline again) after the receiver heard of it. That
-	// hole of the design is left to a test of its own rather than to the
-	// timing of a kill.
+	// slow machine shifts the faults by seconds, and some around the kill
+	// -9 of the worker, whose claims made in time stand past the deadline).
 	start := time.Now().Truncate(time.Second).Add(time.Second)
 	plan := make([]*plannedPost, faultPosts)
 	stoppedCancels := 0
 	for i := range plan {
 		off := firstDue + time.Duration(i)*dueSpan/faultPosts
 		p := &plannedPost{at: start.Add(off).Truncate(time.Second)}
-		if (i%3 == 1 || i%6 == 2) && (off < killWorkerAt-4*time.Second || off > killWorkerAt+4*time.Second) {
+		if i%3 == 1 || i%6 == 2 {
 			by := p.at.Add(faultLate)
 			p.by = &by
 		}
@@ -468,6 +488,11 @@ type sampler struct {
 	errs       []string
 	reasons    map[overdue.Reason]map[int64]bool // the posts listed with each reason
 	maxTold    int                               // the highest posting_posts_overdue while no worker ran
+	// The samples in which a serve's GET /admin/posts/overdue (listing)
+	// and the lease holder's posting_posts_overdue (gauge) answered, and
+	// those of them that had to tell of at least one post.
+	listingSamples, listingNonEmpty int
+	gaugeSamples, gaugeNonEmpty     int
 }
 
 func startSampler(t *testing.T, db *database.DB, c *faultCluster, hook *faultReceiver) *sampler {
@@ -498,28 +523,33 @@ func (s *sampler) halt() {
 	<-s.done
 }
 
-// sample takes one sample. overdue.List runs first: every post that is
-// still not final when the table is read afterwards was not final at the
-// listing either (a post only moves on), so one more than the grace before
-// the listing's clock must be on the list. The told half reads serve's
-// gauge, which only the instance holding the check's lease exports.
+// sample takes one sample. What the operator is told is read first: the
+// lease holder's posting_posts_overdue, then a serve's GET
+// /admin/posts/overdue. overdue.List runs next, and the table is read last.
+// A post only moves on, so one still not final at the table's read was not
+// final at any earlier read either. Hence:
+//   - overdue.List must list every post not final that was more than the
+//     grace past its time at the listing's clock (sum.Now);
+//   - the serve's listing, made at most readLag before sum.Now, every post
+//     not final more than grace + readLag past its time at sum.Now;
+//   - the gauge, computed by the holder's last check at most one interval
+//     and one check's run (bounded by another interval) before it was read,
+//     itself at most readLag before sum.Now, must count at least the posts
+//     not final more than grace + 2 × interval + readLag past their time.
 func (s *sampler) sample(db *database.DB, c *faultCluster, hook *faultReceiver) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	gaugeAt := time.Now()
+	gauge, holder, gaugeOK := holderGauge(ctx, db, c)
+	listingAt := time.Now()
+	told, listingOK := adminOverdue(ctx, c)
 	listed, sum, err := overdue.List(ctx, db.DB, faultGrace, 10000)
+	listedBy := time.Now() // sum.Now was read before this
 	var posts []reservation.Post
 	if err == nil {
 		err = db.DB.WithContext(ctx).Select("id", "status", "scheduled_at", "publish_by").Order("id").Find(&posts).Error
 	}
 	calls, _, _ := hook.snapshot()
-	told := -1
-	if s.noWorker.Load() {
-		for _, addr := range c.serveAddr {
-			if n, ok := overdueGauge(addr); ok {
-				told = max(told, n)
-			}
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -527,7 +557,9 @@ func (s *sampler) sample(db *database.DB, c *faultCluster, hook *faultReceiver) 
 		return
 	}
 	s.samples++
-	s.maxTold = max(s.maxTold, told)
+	if s.noWorker.Load() && gaugeOK {
+		s.maxTold = max(s.maxTold, gauge)
+	}
 	on := map[int64]bool{}
 	for _, o := range listed {
 		on[o.ID] = true
@@ -546,22 +578,51 @@ func (s *sampler) sample(db *database.DB, c *faultCluster, hook *faultReceiver) 
 		}
 	}
 	cutoff := sum.Now.Add(-faultGrace)
+	listingCutoff := cutoff.Add(-listedBy.Sub(listingAt))
+	gaugeCutoff := cutoff.Add(-2*faultCheckInterval - listedBy.Sub(gaugeAt))
+	var untold, uncounted []string
 	for _, p := range posts {
-		if !p.Status.Terminal() && p.ScheduledAt.Before(cutoff) && !on[p.ID] {
+		open := !p.Status.Terminal()
+		if open && p.ScheduledAt.Before(cutoff) && !on[p.ID] {
 			s.violations = append(s.violations, fmt.Sprintf("sample %d (database clock %s): post %d %s, due %s (%s past), neither final nor listed overdue (%d listed)",
 				s.samples, sum.Now.Format(time.RFC3339Nano), p.ID, p.Status, p.ScheduledAt.UTC().Format(time.RFC3339), sum.Now.Sub(p.ScheduledAt), len(listed)))
 		}
-		// The receiver never hears of an expired post , at any
-		// moment.
+		if open && p.ScheduledAt.Before(listingCutoff) && !told[p.ID] {
+			untold = append(untold, fmt.Sprintf("%d %s (%s past)", p.ID, p.Status, sum.Now.Sub(p.ScheduledAt).Round(time.Millisecond)))
+		}
+		if open && p.ScheduledAt.Before(gaugeCutoff) {
+			uncounted = append(uncounted, fmt.Sprintf("%d %s (%s past)", p.ID, p.Status, sum.Now.Sub(p.ScheduledAt).Round(time.Millisecond)))
+		}
+		// The receiver never hears of an expired post, at any moment.
 		if p.Status == reservation.StatusExpired && calls[p.ID] > 0 {
 			s.violations = append(s.violations, fmt.Sprintf("sample %d: post %d EXPIRED and sent to the receiver %d times", s.samples, p.ID, calls[p.ID]))
+		}
+	}
+	if listingOK {
+		s.listingSamples++
+		if len(untold) > 0 {
+			s.violations = append(s.violations, fmt.Sprintf("sample %d (database clock %s): GET /admin/posts/overdue (%d items) did not list posts due more than %s before and not final: %s",
+				s.samples, sum.Now.Format(time.RFC3339Nano), len(told), sum.Now.Sub(listingCutoff).Round(time.Millisecond), strings.Join(untold, ", ")))
+		}
+		if len(told) > 0 || len(untold) > 0 {
+			s.listingNonEmpty++
+		}
+	}
+	if gaugeOK {
+		s.gaugeSamples++
+		if gauge < len(uncounted) {
+			s.violations = append(s.violations, fmt.Sprintf("sample %d (database clock %s): the lease holder %s told posting_posts_overdue %d, but %d posts due more than %s before are not final: %s",
+				s.samples, sum.Now.Format(time.RFC3339Nano), holder, gauge, len(uncounted), sum.Now.Sub(gaugeCutoff).Round(time.Millisecond), strings.Join(uncounted, ", ")))
+		}
+		if len(uncounted) > 0 {
+			s.gaugeNonEmpty++
 		}
 	}
 }
 
 // stopAndCheck ends the sampling and requires every sample to have kept
-// the invariant, and serve to have told of overdue posts while no worker
-// ran.
+// the invariant, enough samples to have checked what the serves told, and
+// serve to have told of overdue posts while no worker ran.
 func (s *sampler) stopAndCheck(t *testing.T) {
 	t.Helper()
 	s.halt()
@@ -572,14 +633,85 @@ func (s *sampler) stopAndCheck(t *testing.T) {
 		reasons = append(reasons, fmt.Sprintf("%s: %d posts", r, len(ids)))
 	}
 	slices.Sort(reasons)
-	t.Logf("%d samples; reasons listed: %s; posting_posts_overdue up to %d while no worker ran; %d failed samples",
-		s.samples, strings.Join(reasons, ", "), s.maxTold, len(s.errs))
+	t.Logf("%d samples; reasons listed: %s; posting_posts_overdue up to %d while no worker ran; %d failed samples; "+
+		"GET /admin/posts/overdue answered %d samples (%d had posts to list), the lease holder's gauge %d (%d had posts to count)",
+		s.samples, strings.Join(reasons, ", "), s.maxTold, len(s.errs), s.listingSamples, s.listingNonEmpty, s.gaugeSamples, s.gaugeNonEmpty)
 	require.Empty(t, s.violations, "samples that broke the invariant")
 	// The database stays up: a sample that fails is a fault of the
 	// listing, not of the run.
 	require.Empty(t, s.errs, "samples that failed")
 	require.Greater(t, s.samples, 20)
+	// A serve is down for seconds at each kill, and the check's lease
+	// waits out its TTL (10 s) when its holder is killed; the other
+	// samples must have heard the serves.
+	require.Greater(t, s.listingSamples, 20, "samples in which a serve answered GET /admin/posts/overdue")
+	require.Greater(t, s.gaugeSamples, 20, "samples in which the lease holder exported posting_posts_overdue")
+	require.Positive(t, s.listingNonEmpty, "no sample had a post for GET /admin/posts/overdue to list")
+	require.Positive(t, s.gaugeNonEmpty, "no sample had a post for posting_posts_overdue to count")
 	require.Greater(t, s.maxTold, 0, "serve never told of an overdue post while no worker ran")
+}
+
+// holderGauge reads posting_posts_overdue from the serve that holds the
+// overdue check's lease: the one serve that exports it, or, when both do
+// (one lost the lease and has not yet run a check since), the one the
+// lease names. ok false when neither answers with it (a serve killed, or
+// the lease of a killed holder not yet taken over).
+func holderGauge(ctx context.Context, db *database.DB, c *faultCluster) (n int, holder string, ok bool) {
+	ids := c.serveIDs()
+	var got []int
+	for i, addr := range c.serveAddr {
+		if v, exported := overdueGauge(addr); exported {
+			n, holder = v, ids[i]
+			got = append(got, i)
+		}
+	}
+	switch len(got) {
+	case 0:
+		return 0, "", false
+	case 1:
+		return n, holder, true
+	}
+	l, held, err := database.ReadLease(ctx, db.DB, overdue.LeaseName)
+	if err != nil || !held {
+		return 0, "", false
+	}
+	for _, i := range got {
+		if ids[i] == l.Holder {
+			v, exported := overdueGauge(c.serveAddr[i])
+			return v, l.Holder, exported
+		}
+	}
+	return 0, "", false
+}
+
+// adminOverdue returns the posts a serve lists at GET /admin/posts/overdue,
+// from the first serve that answers; ok false when neither does.
+func adminOverdue(ctx context.Context, c *faultCluster) (map[int64]bool, bool) {
+	client := http.Client{Timeout: 5 * time.Second}
+	for _, addr := range c.serveAddr {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			"http://"+addr+"/admin/posts/overdue?limit="+strconv.Itoa(overdue.MaxListLimit), nil)
+		if err != nil {
+			return nil, false
+		}
+		req.Header.Set("Authorization", "Bearer "+faultAdminToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			continue
+		}
+		var l overdue.ListJSON
+		err = json.NewDecoder(resp.Body).Decode(&l)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || l.Count != len(l.Items) {
+			continue
+		}
+		out := make(map[int64]bool, len(l.Items))
+		for _, p := range l.Items {
+			out[p.PostID] = true
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 // overdueGauge reads posting_posts_overdue from the serve at addr; ok false
