@@ -175,9 +175,14 @@ func TestNoPasswordInAnyOutput(t *testing.T) {
 			"POSTING_PUBLISH_WEBHOOK_URL=https://u:" + canary + "/x@hooks.example.com/hook"}})
 	for _, w := range webhooks {
 		for _, command := range []string{"serve", "worker"} {
+			env := []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_PUBLISH_WEBHOOK_URL=" + w.url}
+			if command == "worker" {
+				// A worker alone starts on a broker of its own: on an
+				// embedded broker it waits for the serve that runs it.
+				env = append(env, "POSTING_RABBITMQ_URL="+amqpURL)
+			}
 			cases = append(cases, leakCase{name: command + "/webhook " + w.name, args: []string{command}, says: w.says,
-				running: strings.Contains(w.says, "started"),
-				env:     []string{"POSTING_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "p.db"), "POSTING_PUBLISH_WEBHOOK_URL=" + w.url}})
+				running: strings.Contains(w.says, "started"), env: env})
 		}
 	}
 
