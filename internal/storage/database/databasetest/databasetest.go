@@ -85,7 +85,11 @@ func openMigrated(t testing.TB, url string) *database.DB {
 // closes it when the test ends; unlike New it does not migrate.
 func Open(t testing.TB, url string) *database.DB {
 	t.Helper()
-	db, err := database.Open(url, "")
+	var db *database.DB
+	err := whileFull(func() (err error) {
+		db, err = database.Open(url, "")
+		return err
+	})
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
@@ -143,12 +147,16 @@ func openMySQLAdmin(dsn string) (*sql.DB, error) {
 }
 
 // pingAdmin returns db, an administrative pool of two connections, once
-// the server answers; a server that does not answer within 3s is missing.
+// the server answers.
 func pingAdmin(db *sql.DB) (*sql.DB, error) {
 	db.SetMaxOpenConns(2)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
+	// A server that does not answer within 3s is missing; one that answers
+	// it is full is waited for.
+	if err := whileFull(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	}); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -160,9 +168,9 @@ func Migrate(t testing.TB, db *database.DB) { t.Helper(); migrate(t, db) }
 
 func migrate(t testing.TB, db *database.DB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute+fullFor)
 	defer cancel()
-	if _, err := migrations.Apply(ctx, db, nil); err != nil {
+	if err := whileFull(func() error { _, err := migrations.Apply(ctx, db, nil); return err }); err != nil {
 		t.Fatalf("migrate %s: %v", db.Dialect, err)
 	}
 }
@@ -205,7 +213,7 @@ func databaseName(prefix string) string {
 // admin is closed then.
 func createDatabase(t testing.TB, admin *sql.DB, name, create, drop string) {
 	t.Helper()
-	if _, err := admin.Exec(create); err != nil {
+	if err := whileFull(func() error { _, err := admin.Exec(create); return err }); err != nil {
 		_ = admin.Close()
 		t.Fatalf("create test database %s: %v", name, err)
 	}
