@@ -391,6 +391,10 @@ func parseISODuration(s string) (time.Duration, error) {
 		case 'S':
 			d = time.Second
 		}
+		if time.Duration(n) > (math.MaxInt64-total)/d {
+			// It would wrap around: 30501W would read as about 72 hours.
+			return 0, fmt.Errorf("is too long, got %q", s)
+		}
 		total += time.Duration(n) * d
 		rest = rest[i+1:]
 	}

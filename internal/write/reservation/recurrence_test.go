@@ -230,3 +230,28 @@ func TestRuleCheckRefusesAStartSoFarBackThatExpandingItIsUnbounded(t *testing.T)
 	require.NoError(t, err)
 	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxRuleScan), "a weekly series from 1900: a few thousand occurrences before now")
 }
+
+// A duration too long for a time.Duration is refused, not wrapped around:
+// 30,501 weeks (585 years) would otherwise read as about 72 hours, and pass
+// as a series' publishWithin while the series shows 30,501 weeks.
+func TestISODurationTooLongToHoldIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"P30501W", "P213504D", "PT5124096H", "P15251W", "P999999999W", "P106751DT23H47M17S", "P15250WT999999999H"} {
+		d, err := parseISODuration(s)
+		require.Errorf(t, err, "%s read as %s", s, d)
+	}
+	d, err := parseISODuration("P15250W")
+	require.NoError(t, err, "15,250 weeks still fit")
+	require.Equal(t, 15250*7*24*time.Hour, d)
+	d, err = parseISODuration("P106751DT23H47M16S")
+	require.NoError(t, err)
+	require.Equal(t, 9223372036*time.Second, d)
+
+	s := &Series{Title: "t", Content: "c", TimeZone: "UTC", StartLocal: wall(2030, 1, 1, 9, 0), RRule: "FREQ=DAILY"}
+	within := "P30501W"
+	s.PublishWithin = &within
+	_, err = compileSeries(s)
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "publishWithin", ve.Field)
+}
