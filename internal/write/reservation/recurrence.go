@@ -102,6 +102,13 @@ const MaxRuleLength = 1000
 // checked (MaxSeriesOccurrences per horizon, or its first occurrence).
 const maxRuleScan = 200_000
 
+// maxOccurrencesBefore bounds the occurrences a new start or rule may have
+// before now. Every view, list and materialization of a series expands its
+// rule from its start (about 100 ns an occurrence), so a list of 100 series
+// each this far back costs about 0.2 s; a weekly series may start 380 years
+// back, one of 24 a day 2 years back.
+const maxOccurrencesBefore = 20_000
+
 // recurrence is a parsed series rule: rrule-go expands it in floating time
 // (wall times as UTC, so no zone and no DST enters the expansion), and
 // LocalToInstant turns each wall time into its instant in loc.
@@ -281,10 +288,10 @@ func (r *recurrence) between(from, to time.Time, limit int) []Occurrence {
 // check refuses a rule that has no occurrence at or after from, or more
 // than limit occurrences within some span of horizon in the year after
 // from (the rule is then too dense for the materializer's bound). It also
-// refuses, naming start, a rule with more than maxRuleScan occurrences
-// before from: every later expansion of the series would draw them all
-// again, and a start centuries back with a dense rule costs minutes of CPU.
-// maxSkip (maxRuleScan for a new start or rule) bounds those.
+// refuses, naming start, a rule with more than maxSkip occurrences before
+// from (maxOccurrencesBefore for a new start or rule): every later
+// expansion of the series would draw them all again, and a start centuries
+// back with a dense rule costs minutes of CPU.
 func (r *recurrence) check(from time.Time, horizon time.Duration, limit, maxSkip int) error {
 	end := from.Add(max(horizon, 366*24*time.Hour))
 	var window []time.Time // the instants of the last limit+1 occurrences

@@ -214,21 +214,21 @@ func TestRuleCheckRefusesAStartSoFarBackThatExpandingItIsUnbounded(t *testing.T)
 	for _, rule := range []string{"FREQ=DAILY;" + hours, "FREQ=DAILY;" + hours + ";" + minutes} {
 		r, err := parseRecurrence(rule, wall(1740, 1, 1, 0, 0), time.UTC)
 		require.NoError(t, err)
-		err = r.check(now, 7*24*time.Hour, 1000, maxRuleScan)
+		err = r.check(now, 7*24*time.Hour, 1000, maxOccurrencesBefore)
 		var ve *ValidationError
 		require.ErrorAsf(t, err, &ve, "%s", rule)
 		require.Equal(t, "start", ve.Field)
 		require.Contains(t, ve.Reason, "too far before now")
-		require.LessOrEqualf(t, r.drawn, maxRuleScan+1, "%s: wall times expanded", rule)
+		require.LessOrEqualf(t, r.drawn, maxOccurrencesBefore+1, "%s: wall times expanded", rule)
 	}
 
 	// A recent start, and a far one with few occurrences before now, are fine.
 	r, err := parseRecurrence("FREQ=DAILY;"+hours, wall(2026, 1, 1, 0, 0), time.UTC)
 	require.NoError(t, err)
-	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxRuleScan))
+	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxOccurrencesBefore))
 	r, err = parseRecurrence("FREQ=WEEKLY", wall(1900, 1, 1, 9, 0), time.UTC)
 	require.NoError(t, err)
-	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxRuleScan), "a weekly series from 1900: a few thousand occurrences before now")
+	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxOccurrencesBefore), "a weekly series from 1900: a few thousand occurrences before now")
 }
 
 // A duration too long for a time.Duration is refused, not wrapped around:

@@ -172,7 +172,7 @@ func compileSeries(s *Series) (*seriesPlan, error) {
 func (svc *Service) checkRule(p *seriesPlan, now time.Time, newStart bool) error {
 	maxSkip := math.MaxInt
 	if newStart {
-		maxSkip = maxRuleScan
+		maxSkip = maxOccurrencesBefore
 	}
 	return p.rec.check(now, svc.cfg.SeriesHorizon, svc.cfg.SeriesLimit, maxSkip)
 }
