@@ -595,8 +595,12 @@ func (svc *Service) reconcile(ctx context.Context, tx *gorm.DB, s *Series, plan 
 		next := *p
 		next.Title, next.Content, next.ScheduledAt, next.PublishBy, next.UpdatedAt = s.Title, s.Content, at,
 			svc.occurrencePublishBy(plan, at), now
-		if ok, err := writeFollower(tx, p, changes); err != nil || !ok {
+		ok, err := writeFollower(tx, p, changes)
+		if err != nil {
 			return err
+		}
+		if !ok {
+			continue // taken by the scheduler or changed meanwhile: theirs; the others still follow
 		}
 		if err := appendChangeEvent(tx, &next, event.ActionUpdated, now); err != nil {
 			return err
