@@ -206,11 +206,18 @@ func decodeBatch(body []byte) (*batchBody, error) {
 	case req.Posts.Kind() != '[':
 		return nil, fieldError(reservation.BatchField, "must be an array of posts, not "+kindName(req.Posts.Kind()))
 	}
-	if err := jsonv2.Unmarshal(req.Posts, &b.items, decodeOptions); err != nil {
+	// Counted first, each item skipped: decoding millions of tiny items
+	// ([0,0,...]) one by one would take gigabytes before the size check.
+	n, err := countItems(req.Posts)
+	if err != nil {
 		return nil, jsonError(err)
 	}
-	if err := reservation.CheckBatchSize(len(b.items)); err != nil {
+	if err := reservation.CheckBatchSize(n); err != nil {
 		return nil, err
+	}
+	b.items = make([]jsontext.Value, 0, n)
+	if err := jsonv2.Unmarshal(req.Posts, &b.items, decodeOptions); err != nil {
+		return nil, jsonError(err)
 	}
 	switch string(req.DryRun) {
 	case "", "false":
@@ -220,6 +227,22 @@ func decodeBatch(body []byte) (*batchBody, error) {
 		return nil, fieldError("dryRun", "must be true or false, not "+kindName(req.DryRun.Kind()))
 	}
 	return b, nil
+}
+
+// countItems counts the values of arr, a JSON array, without decoding them.
+func countItems(arr jsontext.Value) (int, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(arr), decodeOptions)
+	if _, err := dec.ReadToken(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for dec.PeekKind() != ']' {
+		if err := dec.SkipValue(); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // createBatch serves POST /api/v1/posts/batch, after readBatch and the
