@@ -112,6 +112,12 @@ func (i brokerInfo) sameNetwork(here brokerInfo) bool {
 	return i.host == here.host && i.net == here.net
 }
 
+// elsewhere reports whether i was surely written on another host or
+// network than here: another host name, or two known networks that differ.
+func (i brokerInfo) elsewhere(here brokerInfo) bool {
+	return i.host != here.host || (i.net != "" && here.net != "" && i.net != here.net)
+}
+
 // parseBrokerInfo reads a lease's info; ok is false for one this code did
 // not write.
 func parseBrokerInfo(raw string) (i brokerInfo, ok bool) {
@@ -430,11 +436,15 @@ func (s *settings) requireEmbeddedBrokerFile(ctx context.Context, log *slog.Logg
 // on any other database, such as a stale ./data/posting.db beside a serve
 // on PostgreSQL, finds none. A serve started beside the worker may not have
 // taken its lease yet: the worker waits up to embeddedBrokerWait for one.
-// It runs before the worker joins the consumer group.
+// The broker listens on its host's loopback, so a lease taken on another
+// host or network names another broker than the one this worker reaches at
+// the same address, and is refused too. It runs before the worker joins the
+// consumer group.
 func requireEmbeddedBrokerLease(ctx context.Context, s *settings, db *database.DB, log *slog.Logger) error {
 	if !s.readsEmbeddedBroker() {
 		return nil
 	}
+	here := brokerInfo{host: thisHost(), net: thisNetwork()}
 	deadline := time.Now().Add(embeddedBrokerWait)
 	waiting := false
 	for {
@@ -446,6 +456,10 @@ func requireEmbeddedBrokerLease(ctx context.Context, s *settings, db *database.D
 		}
 		info, ok := parseBrokerInfo(held.Info)
 		switch {
+		case live && ok && sameBrokerAddr(info.addr, s.EmbeddedKafkaAddr) && info.elsewhere(here):
+			return wrongDatabaseForEmbeddedBroker(s, db.Location,
+				fmt.Sprintf("belongs to the embedded broker at %s on host %s, which listens on that host's loopback only; "+
+					"this worker on host %s would read another broker at that address", info.addr, info.host, here.host))
 		case live && ok && sameBrokerAddr(info.addr, s.EmbeddedKafkaAddr):
 			return nil
 		case live && ok:

@@ -426,3 +426,39 @@ func TestBrokerInfoRoundTrips(t *testing.T) {
 		require.Equal(t, i, got, i.String())
 	}
 }
+
+// The embedded broker listens on its own host's loopback, so a live lease
+// names the broker a worker reads only when it was taken on the worker's
+// host and network: a worker elsewhere that finds the same loopback
+// address in its database's lease would read another broker there (that of
+// another database's serve) and is refused, naming the broker's host.
+func TestWorkerOnALoopbackBrokerOfAnotherHostIsRefused(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewSQLite(t)
+	addr := "127.0.0.1:19092"
+	s := &settings{EmbeddedKafkaAddr: addr}
+	log := slog.New(slog.DiscardHandler)
+	here := brokerInfo{addr: "localhost:19092", host: thisHost(), net: thisNetwork()}
+	others := []brokerInfo{{addr: addr, host: "another-host"}, {addr: addr, host: "another-host", net: here.net}}
+	if here.net != "" {
+		others = append(others, brokerInfo{addr: addr, host: here.host, net: "00000000:1"})
+	}
+	for _, info := range others {
+		_, ok, err := database.AcquireLease(context.Background(), db.DB, embeddedBrokerLease, "elsewhere#00000000", info.String(), time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		err = requireEmbeddedBrokerLease(context.Background(), s, db, log)
+		require.Errorf(t, err, "a lease of %s", info)
+		var usage usageError
+		require.ErrorAs(t, err, &usage)
+		require.Contains(t, err.Error(), "POSTING_DATABASE_URL")
+		require.Contains(t, err.Error(), "on host "+info.host)
+		require.NoError(t, database.ReleaseLease(context.Background(), db.DB, embeddedBrokerLease, "elsewhere#00000000"))
+	}
+
+	// This host's lease, with the address written another way, is the broker.
+	_, ok, err := database.AcquireLease(context.Background(), db.DB, embeddedBrokerLease, "here#00000000", here.String(), time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, requireEmbeddedBrokerLease(context.Background(), s, db, log))
+}

@@ -126,14 +126,15 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	p := &posts{svc: cfg.Posts, log: cfg.Logger}
 	hc := &health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}
 	var limit func(http.Handler) http.Handler
+	var spent func(http.Handler) http.Handler
 	if cfg.WriteLimit.Requests > 0 {
-		limit = writeLimiter(cfg.WriteLimit) // once: every write route counts against it
+		limit, spent = writeLimiter(cfg.WriteLimit) // once: every write route counts against it
 	}
 	read := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, nil) }
 	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, limit) }
 	routes := map[string]http.Handler{
 		"POST /api/v1/posts":             write(p.create),
-		"POST /api/v1/posts/batch":       batchGuard(cfg, http.HandlerFunc(p.createBatch), limit, cfg.Logger),
+		"POST /api/v1/posts/batch":       batchGuard(cfg, http.HandlerFunc(p.createBatch), limit, spent, cfg.Logger),
 		"GET /api/v1/posts":              read(p.list),
 		"GET /api/v1/posts/{id}":         read(p.byID(p.svc.Get)),
 		"PATCH /api/v1/posts/{id}":       write(p.update),

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/httprate"
 	jsonv2 "github.com/go-json-experiment/json"
@@ -31,6 +32,12 @@ const MaxBatchPosts = reservation.MaxBatchPosts
 // to 6 bytes a character and may not fit; such a batch is answered 413 and
 // must be split.
 const MaxBatchBodyBytes = 80 << 20
+
+// MaxBatchBytesReading bounds the declared bodies of the batch requests a
+// handler reads and serves at once: two of the largest. Decoding a body
+// holds about three times its size, so an unbounded number of 80 MiB
+// uploads would hold gigabytes.
+const MaxBatchBytesReading = 2 * MaxBatchBodyBytes
 
 // BatchJSON is the answer of a batch create: the created posts in the
 // order of the request.
@@ -90,23 +97,67 @@ func (b *batchBody) batchWrites() int {
 // batchGuard is guard for the batch route, with the body read between
 // authentication and the write limit: the limit counts the batch's posts,
 // so it must know how many there are. A body refused as a whole (malformed,
-// empty, too many posts) is answered there and spends nothing.
-func batchGuard(cfg Config, h http.Handler, limit func(http.Handler) http.Handler, log *slog.Logger) http.Handler {
+// empty, too many posts) is answered there and spends nothing. Before the
+// body is read, a caller without a write left is refused (refuseSpent),
+// and the bodies read at once are bounded by MaxBatchBytesReading.
+func batchGuard(cfg Config, h http.Handler, limit, refuseSpent func(http.Handler) http.Handler, log *slog.Logger) http.Handler {
 	h = scoped(h)
 	if limit != nil {
 		h = limit(h)
 	}
-	h = readBatch(h, log)
+	h = readBatch(h, &bodyBudget{free: MaxBatchBytesReading}, log)
+	if refuseSpent != nil {
+		h = refuseSpent(h)
+	}
 	if cfg.Auth != nil {
 		h = auth.Middleware(cfg.Auth, h)
 	}
 	return h
 }
 
+// bodyBudget bounds the bytes of the batch bodies being read and served
+// at once.
+type bodyBudget struct {
+	mu   sync.Mutex
+	free int64
+}
+
+// take reserves n bytes, or reports false when fewer are free.
+func (b *bodyBudget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.free {
+		return false
+	}
+	b.free -= n
+	return true
+}
+
+func (b *bodyBudget) give(n int64) {
+	b.mu.Lock()
+	b.free += n
+	b.mu.Unlock()
+}
+
 // readBatch reads and decodes the batch's envelope, puts it into the
 // request's context, and sets the write limit's increment to its writes.
-func readBatch(next http.Handler, log *slog.Logger) http.Handler {
+// The body's declared length (the largest body when it has none) is held
+// of budget until the request is served: one that does not fit is refused
+// with 503 before its body is read.
+func readBatch(next http.Handler, budget *bodyBudget, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		size := r.ContentLength
+		if size < 0 || size > MaxBatchBodyBytes {
+			size = MaxBatchBodyBytes // unknown, or refused as 413 once that much is read
+		}
+		if !budget.take(size) {
+			response.Refuse(w)
+			w.Header().Set("Retry-After", "1")
+			response.WriteProblem(w, http.StatusServiceUnavailable,
+				"the server is reading as many batch bodies as it holds at once; nothing was written; retry after the time in Retry-After", "")
+			return
+		}
+		defer budget.give(size)
 		body, err := readBody(w, r, MaxBatchBodyBytes)
 		if err != nil {
 			writeBatchError(w, r, log, err)
@@ -155,11 +206,18 @@ func decodeBatch(body []byte) (*batchBody, error) {
 	case req.Posts.Kind() != '[':
 		return nil, fieldError(reservation.BatchField, "must be an array of posts, not "+kindName(req.Posts.Kind()))
 	}
-	if err := jsonv2.Unmarshal(req.Posts, &b.items, decodeOptions); err != nil {
+	// Counted first, each item skipped: decoding millions of tiny items
+	// ([0,0,...]) one by one would take gigabytes before the size check.
+	n, err := countItems(req.Posts)
+	if err != nil {
 		return nil, jsonError(err)
 	}
-	if err := reservation.CheckBatchSize(len(b.items)); err != nil {
+	if err := reservation.CheckBatchSize(n); err != nil {
 		return nil, err
+	}
+	b.items = make([]jsontext.Value, 0, n)
+	if err := jsonv2.Unmarshal(req.Posts, &b.items, decodeOptions); err != nil {
+		return nil, jsonError(err)
 	}
 	switch string(req.DryRun) {
 	case "", "false":
@@ -169,6 +227,22 @@ func decodeBatch(body []byte) (*batchBody, error) {
 		return nil, fieldError("dryRun", "must be true or false, not "+kindName(req.DryRun.Kind()))
 	}
 	return b, nil
+}
+
+// countItems counts the values of arr, a JSON array, without decoding them.
+func countItems(arr jsontext.Value) (int, error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(arr), decodeOptions)
+	if _, err := dec.ReadToken(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for dec.PeekKind() != ']' {
+		if err := dec.SkipValue(); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // createBatch serves POST /api/v1/posts/batch, after readBatch and the

@@ -2,8 +2,10 @@ package api
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 
 	"github.com/go-chi/httprate"
 
@@ -46,10 +48,13 @@ func scoped(h http.Handler) http.Handler {
 
 // writeLimiter is one sliding-window limiter shared by every write route of
 // the handler, keyed by the caller: a subject's writes count together
-// whichever route they use.
-func writeLimiter(l WriteLimit) func(http.Handler) http.Handler {
+// whichever route they use. refuseSpent answers 429, as the limiter does,
+// a request whose caller has no write left, without spending one, and
+// passes the others on: a route that must read its body before the limit
+// can count it refuses a spent caller before reading.
+func writeLimiter(l WriteLimit) (limit, refuseSpent func(http.Handler) http.Handler) {
 	detail := fmt.Sprintf("too many writes: at most %d per %s for each caller; retry after the time in Retry-After", l.Requests, l.Window)
-	return httprate.Limit(l.Requests, l.Window,
+	rl := httprate.NewRateLimiter(l.Requests, l.Window,
 		httprate.WithKeyFuncs(callerKey),
 		httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
 			// httprate has set Retry-After (the window, in seconds) and
@@ -57,6 +62,25 @@ func writeLimiter(l WriteLimit) func(http.Handler) http.Handler {
 			response.Refuse(w)
 			response.WriteProblem(w, http.StatusTooManyRequests, batchLimitDetail(w, r, l, detail), "")
 		}))
+	keyOf := httprate.JoinKeys(callerKey) // the key the limiter makes of it
+	refuseSpent = func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key, err := keyOf(r)
+			if err == nil {
+				// As the limiter rounds the sliding window's rate.
+				if _, rate, err := rl.Status(key); err == nil && int(math.Round(rate))+1 > l.Requests {
+					w.Header().Set("X-RateLimit-Limit", strconv.Itoa(l.Requests))
+					w.Header().Set("X-RateLimit-Remaining", "0")
+					w.Header().Set("Retry-After", strconv.Itoa(int(l.Window.Seconds())))
+					response.Refuse(w)
+					response.WriteProblem(w, http.StatusTooManyRequests, detail, "")
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	return rl.Handler, refuseSpent
 }
 
 // callerKey is the limiter's key: the token's subject, or the client's IP

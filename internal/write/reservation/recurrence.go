@@ -102,6 +102,13 @@ const MaxRuleLength = 1000
 // checked (MaxSeriesOccurrences per horizon, or its first occurrence).
 const maxRuleScan = 200_000
 
+// maxOccurrencesBefore bounds the occurrences a new start or rule may have
+// before now. Every view, list and materialization of a series expands its
+// rule from its start (about 100 ns an occurrence), so a list of 100 series
+// each this far back costs about 0.2 s; a weekly series may start 380 years
+// back, one of 24 a day 2 years back.
+const maxOccurrencesBefore = 20_000
+
 // recurrence is a parsed series rule: rrule-go expands it in floating time
 // (wall times as UTC, so no zone and no DST enters the expansion), and
 // LocalToInstant turns each wall time into its instant in loc.
@@ -111,6 +118,8 @@ type recurrence struct {
 	// until is the instant bound of an UNTIL written in UTC (with Z);
 	// zero when UNTIL is absent or local, which rrule-go applies itself.
 	until time.Time
+	// drawn counts the wall times drawn from the rule, for tests.
+	drawn int
 }
 
 // loadZone reads an IANA zone name; the binary embeds the zone database
@@ -221,30 +230,37 @@ func parseRecurrence(rule string, start time.Time, loc *time.Location) (*recurre
 // returns false or the rule ends; it converts at most limit wall times.
 // Occurrences whose instants lie well before from (more than any UTC offset
 // apart) are passed over unconverted: a series is expanded from its start
-// each time, for COUNT.
-func (r *recurrence) each(limit int, from time.Time, fn func(Occurrence) bool) {
+// each time, for COUNT. It passes over at most maxSkip of them, and reports
+// false when it stopped there, before reaching from.
+func (r *recurrence) each(limit, maxSkip int, from time.Time, fn func(Occurrence) bool) bool {
 	next := r.rule.Iterator()
 	skip := time.Time{}
 	if !from.IsZero() {
 		skip = from.Add(-30 * time.Hour)
 	}
+	skipped := 0
 	for n := 0; n < limit; {
 		wall, ok := next()
 		if !ok {
-			return
+			return true
 		}
+		r.drawn++
 		if wall.Before(skip) {
+			if skipped++; skipped > maxSkip {
+				return false
+			}
 			continue
 		}
 		n++
 		o := Occurrence{Local: wall, At: LocalToInstant(wall, r.loc)}
 		if !r.until.IsZero() && o.At.After(r.until) {
-			return
+			return true
 		}
 		if !fn(o) {
-			return
+			return true
 		}
 	}
+	return true
 }
 
 // between returns the occurrences whose instants lie in [from, to), at most
@@ -252,8 +268,8 @@ func (r *recurrence) each(limit int, from time.Time, fn func(Occurrence) bool) {
 func (r *recurrence) between(from, to time.Time, limit int) []Occurrence {
 	var out []Occurrence
 	// No scan bound: the expansion stops at to, and a rule was checked to
-	// have occurrences when it was stored.
-	r.each(math.MaxInt, from, func(o Occurrence) bool {
+	// have occurrences, not too far after its start, when it was stored.
+	r.each(math.MaxInt, math.MaxInt, from, func(o Occurrence) bool {
 		if !o.At.Before(to) {
 			// Instants follow wall times except across a fall-back
 			// transition, where two wall times an hour apart can map to
@@ -271,13 +287,17 @@ func (r *recurrence) between(from, to time.Time, limit int) []Occurrence {
 
 // check refuses a rule that has no occurrence at or after from, or more
 // than limit occurrences within some span of horizon in the year after
-// from (the rule is then too dense for the materializer's bound).
-func (r *recurrence) check(from time.Time, horizon time.Duration, limit int) error {
+// from (the rule is then too dense for the materializer's bound). It also
+// refuses, naming start, a rule with more than maxSkip occurrences before
+// from (maxOccurrencesBefore for a new start or rule): every later
+// expansion of the series would draw them all again, and a start centuries
+// back with a dense rule costs minutes of CPU.
+func (r *recurrence) check(from time.Time, horizon time.Duration, limit, maxSkip int) error {
 	end := from.Add(max(horizon, 366*24*time.Hour))
 	var window []time.Time // the instants of the last limit+1 occurrences
 	var first bool
 	var dense error
-	r.each(maxRuleScan, from, func(o Occurrence) bool {
+	reached := r.each(maxRuleScan, maxSkip, from, func(o Occurrence) bool {
 		if o.At.Before(from) {
 			return true
 		}
@@ -296,6 +316,10 @@ func (r *recurrence) check(from time.Time, horizon time.Duration, limit int) err
 		}
 		return true
 	})
+	if !reached {
+		return invalidField("start", fmt.Sprintf("lies too far before now for this rule: it has more than %d occurrences "+
+			"before now, which every expansion of the series would go through; move start forward to a recent occurrence", maxSkip))
+	}
 	if dense != nil {
 		return dense
 	}
@@ -311,7 +335,7 @@ func (r *recurrence) next(from time.Time, n int) []Occurrence {
 	if n <= 0 {
 		return out
 	}
-	r.each(maxRuleScan, from, func(o Occurrence) bool {
+	r.each(maxRuleScan, math.MaxInt, from, func(o Occurrence) bool {
 		if !o.At.Before(from) {
 			out = append(out, o)
 		}
@@ -373,6 +397,10 @@ func parseISODuration(s string) (time.Duration, error) {
 			d = time.Minute
 		case 'S':
 			d = time.Second
+		}
+		if time.Duration(n) > (math.MaxInt64-total)/d {
+			// It would wrap around: 30501W would read as about 72 hours.
+			return 0, fmt.Errorf("is too long, got %q", s)
 		}
 		total += time.Duration(n) * d
 		rest = rest[i+1:]

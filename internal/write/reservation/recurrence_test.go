@@ -167,23 +167,23 @@ func TestRuleChecksRefuseNoOccurrenceAndTooDense(t *testing.T) {
 		require.Equal(t, "rrule", ve.Field)
 		require.Contains(t, ve.Reason, want)
 	}
-	requireReason(r.check(utc(2026, 2, 1, 0, 0), 7*24*time.Hour, 1000), "no occurrence")
-	require.NoError(t, r.check(utc(2026, 1, 2, 0, 0), 7*24*time.Hour, 1000))
+	requireReason(r.check(utc(2026, 2, 1, 0, 0), 7*24*time.Hour, 1000, maxRuleScan), "no occurrence")
+	require.NoError(t, r.check(utc(2026, 1, 2, 0, 0), 7*24*time.Hour, 1000, maxRuleScan))
 
 	r, err = parseRecurrence("FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30", start, time.UTC)
 	require.NoError(t, err)
-	requireReason(r.check(start, 7*24*time.Hour, 1000), "no occurrence")
+	requireReason(r.check(start, 7*24*time.Hour, 1000, maxRuleScan), "no occurrence")
 
 	// 24 × 60 a day: 10,080 a week, over the limit; 24 a day is not.
 	r, err = parseRecurrence("FREQ=DAILY;BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23;"+
 		"BYMINUTE=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,"+
 		"40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59", start, time.UTC)
 	require.NoError(t, err)
-	requireReason(r.check(start, 7*24*time.Hour, 1000), "more than 1000 occurrences")
+	requireReason(r.check(start, 7*24*time.Hour, 1000, maxRuleScan), "more than 1000 occurrences")
 	r, err = parseRecurrence("FREQ=DAILY;BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23", start, time.UTC)
 	require.NoError(t, err)
-	require.NoError(t, r.check(start, 7*24*time.Hour, 1000))
-	requireReason(r.check(start, 7*24*time.Hour, 100), "more than 100 occurrences")
+	require.NoError(t, r.check(start, 7*24*time.Hour, 1000, maxRuleScan))
+	requireReason(r.check(start, 7*24*time.Hour, 100, maxRuleScan), "more than 100 occurrences")
 }
 
 func TestISODurations(t *testing.T) {
@@ -200,4 +200,58 @@ func TestISODurations(t *testing.T) {
 		_, err := parseISODuration(s)
 		require.Error(t, err, s)
 	}
+}
+
+// A start far before now would make every check expand the rule through
+// all the occurrences in between; such a start is refused, naming start,
+// after a bounded expansion, whether the rule is dense or not.
+func TestRuleCheckRefusesAStartSoFarBackThatExpandingItIsUnbounded(t *testing.T) {
+	t.Parallel()
+	now := utc(2026, 12, 5, 12, 0)
+	hours := "BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23"
+	minutes := "BYMINUTE=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39," +
+		"40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59"
+	for _, rule := range []string{"FREQ=DAILY;" + hours, "FREQ=DAILY;" + hours + ";" + minutes} {
+		r, err := parseRecurrence(rule, wall(1740, 1, 1, 0, 0), time.UTC)
+		require.NoError(t, err)
+		err = r.check(now, 7*24*time.Hour, 1000, maxOccurrencesBefore)
+		var ve *ValidationError
+		require.ErrorAsf(t, err, &ve, "%s", rule)
+		require.Equal(t, "start", ve.Field)
+		require.Contains(t, ve.Reason, "too far before now")
+		require.LessOrEqualf(t, r.drawn, maxOccurrencesBefore+1, "%s: wall times expanded", rule)
+	}
+
+	// A recent start, and a far one with few occurrences before now, are fine.
+	r, err := parseRecurrence("FREQ=DAILY;"+hours, wall(2026, 1, 1, 0, 0), time.UTC)
+	require.NoError(t, err)
+	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxOccurrencesBefore))
+	r, err = parseRecurrence("FREQ=WEEKLY", wall(1900, 1, 1, 9, 0), time.UTC)
+	require.NoError(t, err)
+	require.NoError(t, r.check(now, 7*24*time.Hour, 1000, maxOccurrencesBefore), "a weekly series from 1900: a few thousand occurrences before now")
+}
+
+// A duration too long for a time.Duration is refused, not wrapped around:
+// 30,501 weeks (585 years) would otherwise read as about 72 hours, and pass
+// as a series' publishWithin while the series shows 30,501 weeks.
+func TestISODurationTooLongToHoldIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"P30501W", "P213504D", "PT5124096H", "P15251W", "P999999999W", "P106751DT23H47M17S", "P15250WT999999999H"} {
+		d, err := parseISODuration(s)
+		require.Errorf(t, err, "%s read as %s", s, d)
+	}
+	d, err := parseISODuration("P15250W")
+	require.NoError(t, err, "15,250 weeks still fit")
+	require.Equal(t, 15250*7*24*time.Hour, d)
+	d, err = parseISODuration("P106751DT23H47M16S")
+	require.NoError(t, err)
+	require.Equal(t, 9223372036*time.Second, d)
+
+	s := &Series{Title: "t", Content: "c", TimeZone: "UTC", StartLocal: wall(2030, 1, 1, 9, 0), RRule: "FREQ=DAILY"}
+	within := "P30501W"
+	s.PublishWithin = &within
+	_, err = compileSeries(s)
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "publishWithin", ve.Field)
 }

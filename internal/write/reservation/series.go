@@ -165,9 +165,16 @@ func compileSeries(s *Series) (*seriesPlan, error) {
 }
 
 // checkRule refuses a rule without an occurrence from now on, or denser
-// than the limit per horizon.
-func (svc *Service) checkRule(p *seriesPlan, now time.Time) error {
-	return p.rec.check(now, svc.cfg.SeriesHorizon, svc.cfg.SeriesLimit)
+// than the limit per horizon. A new start or rule (newStart) is refused
+// too when it has so many occurrences before now that every expansion of
+// the series would spend long on them; a stored one only grows into that
+// with the years, and an edit of other fields does not refuse it then.
+func (svc *Service) checkRule(p *seriesPlan, now time.Time, newStart bool) error {
+	maxSkip := math.MaxInt
+	if newStart {
+		maxSkip = maxOccurrencesBefore
+	}
+	return p.rec.check(now, svc.cfg.SeriesHorizon, svc.cfg.SeriesLimit, maxSkip)
 }
 
 // seriesNow reads the clock series are materialized by: the database's.
@@ -200,7 +207,7 @@ func (svc *Service) CreateSeries(ctx context.Context, in SeriesInput) (*SeriesVi
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.checkRule(plan, now); err != nil {
+	if err := svc.checkRule(plan, now, true); err != nil {
 		return nil, err
 	}
 	err = database.Transaction(ctx, svc.db, func(tx *gorm.DB) error {
@@ -498,7 +505,7 @@ func (svc *Service) UpdateSeries(ctx context.Context, id int64, in SeriesUpdate)
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.checkRule(plan, now); err != nil {
+	if err := svc.checkRule(plan, now, in.Start != nil || in.RRule != nil); err != nil {
 		return nil, err
 	}
 	var out Series
@@ -588,8 +595,12 @@ func (svc *Service) reconcile(ctx context.Context, tx *gorm.DB, s *Series, plan 
 		next := *p
 		next.Title, next.Content, next.ScheduledAt, next.PublishBy, next.UpdatedAt = s.Title, s.Content, at,
 			svc.occurrencePublishBy(plan, at), now
-		if ok, err := writeFollower(tx, p, changes); err != nil || !ok {
+		ok, err := writeFollower(tx, p, changes)
+		if err != nil {
 			return err
+		}
+		if !ok {
+			continue // taken by the scheduler or changed meanwhile: theirs; the others still follow
 		}
 		if err := appendChangeEvent(tx, &next, event.ActionUpdated, now); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -406,6 +407,12 @@ func TestSeriesInputIsRefusedNamingTheField(t *testing.T) {
 			in.RRule = "FREQ=DAILY;BYHOUR=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23;BYMINUTE=0,10,20,30,40,50"
 		})
 		bad("start", func(in *reservation.SeriesInput) { in.Start = time.Time{} })
+		bad("start", func(in *reservation.SeriesInput) {
+			// Twice a day since 1900: 92,000 occurrences before now, which
+			// every view of the series would expand again.
+			in.Start = local("1900-01-01T09:00:00")
+			in.RRule = "FREQ=DAILY;BYHOUR=9,21"
+		})
 		bad("title", func(in *reservation.SeriesInput) { in.Title = " " })
 		bad("publishWithin", func(in *reservation.SeriesInput) { d := "P1M"; in.PublishWithin = &d })
 		var n int64
@@ -485,5 +492,49 @@ func TestSeriesZoneEditMovesTheFollowersAndKeepsAnException(t *testing.T) {
 		evs := e.events(t, posts[0].ID)
 		require.Equal(t, "UPDATED", evs[len(evs)-1]["action"])
 		require.Equal(t, "2027-06-02T13:00:00Z", evs[len(evs)-1]["scheduledAt"])
+	})
+}
+
+// A series edit whose first follower the scheduler takes (WORKING) between
+// the edit's read of the followers and its write of that post leaves that
+// post as the scheduler has it and still applies the edit to every other
+// follower: each takes the new title, with its UPDATED event.
+func TestSeriesEditAppliesToTheOtherFollowersWhenOneWasJustTaken(t *testing.T) {
+	eachSeries(t, instant("2027-06-01T00:00:00Z"), func(t *testing.T, e *seriesBundle) {
+		ctx := context.Background()
+		s, err := e.svc.CreateSeries(ctx, reservation.SeriesInput{Title: "old", Content: "c", TimeZone: "Europe/Berlin",
+			Start: local("2027-06-02T09:00:00"), RRule: "FREQ=DAILY"})
+		require.NoError(t, err)
+		posts := e.posts(t, s.ID)
+		require.Len(t, posts, 7)
+		taken := posts[0].ID
+
+		// The scheduler's commit, as the edit's transaction sees it right
+		// after it read the followers.
+		var once sync.Once
+		require.NoError(t, e.db.Callback().Query().After("gorm:query").Register("test:scheduler-takes-a-follower", func(tx *gorm.DB) {
+			if tx.Statement.Table != (reservation.Post{}).TableName() || tx.Error != nil ||
+				!strings.Contains(tx.Statement.SQL.String(), "series_exception") {
+				return
+			}
+			once.Do(func() {
+				require.NoError(t, tx.Session(&gorm.Session{NewDB: true}).Table((reservation.Post{}).TableName()).Where("id = ?", taken).
+					Updates(map[string]any{"status": reservation.StatusWorking, "version": gorm.Expr("version + 1")}).Error)
+			})
+		}))
+		title := "new"
+		_, err = e.svc.UpdateSeries(ctx, s.ID, reservation.SeriesUpdate{Title: &title})
+		require.NoError(t, err)
+
+		for _, p := range e.posts(t, s.ID) {
+			if p.ID == taken {
+				require.Equal(t, reservation.StatusWorking, p.Status)
+				require.Equal(t, "old", p.Title, "the taken post is the scheduler's")
+				continue
+			}
+			require.Equalf(t, "new", p.Title, "post of %s", reservation.FormatLocalTime(*p.Occurrence))
+			evs := e.events(t, p.ID)
+			require.Equal(t, "UPDATED", evs[len(evs)-1]["action"])
+		}
 	})
 }
