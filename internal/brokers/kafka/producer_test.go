@@ -291,7 +291,7 @@ func TestProducerClassifiesBrokerCodes(t *testing.T) {
 		producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(nextID, 4, bad, good))))
 		if transactional {
 			want += 4
-			require.Len(t, b.Records(t, want, 10*time.Second), want, "the committed messages, none of an aborted transaction")
+			require.Len(t, b.Records(t, want, 30*time.Second), want, "the committed messages, none of an aborted transaction")
 		}
 	})
 }
