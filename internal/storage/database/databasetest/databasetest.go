@@ -94,8 +94,19 @@ func Open(t testing.TB, url string) *database.DB {
 		t.Fatalf("open test database: %v", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
+	if db.Dialect != database.SQLite {
+		// A test's pool is small: the tests of all packages share one
+		// server, whose connections two packages at once used to fill.
+		if _, err := db.SetPool(database.Pool{MaxConns: TestPoolConns, MaxIdle: 2}); err != nil {
+			t.Fatalf("size the test pool: %v", err)
+		}
+	}
 	return db
 }
+
+// TestPoolConns bounds the connections of a pool Open returns on MySQL or
+// PostgreSQL; a test that needs more sets its own with SetPool.
+const TestPoolConns = 10
 
 // Pools opens n pools on the database of url, as n instances of the
 // service hold, migrates it, and closes them when the test ends.
@@ -217,11 +228,15 @@ func createDatabase(t testing.TB, admin *sql.DB, name, create, drop string) {
 		_ = admin.Close()
 		t.Fatalf("create test database %s: %v", name, err)
 	}
+	// The admin pool keeps no connection while the test runs: dozens of
+	// tests alive at once would hold as many of the server's connections
+	// for nothing. The drop connects again.
+	admin.SetMaxIdleConns(0)
 	t.Cleanup(func() {
 		defer admin.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+fullFor)
 		defer cancel()
-		if _, err := admin.ExecContext(ctx, drop); err != nil {
+		if err := whileFull(func() error { _, err := admin.ExecContext(ctx, drop); return err }); err != nil {
 			t.Errorf("drop test database %s: %v", name, err)
 		}
 	})
