@@ -125,22 +125,19 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	p := &posts{svc: cfg.Posts, log: cfg.Logger}
 	hc := &health{checks: cfg.Ready, timeout: cfg.ReadyTimeout, log: cfg.Logger}
-	var limit func(http.Handler) http.Handler
-	var spent func(http.Handler) http.Handler
-	if cfg.WriteLimit.Requests > 0 {
-		limit, spent = writeLimiter(cfg.WriteLimit) // once: every write route counts against it
-	}
+	limit := newWriteLimiter(cfg.WriteLimit) // once: every write route counts against it
 	read := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, nil) }
 	write := func(h http.HandlerFunc) http.Handler { return guard(cfg, h, limit) }
+	costly := func(h http.HandlerFunc) http.Handler { return charged(cfg, h, limit) }
 	routes := map[string]http.Handler{
 		"POST /api/v1/posts":             write(p.create),
-		"POST /api/v1/posts/batch":       batchGuard(cfg, http.HandlerFunc(p.createBatch), limit, spent, cfg.Logger),
+		"POST /api/v1/posts/batch":       batchGuard(cfg, http.HandlerFunc(p.createBatch), limit, cfg.Logger),
 		"GET /api/v1/posts":              read(p.list),
 		"GET /api/v1/posts/{id}":         read(p.byID(p.svc.Get)),
 		"PATCH /api/v1/posts/{id}":       write(p.update),
 		"POST /api/v1/posts/{id}/cancel": write(p.byID(p.svc.Cancel)),
 	}
-	maps.Copy(routes, (&series{svc: cfg.Posts, log: cfg.Logger}).routes(read, write))
+	maps.Copy(routes, (&series{svc: cfg.Posts, log: cfg.Logger}).routes(read, write, costly))
 	maps.Copy(routes, hc.routes())
 	for pattern, h := range cfg.Routes {
 		if _, dup := routes[pattern]; dup {

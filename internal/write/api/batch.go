@@ -100,15 +100,10 @@ func (b *batchBody) batchWrites() int {
 // empty, too many posts) is answered there and spends nothing. Before the
 // body is read, a caller without a write left is refused (refuseSpent),
 // and the bodies read at once are bounded by MaxBatchBytesReading.
-func batchGuard(cfg Config, h http.Handler, limit, refuseSpent func(http.Handler) http.Handler, log *slog.Logger) http.Handler {
-	h = scoped(h)
-	if limit != nil {
-		h = limit(h)
-	}
+func batchGuard(cfg Config, h http.Handler, limit *writeLimiter, log *slog.Logger) http.Handler {
+	h = limit.limit(scoped(h))
 	h = readBatch(h, &bodyBudget{free: MaxBatchBytesReading}, log)
-	if refuseSpent != nil {
-		h = refuseSpent(h)
-	}
+	h = limit.refuseSpent(h)
 	if cfg.Auth != nil {
 		h = auth.Middleware(cfg.Auth, h)
 	}

@@ -47,12 +47,15 @@ type series struct {
 	log *slog.Logger
 }
 
-func (s *series) routes(read, write func(http.HandlerFunc) http.Handler) map[string]http.Handler {
+// routes are the series' routes: reads, writes of one write, and the
+// create and edit, which spend one write per occurrence within the
+// horizon (costly).
+func (s *series) routes(read, write, costly func(http.HandlerFunc) http.Handler) map[string]http.Handler {
 	return map[string]http.Handler{
-		"POST /api/v1/series":             write(s.create),
+		"POST /api/v1/series":             costly(s.create),
 		"GET /api/v1/series":              read(s.list),
 		"GET /api/v1/series/{id}":         read(s.byID(s.svc.GetSeries)),
-		"PATCH /api/v1/series/{id}":       write(s.update),
+		"PATCH /api/v1/series/{id}":       costly(s.update),
 		"POST /api/v1/series/{id}/cancel": write(s.byID(s.svc.CancelSeries)),
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 	"github.com/postingsvc/posting/internal/write/api"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
@@ -144,4 +146,72 @@ func TestSeriesAreTheirOwnersOverHTTP(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, string(body), fmt.Sprintf(`"id":%v`, id))
 	})
+}
+
+// A series create or edit spends one write per occurrence within the
+// horizon (the posts it makes or changes), at most the whole limit; one
+// that needs more than the caller has left is 429 and writes nothing.
+func TestSeriesWritesSpendOneWritePerOccurrence(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		e := apiSetup(t, db, func(c *api.Config) {
+			c.Auth = verifier(t, testSecret, "")
+			c.WriteLimit = api.WriteLimit{Requests: 20, Window: time.Hour}
+		})
+		start, _ := tomorrowIn(t, "UTC")
+		alice, bob := tokenFor(t, "alice"), tokenFor(t, "bob")
+		resp, body := e.doAs(t, alice, http.MethodPost, "/api/v1/series", seriesBody(start, "UTC", "FREQ=DAILY;BYHOUR=9,10;COUNT=5", ""))
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		require.Equal(t, "15", resp.Header.Get("X-RateLimit-Remaining"))
+		id := decodeObject(t, body)["id"]
+		resp, body = e.doAs(t, alice, http.MethodPost, "/api/v1/series", seriesBody(start, "UTC", "FREQ=DAILY;BYHOUR=9,10;COUNT=7", ""))
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		require.Equal(t, "8", resp.Header.Get("X-RateLimit-Remaining"))
+		posts, _ := counts(t, db.DB)
+		require.EqualValues(t, 12, posts, "12 writes: 12 posts")
+
+		check := writesNothing(t, db.DB)
+		resp, body = e.doAs(t, alice, http.MethodPost, "/api/v1/series", seriesBody(start, "UTC", "FREQ=DAILY;BYHOUR=9,10;COUNT=9", ""))
+		p := requireProblem(t, resp, body, http.StatusTooManyRequests)
+		require.Contains(t, p.Detail, "this one's 9 are more than the 8 writes left")
+		require.Equal(t, "3600", resp.Header.Get("Retry-After"))
+		check()
+		var n int64
+		require.NoError(t, db.Model(&reservation.Series{}).Count(&n).Error)
+		require.EqualValues(t, 2, n, "the refused series is not stored")
+
+		// An edit changes the 5 posts of the first series: 5 writes.
+		resp, body = e.doAs(t, alice, http.MethodPatch, fmt.Sprintf("/api/v1/series/%v", id), `{"title":"Renamed"}`)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		require.Equal(t, "3", resp.Header.Get("X-RateLimit-Remaining"))
+		resp, body = e.doAs(t, alice, http.MethodPatch, fmt.Sprintf("/api/v1/series/%v", id), `{"title":"Again"}`)
+		require.Contains(t, requireProblem(t, resp, body, http.StatusTooManyRequests).Detail, "5 are more than the 3 writes left")
+		require.Equal(t, "Renamed", decodeObject(t, mustGet(t, e, alice, fmt.Sprintf("/api/v1/series/%v", id)))["title"])
+		// Bad input is answered before any write is spent.
+		resp, body = e.doAs(t, alice, http.MethodPost, "/api/v1/series", seriesBody(start, "Europe/Atlantis", "FREQ=DAILY", ""))
+		requireProblem(t, resp, body, http.StatusBadRequest)
+		resp, body = e.doAs(t, alice, http.MethodPost, "/api/v1/series", seriesBody(start, "UTC", "FREQ=DAILY;BYHOUR=9,10;COUNT=3", ""))
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		require.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+		resp, body = e.doAs(t, alice, http.MethodPost, "/api/v1/series", seriesBody(start, "UTC", "FREQ=DAILY;BYHOUR=9,10;COUNT=1", ""))
+		requireProblem(t, resp, body, http.StatusTooManyRequests)
+
+		// Denser than the whole limit: 24 posts spend the 20 writes of a
+		// window rather than never passing.
+		resp, body = e.doAs(t, bob, http.MethodPost, "/api/v1/series", seriesBody(start, "UTC", "FREQ=DAILY;BYHOUR=9,10,11,12;COUNT=24", ""))
+		require.Equal(t, http.StatusCreated, resp.StatusCode, string(body))
+		require.Equal(t, "0", resp.Header.Get("X-RateLimit-Remaining"))
+		require.NoError(t, db.Model(&reservation.Post{}).Where("owner_id = ?", "bob").Count(&n).Error)
+		require.EqualValues(t, 24, n)
+		resp, body = e.doAs(t, bob, http.MethodPost, "/api/v1/posts", newPostBody)
+		requireProblem(t, resp, body, http.StatusTooManyRequests)
+	})
+}
+
+func mustGet(t *testing.T, e *apiEnv, token, path string) []byte {
+	t.Helper()
+	resp, body := e.doAs(t, token, http.MethodGet, path, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	return body
 }

@@ -193,9 +193,19 @@ func (svc *Service) materializeTo(now time.Time) time.Time {
 	return now.Add(svc.cfg.SeriesHorizon + svc.cfg.SeriesHorizon/8)
 }
 
+// seriesWrites is what a series create or edit spends of a write limit:
+// one write per occurrence from now to the reach of a materialization
+// (each a post made, or a post the edit changes), at least one.
+func (svc *Service) seriesWrites(plan *seriesPlan, now time.Time) int {
+	n := len(plan.rec.between(now, svc.materializeTo(now), svc.cfg.SeriesLimit))
+	return max(1, min(n, svc.cfg.SeriesLimit))
+}
+
 // CreateSeries stores a new ACTIVE series and, in the same transaction,
 // makes its occurrences within the horizon into posts, each with its
-// CREATED event. Occurrences before now are not made.
+// CREATED event. Occurrences before now are not made. Once the input is
+// checked, it spends seriesWrites through ctx's Charge, and returns the
+// Charge's error, writing nothing, when that refuses.
 func (svc *Service) CreateSeries(ctx context.Context, in SeriesInput) (*SeriesView, error) {
 	s := &Series{Title: in.Title, Content: in.Content, TimeZone: in.TimeZone, StartLocal: database.Normalize(in.Start),
 		RRule: strings.TrimSpace(in.RRule), PublishWithin: in.PublishWithin, Status: SeriesActive, OwnerID: ownerOf(ctx), Version: 1}
@@ -208,6 +218,9 @@ func (svc *Service) CreateSeries(ctx context.Context, in SeriesInput) (*SeriesVi
 		return nil, err
 	}
 	if err := svc.checkRule(plan, now, true); err != nil {
+		return nil, err
+	}
+	if err := charge(ctx, svc.seriesWrites(plan, now)); err != nil {
 		return nil, err
 	}
 	err = database.Transaction(ctx, svc.db, func(tx *gorm.DB) error {
@@ -462,8 +475,9 @@ func (svc *Service) ListSeries(ctx context.Context, q SeriesListQuery) (*SeriesP
 // become posts. WORKING, PUBLISHED and exception posts are left as they
 // are, and an occurrence they hold is not made again. It returns a
 // *ValidationError, an error wrapping ErrSeriesNotFound,
-// ErrInvalidTransition for a CANCELLED series, or ErrConflict when the
-// series changed after it was read.
+// ErrInvalidTransition for a CANCELLED series, ErrConflict when the
+// series changed after it was read, or the error of ctx's Charge, which
+// is spent as for CreateSeries.
 func (svc *Service) UpdateSeries(ctx context.Context, id int64, in SeriesUpdate) (*SeriesView, error) {
 	if in.Title == nil && in.Content == nil && in.TimeZone == nil && in.RRule == nil && in.Start == nil &&
 		in.PublishWithin == nil && !in.ClearPublishWithin {
@@ -506,6 +520,9 @@ func (svc *Service) UpdateSeries(ctx context.Context, id int64, in SeriesUpdate)
 		return nil, err
 	}
 	if err := svc.checkRule(plan, now, in.Start != nil || in.RRule != nil); err != nil {
+		return nil, err
+	}
+	if err := charge(ctx, svc.seriesWrites(plan, now)); err != nil {
 		return nil, err
 	}
 	var out Series
