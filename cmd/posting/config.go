@@ -69,6 +69,7 @@ type settings struct {
 	OverdueInterval   time.Duration
 	OverdueReannounce int
 	SeriesHorizon     time.Duration
+	BatchConcurrency  int
 	ShutdownTimeout   time.Duration
 	WorkerGroup       string
 	PublishWebhookURL string
@@ -145,6 +146,8 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 		"how many times an overdue post whose reservation event was sent but made no publication is announced again (0..100; 0: never)")
 	fs.DurationVar(&s.SeriesHorizon, "series-horizon", reservation.DefaultSeriesHorizon,
 		"how far ahead the occurrences of a recurring series become posts (1h..2160h, longer than the reservation lead)")
+	fs.IntVar(&s.BatchConcurrency, "api-batch-concurrency", reservation.DefaultBatchConcurrency,
+		"most POST /api/v1/posts/batch transactions run at once; the others wait their turn (1..1000)")
 	showEnvTwins(fs)
 }
 
@@ -362,6 +365,7 @@ var settingOf = map[string]string{
 	"reservation.ServiceConfig.IdempotencyRetention": "POSTING_IDEMPOTENCY_RETENTION",
 	"reservation.ServiceConfig.LateLimit":            "POSTING_PUBLISH_LATE_LIMIT",
 	"reservation.ServiceConfig.SeriesHorizon":        "POSTING_SERIES_HORIZON",
+	"reservation.ServiceConfig.BatchConcurrency":     "POSTING_API_BATCH_CONCURRENCY",
 	"overdue.Config.Grace":                           "POSTING_OVERDUE_AFTER",
 	"overdue.Config.Interval":                        "POSTING_OVERDUE_INTERVAL",
 	"overdue.Config.Reannounce":                      "POSTING_OVERDUE_REANNOUNCE",
@@ -464,7 +468,7 @@ func (s *settings) cleanerConfig() outbox.CleanerConfig {
 func (s *settings) serviceConfig() reservation.ServiceConfig {
 	c := reservation.DefaultServiceConfig()
 	c.IdempotencyRetention, c.LateLimit = s.IdemRetention, s.PublishLateLimit
-	c.SeriesHorizon = s.SeriesHorizon
+	c.SeriesHorizon, c.BatchConcurrency = s.SeriesHorizon, s.BatchConcurrency
 	return c
 }
 

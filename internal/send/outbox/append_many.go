@@ -43,11 +43,13 @@ func AppendMany(tx *gorm.DB, evs []Event) ([]Message, error) {
 		msgs[i] = *m
 		dedup = dedup || ev.DedupKey != ""
 	}
-	if err := tx.CreateInBatches(msgs, appendManyChunk).Error; err != nil {
-		if dedup && errors.Is(err, gorm.ErrDuplicatedKey) {
-			return nil, fmt.Errorf("%w: one of %d dedup keys", ErrDuplicate, len(evs))
+	for start := 0; start < len(msgs); start += appendManyChunk {
+		if err := database.InsertMany(tx, msgs[start:min(start+appendManyChunk, len(msgs))]); err != nil {
+			if dedup && errors.Is(err, gorm.ErrDuplicatedKey) {
+				return nil, fmt.Errorf("%w: one of %d dedup keys", ErrDuplicate, len(evs))
+			}
+			return nil, fmt.Errorf("append %d outbox events: %w", len(evs), err)
 		}
-		return nil, fmt.Errorf("append %d outbox events: %w", len(evs), err)
 	}
 	// The local relay, if tx carries one's waker, polls once tx commits.
 	database.WakeAfterCommit(tx)
