@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/storage/database"
@@ -289,6 +290,17 @@ func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
 				} else if n != 1 {
 					errs <- fmt.Errorf("%s: %d rows", key, n)
 				}
+				// InsertMany's two round trips (describe, then execute)
+				// within a transaction.
+				now := database.Normalize(time.Now())
+				if err := database.Transaction(ctx, db.DB, func(tx *gorm.DB) error {
+					return database.InsertMany(tx, []manyEvent{
+						{EventID: key + "-a", EventType: "POSTING_EVENT", AggregateID: 1, Payload: `{}`, Created: now, NextAttemptAt: now},
+						{EventID: key + "-b", EventType: "POSTING_EVENT", AggregateID: 1, Payload: `{}`, Created: now, NextAttemptAt: now},
+					})
+				}); err != nil {
+					errs <- err
+				}
 			}
 		}()
 	}
@@ -300,6 +312,8 @@ func poolThroughPgBouncer(t *testing.T, mode pgbouncertest.Mode) {
 	var rows int64
 	require.NoError(t, db.Raw("SELECT count(*) FROM inbox").Scan(&rows).Error)
 	require.EqualValues(t, workers*rounds, rows)
+	require.NoError(t, db.Raw("SELECT count(*) FROM outbox").Scan(&rows).Error)
+	require.EqualValues(t, 2*workers*rounds, rows)
 
 	check := databasetest.Open(t, direct)
 	var locks int64
