@@ -70,6 +70,8 @@ type settings struct {
 	OverdueReannounce int
 	SeriesHorizon     time.Duration
 	BatchConcurrency  int
+	GroupSize         int
+	GroupWait         time.Duration
 	ShutdownTimeout   time.Duration
 	WorkerGroup       string
 	PublishWebhookURL string
@@ -148,6 +150,10 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 		"how far ahead the occurrences of a recurring series become posts (1h..2160h, longer than the reservation lead)")
 	fs.IntVar(&s.BatchConcurrency, "api-batch-concurrency", reservation.DefaultBatchConcurrency,
 		"most POST /api/v1/posts/batch transactions run at once; the others wait their turn (1..1000)")
+	fs.IntVar(&s.GroupSize, "api-group-size", reservation.DefaultGroupSize,
+		"most concurrent creates (POST /api/v1/posts without Idempotency-Key) that share one transaction; 1: a transaction each (1..1000)")
+	fs.DurationVar(&s.GroupWait, "api-group-wait", reservation.DefaultGroupWait,
+		"how long a group of creates waits for more before it is written; 0: a create that finds the database free is written at once (0..100ms)")
 	showEnvTwins(fs)
 }
 
@@ -366,6 +372,8 @@ var settingOf = map[string]string{
 	"reservation.ServiceConfig.LateLimit":            "POSTING_PUBLISH_LATE_LIMIT",
 	"reservation.ServiceConfig.SeriesHorizon":        "POSTING_SERIES_HORIZON",
 	"reservation.ServiceConfig.BatchConcurrency":     "POSTING_API_BATCH_CONCURRENCY",
+	"reservation.ServiceConfig.GroupSize":            "POSTING_API_GROUP_SIZE",
+	"reservation.ServiceConfig.GroupWait":            "POSTING_API_GROUP_WAIT",
 	"overdue.Config.Grace":                           "POSTING_OVERDUE_AFTER",
 	"overdue.Config.Interval":                        "POSTING_OVERDUE_INTERVAL",
 	"overdue.Config.Reannounce":                      "POSTING_OVERDUE_REANNOUNCE",
@@ -469,6 +477,7 @@ func (s *settings) serviceConfig() reservation.ServiceConfig {
 	c := reservation.DefaultServiceConfig()
 	c.IdempotencyRetention, c.LateLimit = s.IdemRetention, s.PublishLateLimit
 	c.SeriesHorizon, c.BatchConcurrency = s.SeriesHorizon, s.BatchConcurrency
+	c.GroupSize, c.GroupWait = s.GroupSize, s.GroupWait
 	return c
 }
 

@@ -13,7 +13,6 @@ import (
 	"gorm.io/plugin/optimisticlock"
 
 	"github.com/postingsvc/posting/event"
-	"github.com/postingsvc/posting/internal/platform/telemetry"
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/storage/database"
 )
@@ -296,26 +295,37 @@ func (s *Service) insertBatch(ctx context.Context, tx *gorm.DB, ins []CreateInpu
 		}
 		start = end
 	}
-	tp := telemetry.Traceparent(ctx)
+	if err := appendCreatedEvents(tx, posts); err != nil {
+		return nil, err
+	}
+	return posts, nil
+}
+
+// appendCreatedEvents writes the CREATED event of each of posts, new and
+// with their ids, through tx, in multi-row INSERTs: each at its post's
+// CreatedAt, in its post's trace.
+func appendCreatedEvents(tx *gorm.DB, posts []*Post) error {
 	evs := make([]outbox.Event, len(posts))
 	for i, p := range posts {
 		if p.ID <= 0 {
-			return nil, fmt.Errorf("insert posts: post %d of the batch got no id", i)
+			return fmt.Errorf("insert posts: post %d of %d got no id", i, len(posts))
 		}
-		e, err := event.New(event.PostingEvent, p.ID, now,
+		e, err := event.New(event.PostingEvent, p.ID, p.CreatedAt,
 			event.PostingEventFields{Action: event.ActionCreated, Status: string(p.Status), ScheduledAt: p.ScheduledAt, OwnerID: p.OwnerID})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		evs[i] = OutboxEvent(e, "")
-		evs[i].Traceparent = tp
+		if p.Traceparent != nil {
+			evs[i].Traceparent = *p.Traceparent
+		}
 	}
 	for start := 0; start < len(evs); start += maxInsertRows {
 		if _, err := outbox.AppendMany(tx, evs[start:min(start+maxInsertRows, len(evs))]); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return posts, nil
+	return nil
 }
 
 // batchRecord is the response column of a batch's idempotency key: what a

@@ -60,6 +60,17 @@ type ServiceConfig struct {
 	// span of SeriesHorizon; a denser rule is refused. Default
 	// DefaultSeriesLimit (1,000); 1..100,000.
 	SeriesLimit int
+	// GroupSize is the most creates (without an idempotency key) that
+	// share one transaction (group commit, see createGroups); 1 writes
+	// each create in its own. Default DefaultGroupSize (100); 1..1000.
+	GroupSize int
+	// GroupCommitters is how many group transactions run at once. Default
+	// DefaultGroupCommitters (2); 1..100.
+	GroupCommitters int
+	// GroupWait is how long a committer waits for more creates before it
+	// writes its group. Default 0: a create that finds a committer free is
+	// written at once; 0..MaxGroupWait.
+	GroupWait time.Duration
 	// BatchConcurrency is the most CreateBatch transactions that run at
 	// once; the others wait their turn before they start theirs. Each
 	// writes up to 1,000 posts and their events into the same indexes, and
@@ -85,6 +96,8 @@ func DefaultServiceConfig() ServiceConfig {
 		SeriesHorizon:        DefaultSeriesHorizon,
 		SeriesLimit:          DefaultSeriesLimit,
 		BatchConcurrency:     DefaultBatchConcurrency,
+		GroupSize:            DefaultGroupSize,
+		GroupCommitters:      DefaultGroupCommitters,
 		SeriesClock:          database.Now,
 	}
 }
@@ -114,6 +127,15 @@ func (c ServiceConfig) Validate() error {
 	if c.SeriesLimit < 1 || c.SeriesLimit > 100_000 {
 		return config.Invalid(f+"SeriesLimit", c.SeriesLimit, "want 1..100000")
 	}
+	if c.GroupSize < 1 || c.GroupSize > 1000 {
+		return config.Invalid(f+"GroupSize", c.GroupSize, "want 1..1000")
+	}
+	if c.GroupCommitters < 1 || c.GroupCommitters > 100 {
+		return config.Invalid(f+"GroupCommitters", c.GroupCommitters, "want 1..100")
+	}
+	if c.GroupWait < 0 || c.GroupWait > MaxGroupWait {
+		return config.Invalid(f+"GroupWait", c.GroupWait, "want 0..%s", MaxGroupWait)
+	}
 	if c.BatchConcurrency < 1 || c.BatchConcurrency > 1000 {
 		return config.Invalid(f+"BatchConcurrency", c.BatchConcurrency, "want 1..1000")
 	}
@@ -137,6 +159,9 @@ type Service struct {
 	// batches holds a token for each CreateBatch transaction running
 	// (BatchConcurrency).
 	batches chan struct{}
+	// groups shares transactions among concurrent creates; nil with a
+	// GroupSize of 1.
+	groups *createGroups
 }
 
 // NewService returns a Service on db (which must have the migrated schema).
@@ -152,7 +177,11 @@ func NewService(db *gorm.DB, cfg ServiceConfig) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{db: db, cfg: cfg, insert: insert, batches: make(chan struct{}, cfg.BatchConcurrency)}, nil
+	s := &Service{db: db, cfg: cfg, insert: insert, batches: make(chan struct{}, cfg.BatchConcurrency)}
+	if cfg.GroupSize > 1 {
+		s.groups = newCreateGroups(s, cfg)
+	}
+	return s, nil
 }
 
 // CreateInput is a new post.
@@ -250,12 +279,23 @@ func invalidField(field, reason string) error { return &ValidationError{Field: f
 // now is the service clock as the database keeps time.
 func (s *Service) now() time.Time { return database.Normalize(s.cfg.Now()) }
 
-// Create stores a RESERVED post and its CREATED event.
+// Create stores a RESERVED post and its CREATED event, in one transaction.
+// Concurrent creates share transactions (ServiceConfig.GroupSize): a create
+// returns once the transaction holding it committed, and one that fails
+// there fails alone.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*Post, error) {
 	now := s.now()
 	if err := s.validateCreate(in, now); err != nil {
 		return nil, err
 	}
+	if s.groups != nil {
+		return s.groups.create(ctx, in, now)
+	}
+	return s.createAlone(ctx, in, now)
+}
+
+// createAlone writes in, checked already, in a transaction of its own.
+func (s *Service) createAlone(ctx context.Context, in CreateInput, now time.Time) (*Post, error) {
 	var created *Post
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		var err error
