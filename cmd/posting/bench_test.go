@@ -40,6 +40,7 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 				"machine: ", " cores, ", "go1.",
 				"raw set-based claim+ack events/s: ", "\n  relay events/s: ", "seed-style relay events/s: ",
 				"raw two-row transaction posts/s: ",
+				"raw grouped creates posts/s (2 writers, up to 100 creates a transaction): ",
 				"POST /api/v1/posts posts/s, API alone: ",
 				"POST /api/v1/posts/batch posts/s, 10 posts a request, API alone: ",
 				"55 posts through POST /api/v1/posts/batch, 10 a request, API alone: ",
@@ -51,7 +52,8 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			}
 			require.Contains(t, out, "relay and worker at their defaults, in-process Kafka broker\n")
 			require.NotContains(t, out, "RabbitMQ", "no RabbitMQ spike unless asked for")
-			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a create rate, beside raw SQL")
+			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw, [0-9.]+ x raw grouped\)`, out, "a create rate, beside raw SQL")
+			require.Regexp(t, `up to 100 creates a transaction\): [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a grouped raw rate")
 			require.Regexp(t, `batch posts/s, 10 posts a request, API alone: [1-9][0-9]* \([0-9.]+ x single creates\)`, out, "a batch rate, beside single creates")
 			require.Regexp(t, `55 posts through POST /api/v1/posts/batch, 10 a request, API alone: [0-9.]+ s \([1-9][0-9]* posts/s\)`, out)
 			require.Regexp(t, `relay events/s, default settings \(batch 100 growing to 1000 while polls come back full\): [1-9][0-9]* \([0-9.]+ x the best fixed batch, [0-9]+; [0-9.]+ x raw\)`, out)

@@ -41,7 +41,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	}
 	// Alternating rounds: a machine whose load drifts weighs on both sides
 	// alike.
-	var raw, alone, batch Throughput
+	var raw, rawGrouped, alone, batch Throughput
 	part := cfg.APIDuration / apiRounds
 	for range apiRounds {
 		if err := clean(ctx); err != nil {
@@ -51,6 +51,14 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		if err != nil {
 			return err
 		}
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		g, err := RawGroupedCreate(ctx, db, cfg.APIClients, part)
+		if err != nil {
+			return err
+		}
+		rawGrouped = rawGrouped.Add(g)
 		if err := clean(ctx); err != nil {
 			return err
 		}
@@ -80,7 +88,10 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	stopAPI()
 	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", cfg.APIClients, cfg.APIDuration, apiRounds)
 	fmt.Fprintf(out, "  raw two-row transaction posts/s: %.0f\n", raw.PerSecond())
-	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw)\n", alone.PerSecond(), ratio(alone.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  raw grouped creates posts/s (%d writers, up to %d creates a transaction): %.0f (%.2f x raw)\n",
+		reservation.DefaultGroupCommitters, reservation.DefaultGroupSize, rawGrouped.PerSecond(), ratio(rawGrouped.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw, %.2f x raw grouped)\n", alone.PerSecond(),
+		ratio(alone.PerSecond(), raw.PerSecond()), ratio(alone.PerSecond(), rawGrouped.PerSecond()))
 	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates)\n",
 		cfg.BatchSize, batch.PerSecond(), ratio(batch.PerSecond(), alone.PerSecond()))
 	fmt.Fprintf(out, "  %d posts through POST /api/v1/posts/batch, %d a request, API alone: %.2f s (%.0f posts/s)\n",
