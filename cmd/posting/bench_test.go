@@ -64,7 +64,8 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.Regexp(t, `commit -> broker: 50 posts/s[^\n]*\n  commit -> broker latency: [1-9][0-9]* events[^\n]*\n(  creates that failed[^\n]*\n)?commit -> broker: 60 posts/s[^\n]*\n  commit -> broker latency: [1-9]`, out, "each rate given, in order")
 			require.Regexp(t, `database connections opened during that run: [0-9]+ \(pool size [1-9][0-9]*; [1-9][0-9]* opened since start\)`, out)
 			require.Regexp(t, `latency: [1-9][0-9]* events, p50 [0-9.]+ ms, p99 [0-9.]+ ms`, out)
-			require.Regexp(t, `spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms, p99 -?[0-9.]+ ms`, out)
+			require.Regexp(t, `spike lag \(published_at - scheduledAt\): 10 posts, p50 -?[0-9.]+ ms, p99 -?[0-9.]+ ms \(-?[0-9.]+ x the floor\)`, out)
+			require.Regexp(t, `spike floor: raw SQL writes the same 10 PUBLISHED publications and post statuses in bulk \(1000 a transaction\) in [0-9.]+m?s\n`, out)
 		})
 	}
 }

@@ -87,3 +87,24 @@ func BenchmarkSpike(b *testing.B) {
 		})
 	}
 }
+
+// Floor writes a PUBLISHED publication and status for every post it seeds,
+// across more than one transaction, and refuses a database with posts.
+func TestFloorPublishesEveryPostInBulk(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		took, err := spike.Floor(context.Background(), db.DB, 2500)
+		require.NoError(t, err)
+		require.Positive(t, took)
+		var posts, published, publications int64
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM posts").Scan(&posts).Error)
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM posts WHERE status = 'PUBLISHED' AND published_at IS NOT NULL").Scan(&published).Error)
+		require.NoError(t, db.Raw("SELECT COUNT(*) FROM publications p JOIN posts ON posts.id = p.post_id WHERE p.status = 'PUBLISHED'").Scan(&publications).Error)
+		require.EqualValues(t, 2500, posts)
+		require.EqualValues(t, 2500, published)
+		require.EqualValues(t, 2500, publications)
+		_, err = spike.Floor(context.Background(), db.DB, 10)
+		require.ErrorIs(t, err, spike.ErrNotEmpty)
+	})
+}
