@@ -54,6 +54,8 @@ type groupedCreate struct {
 	post *Post
 	err  error
 	done chan struct{}
+	// taken: a committer holds it (under createGroups.mu).
+	taken bool
 }
 
 func newCreateGroups(svc *Service, cfg ServiceConfig) *createGroups {
@@ -67,19 +69,27 @@ func (g *createGroups) create(ctx context.Context, in CreateInput, now time.Time
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.mu.Unlock()
-	select {
-	case g.committers <- struct{}{}:
-		g.commitNext()
-		<-c.done // in this group or in one another committer took
-	case <-c.done:
+	for {
+		select {
+		case g.committers <- struct{}{}:
+			// A group taken ahead of this create may leave it queued;
+			// its own caller is the one bound to write it then: the
+			// creates of that group are answered and wait no more.
+			if g.commitNext(c) {
+				<-c.done // in this group or in one another committer took
+				return c.post, c.err
+			}
+		case <-c.done:
+			return c.post, c.err
+		}
 	}
-	return c.post, c.err
 }
 
 // commitNext writes the next group of the queue, holding a committer's
-// place, which it gives back. A create left in the queue (beyond size) is
-// waiting for a place itself, and takes it.
-func (g *createGroups) commitNext() {
+// place, which it gives back, and reports whether a committer has taken
+// own by then. A create left in the queue (beyond size) waits for a place
+// itself, and takes it.
+func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 	defer func() { <-g.committers }()
 	if g.wait > 0 {
 		time.Sleep(g.wait)
@@ -88,6 +98,10 @@ func (g *createGroups) commitNext() {
 	n := min(len(g.pending), g.size)
 	group := g.pending[:n:n]
 	g.pending = g.pending[n:]
+	for _, c := range group {
+		c.taken = true
+	}
+	taken = own.taken
 	g.mu.Unlock()
 	var live []*groupedCreate
 	for _, c := range group {
@@ -99,10 +113,10 @@ func (g *createGroups) commitNext() {
 	}
 	switch len(live) {
 	case 0:
-		return
+		return taken
 	case 1:
 		live[0].finish(g.svc.createAlone(live[0].ctx, live[0].in, live[0].now))
-		return
+		return taken
 	}
 	// The group's transaction is every member's: one member's client
 	// going away does not cut it off.
@@ -117,7 +131,7 @@ func (g *createGroups) commitNext() {
 		for i, c := range live {
 			c.finish(posts[i], nil)
 		}
-		return
+		return taken
 	}
 	// Each alone: a member's own fault fails only its own create.
 	var wg sync.WaitGroup
@@ -125,6 +139,7 @@ func (g *createGroups) commitNext() {
 		wg.Go(func() { c.finish(g.svc.createAlone(c.ctx, c.in, c.now)) })
 	}
 	wg.Wait()
+	return taken
 }
 
 func (c *groupedCreate) finish(p *Post, err error) {
