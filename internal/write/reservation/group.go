@@ -103,6 +103,16 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 	}
 	taken = own.taken
 	g.mu.Unlock()
+	// A panic (the API answers the committer's request 500) answers the
+	// rest of its group, who would otherwise wait for ever.
+	defer func() {
+		if v := recover(); v != nil {
+			for _, c := range group {
+				c.abandon(v)
+			}
+			panic(v)
+		}
+	}()
 	var live []*groupedCreate
 	for _, c := range group {
 		if err := c.ctx.Err(); err != nil {
@@ -134,17 +144,42 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 		return taken
 	}
 	// Each alone: a member's own fault fails only its own create.
+	// A panic there is the committer's to raise, as it would be raised
+	// writing the create alone, not the process's end.
 	var wg sync.WaitGroup
+	var once sync.Once
+	var panicked any
 	for _, c := range live {
-		wg.Go(func() { c.finish(g.svc.createAlone(c.ctx, c.in, c.now)) })
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					once.Do(func() { panicked = v })
+					c.abandon(v)
+				}
+			}()
+			c.finish(g.svc.createAlone(c.ctx, c.in, c.now))
+		})
 	}
 	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
 	return taken
 }
 
 func (c *groupedCreate) finish(p *Post, err error) {
 	c.post, c.err = p, err
 	close(c.done)
+}
+
+// abandon answers c, unless answered already, with the error of a panic v
+// while its group was written. Only the goroutine that finishes c calls it.
+func (c *groupedCreate) abandon(v any) {
+	select {
+	case <-c.done:
+	default:
+		c.finish(nil, fmt.Errorf("create post: panic while its group was written: %v", v))
+	}
 }
 
 // insertGroup writes the posts of group, each its member's (owner, trace,
