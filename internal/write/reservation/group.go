@@ -54,6 +54,8 @@ type groupedCreate struct {
 	post *Post
 	err  error
 	done chan struct{}
+	// taken: a committer holds it (under createGroups.mu).
+	taken bool
 }
 
 func newCreateGroups(svc *Service, cfg ServiceConfig) *createGroups {
@@ -67,19 +69,27 @@ func (g *createGroups) create(ctx context.Context, in CreateInput, now time.Time
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.mu.Unlock()
-	select {
-	case g.committers <- struct{}{}:
-		g.commitNext()
-		<-c.done // in this group or in one another committer took
-	case <-c.done:
+	for {
+		select {
+		case g.committers <- struct{}{}:
+			// A group taken ahead of this create may leave it queued;
+			// its own caller is the one bound to write it then: the
+			// creates of that group are answered and wait no more.
+			if g.commitNext(c) {
+				<-c.done // in this group or in one another committer took
+				return c.post, c.err
+			}
+		case <-c.done:
+			return c.post, c.err
+		}
 	}
-	return c.post, c.err
 }
 
 // commitNext writes the next group of the queue, holding a committer's
-// place, which it gives back. A create left in the queue (beyond size) is
-// waiting for a place itself, and takes it.
-func (g *createGroups) commitNext() {
+// place, which it gives back, and reports whether a committer has taken
+// own by then. A create left in the queue (beyond size) waits for a place
+// itself, and takes it.
+func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 	defer func() { <-g.committers }()
 	if g.wait > 0 {
 		time.Sleep(g.wait)
@@ -88,7 +98,21 @@ func (g *createGroups) commitNext() {
 	n := min(len(g.pending), g.size)
 	group := g.pending[:n:n]
 	g.pending = g.pending[n:]
+	for _, c := range group {
+		c.taken = true
+	}
+	taken = own.taken
 	g.mu.Unlock()
+	// A panic (the API answers the committer's request 500) answers the
+	// rest of its group, who would otherwise wait for ever.
+	defer func() {
+		if v := recover(); v != nil {
+			for _, c := range group {
+				c.abandon(v)
+			}
+			panic(v)
+		}
+	}()
 	var live []*groupedCreate
 	for _, c := range group {
 		if err := c.ctx.Err(); err != nil {
@@ -99,10 +123,10 @@ func (g *createGroups) commitNext() {
 	}
 	switch len(live) {
 	case 0:
-		return
+		return taken
 	case 1:
 		live[0].finish(g.svc.createAlone(live[0].ctx, live[0].in, live[0].now))
-		return
+		return taken
 	}
 	// The group's transaction is every member's: one member's client
 	// going away does not cut it off.
@@ -117,19 +141,45 @@ func (g *createGroups) commitNext() {
 		for i, c := range live {
 			c.finish(posts[i], nil)
 		}
-		return
+		return taken
 	}
 	// Each alone: a member's own fault fails only its own create.
+	// A panic there is the committer's to raise, as it would be raised
+	// writing the create alone, not the process's end.
 	var wg sync.WaitGroup
+	var once sync.Once
+	var panicked any
 	for _, c := range live {
-		wg.Go(func() { c.finish(g.svc.createAlone(c.ctx, c.in, c.now)) })
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					once.Do(func() { panicked = v })
+					c.abandon(v)
+				}
+			}()
+			c.finish(g.svc.createAlone(c.ctx, c.in, c.now))
+		})
 	}
 	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
+	return taken
 }
 
 func (c *groupedCreate) finish(p *Post, err error) {
 	c.post, c.err = p, err
 	close(c.done)
+}
+
+// abandon answers c, unless answered already, with the error of a panic v
+// while its group was written. Only the goroutine that finishes c calls it.
+func (c *groupedCreate) abandon(v any) {
+	select {
+	case <-c.done:
+	default:
+		c.finish(nil, fmt.Errorf("create post: panic while its group was written: %v", v))
+	}
 }
 
 // insertGroup writes the posts of group, each its member's (owner, trace,

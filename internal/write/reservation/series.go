@@ -194,10 +194,17 @@ func (svc *Service) materializeTo(now time.Time) time.Time {
 }
 
 // seriesWrites is what a series create or edit spends of a write limit:
-// one write per occurrence from now to the reach of a materialization
-// (each a post made, or a post the edit changes), at least one.
+// one write per occurrence within the reach of a materialization (each a
+// post made, or a post the edit changes), at least one. The reach starts
+// at the series' first occurrence from now on: a series starting beyond
+// it makes no post now but as many once its start comes within reach, at
+// no request's cost.
 func (svc *Service) seriesWrites(plan *seriesPlan, now time.Time) int {
-	n := len(plan.rec.between(now, svc.materializeTo(now), svc.cfg.SeriesLimit))
+	from := now
+	if next := plan.rec.next(now, 1); len(next) == 1 {
+		from = next[0].At
+	}
+	n := len(plan.rec.between(from, from.Add(svc.materializeTo(now).Sub(now)), svc.cfg.SeriesLimit))
 	return max(1, min(n, svc.cfg.SeriesLimit))
 }
 
