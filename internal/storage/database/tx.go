@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/internal/platform/backoff"
@@ -41,6 +43,18 @@ func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error, o
 			return errors.Join(err, ctx.Err())
 		}
 	}
+}
+
+// Refused reports whether err is the database's own answer, an error it
+// reported for a statement or a commit (the transaction is then rolled
+// back), rather than a failure to hear one, such as a connection cut while a
+// commit was on its way, after which the commit may have been applied.
+// SQLite runs in the process and always answers.
+func Refused(err error) bool {
+	var pe *pgconn.PgError
+	var me *mysqldriver.MySQLError
+	var coded interface{ Code() int }
+	return errors.As(err, &pe) || errors.As(err, &me) || errors.As(err, &coded)
 }
 
 // IsRetryable reports whether err is a transient lock conflict after which the

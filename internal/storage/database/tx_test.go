@@ -2,9 +2,14 @@ package database_test
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,4 +252,20 @@ func TestCommitWakerOnlyAfterACommitThatWroteIt(t *testing.T) {
 		require.Equal(t, before+1, wakes.Load())
 		require.Zero(t, early.Load())
 	})
+}
+
+// Refused tells the database's own answer (a statement it refused) from a
+// failure to hear one, after which a commit may have been applied.
+func TestRefusedTellsTheDatabasesAnswerFromALostOne(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		err := db.Exec("SELECT * FROM no_such_table").Error
+		require.Error(t, err)
+		require.True(t, database.Refused(err), "%T %v", err, err)
+	})
+	for _, err := range []error{io.ErrUnexpectedEOF, driver.ErrBadConn, &net.OpError{Op: "read", Err: syscall.ECONNRESET},
+		fmt.Errorf("commit: %w", io.EOF), context.DeadlineExceeded} {
+		require.False(t, database.Refused(err), "%v", err)
+	}
 }

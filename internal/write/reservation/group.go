@@ -132,14 +132,26 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 	// going away does not cut it off.
 	ctx := context.WithoutCancel(live[0].ctx)
 	var posts []*Post
+	wrote := false // the group's writes were done: an error came from the commit
 	err := database.Transaction(ctx, g.svc.db, func(tx *gorm.DB) error {
 		var err error
 		posts, err = g.svc.insertGroup(tx, live)
+		wrote = err == nil
 		return err
 	})
 	if err == nil {
 		for i, c := range live {
 			c.finish(posts[i], nil)
+		}
+		return taken
+	}
+	if wrote && !database.Refused(err) {
+		// The commit's answer was lost (a connection cut): the group may
+		// be stored, and writing it again could store each post twice.
+		// Each create is answered the error, as a create alone is whose
+		// commit answer is lost.
+		for _, c := range live {
+			c.finish(nil, fmt.Errorf("create post: %w", err))
 		}
 		return taken
 	}

@@ -103,3 +103,30 @@ func TestGroupedCreateThatFailsFailsAlone(t *testing.T) {
 		require.EqualValues(t, 4, events)
 	})
 }
+
+// A group refused at its commit (here by a deferred constraint trigger that
+// refuses one create's title) is written again one create a transaction:
+// the database answered, so nothing of the group was stored, and the
+// refused create fails alone.
+func TestGroupRefusedAtCommitIsWrittenAgainOneByOne(t *testing.T) {
+	t.Parallel()
+	db := databasetest.New(t, database.PostgreSQL)
+	require.NoError(t, db.Exec(`CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.title = 'poison' THEN RAISE EXCEPTION 'poison'; END IF; RETURN NULL; END $$`).Error)
+	require.NoError(t, db.Exec(`CREATE CONSTRAINT TRIGGER poison AFTER INSERT ON posts DEFERRABLE INITIALLY DEFERRED
+		FOR EACH ROW EXECUTE FUNCTION refuse_poison()`).Error)
+	svc := groupedService(t, db)
+	titles := []string{"a", "poison", "b", "c"}
+	posts, errs := createAll(svc, []string{"alice"}, titles)
+	for i, title := range titles {
+		if title == "poison" {
+			require.ErrorContains(t, errs[i], "poison")
+			continue
+		}
+		require.NoError(t, errs[i], title)
+		require.Equal(t, title, loadPost(t, db.DB, posts[i].ID).Title)
+	}
+	var n int64
+	require.NoError(t, db.Model(&reservation.Post{}).Count(&n).Error)
+	require.EqualValues(t, 3, n, "each create once")
+}
