@@ -211,57 +211,19 @@ func (s *Service) CreateBatch(ctx context.Context, key string, ins []CreateInput
 		return CreatedBatch{}, err
 	}
 	owner, hash := ownerOf(ctx), batchHash(ins)
-	keyNow, err := database.Now(ctx, s.db)
-	if err != nil {
-		return CreatedBatch{}, err
-	}
-	keyNow = database.Normalize(keyNow)
-	cutoff := keyNow.Add(-s.cfg.IdempotencyRetention)
-	prev, err := s.findKey(ctx, owner, key)
-	if err != nil {
-		return CreatedBatch{}, err
-	}
-	if prev != nil && !prev.CreatedAt.Before(cutoff) {
-		// As in CreateOnce: the same posts passed the rules when they
-		// were created, also if their scheduledAt has passed since.
-		return replayBatch(prev, hash, owner, ins)
-	}
-	if err := s.validateBatch(ins, now); err != nil {
-		return CreatedBatch{}, err
-	}
-	var posts []*Post
-	err = s.batchTransaction(ctx, func(tx *gorm.DB) error {
-		if prev != nil {
-			if err := tx.Where("id = ? AND created_at < ?", prev.ID, cutoff).Delete(&idempotencyRecord{}).Error; err != nil {
-				return fmt.Errorf("delete expired idempotency key: %w", err)
+	return keyed(ctx, s, key, hash, keyedWrite[CreatedBatch]{
+		what:  fmt.Sprintf("create %d posts", len(ins)),
+		valid: func() error { return s.validateBatch(ins, now) },
+		txn:   s.batchTransaction,
+		write: func(tx *gorm.DB) (CreatedBatch, int64, any, error) {
+			posts, err := s.insertBatch(ctx, tx, ins, now)
+			if err != nil {
+				return CreatedBatch{}, 0, nil, err
 			}
-		}
-		var err error
-		if posts, err = s.insertBatch(ctx, tx, ins, now); err != nil {
-			return err
-		}
-		body, err := json.Marshal(newBatchRecord(posts))
-		if err != nil {
-			return err
-		}
-		// Last, as in CreateOnce: a waiter on the key holds nothing else.
-		return tx.Create(&idempotencyRecord{OwnerID: owner, Key: key, RequestHash: hash,
-			PostID: posts[0].ID, Response: string(body), CreatedAt: keyNow}).Error
+			return CreatedBatch{Posts: posts}, posts[0].ID, newBatchRecord(posts), nil
+		},
+		replay: func(rec *idempotencyRecord) (CreatedBatch, error) { return replayBatch(rec, hash, owner, ins) },
 	})
-	if errors.Is(err, gorm.ErrDuplicatedKey) {
-		prev, err := s.findKey(ctx, owner, key)
-		if err != nil {
-			return CreatedBatch{}, err
-		}
-		if prev == nil {
-			return CreatedBatch{}, fmt.Errorf("%w: try again", ErrIdempotencyKeyInUse)
-		}
-		return replayBatch(prev, hash, owner, ins)
-	}
-	if err != nil {
-		return CreatedBatch{}, fmt.Errorf("create %d posts: %w", len(ins), err)
-	}
-	return CreatedBatch{Posts: posts}, nil
 }
 
 // batchTransaction runs fn in a transaction once fewer than

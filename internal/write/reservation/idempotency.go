@@ -107,64 +107,108 @@ func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (C
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return Created{}, err
 	}
-	owner, hash := ownerOf(ctx), requestHash(in)
+	hash := requestHash(in)
+	return keyed(ctx, s, key, hash, keyedWrite[Created]{
+		what:  "create post",
+		valid: func() error { return s.validateCreate(in, now) },
+		txn: func(ctx context.Context, fn func(tx *gorm.DB) error) error {
+			return database.Transaction(ctx, s.db, fn)
+		},
+		write: func(tx *gorm.DB) (Created, int64, any, error) {
+			created, err := s.insertPost(ctx, tx, in, now)
+			if err != nil {
+				return Created{}, 0, nil, err
+			}
+			return Created{Post: created}, created.ID, newStoredPost(created), nil
+		},
+		replay: func(rec *idempotencyRecord) (Created, error) { return replay(rec, hash) },
+	})
+}
+
+// keyedWrite is what a write under an idempotency key does at each step of
+// keyed; T is its answer.
+type keyedWrite[T any] struct {
+	// what names the write in its errors ("create post").
+	what string
+	// valid checks the input once the key is known to be free.
+	valid func() error
+	// txn runs fn in a transaction (database.Transaction, or a batch's turn
+	// at one).
+	txn func(ctx context.Context, fn func(tx *gorm.DB) error) error
+	// write writes the input through tx and returns the answer, the post
+	// the key row names and the key row's response (marshalled as JSON).
+	write func(tx *gorm.DB) (out T, postID int64, response any, err error)
+	// replay answers a request whose key row rec holds.
+	replay func(rec *idempotencyRecord) (T, error)
+}
+
+// keyed runs w under key, of ctx's owner, for a request whose input hashes
+// to hash. A key row younger than IdempotencyRetention replays the first
+// answer without checking the input: the same input passed the checks when
+// it was written, and a retry must get that answer also once scheduledAt
+// has passed. Otherwise the input is checked, and written in one
+// transaction with the key row last (an expired row of the key, not purged
+// yet, is deleted first: the key is free again). A request that committed
+// the key meanwhile is replayed; one whose key row is gone again is
+// ErrIdempotencyKeyInUse.
+func keyed[T any](ctx context.Context, s *Service, key, hash string, w keyedWrite[T]) (T, error) {
+	var zero T
+	owner := ownerOf(ctx)
 	// A key is written by one instance and judged by another (and by the
 	// cleaner), so its age is the database's clock's, never this one's.
 	keyNow, err := database.Now(ctx, s.db)
 	if err != nil {
-		return Created{}, err
+		return zero, err
 	}
 	keyNow = database.Normalize(keyNow)
 	cutoff := keyNow.Add(-s.cfg.IdempotencyRetention)
 	prev, err := s.findKey(ctx, owner, key)
 	if err != nil {
-		return Created{}, err
+		return zero, err
 	}
 	if prev != nil && !prev.CreatedAt.Before(cutoff) {
-		// No validation: the same input passed it when it created the
-		// post, and a retry must get that answer also once scheduledAt
-		// has passed.
-		return replay(prev, hash)
+		return w.replay(prev)
 	}
-	if err := s.validateCreate(in, now); err != nil {
-		return Created{}, err
+	if err := w.valid(); err != nil {
+		return zero, err
 	}
-	var created *Post
-	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
+	var out T
+	err = w.txn(ctx, func(tx *gorm.DB) error {
 		if prev != nil {
-			// An expired key not purged yet: it is free again.
 			if err := tx.Where("id = ? AND created_at < ?", prev.ID, cutoff).Delete(&idempotencyRecord{}).Error; err != nil {
 				return fmt.Errorf("delete expired idempotency key: %w", err)
 			}
 		}
+		var postID int64
+		var response any
 		var err error
-		if created, err = s.insertPost(ctx, tx, in, now); err != nil {
+		if out, postID, response, err = w.write(tx); err != nil {
 			return err
 		}
-		body, err := json.Marshal(newStoredPost(created))
+		body, err := json.Marshal(response)
 		if err != nil {
 			return err
 		}
 		// Last, so that a request holding the key for long holds nothing
-		// else a waiter needs; a waiter's own post and event roll back.
+		// else a waiter needs; a waiter's own writes roll back.
 		return tx.Create(&idempotencyRecord{OwnerID: owner, Key: key, RequestHash: hash,
-			PostID: created.ID, Response: string(body), CreatedAt: keyNow}).Error
+			PostID: postID, Response: string(body), CreatedAt: keyNow}).Error
 	})
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
 		// Another request committed the key while this one waited on it.
 		prev, err := s.findKey(ctx, owner, key)
 		if err != nil {
-			return Created{}, err
+			return zero, err
 		}
 		if prev == nil {
-			return Created{}, fmt.Errorf("%w: try again", ErrIdempotencyKeyInUse)
+			return zero, fmt.Errorf("%w: try again", ErrIdempotencyKeyInUse)
 		}
-		return replay(prev, hash)
+		return w.replay(prev)
 	}
 	if err != nil {
-		return Created{}, fmt.Errorf("create post: %w", err)
+		return zero, fmt.Errorf("%s: %w", w.what, err)
 	}
-	return Created{Post: created}, nil
+	return out, nil
 }
 
 // findKey reads the row of owner's key; nil when there is none.
