@@ -38,7 +38,7 @@ func runSpike(ctx context.Context, cfg Config, db *database.DB, clean func(conte
 		return err
 	}
 	fmt.Fprintf(out, "spike floor: raw SQL writes the same %d PUBLISHED publications and post statuses in bulk (%d a transaction) in %s\n",
-		cfg.SpikePosts, 1000, floor.Round(time.Millisecond))
+		cfg.SpikePosts, spike.FloorChunk, floor.Round(time.Millisecond))
 	for _, b := range brokers {
 		if err := clean(ctx); err != nil {
 			return err

@@ -13,13 +13,13 @@ import (
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
-// floorChunk is how many posts one transaction of Floor writes.
-const floorChunk = 1000
+// FloorChunk is how many posts one transaction of Floor writes.
+const FloorChunk = 1000
 
 // Floor is the database's floor under a spike of posts: how long raw SQL
 // takes to write, in bulk, what publishing them writes at least, a
 // PUBLISHED publication per post and each post's PUBLISHED status, in
-// transactions of floorChunk posts, one multi-row INSERT and one UPDATE
+// transactions of FloorChunk posts, one multi-row INSERT and one UPDATE
 // each. It seeds its own posts, as Run does, on a database without posts
 // (ErrNotEmpty otherwise), and leaves them for the caller to delete.
 func Floor(ctx context.Context, db *gorm.DB, posts int) (time.Duration, error) {
@@ -33,19 +33,15 @@ func Floor(ctx context.Context, db *gorm.DB, posts int) (time.Duration, error) {
 	if _, err := seed(ctx, db, posts, time.Hour); err != nil {
 		return 0, err
 	}
-	var ids []int64
-	if err := db.WithContext(ctx).Model(&reservation.Post{}).Order("id").Pluck("id", &ids).Error; err != nil {
-		return 0, err
-	}
-	var due []time.Time
-	if err := db.WithContext(ctx).Model(&reservation.Post{}).Order("id").Pluck("scheduled_at", &due).Error; err != nil {
+	var seeded []reservation.Post
+	if err := db.WithContext(ctx).Select("id", "scheduled_at").Order("id").Find(&seeded).Error; err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	for i := 0; i < len(ids); i += floorChunk {
-		end := min(i+floorChunk, len(ids))
+	for i := 0; i < len(seeded); i += FloorChunk {
+		chunk := seeded[i:min(i+FloorChunk, len(seeded))]
 		err := database.Transaction(ctx, db, func(tx *gorm.DB) error {
-			return publishInBulk(tx, ids[i:end], due[i:end])
+			return publishInBulk(tx, chunk)
 		})
 		if err != nil {
 			return 0, fmt.Errorf("bulk floor: %w", err)
@@ -54,19 +50,21 @@ func Floor(ctx context.Context, db *gorm.DB, posts int) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// publishInBulk writes a PUBLISHED publication for each post of ids, due at
-// the time of the same index, and sets the posts PUBLISHED.
-func publishInBulk(tx *gorm.DB, ids []int64, due []time.Time) error {
+// publishInBulk writes a PUBLISHED publication for each of posts and sets
+// the posts PUBLISHED.
+func publishInBulk(tx *gorm.DB, posts []reservation.Post) error {
 	now := database.Normalize(time.Now())
 	var b strings.Builder
 	b.WriteString("INSERT INTO publications (post_id, event_id, partition_id, scheduled_at, status, attempts, created_at, updated_at, published_at) VALUES ")
-	args := make([]any, 0, 7*len(ids))
-	for i, id := range ids {
+	args := make([]any, 0, 6*len(posts))
+	ids := make([]int64, len(posts))
+	for i, p := range posts {
 		if i > 0 {
 			b.WriteString(",")
 		}
 		b.WriteString("(?,?,0,?,'PUBLISHED',1,?,?,?)")
-		args = append(args, id, uuid.NewString(), due[i], now, now, now)
+		args = append(args, p.ID, uuid.NewString(), p.ScheduledAt, now, now, now)
+		ids[i] = p.ID
 	}
 	if err := tx.Exec(b.String(), args...).Error; err != nil {
 		return fmt.Errorf("insert publications: %w", err)
