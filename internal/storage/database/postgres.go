@@ -320,6 +320,15 @@ func (postgresDriver) Notify(db *gorm.DB, channel, payload string) error {
 	return db.Exec("SELECT pg_notify(?, ?)", channel, payload).Error
 }
 
+func (postgresDriver) Reclaim(db *gorm.DB, tables ...string) error {
+	for _, table := range tables {
+		if err := db.Exec("VACUUM (ANALYZE) " + pgx.Identifier{table}.Sanitize()).Error; err != nil {
+			return fmt.Errorf("vacuum %s: %w", table, err)
+		}
+	}
+	return nil
+}
+
 // IsRetryable: serialization_failure (40001), deadlock_detected (40P01),
 // lock_not_available (55P03, a lock_timeout or NOWAIT).
 func (postgresDriver) IsRetryable(err error) bool {

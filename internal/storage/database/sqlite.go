@@ -193,6 +193,8 @@ func (sqliteDriver) Notifies() bool { return false }
 
 func (sqliteDriver) Notify(*gorm.DB, string, string) error { return nil }
 
+func (sqliteDriver) Reclaim(*gorm.DB, ...string) error { return nil }
+
 // IsRetryable: SQLITE_BUSY or SQLITE_LOCKED, which the driver reports only
 // in its text.
 func (sqliteDriver) IsRetryable(err error) bool {

@@ -69,6 +69,7 @@ func Run(t *testing.T, db *database.DB) {
 		{"KeysIn", s.keysIn},
 		{"PairsIn", s.pairsIn},
 		{"Notify", s.notify},
+		{"Reclaim", s.reclaim},
 		{"IsDuplicateKey", s.isDuplicateKey},
 		{"IsRetryable", s.isRetryable},
 		{"Explain", s.explain},
@@ -513,6 +514,27 @@ func (s *suite) notify(t *testing.T) {
 		require.Equal(t, channel, n.Channel)
 		require.Equal(t, payload, n.Payload)
 	}
+}
+
+// Reclaim leaves the rows that were not deleted as they are; on
+// PostgreSQL it has vacuumed and analyzed the table once it returns.
+func (s *suite) reclaim(t *testing.T) {
+	rows := s.seed(t, "reclaim", 5)
+	require.NoError(t, s.db.Where("k IN ?", []string{rows[0].K, rows[1].K, rows[2].K}).Delete(&row{}).Error)
+	require.NoError(t, s.drv.Reclaim(s.db.DB, table))
+	require.Equal(t, rows[3], s.read(t, rows[3].K))
+	require.Equal(t, rows[4], s.read(t, rows[4].K))
+	var left int64
+	require.NoError(t, s.db.Model(&row{}).Where("k LIKE ?", "reclaim-%").Count(&left).Error)
+	require.EqualValues(t, 2, left)
+	if s.db.Dialect != database.PostgreSQL {
+		return
+	}
+	var vacuumed, analyzed bool
+	require.NoError(t, s.db.Raw("SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = ?", table).
+		Row().Scan(&vacuumed, &analyzed))
+	require.True(t, vacuumed, "VACUUM has not run on %s", table)
+	require.True(t, analyzed, "ANALYZE has not run on %s", table)
 }
 
 // IsDuplicateKey recognizes a taken key as GORM reports it
