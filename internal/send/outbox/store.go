@@ -376,10 +376,10 @@ func sortClaimed(rows []Message) {
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
 	next, args := "", []any(nil)
 	if after != nil {
-		// Spelled out, not a row value: both databases read it as a range
-		// of the index after the status.
-		next = " AND (o.created > ? OR (o.created = ? AND o.id > ?))"
-		args = []any{after.Created, after.Created, after.ID}
+		// In the form the database reads as a range of the index after
+		// the status.
+		c := s.drv.After("o.created", "o.id", after.Created, after.ID)
+		next, args = " AND "+c.SQL, c.Vars
 	}
 	part := func(due, alias string) string {
 		return `SELECT id, created FROM (

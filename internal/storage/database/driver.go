@@ -90,6 +90,14 @@ type Driver interface {
 	// the set-based check that each row still has the second value a
 	// caller holds (such as a version). pairs must not be empty.
 	PairsIn(first, second string, pairs []Pair) clause.Expr
+	// After is the keyset condition "(first, second) > (a, b)" of a page or
+	// batch that goes on after the row (a, b), in the form the database
+	// reads as a range of an index that ends in (first, second): a row value
+	// on PostgreSQL, which otherwise scans from the start of first = a
+	// through every entry before the cursor, dead ones included; spelled
+	// out elsewhere (first > a OR (first = a AND second > b)), as MySQL
+	// uses no index for a row value's inequality.
+	After(first, second string, a, b any) clause.Expr
 
 	// Notifies reports whether the database carries notifications: a
 	// Notify reaches the sessions that LISTEN on its channel, through

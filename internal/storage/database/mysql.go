@@ -198,6 +198,15 @@ func (mysqlDriver) PairsIn(first, second string, pairs []Pair) clause.Expr {
 	return clause.Expr{SQL: b.String(), Vars: args}
 }
 
+func (mysqlDriver) After(first, second string, a, b any) clause.Expr {
+	return spelledAfter(first, second, a, b)
+}
+
+// spelledAfter is "(first, second) > (a, b)" without a row value.
+func spelledAfter(first, second string, a, b any) clause.Expr {
+	return clause.Expr{SQL: "(" + first + " > ? OR (" + first + " = ? AND " + second + " > ?))", Vars: []any{a, a, b}}
+}
+
 // Notifies is false: MySQL has no notifications.
 func (mysqlDriver) Notifies() bool { return false }
 

@@ -309,6 +309,10 @@ func (postgresDriver) PairsIn(first, second string, pairs []Pair) clause.Expr {
 		Vars: []any{firsts, seconds}}
 }
 
+func (postgresDriver) After(first, second string, a, b any) clause.Expr {
+	return clause.Expr{SQL: "(" + first + ", " + second + ") > (?, ?)", Vars: []any{a, b}}
+}
+
 // Notifies is true: LISTEN and NOTIFY.
 func (postgresDriver) Notifies() bool { return true }
 

@@ -188,6 +188,10 @@ func (sqliteDriver) PairsIn(first, second string, pairs []Pair) clause.Expr {
 	return clause.Expr{SQL: b.String(), Vars: args}
 }
 
+func (sqliteDriver) After(first, second string, a, b any) clause.Expr {
+	return spelledAfter(first, second, a, b)
+}
+
 // Notifies is false: SQLite has no notifications.
 func (sqliteDriver) Notifies() bool { return false }
 

@@ -220,7 +220,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 			// never WORKING.
 			Where("publish_by IS NULL OR publish_by >= ?", now)
 		if after != nil {
-			q = q.Where("(scheduled_at > ? OR (scheduled_at = ? AND id > ?))", after.ScheduledAt, after.ScheduledAt, after.ID)
+			q = q.Where(database.DriverOf(tx).After("scheduled_at", "id", after.ScheduledAt, after.ID))
 		}
 		q = database.DriverOf(tx).ForUpdateSkipLocked(q)
 		if err := q.Order("scheduled_at, id").Limit(limit).Find(&due).Error; err != nil {

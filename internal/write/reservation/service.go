@@ -453,13 +453,13 @@ func (s *Service) List(ctx context.Context, q ListQuery) (*Page, error) {
 	// By id with a status this walks idx_posts_status_id, without one the
 	// primary key; by time with a status it walks
 	// idx_posts_status_scheduled_at_id. For one owner, by id, it walks
-	// idx_posts_owner_id or idx_posts_owner_status_id. The keyset condition is spelled out
-	// rather than as a row value, which MySQL uses an index for only in its
-	// newer versions.
+	// idx_posts_owner_id or idx_posts_owner_status_id. The keyset condition
+	// is the driver's (Driver.After), which each database reads as a range
+	// of those indexes.
 	switch order {
 	case OrderByScheduledAt:
 		if q.Cursor != "" {
-			query = query.Where("scheduled_at > ? OR (scheduled_at = ? AND id > ?)", after.at, after.at, after.id)
+			query = query.Where(database.DriverOf(query).After("scheduled_at", "id", after.at, after.id))
 		}
 		query = query.Order("scheduled_at ASC, id ASC")
 	default:

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ func Run(t *testing.T, db *database.DB) {
 		{"BigIntType", s.bigIntType},
 		{"KeysIn", s.keysIn},
 		{"PairsIn", s.pairsIn},
+		{"After", s.after},
 		{"Notify", s.notify},
 		{"Reclaim", s.reclaim},
 		{"IsDuplicateKey", s.isDuplicateKey},
@@ -490,6 +492,41 @@ func (s *suite) pairsIn(t *testing.T) {
 	var got []string
 	require.NoError(t, s.db.Model(&row{}).Where(s.drv.PairsIn("id", "n", long)).Pluck("k", &got).Error)
 	require.Equal(t, []string{rows[2].K}, got)
+}
+
+// After takes the rows after a cursor in (n, id) order: those with a
+// greater n, and those with the cursor's n and a greater id. On PostgreSQL
+// it is a condition of the index scan itself, so a page starts at its
+// cursor instead of walking the entries before it.
+func (s *suite) after(t *testing.T) {
+	rows := s.seed(t, "after", 6)
+	for i, n := range []int64{1, 2, 2, 2, 3, 3} {
+		require.NoError(t, s.db.Model(&row{}).Where("id = ?", rows[i].ID).Update("n", n).Error)
+	}
+	page := func(n, id int64) []string {
+		var got []string
+		require.NoError(t, s.db.Model(&row{}).Where("k LIKE ?", "after-%").Where(s.drv.After("n", "id", n, id)).
+			Order("n, id").Pluck("k", &got).Error)
+		return got
+	}
+	require.Equal(t, []string{rows[2].K, rows[3].K, rows[4].K, rows[5].K}, page(2, rows[1].ID))
+	require.Equal(t, []string{rows[4].K, rows[5].K}, page(2, rows[3].ID))
+	require.Equal(t, []string{rows[1].K, rows[2].K, rows[3].K, rows[4].K, rows[5].K}, page(1, rows[0].ID))
+	require.Empty(t, page(3, rows[5].ID))
+	if s.db.Dialect != database.PostgreSQL {
+		return
+	}
+	require.NoError(t, s.db.Exec("CREATE INDEX drivertest_rows_n_id ON "+table+" (n, id)").Error)
+	defer func() { require.NoError(t, s.db.Exec("DROP INDEX drivertest_rows_n_id").Error) }()
+	var plan []string
+	require.NoError(t, s.db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
+			return err
+		}
+		stmt := tx.Session(&gorm.Session{DryRun: true}).Model(&row{}).Where(s.drv.After("n", "id", 2, rows[1].ID)).Order("n, id").Find(&[]row{}).Statement
+		return tx.Raw("EXPLAIN "+stmt.SQL.String(), stmt.Vars...).Scan(&plan).Error
+	}))
+	require.Regexp(t, `Index Cond: \(ROW\(n, id\) > ROW\(`, strings.Join(plan, "\n"), "the cursor is not a condition of the index scan")
 }
 
 // Notify reaches a session that LISTENs on the channel, with its payload
