@@ -87,6 +87,35 @@ func TestBenchCleanerDeletesItsRowsAndReclaimsTheirRoom(t *testing.T) {
 	})
 }
 
+// The relay's own record of a post's event is read from its outbox row:
+// created to sent_at, over the posts asked for, and a post whose event was
+// not acknowledged in time is an error, not a figure without it.
+func TestCreatedToSentReadsTheRelaysRecord(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+		require.NoError(t, err)
+		created := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+		var ids []int64
+		for i := range 4 {
+			p, err := svc.Create(ctx, reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(48 * time.Hour)})
+			require.NoError(t, err)
+			ids = append(ids, p.ID)
+			changes := map[string]any{"created": created, "sent_at": created.Add(time.Duration(i+1) * 10 * time.Millisecond), "status": outbox.StatusSent}
+			require.NoError(t, db.Table("outbox").Where("aggregate_id = ?", p.ID).Updates(changes).Error)
+		}
+		got, err := bench.CreatedToSent(ctx, db.DB, ids[:3], time.Second)
+		require.NoError(t, err)
+		require.Equal(t, 3, got.Events)
+		require.Equal(t, 20*time.Millisecond, got.P50)
+		require.Equal(t, 30*time.Millisecond, got.Max)
+
+		require.NoError(t, db.Table("outbox").Where("aggregate_id = ?", ids[3]).Update("sent_at", nil).Error)
+		_, err = bench.CreatedToSent(ctx, db.DB, ids, 100*time.Millisecond)
+		require.ErrorContains(t, err, "1 of 4 posts' events have no sent_at")
+	})
+}
+
 // Four relays draining one backlog together send every event once between
 // them, leave every row SENT, and count what they sent.
 func TestRelayInstancesDrainOneBacklogOnce(t *testing.T) {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/brokers/kafka/endoffset"
@@ -33,6 +35,10 @@ type LatencyConfig struct {
 	// Wait bounds the wait for the last events after the load ends.
 	// Default 30s.
 	Wait time.Duration
+	// DB, when set, is the service's database: the run also reads the
+	// relay's own record of each post's POSTING_EVENT, from its created to
+	// its sent_at (Latency.Recorded).
+	DB *gorm.DB
 }
 
 func (c LatencyConfig) withDefaults() LatencyConfig {
@@ -61,6 +67,11 @@ type Latency struct {
 	// first of their errors; they are not in the distribution.
 	Failed       int
 	FirstFailure error
+	// Recorded is the distribution of the same events from the outbox
+	// row's created to its sent_at, as the relay records them (with
+	// LatencyConfig.DB): the service's own view, without the HTTP answer
+	// and the consumer's fetch.
+	Recorded *Latency
 }
 
 // ErrEventsMissing is returned by CommitToBroker when events of posts the
@@ -204,7 +215,52 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 	}
 	res := distribution(lat)
 	res.Failed, res.FirstFailure = failed, firstFailure
+	if cfg.DB != nil {
+		ids := slices.Collect(maps.Keys(committed))
+		rec, err := createdToSent(ctx, cfg.DB, ids, cfg.Wait)
+		if err != nil {
+			return Latency{}, fmt.Errorf("commit to broker: %w", err)
+		}
+		res.Recorded = &rec
+	}
 	return res, nil
+}
+
+// createdToSent reads the POSTING_EVENT rows of the posts ids from db's
+// outbox and returns the distribution of their created → sent_at, waiting
+// up to wait for every sent_at: the relay writes a batch's acknowledgement
+// after its send, with its next claim or once it falls idle.
+func createdToSent(ctx context.Context, db *gorm.DB, ids []int64, wait time.Duration) (Latency, error) {
+	type row struct {
+		Created time.Time
+		SentAt  time.Time
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var rows []row
+		for chunk := range slices.Chunk(ids, 1000) {
+			var part []row
+			err := db.WithContext(ctx).Table("outbox").Select("created", "sent_at").
+				Where("event_type = ? AND sent_at IS NOT NULL AND aggregate_id IN ?", event.PostingEvent, chunk).Scan(&part).Error
+			if err != nil {
+				return Latency{}, fmt.Errorf("read the events' created and sent_at: %w", err)
+			}
+			rows = append(rows, part...)
+		}
+		if len(rows) >= len(ids) {
+			lat := make([]time.Duration, len(rows))
+			for i, r := range rows {
+				lat[i] = max(r.SentAt.Sub(r.Created), 0)
+			}
+			return distribution(lat), nil
+		}
+		if time.Now().After(deadline) {
+			return Latency{}, fmt.Errorf("%d of %d posts' events have no sent_at after %s", len(ids)-len(rows), len(ids), wait)
+		}
+		if !backoff.Sleep(ctx, 20*time.Millisecond) {
+			return Latency{}, ctx.Err()
+		}
+	}
 }
 
 // endOffsets lists the end offset of every partition of topic, as the

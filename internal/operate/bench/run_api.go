@@ -119,7 +119,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	}
 	for i, rate := range cfg.LatencyRates {
 		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
-			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration})
+			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration, DB: db.DB})
 		if err != nil {
 			_ = stopTrace()
 			return fmt.Errorf("commit to broker at %d posts/s: %w", rate, err)
@@ -154,6 +154,9 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	for i, lat := range lats {
 		fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", cfg.LatencyRates[i], cfg.LatencyDuration, cfg.where())
 		fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
+		if r := lat.Recorded; r != nil {
+			fmt.Fprintf(out, "  created -> sent_at, as the relay records them: p50 %s, p99 %s, max %s\n", ms(r.P50), ms(r.P99), ms(r.Max))
+		}
 		if lat.Failed > 0 {
 			fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
 		}
