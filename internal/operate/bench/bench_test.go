@@ -57,10 +57,10 @@ func TestBenchCleanerKeepsAConcurrentWritersRows(t *testing.T) {
 	})
 }
 
-// The bench's clean-up deletes the posts and events it wrote and reclaims
-// their room (on PostgreSQL: the tables vacuumed and analyzed), so the next
+// The bench's clean-up deletes the posts and events it wrote and settles
+// the tables (on PostgreSQL: vacuumed and analyzed), so the next
 // measurement does not run through their dead rows.
-func TestBenchCleanerDeletesItsRowsAndReclaimsTheirRoom(t *testing.T) {
+func TestBenchCleanerDeletesItsRowsAndSettlesTheTables(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		ctx := context.Background()
 		clean, err := bench.NewCleaner(ctx, db, false)

@@ -12,7 +12,7 @@ import (
 // NewCleaner returns the function that deletes what the bench wrote:
 // the outbox rows and posts above the ids they had when it started (all
 // rows of a database that was empty), and the publications of those posts,
-// and then reclaims their room (database.Driver.Reclaim).
+// and then settles those tables (database.Driver.Settle).
 // keep (a database that held rows, --allow-nonempty) deletes nothing: rows
 // another writer adds while the bench runs get ids among the bench's own,
 // and an id mark cannot tell them apart, so the bench leaves its rows.
@@ -55,8 +55,8 @@ func NewCleaner(ctx context.Context, db *database.DB, keep bool) (func(context.C
 		for i, mk := range marks {
 			tables[i] = mk.table
 		}
-		if err := db.Driver().Reclaim(db.WithContext(ctx), tables...); err != nil {
-			return fmt.Errorf("reclaim the bench's deleted rows: %w", err)
+		if err := db.Driver().Settle(db.WithContext(ctx), tables...); err != nil {
+			return fmt.Errorf("settle the tables the bench deleted from: %w", err)
 		}
 		return nil
 	}, nil

@@ -108,13 +108,14 @@ type Driver interface {
 	// has no notifications it does nothing and returns nil.
 	Notify(db *gorm.DB, channel, payload string) error
 
-	// Reclaim makes the room and the index entries of rows deleted in bulk
-	// from tables free now, and the planner's statistics of them current,
-	// through db, a pool: VACUUM (ANALYZE) on PostgreSQL, whose dead index
-	// entries otherwise slow every scan and plan over them until autovacuum
-	// comes by; nothing on MySQL, whose purge does it in the background, and
-	// SQLite. It runs outside any transaction.
-	Reclaim(db *gorm.DB, tables ...string) error
+	// Settle brings tables just written or deleted in bulk to the state a
+	// steady service keeps them in, through db, a pool: on PostgreSQL
+	// VACUUM (ANALYZE), which frees the index entries of deleted rows (scans
+	// and plans otherwise walk through them) and makes the planner's
+	// statistics current (it otherwise plans for the table as it was) before
+	// autovacuum would come by; nothing on MySQL, whose purge and statistics
+	// keep up in the background, and SQLite. It runs outside any transaction.
+	Settle(db *gorm.DB, tables ...string) error
 
 	// IsRetryable reports whether err, from this database, is a transient
 	// conflict after which the same transaction may succeed when run

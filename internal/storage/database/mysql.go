@@ -212,7 +212,7 @@ func (mysqlDriver) Notifies() bool { return false }
 
 func (mysqlDriver) Notify(*gorm.DB, string, string) error { return nil }
 
-func (mysqlDriver) Reclaim(*gorm.DB, ...string) error { return nil }
+func (mysqlDriver) Settle(*gorm.DB, ...string) error { return nil }
 
 // IsRetryable: the transaction was chosen as a deadlock victim (1213) or a
 // lock wait timed out (1205).

@@ -324,7 +324,7 @@ func (postgresDriver) Notify(db *gorm.DB, channel, payload string) error {
 	return db.Exec("SELECT pg_notify(?, ?)", channel, payload).Error
 }
 
-func (postgresDriver) Reclaim(db *gorm.DB, tables ...string) error {
+func (postgresDriver) Settle(db *gorm.DB, tables ...string) error {
 	for _, table := range tables {
 		if err := db.Exec("VACUUM (ANALYZE) " + pgx.Identifier{table}.Sanitize()).Error; err != nil {
 			return fmt.Errorf("vacuum %s: %w", table, err)

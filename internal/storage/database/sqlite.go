@@ -197,7 +197,7 @@ func (sqliteDriver) Notifies() bool { return false }
 
 func (sqliteDriver) Notify(*gorm.DB, string, string) error { return nil }
 
-func (sqliteDriver) Reclaim(*gorm.DB, ...string) error { return nil }
+func (sqliteDriver) Settle(*gorm.DB, ...string) error { return nil }
 
 // IsRetryable: SQLITE_BUSY or SQLITE_LOCKED, which the driver reports only
 // in its text.

@@ -71,7 +71,7 @@ func Run(t *testing.T, db *database.DB) {
 		{"PairsIn", s.pairsIn},
 		{"After", s.after},
 		{"Notify", s.notify},
-		{"Reclaim", s.reclaim},
+		{"Settle", s.settle},
 		{"IsDuplicateKey", s.isDuplicateKey},
 		{"IsRetryable", s.isRetryable},
 		{"Explain", s.explain},
@@ -553,16 +553,16 @@ func (s *suite) notify(t *testing.T) {
 	}
 }
 
-// Reclaim leaves the rows that were not deleted as they are; on
+// Settle leaves the rows that were not deleted as they are; on
 // PostgreSQL it has vacuumed and analyzed the table once it returns.
-func (s *suite) reclaim(t *testing.T) {
-	rows := s.seed(t, "reclaim", 5)
+func (s *suite) settle(t *testing.T) {
+	rows := s.seed(t, "settle", 5)
 	require.NoError(t, s.db.Where("k IN ?", []string{rows[0].K, rows[1].K, rows[2].K}).Delete(&row{}).Error)
-	require.NoError(t, s.drv.Reclaim(s.db.DB, table))
+	require.NoError(t, s.drv.Settle(s.db.DB, table))
 	require.Equal(t, rows[3], s.read(t, rows[3].K))
 	require.Equal(t, rows[4], s.read(t, rows[4].K))
 	var left int64
-	require.NoError(t, s.db.Model(&row{}).Where("k LIKE ?", "reclaim-%").Count(&left).Error)
+	require.NoError(t, s.db.Model(&row{}).Where("k LIKE ?", "settle-%").Count(&left).Error)
 	require.EqualValues(t, 2, left)
 	if s.db.Dialect != database.PostgreSQL {
 		return
