@@ -41,6 +41,11 @@ func runPublishesEveryPostNoneEarly(t *testing.T, rabbitMQURL string) {
 		var pubs int64
 		require.NoError(t, db.Raw("SELECT COUNT(*) FROM publications WHERE status = 'PUBLISHED'").Scan(&pubs).Error)
 		require.EqualValues(t, 300, pubs)
+		if db.Dialect == database.PostgreSQL {
+			var analyzed bool
+			require.NoError(t, db.Raw("SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'posts'").Row().Scan(&analyzed))
+			require.True(t, analyzed, "the seeded posts were not analyzed before the spike")
+		}
 		t.Log(res)
 	})
 }
