@@ -229,33 +229,42 @@ func CommitToBroker(ctx context.Context, cfg LatencyConfig) (Latency, error) {
 // createdToSent reads the POSTING_EVENT rows of the posts ids from db's
 // outbox and returns the distribution of their created → sent_at, waiting
 // up to wait for every sent_at: the relay writes a batch's acknowledgement
-// after its send, with its next claim or once it falls idle.
+// after its send, with its next claim or once it falls idle. A post counts
+// once, by its first event (the CREATED one the load wrote; the relay sends
+// an aggregate's events in order, so a later one is never sent before it):
+// a post with more events does not stand in for one whose event is unsent.
 func createdToSent(ctx context.Context, db *gorm.DB, ids []int64, wait time.Duration) (Latency, error) {
 	type row struct {
-		Created time.Time
-		SentAt  time.Time
+		ID          int64
+		AggregateID int64
+		Created     time.Time
+		SentAt      time.Time
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		var rows []row
+		first := make(map[int64]row, len(ids))
 		for chunk := range slices.Chunk(ids, 1000) {
 			var part []row
-			err := db.WithContext(ctx).Table("outbox").Select("created", "sent_at").
+			err := db.WithContext(ctx).Table("outbox").Select("id", "aggregate_id", "created", "sent_at").
 				Where("event_type = ? AND sent_at IS NOT NULL AND aggregate_id IN ?", event.PostingEvent, chunk).Scan(&part).Error
 			if err != nil {
 				return Latency{}, fmt.Errorf("read the events' created and sent_at: %w", err)
 			}
-			rows = append(rows, part...)
+			for _, r := range part {
+				if f, ok := first[r.AggregateID]; !ok || r.ID < f.ID {
+					first[r.AggregateID] = r
+				}
+			}
 		}
-		if len(rows) >= len(ids) {
-			lat := make([]time.Duration, len(rows))
-			for i, r := range rows {
-				lat[i] = max(r.SentAt.Sub(r.Created), 0)
+		if len(first) >= len(ids) {
+			lat := make([]time.Duration, 0, len(first))
+			for _, r := range first {
+				lat = append(lat, max(r.SentAt.Sub(r.Created), 0))
 			}
 			return distribution(lat), nil
 		}
 		if time.Now().After(deadline) {
-			return Latency{}, fmt.Errorf("%d of %d posts' events have no sent_at after %s", len(ids)-len(rows), len(ids), wait)
+			return Latency{}, fmt.Errorf("%d of %d posts' events have no sent_at after %s", len(ids)-len(first), len(ids), wait)
 		}
 		if !backoff.Sleep(ctx, 20*time.Millisecond) {
 			return Latency{}, ctx.Err()
