@@ -897,12 +897,15 @@ func TestWorkerFailingWebhookPostsDoNotStarveHealthyOnes(t *testing.T) {
 
 // The slots are what is saved, not only their number: with 2 slots, 12
 // posts that keep failing still leave room, since a publication holds a
-// slot during one request and none while it waits to try again.
+// slot during one request and none while it waits to try again. Were the
+// slots held through the pauses, the healthy post would wait at least one
+// whole pause (RetryBase, 5 s here) behind the failing ones.
 func TestWorkerBackoffHoldsNoSlot(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		lag := starvation(t, db, worker.Config{Concurrency: 2}, false)
-		require.Less(t, lag, time.Second, "the healthy post waited behind failing ones")
+		const pause = 5 * time.Second
+		lag := starvation(t, db, worker.Config{Concurrency: 2, RetryBase: pause, RetryMax: time.Minute}, false)
+		require.Less(t, lag, pause, "the healthy post waited behind failing ones")
 	})
 }
 
