@@ -46,6 +46,7 @@ type settings struct {
 	DataDir           string
 	DatabaseMaxConns  int
 	DatabaseMaxIdle   int
+	StatisticsEvery   time.Duration
 	KafkaBrokers      []string
 	KafkaTopic        string
 	KafkaCompression  string
@@ -114,6 +115,14 @@ func addCommonFlags(fs *pflag.FlagSet, s *settings) {
 // LISTEN (serve, worker, migrate).
 func addDirectURLFlag(fs *pflag.FlagSet, s *settings) {
 	fs.StringVar(&s.DatabaseDirectURL, "database-direct-url", "", "postgres:// URL of the same database without the pooler, for migrations, their lock and LISTEN when POSTING_DATABASE_URL points at a pooler such as PgBouncer; empty: POSTING_DATABASE_URL")
+	showEnvTwins(fs)
+}
+
+// addStatisticsFlag adds the pause of the keeper of the planner's
+// statistics, which serve and worker run (database.StatisticsKeeper).
+func addStatisticsFlag(fs *pflag.FlagSet, s *settings) {
+	fs.DurationVar(&s.StatisticsEvery, "database-statistics-interval", database.DefaultStatisticsInterval,
+		"PostgreSQL: how often the service looks for its tables that changed much since the planner's statistics of them were taken, and analyzes them (1s..1h; 0: never, autovacuum's alone); ignored on MySQL and SQLite")
 	showEnvTwins(fs)
 }
 
@@ -295,6 +304,9 @@ func (s *settings) validateLongRunning() error {
 	}
 	if s.ShutdownTimeout <= 0 {
 		return badSetting("POSTING_SHUTDOWN_TIMEOUT", s.ShutdownTimeout.String(), "must be positive")
+	}
+	if s.StatisticsEvery != 0 && (s.StatisticsEvery < time.Second || s.StatisticsEvery > time.Hour) {
+		return badSetting("POSTING_DATABASE_STATISTICS_INTERVAL", s.StatisticsEvery.String(), "want 0 (never) or 1s..1h")
 	}
 	if err := s.validateConfigs(s.HTTP); err != nil {
 		return err

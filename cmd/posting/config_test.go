@@ -311,3 +311,18 @@ func TestWebhookSecretSetting(t *testing.T) {
 		require.NotContains(t, out, strings.TrimPrefix(good, "whsec_"), cmd)
 	}
 }
+
+// The statistics keeper's interval out of its limits stops serve and worker
+// before they open the database, naming the setting; 0 (off) is taken.
+func TestStatisticsIntervalOutOfLimitsNamesTheSetting(t *testing.T) {
+	for _, value := range []string{"500ms", "2h", "-1s"} {
+		for _, cmd := range []string{"serve", "worker"} {
+			dir := t.TempDir()
+			_, errOut, code := runCLI(t, cmd, "--data-dir", dir, "--database-statistics-interval", value)
+			require.Equal(t, exitUsage, code, errOut)
+			require.Contains(t, errOut, `invalid POSTING_DATABASE_STATISTICS_INTERVAL="`, cmd)
+			require.Contains(t, errOut, "want 0 (never) or 1s..1h", cmd)
+			require.NoFileExists(t, filepath.Join(dir, "posting.db"), "a refused setting opened the database")
+		}
+	}
+}

@@ -45,6 +45,7 @@ func newServeCommand() *cobra.Command {
 	addHTTPServerFlags(cmd.Flags(), s)
 	addDirectURLFlag(cmd.Flags(), s)
 	addWorkerFlags(cmd.Flags(), s)
+	addStatisticsFlag(cmd.Flags(), s)
 	addRabbitMQFlags(cmd.Flags(), s)
 	addServeRabbitMQFlags(cmd.Flags(), s)
 	addAuthFlags(cmd.Flags(), s)
@@ -265,6 +266,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	if history != nil {
 		services = append(services, history)
 	}
+	if keeper, err := statisticsKeeper(s, db, log); err != nil {
+		return err
+	} else if keeper != nil {
+		services = append(services, keeper)
+	}
 	if db.Driver().Notifies() {
 		// Other instances NOTIFY after their commits (commitWake): the
 		// relay polls at once instead of at its next interval, which stays
@@ -317,6 +323,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		log.Warn("http shutdown incomplete", "err", err)
 	}
 	return errors.Join(lost, st.stopWithin(sctx, cancelBG, s, log))
+}
+
+// statisticsKeeper is the keeper of db's planner statistics
+// (POSTING_DATABASE_STATISTICS_INTERVAL), or nil when it is off.
+func statisticsKeeper(s *settings, db *database.DB, log *slog.Logger) (*database.StatisticsKeeper, error) {
+	if s.StatisticsEvery == 0 {
+		return nil, nil
+	}
+	return database.NewStatisticsKeeper(db, s.StatisticsEvery, log)
 }
 
 // listen binds the HTTP port of the setting name at addr. serve and worker

@@ -48,6 +48,7 @@ func newWorkerCommand() *cobra.Command {
 	addCommonFlags(fs, s)
 	addWorkerFlags(fs, s)
 	addDirectURLFlag(fs, s)
+	addStatisticsFlag(fs, s)
 	fs.StringSliceVar(&s.KafkaBrokers, "kafka-brokers", nil, "comma-separated bootstrap list; empty: the embedded broker of a running serve")
 	fs.StringVar(&s.KafkaTopic, "kafka-topic", event.DefaultTopic, "topic for both event types")
 	fs.StringVar(&s.EmbeddedKafkaAddr, "embedded-kafka-addr", kafka.DefaultEmbeddedAddr, "address of the embedded broker of a running serve")
@@ -247,6 +248,13 @@ func runWorker(ctx context.Context, s *settings, log *slog.Logger) error {
 	ping, err := startWorker(bg, s, db, brokers, m, log, st.Stack, tracing.TracerProvider())
 	if err != nil {
 		return err
+	}
+	if keeper, err := statisticsKeeper(s, db, log); err != nil {
+		return err
+	} else if keeper != nil {
+		if err := st.Start(bg, keeper); err != nil {
+			return err
+		}
 	}
 	if ln != nil {
 		srv, err := workerHTTP(ln, s, db, brokers, ping, m, log)

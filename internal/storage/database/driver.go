@@ -116,6 +116,21 @@ type Driver interface {
 	// autovacuum would come by; nothing on MySQL, whose purge and statistics
 	// keep up in the background, and SQLite. It runs outside any transaction.
 	Settle(db *gorm.DB, tables ...string) error
+	// RefreshStatistics takes the planner's statistics again of those of
+	// tables that changed much since they were last taken, through db, a
+	// pool, and returns their names. On PostgreSQL that is ANALYZE of each
+	// table whose rows inserted, updated or deleted since then are at least
+	// StaleRows and at least StaleShare of the rows it held then, and that
+	// the user may analyze (its owner, or a superuser). Autovacuum does the
+	// same, but looks once a minute (autovacuum_naptime) and waits for a
+	// tenth of a table; a spike turns a table over in seconds, and the
+	// planner meanwhile plans for the table as it was (a status it counted
+	// rare read through its index, a batch of ids filtered out of it). A
+	// table whose lock another VACUUM or ANALYZE holds is left to the next
+	// call. MySQL and MariaDB (InnoDB takes a table's statistics again in
+	// the background once a tenth of it changed) and SQLite (no statistics
+	// are kept; its planner reads a list of keys by key) return nothing.
+	RefreshStatistics(db *gorm.DB, tables ...string) ([]string, error)
 
 	// IsRetryable reports whether err, from this database, is a transient
 	// conflict after which the same transaction may succeed when run

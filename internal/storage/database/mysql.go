@@ -214,6 +214,8 @@ func (mysqlDriver) Notify(*gorm.DB, string, string) error { return nil }
 
 func (mysqlDriver) Settle(*gorm.DB, ...string) error { return nil }
 
+func (mysqlDriver) RefreshStatistics(*gorm.DB, ...string) ([]string, error) { return nil, nil }
+
 // IsRetryable: the transaction was chosen as a deadlock victim (1213) or a
 // lock wait timed out (1205).
 func (mysqlDriver) IsRetryable(err error) bool {

@@ -333,6 +333,49 @@ func (postgresDriver) Settle(db *gorm.DB, tables ...string) error {
 	return nil
 }
 
+// StaleRows and StaleShare are the changes since a table's statistics were
+// taken from which RefreshStatistics takes them again on PostgreSQL: at
+// least StaleRows rows, and at least StaleShare of the rows it held then.
+const (
+	StaleRows  = 1000
+	StaleShare = 0.2
+)
+
+func (postgresDriver) RefreshStatistics(db *gorm.DB, tables ...string) ([]string, error) {
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	var stale []string
+	// reltuples is -1 for a table never analyzed nor vacuumed.
+	err := db.Raw(`SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+		WHERE s.schemaname = current_schema() AND s.relname IN ? AND pg_has_role(c.relowner, 'USAGE')
+		AND s.n_mod_since_analyze >= ? AND s.n_mod_since_analyze >= ? * GREATEST(c.reltuples, 0)
+		ORDER BY s.relname`, tables, StaleRows, StaleShare).Scan(&stale).Error
+	if err != nil {
+		return nil, fmt.Errorf("read the tables' changes since their statistics: %w", err)
+	}
+	var analyzed []string
+	for _, table := range stale {
+		err := db.Transaction(func(tx *gorm.DB) error {
+			// ANALYZE waits for another VACUUM or ANALYZE of the table
+			// (autovacuum's, which may take long on a big one): this
+			// one is not needed then.
+			if err := tx.Exec("SET LOCAL lock_timeout = '1s'").Error; err != nil {
+				return err
+			}
+			return tx.Exec("ANALYZE " + pgx.Identifier{table}.Sanitize()).Error
+		})
+		if pgCode(err) == "55P03" {
+			continue
+		}
+		if err != nil {
+			return analyzed, fmt.Errorf("analyze %s: %w", table, err)
+		}
+		analyzed = append(analyzed, table)
+	}
+	return analyzed, nil
+}
+
 // IsRetryable: serialization_failure (40001), deadlock_detected (40P01),
 // lock_not_available (55P03, a lock_timeout or NOWAIT).
 func (postgresDriver) IsRetryable(err error) bool {

@@ -188,6 +188,16 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	stops = append(stops, sched.Stop)
+	// As serve keeps them: the spike turns posts, outbox, inbox and
+	// publications over faster than autovacuum looks.
+	keeper, err := database.NewStatisticsKeeper(&database.DB{DB: db, Dialect: database.DialectOf(db)}, database.DefaultStatisticsInterval, log)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := keeper.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	stops = append(stops, keeper.Stop)
 
 	res := Result{}
 	wctx, cancel := context.WithTimeout(ctx, cfg.Timeout)

@@ -72,6 +72,7 @@ func Run(t *testing.T, db *database.DB) {
 		{"After", s.after},
 		{"Notify", s.notify},
 		{"Settle", s.settle},
+		{"RefreshStatistics", s.refreshStatistics},
 		{"IsDuplicateKey", s.isDuplicateKey},
 		{"IsRetryable", s.isRetryable},
 		{"Explain", s.explain},
@@ -574,6 +575,67 @@ func (s *suite) settle(t *testing.T) {
 		Row().Scan(&vacuumed, &analyzed))
 	require.True(t, vacuumed, "VACUUM has not run on %s", table)
 	require.True(t, analyzed, "ANALYZE has not run on %s", table)
+}
+
+// RefreshStatistics analyzes, on PostgreSQL, a table named to it once more
+// than database.StaleRows of its rows changed since its statistics were
+// taken, and then not again until it changes that much once more; it passes
+// over a table not named. Elsewhere it returns nothing.
+func (s *suite) refreshStatistics(t *testing.T) {
+	if s.db.Dialect == database.PostgreSQL {
+		// Autovacuum would otherwise be free to analyze it first.
+		require.NoError(t, s.db.Exec("ALTER TABLE "+table+" SET (autovacuum_enabled = false)").Error)
+	}
+	require.NoError(t, s.drv.Settle(s.db.DB, table))
+	rows := make([]row, database.StaleRows+100)
+	for i := range rows {
+		rows[i] = row{K: fmt.Sprintf("stats-%d", i+1)}
+	}
+	require.NoError(t, s.db.CreateInBatches(&rows, 500).Error)
+	if s.db.Dialect != database.PostgreSQL {
+		got, err := s.drv.RefreshStatistics(s.db.DB, table)
+		require.NoError(t, err)
+		require.Empty(t, got)
+		return
+	}
+	stats := func() (analyzed, changed int64) {
+		require.NoError(t, s.db.Raw("SELECT analyze_count, n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = ?", table).
+			Row().Scan(&analyzed, &changed))
+		return analyzed, changed
+	}
+	// Each writer's counts reach the statistics views within about a
+	// second of its commit.
+	changedBy := func(n int64) {
+		deadline := time.Now().Add(waitLong)
+		for {
+			_, changed := stats()
+			if changed >= n {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "pg_stat_user_tables counts %d changes of %s, want %d", changed, table, n)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	changedBy(int64(len(rows)))
+	before, _ := stats()
+
+	got, err := s.drv.RefreshStatistics(s.db.DB, "drivertest_absent", "idempotency_keys")
+	require.NoError(t, err)
+	require.Empty(t, got, "tables not named")
+	got, err = s.drv.RefreshStatistics(s.db.DB, table)
+	require.NoError(t, err)
+	require.Equal(t, []string{table}, got)
+	after, changed := stats()
+	require.Equal(t, before+1, after, "ANALYZE runs of %s", table)
+	require.Zero(t, changed)
+
+	s.seed(t, "stats-few", 10)
+	changedBy(10)
+	got, err = s.drv.RefreshStatistics(s.db.DB, table)
+	require.NoError(t, err)
+	require.Empty(t, got, "10 rows changed of %d", len(rows))
+	again, _ := stats()
+	require.Equal(t, after, again)
 }
 
 // IsDuplicateKey recognizes a taken key as GORM reports it
