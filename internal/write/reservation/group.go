@@ -1,80 +1,110 @@
 package reservation
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/storage/database"
 )
 
 // Defaults of group commit (ServiceConfig.GroupSize, GroupCommitters,
 // GroupWait).
 const (
-	// DefaultGroupSize is the most creates one transaction holds.
+	// DefaultGroupSize is the most writes one transaction holds.
 	DefaultGroupSize = 100
 	// DefaultGroupCommitters is how many group transactions run at once.
 	DefaultGroupCommitters = 2
 	// DefaultGroupWait is how long a committer waits for its group to fill
 	// before it writes: none, for the group forms while the committers
-	// are busy, and a create that finds one free is written at once.
+	// are busy, and a write that finds one free is written at once.
 	DefaultGroupWait = time.Duration(0)
 	// MaxGroupWait bounds GroupWait.
 	MaxGroupWait = 100 * time.Millisecond
 )
 
-// createGroups shares database transactions among concurrent creates (group
-// commit). A create joins the queue; while fewer than committers group
-// transactions run, it becomes a committer and writes the queue, up to
-// size creates, in one transaction: its posts and their events in one
-// multi-row INSERT each. The creates that arrive while every committer is
-// busy make the next group. Each create is answered once the transaction
-// holding it has committed. A create alone in its group is written as
-// Create always wrote one. A group whose transaction fails is written again
-// one create a transaction, so a create that fails is answered its own
-// error and the others are written.
-type createGroups struct {
+// writeGroups shares database transactions among concurrent writes (group
+// commit): creates without an idempotency key, and the changes of Update
+// and Cancel. A write joins the queue; while fewer than committers group
+// transactions run, it becomes a committer and writes the queue, up to size
+// writes, in one transaction: the group's new posts and their events in one
+// multi-row INSERT each, then each change in post order (its UPDATE, held
+// to the version read, and its event). A change whose post moved on since
+// it was read is refused alone (ErrConflict) and the rest commit. The
+// writes that arrive while every committer is busy make the next group.
+// Each write is answered once the transaction holding it has committed. A
+// write alone in its group is written as it always was, in a transaction of
+// its own. A group whose transaction fails is written again one write a
+// transaction, so a write that fails is answered its own error and the
+// others are written.
+type writeGroups struct {
 	svc        *Service
 	size       int
 	wait       time.Duration
 	committers chan struct{}
 
 	mu      sync.Mutex
-	pending []*groupedCreate
+	pending []*groupedWrite
 }
 
-// groupedCreate is one create waiting for its group.
-type groupedCreate struct {
-	ctx  context.Context
-	in   CreateInput
-	now  time.Time
+// groupedWrite is one write waiting for its group: a create (in) or a
+// change.
+type groupedWrite struct {
+	ctx context.Context
+	now time.Time
+	// in is a create's post; post is the post written.
+	in   *CreateInput
 	post *Post
-	err  error
-	done chan struct{}
-	// taken: a committer holds it (under createGroups.mu).
+	// change is an Update's or a Cancel's.
+	change *postChange
+	err    error
+	done   chan struct{}
+	// taken: a committer holds it (under writeGroups.mu).
 	taken bool
 }
 
-func newCreateGroups(svc *Service, cfg ServiceConfig) *createGroups {
-	return &createGroups{svc: svc, size: cfg.GroupSize, wait: cfg.GroupWait,
+// postChange is the change of a post read as current into next: changes
+// are the columns written, action the event's.
+type postChange struct {
+	current, next *Post
+	changes       map[string]any
+	action        event.Action
+}
+
+func newWriteGroups(svc *Service, cfg ServiceConfig) *writeGroups {
+	return &writeGroups{svc: svc, size: cfg.GroupSize, wait: cfg.GroupWait,
 		committers: make(chan struct{}, cfg.GroupCommitters)}
 }
 
 // create writes in, checked already, through a group transaction.
-func (g *createGroups) create(ctx context.Context, in CreateInput, now time.Time) (*Post, error) {
-	c := &groupedCreate{ctx: ctx, in: in, now: now, done: make(chan struct{})}
+func (g *writeGroups) create(ctx context.Context, in CreateInput, now time.Time) (*Post, error) {
+	return g.join(&groupedWrite{ctx: ctx, in: &in, now: now, done: make(chan struct{})})
+}
+
+// write writes ch through a group transaction; its error is write's.
+func (g *writeGroups) write(ctx context.Context, ch *postChange, now time.Time) error {
+	_, err := g.join(&groupedWrite{ctx: ctx, change: ch, now: now, done: make(chan struct{})})
+	return err
+}
+
+// join queues c and returns once a group transaction holding it ended.
+func (g *writeGroups) join(c *groupedWrite) (*Post, error) {
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.mu.Unlock()
 	for {
 		select {
 		case g.committers <- struct{}{}:
-			// A group taken ahead of this create may leave it queued;
+			// A group taken ahead of this write may leave it queued;
 			// its own caller is the one bound to write it then: the
-			// creates of that group are answered and wait no more.
+			// writes of that group are answered and wait no more.
 			if g.commitNext(c) {
 				<-c.done // in this group or in one another committer took
 				return c.post, c.err
@@ -87,9 +117,9 @@ func (g *createGroups) create(ctx context.Context, in CreateInput, now time.Time
 
 // commitNext writes the next group of the queue, holding a committer's
 // place, which it gives back, and reports whether a committer has taken
-// own by then. A create left in the queue (beyond size) waits for a place
+// own by then. A write left in the queue (beyond size) waits for a place
 // itself, and takes it.
-func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
+func (g *writeGroups) commitNext(own *groupedWrite) (taken bool) {
 	defer func() { <-g.committers }()
 	if g.wait > 0 {
 		time.Sleep(g.wait)
@@ -113,10 +143,10 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 			panic(v)
 		}
 	}()
-	var live []*groupedCreate
+	var live []*groupedWrite
 	for _, c := range group {
 		if err := c.ctx.Err(); err != nil {
-			c.finish(nil, fmt.Errorf("create post: %w", context.Cause(c.ctx)))
+			c.finish(nil, c.failed(context.Cause(c.ctx)))
 			continue
 		}
 		live = append(live, c)
@@ -125,39 +155,39 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 	case 0:
 		return taken
 	case 1:
-		live[0].finish(g.svc.createAlone(live[0].ctx, live[0].in, live[0].now))
+		live[0].finish(g.svc.writeAlone(live[0]))
 		return taken
 	}
 	// The group's transaction is every member's: one member's client
 	// going away does not cut it off.
 	ctx := context.WithoutCancel(live[0].ctx)
-	var posts []*Post
+	var results []groupResult
 	wrote := false // the group's writes were done: an error came from the commit
 	err := database.Transaction(ctx, g.svc.db, func(tx *gorm.DB) error {
 		var err error
-		posts, err = g.svc.insertGroup(tx, live)
+		results, err = g.svc.writeGroup(tx, live)
 		wrote = err == nil
 		return err
 	})
 	if err == nil {
 		for i, c := range live {
-			c.finish(posts[i], nil)
+			c.finish(results[i].post, results[i].err)
 		}
 		return taken
 	}
 	if wrote && !database.Refused(err) {
 		// The commit's answer was lost (a connection cut): the group may
 		// be stored, and writing it again could store each post twice.
-		// Each create is answered the error, as a create alone is whose
+		// Each write is answered the error, as a write alone is whose
 		// commit answer is lost.
 		for _, c := range live {
-			c.finish(nil, fmt.Errorf("create post: %w", err))
+			c.finish(nil, c.failed(err))
 		}
 		return taken
 	}
-	// Each alone: a member's own fault fails only its own create.
+	// Each alone: a member's own fault fails only its own write.
 	// A panic there is the committer's to raise, as it would be raised
-	// writing the create alone, not the process's end.
+	// writing it alone, not the process's end.
 	var wg sync.WaitGroup
 	var once sync.Once
 	var panicked any
@@ -169,7 +199,7 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 					c.abandon(v)
 				}
 			}()
-			c.finish(g.svc.createAlone(c.ctx, c.in, c.now))
+			c.finish(g.svc.writeAlone(c))
 		})
 	}
 	wg.Wait()
@@ -179,35 +209,93 @@ func (g *createGroups) commitNext(own *groupedCreate) (taken bool) {
 	return taken
 }
 
-func (c *groupedCreate) finish(p *Post, err error) {
+// finish answers c with the post written (a create's; a change's next,
+// its version moved on) or err.
+func (c *groupedWrite) finish(p *Post, err error) {
+	if err == nil && c.change != nil {
+		p = c.change.next
+		p.Version.Int64, p.Version.Valid = c.change.current.Version.Int64+1, true
+	}
 	c.post, c.err = p, err
 	close(c.done)
 }
 
+// failed is err as c's caller reports it: a create wraps it, a change's
+// caller (Update, Cancel) does.
+func (c *groupedWrite) failed(err error) error {
+	if c.in != nil {
+		return fmt.Errorf("create post: %w", err)
+	}
+	return err
+}
+
 // abandon answers c, unless answered already, with the error of a panic v
 // while its group was written. Only the goroutine that finishes c calls it.
-func (c *groupedCreate) abandon(v any) {
+func (c *groupedWrite) abandon(v any) {
 	select {
 	case <-c.done:
 	default:
-		c.finish(nil, fmt.Errorf("create post: panic while its group was written: %v", v))
+		c.finish(nil, c.failed(fmt.Errorf("panic while its group was written: %v", v)))
 	}
 }
 
-// insertGroup writes the posts of group, each its member's (owner, trace,
-// clock), and their CREATED events through tx, in one multi-row INSERT
-// each. It builds fresh posts per call: a retried transaction must not
-// reuse the ids a rolled-back attempt was given.
-func (s *Service) insertGroup(tx *gorm.DB, group []*groupedCreate) ([]*Post, error) {
-	posts := make([]*Post, len(group))
+// writeAlone writes c in a transaction of its own.
+func (s *Service) writeAlone(c *groupedWrite) (*Post, error) {
+	if c.in != nil {
+		return s.createAlone(c.ctx, *c.in, c.now)
+	}
+	return nil, s.writeChangeAlone(c.ctx, c.change, c.now)
+}
+
+// groupResult is what a group's transaction did for one member: the post
+// it created, or the error that refused its change alone.
+type groupResult struct {
+	post *Post
+	err  error
+}
+
+// writeGroup writes group through tx: its creates' posts, each its member's
+// (owner, trace, clock), and their CREATED events in one multi-row INSERT
+// each; then its changes in post order, each held to the version its
+// caller read: one that matches nothing is refused alone (ErrConflict), the
+// others are written with their events. It builds fresh posts per call: a
+// retried transaction must not reuse the ids a rolled-back attempt was
+// given.
+func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult, error) {
+	results := make([]groupResult, len(group))
+	var posts []*Post
+	var created, changed []int
 	for i, c := range group {
-		posts[i] = s.newPosts(c.ctx, []CreateInput{c.in}, c.now)[0]
+		if c.in != nil {
+			posts = append(posts, s.newPosts(c.ctx, []CreateInput{*c.in}, c.now)[0])
+			created = append(created, i)
+		} else {
+			changed = append(changed, i)
+		}
 	}
-	if err := database.InsertMany(tx, posts); err != nil {
-		return nil, fmt.Errorf("insert %d posts: %w", len(posts), err)
+	if len(posts) > 0 {
+		if err := database.InsertMany(tx, posts); err != nil {
+			return nil, fmt.Errorf("insert %d posts: %w", len(posts), err)
+		}
+		if err := appendCreatedEvents(tx, posts); err != nil {
+			return nil, err
+		}
+		for k, i := range created {
+			results[i].post = posts[k]
+		}
 	}
-	if err := appendCreatedEvents(tx, posts); err != nil {
-		return nil, err
+	// In post order, as every writer of several posts locks them: two
+	// groups changing the same posts wait for each other, never in a
+	// circle.
+	slices.SortStableFunc(changed, func(a, b int) int {
+		return cmp.Compare(group[a].change.current.ID, group[b].change.current.ID)
+	})
+	for _, i := range changed {
+		c := group[i]
+		results[i].err = writeChange(tx, c.change, c.now)
+		if results[i].err != nil && !errors.Is(results[i].err, ErrConflict) {
+			return nil, results[i].err
+		}
 	}
-	return posts, nil
+	return results, nil
 }

@@ -24,10 +24,10 @@ func TestGroupedCreateQueuedBeyondAFullGroupIsStillWritten(t *testing.T) {
 	svc, err := NewService(db.DB, ServiceConfig{GroupSize: 2, GroupCommitters: 1})
 	require.NoError(t, err)
 	now := svc.now()
-	in := func(title string) CreateInput {
-		return CreateInput{Title: title, Content: "c", ScheduledAt: now.Add(time.Hour)}
+	in := func(title string) *CreateInput {
+		return &CreateInput{Title: title, Content: "c", ScheduledAt: now.Add(time.Hour)}
 	}
-	ahead := []*groupedCreate{
+	ahead := []*groupedWrite{
 		{ctx: context.Background(), in: in("a"), now: now, done: make(chan struct{})},
 		{ctx: context.Background(), in: in("b"), now: now, done: make(chan struct{})},
 	}
@@ -38,7 +38,7 @@ func TestGroupedCreateQueuedBeyondAFullGroupIsStillWritten(t *testing.T) {
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		post, createErr = svc.groups.create(context.Background(), in("c"), now)
+		post, createErr = svc.groups.create(context.Background(), *in("c"), now)
 	}()
 	select {
 	case <-returned:
@@ -71,10 +71,10 @@ func TestGroupedCreatesAreAnsweredWhenTheirCommitterPanics(t *testing.T) {
 	svc, err := NewService(db.DB, ServiceConfig{GroupCommitters: 1})
 	require.NoError(t, err)
 	now := svc.now()
-	in := func(title string) CreateInput {
-		return CreateInput{Title: title, Content: "c", ScheduledAt: now.Add(time.Hour)}
+	in := func(title string) *CreateInput {
+		return &CreateInput{Title: title, Content: "c", ScheduledAt: now.Add(time.Hour)}
 	}
-	others := []*groupedCreate{
+	others := []*groupedWrite{
 		{ctx: context.Background(), in: in("a"), now: now, done: make(chan struct{})},
 		{ctx: context.Background(), in: in("b"), now: now, done: make(chan struct{})},
 	}
@@ -83,7 +83,7 @@ func TestGroupedCreatesAreAnsweredWhenTheirCommitterPanics(t *testing.T) {
 	recovered := make(chan any, 1)
 	go func() {
 		defer func() { recovered <- recover() }()
-		_, _ = svc.groups.create(context.Background(), in("c"), now)
+		_, _ = svc.groups.create(context.Background(), *in("c"), now)
 	}()
 	require.Equal(t, "boom", <-recovered, "the committer's own call panics")
 	for _, c := range others {
@@ -95,7 +95,7 @@ func TestGroupedCreatesAreAnsweredWhenTheirCommitterPanics(t *testing.T) {
 		require.Error(t, c.err)
 	}
 	// The committer's place is free again: a later create is written.
-	p, err := svc.groups.create(context.Background(), in("d"), now)
+	p, err := svc.groups.create(context.Background(), *in("d"), now)
 	require.NoError(t, err)
 	require.Equal(t, "d", loadTitle(t, db.DB, p.ID))
 }

@@ -60,14 +60,15 @@ type ServiceConfig struct {
 	// span of SeriesHorizon; a denser rule is refused. Default
 	// DefaultSeriesLimit (1,000); 1..100,000.
 	SeriesLimit int
-	// GroupSize is the most creates (without an idempotency key) that
-	// share one transaction (group commit, see createGroups); 1 writes
-	// each create in its own. Default DefaultGroupSize (100); 1..1000.
+	// GroupSize is the most writes (creates without an idempotency key,
+	// updates and cancels) that share one transaction (group commit, see
+	// writeGroups); 1 writes each in its own. Default DefaultGroupSize
+	// (100); 1..1000.
 	GroupSize int
 	// GroupCommitters is how many group transactions run at once. Default
 	// DefaultGroupCommitters (2); 1..100.
 	GroupCommitters int
-	// GroupWait is how long a committer waits for more creates before it
+	// GroupWait is how long a committer waits for more writes before it
 	// writes its group. Default 0: a create that finds a committer free is
 	// written at once; 0..MaxGroupWait.
 	GroupWait time.Duration
@@ -159,9 +160,9 @@ type Service struct {
 	// batches holds a token for each CreateBatch transaction running
 	// (BatchConcurrency).
 	batches chan struct{}
-	// groups shares transactions among concurrent creates; nil with a
+	// groups shares transactions among concurrent writes; nil with a
 	// GroupSize of 1.
-	groups *createGroups
+	groups *writeGroups
 }
 
 // NewService returns a Service on db (which must have the migrated schema).
@@ -179,7 +180,7 @@ func NewService(db *gorm.DB, cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{db: db, cfg: cfg, insert: insert, batches: make(chan struct{}, cfg.BatchConcurrency)}
 	if cfg.GroupSize > 1 {
-		s.groups = newCreateGroups(s, cfg)
+		s.groups = newWriteGroups(s, cfg)
 	}
 	return s, nil
 }
@@ -594,25 +595,39 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 // without bumping the version. Keeping the read out of the transaction keeps
 // SQLite's single write lock short.
 func (s *Service) write(ctx context.Context, current, next *Post, changes map[string]any, action event.Action, now time.Time) error {
-	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
-		// A copy as the model: GORM writes the map's values back into it,
-		// and the version becomes an SQL expression there.
-		model := *current
-		res := tx.Model(&model).Where("status = ?", current.Status).Updates(changes)
-		if res.Error != nil {
-			return fmt.Errorf("write post: %w", res.Error)
-		}
-		if res.RowsAffected == 0 {
-			return fmt.Errorf("%w: post %d is no longer at version %d", ErrConflict, current.ID, current.Version.Int64)
-		}
-		return appendChangeEvent(tx, next, action, now)
-	})
+	ch := &postChange{current: current, next: next, changes: changes, action: action}
+	if s.groups != nil {
+		return s.groups.write(ctx, ch, now)
+	}
+	return s.writeChangeAlone(ctx, ch, now)
+}
+
+// writeChangeAlone writes ch in a transaction of its own, and moves its
+// next's version on.
+func (s *Service) writeChangeAlone(ctx context.Context, ch *postChange, now time.Time) error {
+	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error { return writeChange(tx, ch, now) })
 	if err != nil {
 		return err
 	}
-	next.Version.Int64 = current.Version.Int64 + 1
-	next.Version.Valid = true
+	ch.next.Version.Int64, ch.next.Version.Valid = ch.current.Version.Int64+1, true
 	return nil
+}
+
+// writeChange is write's statements through tx: the UPDATE, held to the
+// version and status read, and the event; ErrConflict, having written
+// nothing, when the post moved on.
+func writeChange(tx *gorm.DB, ch *postChange, now time.Time) error {
+	// A copy as the model: GORM writes the map's values back into it,
+	// and the version becomes an SQL expression there.
+	model := *ch.current
+	res := tx.Model(&model).Where("status = ?", ch.current.Status).Updates(ch.changes)
+	if res.Error != nil {
+		return fmt.Errorf("write post: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("%w: post %d is no longer at version %d", ErrConflict, ch.current.ID, ch.current.Version.Int64)
+	}
+	return appendChangeEvent(tx, ch.next, ch.action, now)
 }
 
 // appendChangeEvent writes p's POSTING_EVENT row in tx.
