@@ -160,7 +160,7 @@ func addServeFlags(fs *pflag.FlagSet, s *settings) {
 	fs.IntVar(&s.BatchConcurrency, "api-batch-concurrency", reservation.DefaultBatchConcurrency,
 		"most POST /api/v1/posts/batch transactions run at once; the others wait their turn (1..1000)")
 	fs.IntVar(&s.GroupSize, "api-group-size", reservation.DefaultGroupSize,
-		"most concurrent writes (POST /api/v1/posts without Idempotency-Key, PATCH, cancel) that share one transaction; 1: a transaction each (1..1000)")
+		"most concurrent writes (POST /api/v1/posts, PATCH, cancel; not batches) that share one transaction; 1: a transaction each (1..1000)")
 	fs.DurationVar(&s.GroupWait, "api-group-wait", reservation.DefaultGroupWait,
 		"how long a group of writes waits for more before it is written; 0: a write that finds the database free is written at once (0..100ms)")
 	showEnvTwins(fs)

@@ -11,7 +11,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/storage/database"
 )
 
@@ -31,19 +30,20 @@ const (
 )
 
 // writeGroups shares database transactions among concurrent writes (group
-// commit): creates without an idempotency key, and the changes of Update
-// and Cancel. A write joins the queue; while fewer than committers group
-// transactions run, it becomes a committer and writes the queue, up to size
-// writes, in one transaction: the group's new posts and their events in one
-// multi-row INSERT each, then each change in post order (its UPDATE, held
-// to the version read, and its event). A change whose post moved on since
-// it was read is refused alone (ErrConflict) and the rest commit. The
-// writes that arrive while every committer is busy make the next group.
-// Each write is answered once the transaction holding it has committed. A
-// write alone in its group is written as it always was, in a transaction of
-// its own. A group whose transaction fails is written again one write a
-// transaction, so a write that fails is answered its own error and the
-// others are written.
+// commit): creates, keyed or not, and the changes of Update and Cancel. A
+// write joins the queue; while fewer than committers group transactions
+// run, it becomes a committer and writes the queue, up to size writes, in
+// one transaction: the group's unkeyed posts and their events in one
+// multi-row INSERT each, then its other writes in post order (a keyed
+// create's post, event and key row; a change's UPDATE, held to the version
+// read, and its event). A change whose post moved on since it was read is
+// refused alone (ErrConflict) and the rest commit. The writes that arrive
+// while every committer is busy make the next group. Each write is answered
+// once the transaction holding it has committed. A write alone in its group
+// is written as it always was, in a transaction of its own. A group whose
+// transaction fails is written again one write a transaction, so a write
+// that fails (a key another request holds included) is answered its own
+// error, as it would be alone, and the others are written.
 type writeGroups struct {
 	svc        *Service
 	size       int
@@ -54,28 +54,24 @@ type writeGroups struct {
 	pending []*groupedWrite
 }
 
-// groupedWrite is one write waiting for its group: a create (in) or a
-// change.
+// groupedWrite is one write waiting for its group: an unkeyed create (in),
+// or statements of their own (fn).
 type groupedWrite struct {
 	ctx context.Context
 	now time.Time
-	// in is a create's post; post is the post written.
+	// in is an unkeyed create's post; post is the post written.
 	in   *CreateInput
 	post *Post
-	// change is an Update's or a Cancel's.
-	change *postChange
+	// fn writes any other write through tx, the group's transaction or,
+	// alone, its own. ErrConflict from it refuses it alone, having written
+	// nothing; any other error fails the group's transaction. post orders
+	// it among the group's: the post it changes, 0 for a new one.
+	fn     func(tx *gorm.DB) error
+	postID int64
 	err    error
 	done   chan struct{}
 	// taken: a committer holds it (under writeGroups.mu).
 	taken bool
-}
-
-// postChange is the change of a post read as current into next: changes
-// are the columns written, action the event's.
-type postChange struct {
-	current, next *Post
-	changes       map[string]any
-	action        event.Action
 }
 
 func newWriteGroups(svc *Service, cfg ServiceConfig) *writeGroups {
@@ -88,9 +84,10 @@ func (g *writeGroups) create(ctx context.Context, in CreateInput, now time.Time)
 	return g.join(&groupedWrite{ctx: ctx, in: &in, now: now, done: make(chan struct{})})
 }
 
-// write writes ch through a group transaction; its error is write's.
-func (g *writeGroups) write(ctx context.Context, ch *postChange, now time.Time) error {
-	_, err := g.join(&groupedWrite{ctx: ctx, change: ch, now: now, done: make(chan struct{})})
+// do runs fn, the statements of a write to postID (0: a new post), in a
+// group transaction, and returns its error.
+func (g *writeGroups) do(ctx context.Context, postID int64, fn func(tx *gorm.DB) error) error {
+	_, err := g.join(&groupedWrite{ctx: ctx, fn: fn, postID: postID, done: make(chan struct{})})
 	return err
 }
 
@@ -209,19 +206,14 @@ func (g *writeGroups) commitNext(own *groupedWrite) (taken bool) {
 	return taken
 }
 
-// finish answers c with the post written (a create's; a change's next,
-// its version moved on) or err.
+// finish answers c with the post written (an unkeyed create's) or err.
 func (c *groupedWrite) finish(p *Post, err error) {
-	if err == nil && c.change != nil {
-		p = c.change.next
-		p.Version.Int64, p.Version.Valid = c.change.current.Version.Int64+1, true
-	}
 	c.post, c.err = p, err
 	close(c.done)
 }
 
-// failed is err as c's caller reports it: a create wraps it, a change's
-// caller (Update, Cancel) does.
+// failed is err as c's caller reports it: an unkeyed create wraps it,
+// the caller of do does.
 func (c *groupedWrite) failed(err error) error {
 	if c.in != nil {
 		return fmt.Errorf("create post: %w", err)
@@ -244,33 +236,34 @@ func (s *Service) writeAlone(c *groupedWrite) (*Post, error) {
 	if c.in != nil {
 		return s.createAlone(c.ctx, *c.in, c.now)
 	}
-	return nil, s.writeChangeAlone(c.ctx, c.change, c.now)
+	return nil, database.Transaction(c.ctx, s.db, c.fn)
 }
 
 // groupResult is what a group's transaction did for one member: the post
-// it created, or the error that refused its change alone.
+// it created (unkeyed), or the error that refused it alone.
 type groupResult struct {
 	post *Post
 	err  error
 }
 
-// writeGroup writes group through tx: its creates' posts, each its member's
-// (owner, trace, clock), and their CREATED events in one multi-row INSERT
-// each; then its changes in post order, each held to the version its
-// caller read: one that matches nothing is refused alone (ErrConflict), the
-// others are written with their events. It builds fresh posts per call: a
-// retried transaction must not reuse the ids a rolled-back attempt was
-// given.
+// writeGroup writes group through tx: its unkeyed creates' posts, each its
+// member's (owner, trace, clock), and their CREATED events in one
+// multi-row INSERT each; then its other writes in post order, as every
+// writer of several posts locks them, so two groups changing the same
+// posts wait for each other, never in a circle. A write that returns
+// ErrConflict is refused alone; any other error fails the group. It builds
+// fresh posts per call: a retried transaction must not reuse the ids a
+// rolled-back attempt was given.
 func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult, error) {
 	results := make([]groupResult, len(group))
 	var posts []*Post
-	var created, changed []int
+	var created, others []int
 	for i, c := range group {
 		if c.in != nil {
 			posts = append(posts, s.newPosts(c.ctx, []CreateInput{*c.in}, c.now)[0])
 			created = append(created, i)
 		} else {
-			changed = append(changed, i)
+			others = append(others, i)
 		}
 	}
 	if len(posts) > 0 {
@@ -284,15 +277,9 @@ func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult,
 			results[i].post = posts[k]
 		}
 	}
-	// In post order, as every writer of several posts locks them: two
-	// groups changing the same posts wait for each other, never in a
-	// circle.
-	slices.SortStableFunc(changed, func(a, b int) int {
-		return cmp.Compare(group[a].change.current.ID, group[b].change.current.ID)
-	})
-	for _, i := range changed {
-		c := group[i]
-		results[i].err = writeChange(tx, c.change, c.now)
+	slices.SortStableFunc(others, func(a, b int) int { return cmp.Compare(group[a].postID, group[b].postID) })
+	for _, i := range others {
+		results[i].err = group[i].fn(tx)
 		if results[i].err != nil && !errors.Is(results[i].err, ErrConflict) {
 			return nil, results[i].err
 		}

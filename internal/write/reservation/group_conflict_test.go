@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/send/outbox"
@@ -36,7 +37,8 @@ func TestGroupedChangeOfAPostThatMovedOnIsRefusedAlone(t *testing.T) {
 			next := *current
 			next.Title = title
 			ch := &postChange{current: current, next: &next, changes: map[string]any{"title": title, "updated_at": now}, action: event.ActionUpdated}
-			return &groupedWrite{ctx: context.Background(), change: ch, now: now, done: make(chan struct{})}
+			return &groupedWrite{ctx: context.Background(), postID: id, done: make(chan struct{}),
+				fn: func(tx *gorm.DB) error { return writeChange(tx, ch, now) }}
 		}
 		// Both read at version 1, queued in this order.
 		first, second := retitle(ids[0], "first"), retitle(ids[0], "second")

@@ -60,10 +60,9 @@ type ServiceConfig struct {
 	// span of SeriesHorizon; a denser rule is refused. Default
 	// DefaultSeriesLimit (1,000); 1..100,000.
 	SeriesLimit int
-	// GroupSize is the most writes (creates without an idempotency key,
-	// updates and cancels) that share one transaction (group commit, see
-	// writeGroups); 1 writes each in its own. Default DefaultGroupSize
-	// (100); 1..1000.
+	// GroupSize is the most writes (creates, keyed or not, updates and
+	// cancels) that share one transaction (group commit, see writeGroups);
+	// 1 writes each in its own. Default DefaultGroupSize (100); 1..1000.
 	GroupSize int
 	// GroupCommitters is how many group transactions run at once. Default
 	// DefaultGroupCommitters (2); 1..100.
@@ -596,21 +595,26 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 // SQLite's single write lock short.
 func (s *Service) write(ctx context.Context, current, next *Post, changes map[string]any, action event.Action, now time.Time) error {
 	ch := &postChange{current: current, next: next, changes: changes, action: action}
+	fn := func(tx *gorm.DB) error { return writeChange(tx, ch, now) }
+	var err error
 	if s.groups != nil {
-		return s.groups.write(ctx, ch, now)
+		err = s.groups.do(ctx, current.ID, fn)
+	} else {
+		err = database.Transaction(ctx, s.db, fn)
 	}
-	return s.writeChangeAlone(ctx, ch, now)
-}
-
-// writeChangeAlone writes ch in a transaction of its own, and moves its
-// next's version on.
-func (s *Service) writeChangeAlone(ctx context.Context, ch *postChange, now time.Time) error {
-	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error { return writeChange(tx, ch, now) })
 	if err != nil {
 		return err
 	}
-	ch.next.Version.Int64, ch.next.Version.Valid = ch.current.Version.Int64+1, true
+	next.Version.Int64, next.Version.Valid = current.Version.Int64+1, true
 	return nil
+}
+
+// postChange is the change of a post read as current into next: changes
+// are the columns written, action the event's.
+type postChange struct {
+	current, next *Post
+	changes       map[string]any
+	action        event.Action
 }
 
 // writeChange is write's statements through tx: the UPDATE, held to the
