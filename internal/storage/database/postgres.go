@@ -356,14 +356,23 @@ func (postgresDriver) RefreshStatistics(db *gorm.DB, tables ...string) ([]string
 	}
 	var analyzed []string
 	for _, table := range stale {
+		name := pgx.Identifier{table}.Sanitize()
 		err := db.Transaction(func(tx *gorm.DB) error {
 			// ANALYZE waits for another VACUUM or ANALYZE of the table
 			// (autovacuum's, which may take long on a big one): this
-			// one is not needed then.
+			// one is not needed then. Its lock is taken first, NOWAIT:
+			// a waiter would, after deadlock_timeout, have PostgreSQL
+			// cancel the autovacuum holding it (below lock_timeout
+			// when deadlock_timeout is tuned down), and while queued
+			// would hold up DDL queued behind it. lock_timeout bounds
+			// ANALYZE's other locks (its indexes').
 			if err := tx.Exec("SET LOCAL lock_timeout = '1s'").Error; err != nil {
 				return err
 			}
-			return tx.Exec("ANALYZE " + pgx.Identifier{table}.Sanitize()).Error
+			if err := tx.Exec("LOCK TABLE " + name + " IN SHARE UPDATE EXCLUSIVE MODE NOWAIT").Error; err != nil {
+				return err
+			}
+			return tx.Exec("ANALYZE " + name).Error
 		})
 		if pgCode(err) == "55P03" {
 			continue
