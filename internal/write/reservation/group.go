@@ -37,7 +37,9 @@ const (
 // multi-row INSERT each, then its other writes in post order (a keyed
 // create's post, event and key row; a change's UPDATE, held to the version
 // read, and its event). A change whose post moved on since it was read is
-// refused alone (ErrConflict) and the rest commit. The writes that arrive
+// refused alone (ErrConflict) and the rest commit; one whose post's row
+// another transaction holds is left to its caller, who writes it alone
+// (errWriteAlone), as is a change alone in its group. The writes that arrive
 // while every committer is busy make the next group. Each write is answered
 // once the transaction holding it has committed. A write alone in its group
 // is written as it always was, in a transaction of its own. A group whose
@@ -104,13 +106,33 @@ func (g *writeGroups) join(c *groupedWrite) (*Post, error) {
 			// writes of that group are answered and wait no more.
 			if g.commitNext(c) {
 				<-c.done // in this group or in one another committer took
-				return c.post, c.err
+				return g.answer(c)
 			}
 		case <-c.done:
-			return c.post, c.err
+			return g.answer(c)
 		}
 	}
 }
+
+// errWriteAlone answers a change its group did not write: its own caller
+// writes it alone, outside any committer's place. A change may wait for its
+// post's row, which another transaction may hold for long (a series edit,
+// a peer's group, a stalled session); a committer waiting for it would hold
+// up the creates and changes of its group, and all writes once every
+// committer's place is taken so.
+var errWriteAlone = errors.New("written alone by its caller")
+
+// answer is c's answer once a committer is done with it.
+func (g *writeGroups) answer(c *groupedWrite) (*Post, error) {
+	if errors.Is(c.err, errWriteAlone) {
+		return g.svc.writeAlone(c)
+	}
+	return c.post, c.err
+}
+
+// changes reports whether c changes a post that exists: its row may be
+// held by another transaction.
+func (c *groupedWrite) changes() bool { return c.postID != 0 }
 
 // commitNext writes the next group of the queue, holding a committer's
 // place, which it gives back, and reports whether a committer has taken
@@ -148,13 +170,18 @@ func (g *writeGroups) commitNext(own *groupedWrite) (taken bool) {
 		}
 		live = append(live, c)
 	}
-	switch len(live) {
-	case 0:
+	switch {
+	case len(live) == 0:
 		return taken
-	case 1:
+	case len(live) == 1 && !live[0].changes():
 		live[0].finish(g.svc.writeAlone(live[0]))
 		return taken
 	}
+	// A change goes through the group's transaction even alone: it takes
+	// its post's row only if no one holds it (else its caller writes it),
+	// and meanwhile holds the committer's place, so that the writes
+	// arriving queue into the next group instead of each finding a place
+	// free and going alone.
 	// The group's transaction is every member's: one member's client
 	// going away does not cut it off.
 	ctx := context.WithoutCancel(live[0].ctx)
@@ -189,6 +216,10 @@ func (g *writeGroups) commitNext(own *groupedWrite) (taken bool) {
 	var once sync.Once
 	var panicked any
 	for _, c := range live {
+		if c.changes() {
+			c.finish(nil, errWriteAlone)
+			continue
+		}
 		wg.Go(func() {
 			defer func() {
 				if v := recover(); v != nil {
@@ -278,11 +309,50 @@ func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult,
 		}
 	}
 	slices.SortStableFunc(others, func(a, b int) int { return cmp.Compare(group[a].postID, group[b].postID) })
+	// The group waits for no other transaction's post row: it locks the
+	// rows no one holds, and leaves a change of a held one to its caller
+	// (errWriteAlone).
+	free, err := lockFree(tx, group, others)
+	if err != nil {
+		return nil, err
+	}
 	for _, i := range others {
-		results[i].err = group[i].fn(tx)
+		c := group[i]
+		if c.changes() && !free[c.postID] {
+			results[i].err = errWriteAlone
+			continue
+		}
+		// tx's context is the group's (its first member's request): the
+		// event's trace is this write's own request's, as written alone.
+		results[i].err = c.fn(tx.WithContext(context.WithoutCancel(c.ctx)))
 		if results[i].err != nil && !errors.Is(results[i].err, ErrConflict) {
 			return nil, results[i].err
 		}
 	}
 	return results, nil
+}
+
+// lockFree locks through tx the posts that the members others of group
+// change and that no other transaction holds (FOR UPDATE SKIP LOCKED; on
+// SQLite, whose one writer is tx, all), and returns their ids.
+func lockFree(tx *gorm.DB, group []*groupedWrite, others []int) (map[int64]bool, error) {
+	var ids []int64
+	for _, i := range others {
+		if group[i].changes() {
+			ids = append(ids, group[i].postID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var locked []int64
+	q := tx.Model(&Post{}).Where("id IN ?", ids).Order("id")
+	if err := database.DriverOf(tx).ForUpdateSkipLocked(q).Pluck("id", &locked).Error; err != nil {
+		return nil, fmt.Errorf("lock %d changed posts: %w", len(ids), err)
+	}
+	free := make(map[int64]bool, len(locked))
+	for _, id := range locked {
+		free[id] = true
+	}
+	return free, nil
 }
