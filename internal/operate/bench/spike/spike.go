@@ -36,6 +36,10 @@ var ErrNotEmpty = errors.New("spike needs a database without posts")
 // Config.Timeout.
 var ErrTimeout = errors.New("spike did not finish in time")
 
+// ErrDueTooSoon is returned by Run when the posts came due before they were
+// seeded and settled: their lag would count the seeding, not the service.
+var ErrDueTooSoon = errors.New("spike posts came due before their seeding ended")
+
 // Config configures a spike. Zero fields take defaults.
 type Config struct {
 	// Posts is how many posts are due in the same second. Default 20000;
@@ -341,6 +345,13 @@ func seed(ctx context.Context, db *gorm.DB, posts int, dueIn time.Duration) (tim
 	// take 100 of them. The settling comes out of dueIn.
 	if err := database.DriverOf(db).Settle(db.WithContext(ctx), "posts"); err != nil {
 		return time.Time{}, fmt.Errorf("seed posts: %w", err)
+	}
+	if now, err = database.Now(ctx, db); err != nil {
+		return time.Time{}, err
+	}
+	if !now.Before(due) {
+		return time.Time{}, fmt.Errorf("%w: due at %s, settled at %s; give them more than DueIn %s (posting bench --spike-due-in)",
+			ErrDueTooSoon, due.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano), dueIn)
 	}
 	return due, nil
 }

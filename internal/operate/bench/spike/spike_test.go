@@ -113,3 +113,26 @@ func TestFloorPublishesEveryPostInBulk(t *testing.T) {
 		require.ErrorIs(t, err, spike.ErrNotEmpty)
 	})
 }
+
+// Posts that come due while their seeding settles (here PostgreSQL's
+// VACUUM waits for a lock another session holds past their time) would
+// count the seeding in their lag: Run refuses them, naming the setting.
+func TestRunRefusesPostsThatCameDueWhileSeeding(t *testing.T) {
+	t.Parallel()
+	url := databasetest.URL(t, database.PostgreSQL, "spikedue")
+	db := databasetest.Open(t, url)
+	databasetest.Migrate(t, db)
+	holder := databasetest.Open(t, url)
+	// The lock VACUUM takes, held until 3 s after the posts' time.
+	tx := holder.Begin()
+	require.NoError(t, tx.Exec("LOCK TABLE posts IN SHARE UPDATE EXCLUSIVE MODE").Error)
+	release := time.AfterFunc(4*time.Second, func() { tx.Rollback() })
+	t.Cleanup(func() {
+		if release.Stop() {
+			tx.Rollback()
+		}
+	})
+	_, err := spike.Run(context.Background(), db.DB, spike.Config{Posts: 100, DueIn: time.Second})
+	require.ErrorIs(t, err, spike.ErrDueTooSoon)
+	require.ErrorContains(t, err, "--spike-due-in")
+}
