@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +19,8 @@ import (
 func TestGroupedChangeOfALockedPostDoesNotHoldUpItsGroup(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		if db.Dialect == database.SQLite {
-			t.Skip("SQLite has one writer at a time: no row is held by another")
-		}
 		t.Parallel()
-		svc, err := NewService(db.DB, ServiceConfig{GroupCommitters: 1})
-		require.NoError(t, err)
-		held, err := svc.Create(context.Background(), CreateInput{Title: "held", Content: "c", ScheduledAt: svc.now().Add(time.Hour)})
-		require.NoError(t, err)
-
-		holder := db.DB.Begin()
-		require.NoError(t, holder.Error)
-		released := false
-		defer func() {
-			if !released {
-				holder.Rollback()
-			}
-		}()
-		var id int64
-		require.NoError(t, holder.Raw("SELECT id FROM posts WHERE id = ? FOR UPDATE", held.ID).Scan(&id).Error)
+		svc, held, release := heldPost(t, db)
 
 		var created *Post
 		answers := startQueued(t, svc,
@@ -55,8 +39,7 @@ func TestGroupedChangeOfALockedPostDoesNotHoldUpItsGroup(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("the create waited for the row of its group's change, held by another transaction")
 		}
-		require.NoError(t, holder.Rollback().Error)
-		released = true
+		release()
 		require.NoError(t, <-answers[0])
 		stored, err := postByID(db.DB, held.ID)
 		require.NoError(t, err)
@@ -71,25 +54,8 @@ func TestGroupedChangeOfALockedPostDoesNotHoldUpItsGroup(t *testing.T) {
 func TestLoneChangeOfALockedPostLeavesTheCommitterFree(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		if db.Dialect == database.SQLite {
-			t.Skip("SQLite has one writer at a time: no row is held by another")
-		}
 		t.Parallel()
-		svc, err := NewService(db.DB, ServiceConfig{GroupCommitters: 1})
-		require.NoError(t, err)
-		held, err := svc.Create(context.Background(), CreateInput{Title: "held", Content: "c", ScheduledAt: svc.now().Add(time.Hour)})
-		require.NoError(t, err)
-
-		holder := db.DB.Begin()
-		require.NoError(t, holder.Error)
-		released := false
-		defer func() {
-			if !released {
-				holder.Rollback()
-			}
-		}()
-		var id int64
-		require.NoError(t, holder.Raw("SELECT id FROM posts WHERE id = ? FOR UPDATE", held.ID).Scan(&id).Error)
+		svc, held, release := heldPost(t, db)
 
 		edited := make(chan error, 1)
 		go func() {
@@ -109,13 +75,34 @@ func TestLoneChangeOfALockedPostLeavesTheCommitterFree(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("the create waited for a committer's place held by a change waiting for its row")
 		}
-		require.NoError(t, holder.Rollback().Error)
-		released = true
+		release()
 		require.NoError(t, <-edited)
 		stored, err := postByID(db.DB, held.ID)
 		require.NoError(t, err)
 		require.Equal(t, StatusCancelled, stored.Status)
 	})
+}
+
+// heldPost returns a grouped Service on db (one committer), a post written
+// through it, and release, which ends the transaction of another session
+// that holds the post's row (FOR UPDATE) meanwhile; the test's end releases
+// it too. SQLite, whose one writer holds no row, skips the test.
+func heldPost(t *testing.T, db *database.DB) (*Service, *Post, func()) {
+	t.Helper()
+	if db.Dialect == database.SQLite {
+		t.Skip("SQLite has one writer at a time: no row is held by another")
+	}
+	svc, err := NewService(db.DB, ServiceConfig{GroupCommitters: 1})
+	require.NoError(t, err)
+	held, err := svc.Create(context.Background(), CreateInput{Title: "held", Content: "c", ScheduledAt: svc.now().Add(time.Hour)})
+	require.NoError(t, err)
+	holder := db.DB.Begin()
+	require.NoError(t, holder.Error)
+	var id int64
+	require.NoError(t, holder.Raw("SELECT id FROM posts WHERE id = ? FOR UPDATE", held.ID).Scan(&id).Error)
+	release := sync.OnceFunc(func() { holder.Rollback() })
+	t.Cleanup(release)
+	return svc, held, release
 }
 
 // lockWaiters is how many sessions of db's database wait for a lock: on
