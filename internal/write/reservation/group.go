@@ -43,9 +43,11 @@ const (
 // while every committer is busy make the next group. Each write is answered
 // once the transaction holding it has committed. A write alone in its group
 // is written as it always was, in a transaction of its own. A group whose
-// transaction fails is written again one write a transaction, so a write
-// that fails (a key another request holds included) is answered its own
-// error, as it would be alone, and the others are written.
+// transaction one member's statements failed (a key another request took)
+// is written again without it, and it by its caller alone; one whose
+// transaction fails otherwise, or again, is written again one write a
+// transaction, so a write that fails is answered its own error, as it
+// would be alone, and the others are written.
 type writeGroups struct {
 	svc        *Service
 	size       int
@@ -114,8 +116,9 @@ func (g *writeGroups) join(c *groupedWrite) (*Post, error) {
 	}
 }
 
-// errWriteAlone answers a change its group did not write: its own caller
-// writes it alone, outside any committer's place. A change may wait for its
+// errWriteAlone answers a change (or a write whose statements failed its
+// group) that its group did not write: its own caller writes it alone,
+// outside any committer's place. A change may wait for its
 // post's row, which another transaction may hold for long (a series edit,
 // a peer's group, a stalled session); a committer waiting for it would hold
 // up the creates and changes of its group, and all writes once every
@@ -182,21 +185,21 @@ func (g *writeGroups) commitNext(own *groupedWrite) (taken bool) {
 	// and meanwhile holds the committer's place, so that the writes
 	// arriving queue into the next group instead of each finding a place
 	// free and going alone.
-	// The group's transaction is every member's: one member's client
-	// going away does not cut it off.
-	ctx := context.WithoutCancel(live[0].ctx)
-	var results []groupResult
-	wrote := false // the group's writes were done: an error came from the commit
-	err := database.Transaction(ctx, g.svc.db, func(tx *gorm.DB) error {
-		var err error
-		results, err = g.svc.writeGroup(tx, live)
-		wrote = err == nil
-		return err
-	})
+	wrote, err := g.commit(live)
+	var failed *memberError
+	if err != nil && !wrote && len(live) > 1 && errors.As(err, &failed) {
+		// One member's statements failed the group (its key taken by
+		// another of the group, or by a group that committed first): its
+		// caller writes it alone, and the others are written together
+		// again, once, rather than each alone, which any client could
+		// force on every group by sending a key twice at once. It is
+		// answered once they are done: written meanwhile, it would take
+		// the key first and fail them again.
+		live = slices.DeleteFunc(live, func(c *groupedWrite) bool { return c == failed.member })
+		wrote, err = g.commit(live)
+		failed.member.finish(nil, errWriteAlone)
+	}
 	if err == nil {
-		for i, c := range live {
-			c.finish(results[i].post, results[i].err)
-		}
 		return taken
 	}
 	if wrote && !database.Refused(err) {
@@ -236,6 +239,38 @@ func (g *writeGroups) commitNext(own *groupedWrite) (taken bool) {
 	}
 	return taken
 }
+
+// commit writes live in one transaction and answers each member once it
+// committed; wrote reports that an error came from the commit, the
+// group's writes done.
+func (g *writeGroups) commit(live []*groupedWrite) (wrote bool, err error) {
+	// The group's transaction is every member's: one member's client
+	// going away does not cut it off.
+	ctx := context.WithoutCancel(live[0].ctx)
+	var results []groupResult
+	err = database.Transaction(ctx, g.svc.db, func(tx *gorm.DB) error {
+		var err error
+		results, err = g.svc.writeGroup(tx, live)
+		wrote = err == nil
+		return err
+	})
+	if err == nil {
+		for i, c := range live {
+			c.finish(results[i].post, results[i].err)
+		}
+	}
+	return wrote, err
+}
+
+// memberError is the error of the one member whose statements failed its
+// group's transaction.
+type memberError struct {
+	member *groupedWrite
+	err    error
+}
+
+func (e *memberError) Error() string { return e.err.Error() }
+func (e *memberError) Unwrap() error { return e.err }
 
 // finish answers c with the post written (an unkeyed create's) or err.
 func (c *groupedWrite) finish(p *Post, err error) {
@@ -326,7 +361,7 @@ func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult,
 		// event's trace is this write's own request's, as written alone.
 		results[i].err = c.fn(tx.WithContext(context.WithoutCancel(c.ctx)))
 		if results[i].err != nil && !errors.Is(results[i].err, ErrConflict) {
-			return nil, results[i].err
+			return nil, &memberError{member: c, err: results[i].err}
 		}
 	}
 	return results, nil
