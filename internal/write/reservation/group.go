@@ -118,11 +118,11 @@ func (g *writeGroups) join(c *groupedWrite) (*Post, error) {
 
 // errWriteAlone answers a change (or a write whose statements failed its
 // group) that its group did not write: its own caller writes it alone,
-// outside any committer's place. A change may wait for its
-// post's row, which another transaction may hold for long (a series edit,
-// a peer's group, a stalled session); a committer waiting for it would hold
-// up the creates and changes of its group, and all writes once every
-// committer's place is taken so.
+// outside any committer's place. A change may wait for its post's row,
+// which another transaction may hold for long (a series edit, a peer's
+// group, a stalled session); a committer waiting for it would hold up the
+// creates and changes of its group, and all writes once every committer's
+// place is taken so.
 var errWriteAlone = errors.New("written alone by its caller")
 
 // answer is c's answer once a committer is done with it.

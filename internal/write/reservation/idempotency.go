@@ -112,10 +112,7 @@ func (s *Service) CreateOnce(ctx context.Context, key string, in CreateInput) (C
 		what:  "create post",
 		valid: func() error { return s.validateCreate(in, now) },
 		txn: func(ctx context.Context, fn func(tx *gorm.DB) error) error {
-			if s.groups != nil {
-				return s.groups.do(ctx, 0, fn)
-			}
-			return database.Transaction(ctx, s.db, fn)
+			return s.transact(ctx, 0, fn)
 		},
 		write: func(tx *gorm.DB) (Created, int64, any, error) {
 			created, err := s.insertPost(ctx, tx, in, now)

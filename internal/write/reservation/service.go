@@ -595,18 +595,21 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*Post, error) {
 // SQLite's single write lock short.
 func (s *Service) write(ctx context.Context, current, next *Post, changes map[string]any, action event.Action, now time.Time) error {
 	ch := &postChange{current: current, next: next, changes: changes, action: action}
-	fn := func(tx *gorm.DB) error { return writeChange(tx, ch, now) }
-	var err error
-	if s.groups != nil {
-		err = s.groups.do(ctx, current.ID, fn)
-	} else {
-		err = database.Transaction(ctx, s.db, fn)
-	}
-	if err != nil {
+	if err := s.transact(ctx, current.ID, func(tx *gorm.DB) error { return writeChange(tx, ch, now) }); err != nil {
 		return err
 	}
 	next.Version.Int64, next.Version.Valid = current.Version.Int64+1, true
 	return nil
+}
+
+// transact runs fn, the statements of a write to the post postID (0: a
+// new one), in a group transaction (group commit), or in one of its own
+// when groups are off.
+func (s *Service) transact(ctx context.Context, postID int64, fn func(tx *gorm.DB) error) error {
+	if s.groups != nil {
+		return s.groups.do(ctx, postID, fn)
+	}
+	return database.Transaction(ctx, s.db, fn)
 }
 
 // postChange is the change of a post read as current into next: changes

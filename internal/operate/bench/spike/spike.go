@@ -172,7 +172,8 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rel, err := relay.New(outbox.NewStore(&database.DB{DB: db, Dialect: database.DialectOf(db)}), sender,
+	ddb := &database.DB{DB: db, Dialect: database.DialectOf(db)}
+	rel, err := relay.New(outbox.NewStore(ddb), sender,
 		relay.Config{InstanceID: "spike", BatchSize: cfg.RelayBatchSize, Interval: cfg.RelayInterval, Logger: log})
 	if err != nil {
 		return Result{}, err
@@ -194,7 +195,7 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 	stops = append(stops, sched.Stop)
 	// As serve keeps them: the spike turns posts, outbox, inbox and
 	// publications over faster than autovacuum looks.
-	keeper, err := database.NewStatisticsKeeper(&database.DB{DB: db, Dialect: database.DialectOf(db)}, database.DefaultStatisticsInterval, log)
+	keeper, err := database.NewStatisticsKeeper(ddb, database.DefaultStatisticsInterval, log)
 	if err != nil {
 		return Result{}, err
 	}
