@@ -26,6 +26,10 @@ const (
 	// OutcomeRefused is an event the worker refused because its database
 	// contradicts it (see HandleBatch); Config.ObserveRefused is told why.
 	OutcomeRefused = "refused"
+	// OutcomeIgnored is an event that asks nothing of the worker (a CREATED
+	// or UPDATED posting event, a type it does not know): acknowledged
+	// without a database statement, and not recorded in the inbox.
+	OutcomeIgnored = "ignored"
 )
 
 // Reasons of refused events, as given to Config.ObserveRefused.
@@ -107,7 +111,8 @@ type Config struct {
 	// ObserveConsumed, if set, is told of every event the worker handled:
 	// OutcomeProcessed, OutcomeDuplicate (a redelivery the inbox knew),
 	// OutcomeOutOfOrder (older than one applied, dropped) or
-	// OutcomeRefused (contradicted by the database, dropped).
+	// OutcomeRefused (contradicted by the database, dropped) or
+	// OutcomeIgnored (nothing to do).
 	ObserveConsumed func(eventType, outcome string)
 	// ObserveRefused, if set, is told of every event the worker refused,
 	// by reason: RefusedUnknownPost, RefusedUnknownSequence or

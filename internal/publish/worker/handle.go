@@ -22,8 +22,11 @@ import (
 // redelivered event changes nothing in the database. A reservation
 // schedules the post's publication at the post's scheduledAt (as the posts
 // table holds it) and arms its timer; a CANCELLED or EXPIRED posting event
-// settles a pending publication so and disarms it; other posting events
-// are only recorded. An event the database contradicts is refused, as
+// settles a pending publication so and disarms it. Every other event (a
+// CREATED or UPDATED posting event, a type the worker does not know) has
+// no effect on publications: it is ignored, without a database statement
+// (OutcomeIgnored), so it writes no inbox row and leaves its post's
+// sequence as it was. An event the database contradicts is refused, as
 // HandleBatch says: nothing is recorded and Handle returns nil.
 //
 // The handling is a span "process <event type>", a child of the trace
@@ -39,16 +42,32 @@ func (w *Worker) Handle(ctx context.Context, ev inbox.Event) error {
 // plan is what an event asks of the worker: a publication to schedule (a
 // reservation), or a pending one to settle (end: CANCELLED or EXPIRED, for a
 // posting event of that action once the posts table agrees, see
-// tableView.apply), or nothing (other posting events are only recorded).
+// tableView.apply), or nothing (ignored).
 type plan struct {
 	pub    *Publication
 	action event.Action // a posting event's
 	end    PublicationStatus
 }
 
+// ignored says that the event asks nothing of the worker: neither a
+// reservation nor a CANCELLED or EXPIRED posting event. Recording it would
+// change nothing a later event does: the order check only compares the
+// sequences of events that act, and an ignored redelivery acts no more
+// than the first delivery did.
+func (p plan) ignored() bool {
+	return p.pub == nil && p.action != event.ActionCancelled && p.action != event.ActionExpired
+}
+
+// stamp sets the times of p's publication, now by the database's clock.
+func (p plan) stamp(now time.Time) {
+	if p.pub != nil {
+		p.pub.CreatedAt, p.pub.UpdatedAt = now, now
+	}
+}
+
 // planFor reads what ev asks for; an error wraps inbox.ErrMalformed. The
-// publication is written at now and continues ctx's trace.
-func planFor(ctx context.Context, ev inbox.Event, now time.Time) (plan, error) {
+// publication continues ctx's trace; its times are set by stamp.
+func planFor(ctx context.Context, ev inbox.Event) (plan, error) {
 	switch ev.Type {
 	case event.ReservationEvent:
 		var f event.ReservationEventFields
@@ -66,7 +85,7 @@ func planFor(ctx context.Context, ev inbox.Event, now time.Time) (plan, error) {
 				inbox.ErrMalformed, ev.EventID, f.ScheduledAt.Format(time.RFC3339))
 		}
 		pub := &Publication{PostID: ev.PostID, EventID: ev.EventID, PartitionID: ev.Partition,
-			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending, CreatedAt: now, UpdatedAt: now}
+			ScheduledAt: database.Normalize(f.ScheduledAt), Status: PublicationPending}
 		if tp := telemetry.Traceparent(ctx); tp != "" {
 			pub.Traceparent = &tp // the publication continues this trace, even after a restart
 		}
@@ -82,16 +101,21 @@ func planFor(ctx context.Context, ev inbox.Event, now time.Time) (plan, error) {
 }
 
 func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
+	p, err := planFor(ctx, ev)
+	if err != nil {
+		return err
+	}
+	if p.ignored() {
+		w.ignore(ev, trace.SpanFromContext(ctx))
+		return nil
+	}
 	// The inbox and publication times are compared with the database's
 	// clock by others (the cleaner's retention cutoff), so they are its.
 	now, err := w.dbNow(ctx)
 	if err != nil {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
-	p, err := planFor(ctx, ev, now)
-	if err != nil {
-		return err
-	}
+	p.stamp(now)
 	view, err := w.readTable(ctx, []inbox.Event{ev})
 	if err != nil {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
@@ -182,10 +206,6 @@ func createPublications(tx *gorm.DB, pubs []Publication) error {
 // events; it is counted (ObserveRefused), logged once per post, and not
 // malformed, so its offset is committed (acknowledged) with the batch.
 func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed []error, err error) {
-	now, err := w.dbNow(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("process %d events: %w", len(evs), err)
-	}
 	malformed = make([]error, len(evs))
 	plans := make([]plan, 0, len(evs))
 	good := make([]inbox.Event, 0, len(evs))
@@ -193,13 +213,30 @@ func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed 
 	for i, ev := range evs {
 		sctx, span := w.tracer().Start(telemetry.WithTraceparent(ctx, ev.Traceparent), "process "+string(ev.Type),
 			trace.WithSpanKind(trace.SpanKindConsumer))
-		p, err := planFor(sctx, ev, now)
-		if err != nil {
+		p, err := planFor(sctx, ev)
+		switch {
+		case err != nil:
 			malformed[i] = err
 			endSpan(span, ev, err)
-			continue
+		case p.ignored():
+			w.ignore(ev, span)
+			endSpan(span, ev, nil)
+		default:
+			plans, good, spans = append(plans, p), append(good, ev), append(spans, span)
 		}
-		plans, good, spans = append(plans, p), append(good, ev), append(spans, span)
+	}
+	if len(good) == 0 {
+		return malformed, nil
+	}
+	now, err := w.dbNow(ctx)
+	if err != nil {
+		for i, span := range spans {
+			endSpan(span, good[i], err)
+		}
+		return malformed, fmt.Errorf("process %d events: %w", len(good), err)
+	}
+	for _, p := range plans {
+		p.stamp(now)
 	}
 	view, err := w.readTable(ctx, good)
 	if err != nil {

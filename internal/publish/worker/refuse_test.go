@@ -402,11 +402,10 @@ func (c *chain) requireOnTime(t *testing.T, id int64, at time.Time) {
 }
 
 // Through the embedded broker: one message produced by
-// a plain Kafka client with a real post's key, a valid-looking value and a
-// huge sequence made every real event of the post drop as out_of_order, and
-// the post stayed WORKING past its time. Now it is refused and counted; the
-// post's real events (CREATED, UPDATED, its reservation) are applied, and it
-// is published on time.
+// a plain Kafka client with a real post's key, a valid-looking CANCELLED
+// event and a huge sequence would make every real event of the post drop as
+// out_of_order, and the post stay WORKING past its time. It is refused and
+// counted; the post's reservation is applied, and it is published on time.
 func TestWorkerRefusesAForgedSequenceAndPublishesOnTime(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
@@ -415,7 +414,7 @@ func TestWorkerRefusesAForgedSequenceAndPublishesOnTime(t *testing.T) {
 		post, err := c.svc.Create(context.Background(), reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
 		require.NoError(t, err)
 		forged := forge(t, c.broker.Addr(), c.broker.Topic(), event.PostingEvent, post.ID, 1<<60, event.PostingEventFields{
-			Action: event.ActionUpdated, Status: string(reservation.StatusReserved), ScheduledAt: post.ScheduledAt})
+			Action: event.ActionCancelled, Status: string(reservation.StatusCancelled), ScheduledAt: post.ScheduledAt})
 		c.awaitConsumed(t, 1)
 
 		at := c.reserveSoon(t, post.ID)

@@ -193,6 +193,16 @@ func (v tableView) apply(ev inbox.Event, p *plan) {
 	}
 }
 
+// ignore counts ev ignored: it asks nothing of the worker (plan.ignored).
+func (w *Worker) ignore(ev inbox.Event, span trace.Span) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Bool("posting.ignored", true))
+	}
+	if w.cfg.ObserveConsumed != nil {
+		w.cfg.ObserveConsumed(string(ev.Type), OutcomeIgnored)
+	}
+}
+
 // maxRefusedLogged bounds the posts whose refusal the worker remembers
 // having logged: a flood of forged keys costs at most this many ids.
 const maxRefusedLogged = 4096
