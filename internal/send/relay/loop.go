@@ -80,8 +80,10 @@ func (r *Relay) loop(ctx, stop context.Context) {
 				log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
 			}
 			logLost(log, res)
-			if res.Claimed >= r.cfg.BatchSize || r.hasNext() {
-				wait = 0 // a full batch, or one claimed for the next poll: more are waiting
+			if res.Claimed >= r.cfg.BatchSize || r.hasNext() || r.woken() {
+				// A full batch, one claimed for the next poll, or rows
+				// committed since this poll's claim: more are waiting.
+				wait = 0
 			}
 		}
 		if wait == 0 {
@@ -101,6 +103,18 @@ func (r *Relay) loop(ctx, stop context.Context) {
 		if !backoff.SleepOrWake(stop, wait, r.wake) {
 			return
 		}
+	}
+}
+
+// woken takes a wake that came during the poll: rows were committed since
+// its claim, and the loop polls again at once without a pause (so whatever
+// the poll deferred is written by the next claim, not flushed alone).
+func (r *Relay) woken() bool {
+	select {
+	case <-r.wake:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -84,7 +84,10 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 		r.pending.leaveUnrecorded(msgs...)
 		return res, errors.Join(fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs)), claimErr)
 	}
-	res, err = r.recordBatch(ctx, msgs, errs, res, clock)
+	// A wake waiting means rows were committed meanwhile: the loop polls
+	// again at once (it takes the wake, see loop), and that claim can
+	// write this batch's acknowledgements.
+	res, err = r.recordBatch(ctx, msgs, errs, res, clock, pipelined && len(r.wake) > 0)
 	return res, errors.Join(err, claimErr)
 }
 

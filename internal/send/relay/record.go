@@ -11,13 +11,14 @@ import (
 )
 
 // recordBatch records the results errs of the send of msgs, even when the
-// relay is being stopped: the sends happened. When the broker could not be
-// reached, it hands back the batch claimed for the next poll too.
-func (r *Relay) recordBatch(ctx context.Context, msgs []outbox.Message, errs []error, res Result, clock sharedClock) (Result, error) {
+// relay is being stopped: the sends happened; more says that the loop polls
+// again at once (see record). When the broker could not be reached, it hands
+// back the batch claimed for the next poll too.
+func (r *Relay) recordBatch(ctx context.Context, msgs []outbox.Message, errs []error, res Result, clock sharedClock, more bool) (Result, error) {
 	// The sends happened: record them even if we are being stopped.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
-	res, err := r.record(wctx, msgs, errs, res, clock.now())
+	res, err := r.record(wctx, msgs, errs, res, clock.now(), more)
 	if !res.Unavailable || !r.pending.hasNext() {
 		return res, err
 	}
@@ -35,10 +36,11 @@ func (r *Relay) recordBatch(ctx context.Context, msgs []outbox.Message, errs []e
 }
 
 // record writes the result of each row of msgs, sent at now: SENT (or
-// deferred to the next claim), RETRY or FAIL, released, or held while an
+// deferred to the next claim, when the batch was full or more says that the
+// next poll follows at once), RETRY or FAIL, released, or held while an
 // unanswered send may still land; what it could not write it keeps in
 // r.pending for the next try.
-func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time) (Result, error) {
+func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error, res Result, now time.Time, more bool) (Result, error) {
 	var sent, released []outbox.Message
 	var failures []outbox.Failure
 	for i, m := range msgs {
@@ -72,9 +74,10 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	var errsOut []error
 	switch {
 	case len(sent) == 0:
-	case len(msgs) >= r.cfg.BatchSize && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
-		// A full batch: the next poll follows at once and writes these in
-		// its claim transaction.
+	case (len(msgs) >= r.cfg.BatchSize || more) && len(released) == 0 && res.Held == 0 && r.store.DefersAcksToNextClaim():
+		// A full batch, or rows committed since the claim (the loop was
+		// woken): the next poll follows at once and writes these in its
+		// claim transaction, one commit instead of two.
 		// (pending holds acknowledgements already when a pipelined claim
 		// failed.)
 		r.pending.deferAcks(sent, now)
