@@ -34,7 +34,9 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) { return r.
 // for stale recovery; an unreachable broker releases both. Result.Claimed
 // counts the rows claimed during the poll, the next batch's included. A
 // caller that drives Pump itself must call Flush when it is done, which
-// releases a batch claimed and not sent.
+// releases a batch claimed and not sent, and writes the acknowledgements of
+// a batch that is not full that Pump deferred because a wake (Wake) came
+// during its send: the loop takes that wake and polls again at once.
 func (r *Relay) Pump(ctx context.Context) (Result, error) { return r.poll(ctx, true) }
 
 // poll is one cycle of the relay: write what earlier polls kept, look for
