@@ -157,7 +157,7 @@ func New(db *gorm.DB, instanceID string, opts ...Option) *Metrics {
 				"expired (the post was not published by its publishBy), "+
 				"failed (the publisher refused it; the post stays WORKING for an operator).", "outcome"),
 		workerConsumed: counterVec("posting_worker_events_consumed_total",
-			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, refused, malformed, error.", "event_type", "outcome"),
+			"Events the worker consumed by event_type and outcome: processed, duplicate, out_of_order, refused, ignored, malformed, error.", "event_type", "outcome"),
 		workerOutOfOrder: counterVec("posting_worker_events_out_of_order_total",
 			"Events the worker dropped by event_type because it had applied an event of the same post with the same or a higher sequence.", "event_type"),
 		workerRefused: counterVec("posting_worker_events_refused_total",
@@ -354,7 +354,8 @@ func (m *Metrics) ObservePublicationLag(lag time.Duration) {
 // processed, duplicate (a redelivery its inbox recognised), out_of_order
 // (older than an event of its post already applied, dropped; also counted
 // in posting_worker_events_out_of_order_total), refused (contradicted by
-// the worker's database, dropped; ObserveRefused counts why), malformed
+// the worker's database, dropped; ObserveRefused counts why), ignored (a
+// CREATED or UPDATED event, which asks nothing of the worker), malformed
 // (skipped) or error (handling failed and is tried again). Event types
 // outside the contract's two, and unknown outcomes, are counted as "other",
 // so a stray message cannot create label values.
@@ -363,7 +364,7 @@ func (m *Metrics) ObserveConsumed(eventType, outcome string) {
 		eventType = "other"
 	}
 	switch outcome {
-	case "processed", "duplicate", "refused", "malformed", "error":
+	case "processed", "duplicate", "refused", "ignored", "malformed", "error":
 	case "out_of_order":
 		m.workerOutOfOrder.WithLabelValues(eventType).Inc()
 	default:
