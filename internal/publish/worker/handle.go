@@ -106,7 +106,7 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 		return err
 	}
 	if p.ignored() {
-		w.ignore(ev, trace.SpanFromContext(ctx))
+		w.ignore(ev, trace.SpanFromContext(ctx))()
 		return nil
 	}
 	// The inbox and publication times are compared with the database's
@@ -121,7 +121,7 @@ func (w *Worker) handle(ctx context.Context, ev inbox.Event) error {
 		return fmt.Errorf("process event %s: %w", ev.EventID, err)
 	}
 	if reason := view.refusal(ev, p); reason != "" {
-		w.refuse(ev, reason, trace.SpanFromContext(ctx))
+		w.refuse(ev, reason, trace.SpanFromContext(ctx))()
 		return nil
 	}
 	view.apply(ev, &p)
@@ -205,7 +205,18 @@ func createPublications(tx *gorm.DB, pubs []Publication) error {
 // its post's sequence, so it can neither block nor change the post's real
 // events; it is counted (ObserveRefused), logged once per post, and not
 // malformed, so its offset is committed (acknowledged) with the batch.
+// Ignored and refused events are counted only when HandleBatch returns nil:
+// after an error the consumer hands the events over again (one at a time),
+// and they are counted then.
 func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed []error, err error) {
+	var counts []func() // of the ignored and refused events, made once the batch is settled
+	defer func() {
+		if err == nil {
+			for _, count := range counts {
+				count()
+			}
+		}
+	}()
 	malformed = make([]error, len(evs))
 	plans := make([]plan, 0, len(evs))
 	good := make([]inbox.Event, 0, len(evs))
@@ -219,7 +230,7 @@ func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed 
 			malformed[i] = err
 			endSpan(span, ev, err)
 		case p.ignored():
-			w.ignore(ev, span)
+			counts = append(counts, w.ignore(ev, span))
 			endSpan(span, ev, nil)
 		default:
 			plans, good, spans = append(plans, p), append(good, ev), append(spans, span)
@@ -248,7 +259,7 @@ func (w *Worker) HandleBatch(ctx context.Context, evs []inbox.Event) (malformed 
 	taken := 0
 	for i, ev := range good {
 		if reason := view.refusal(ev, plans[i]); reason != "" {
-			w.refuse(ev, reason, spans[i])
+			counts = append(counts, w.refuse(ev, reason, spans[i]))
 			endSpan(spans[i], ev, nil)
 			continue
 		}

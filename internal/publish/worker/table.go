@@ -193,13 +193,18 @@ func (v tableView) apply(ev inbox.Event, p *plan) {
 	}
 }
 
-// ignore counts ev ignored: it asks nothing of the worker (plan.ignored).
-func (w *Worker) ignore(ev inbox.Event, span trace.Span) {
+// ignore marks ev ignored on its span: it asks nothing of the worker
+// (plan.ignored). The returned count tells ObserveConsumed; HandleBatch
+// makes it only once the batch is settled, since a failed batch is handed
+// over again one event at a time (and each event is counted then).
+func (w *Worker) ignore(ev inbox.Event, span trace.Span) (count func()) {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Bool("posting.ignored", true))
 	}
-	if w.cfg.ObserveConsumed != nil {
-		w.cfg.ObserveConsumed(string(ev.Type), OutcomeIgnored)
+	return func() {
+		if w.cfg.ObserveConsumed != nil {
+			w.cfg.ObserveConsumed(string(ev.Type), OutcomeIgnored)
+		}
 	}
 }
 
@@ -246,21 +251,25 @@ var refusedMessages = map[string]string{
 	RefusedContradicted: "event refused: the posts table contradicts it; the post is handled as the table says",
 }
 
-// refuse counts ev refused for reason, and logs it unless an event of its
-// post was logged refused before (logged once per post, as long as the
-// worker remembers it: see maxRefusedLogged).
-func (w *Worker) refuse(ev inbox.Event, reason string, span trace.Span) {
+// refuse marks ev refused for reason on its span, and logs it unless an
+// event of its post was logged refused before (logged once per post, as
+// long as the worker remembers it: see maxRefusedLogged). The returned
+// count tells ObserveRefused and ObserveConsumed; HandleBatch makes it only
+// once the batch is settled, as for ignore.
+func (w *Worker) refuse(ev inbox.Event, reason string, span trace.Span) (count func()) {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("posting.refused", reason))
-	}
-	if w.cfg.ObserveRefused != nil {
-		w.cfg.ObserveRefused(reason)
-	}
-	if w.cfg.ObserveConsumed != nil {
-		w.cfg.ObserveConsumed(string(ev.Type), OutcomeRefused)
 	}
 	if w.refusedLogged.add(ev.PostID) {
 		w.log.Warn(refusedMessages[reason], "reason", reason, "post_id", ev.PostID, "event_id", ev.EventID,
 			"event_type", ev.Type, "sequence", ev.Sequence, "at", ev.Coordinates())
+	}
+	return func() {
+		if w.cfg.ObserveRefused != nil {
+			w.cfg.ObserveRefused(reason)
+		}
+		if w.cfg.ObserveConsumed != nil {
+			w.cfg.ObserveConsumed(string(ev.Type), OutcomeRefused)
+		}
 	}
 }
