@@ -27,8 +27,9 @@ const (
 	// contradicts it (see HandleBatch); Config.ObserveRefused is told why.
 	OutcomeRefused = "refused"
 	// OutcomeIgnored is an event that asks nothing of the worker (a CREATED
-	// or UPDATED posting event, a type it does not know): acknowledged
-	// without a database statement, and not recorded in the inbox.
+	// or UPDATED posting event, or one of an action it does not know):
+	// acknowledged without a database statement, and not recorded in the
+	// inbox.
 	OutcomeIgnored = "ignored"
 )
 

@@ -22,9 +22,9 @@ import (
 // redelivered event changes nothing in the database. A reservation
 // schedules the post's publication at the post's scheduledAt (as the posts
 // table holds it) and arms its timer; a CANCELLED or EXPIRED posting event
-// settles a pending publication so and disarms it. Every other event (a
-// CREATED or UPDATED posting event, a type the worker does not know) has
-// no effect on publications: it is ignored, without a database statement
+// settles a pending publication so and disarms it. Every other posting
+// event (CREATED, UPDATED, an action the worker does not know; inbox.Decode
+// refuses an unknown type as malformed) has no effect on publications: it is ignored, without a database statement
 // (OutcomeIgnored), so it writes no inbox row and leaves its post's
 // sequence as it was. An event the database contradicts is refused, as
 // HandleBatch says: nothing is recorded and Handle returns nil.
