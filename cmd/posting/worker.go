@@ -40,8 +40,9 @@ func newWorkerCommand() *cobra.Command {
 	cmd, s := longRunning("worker",
 		"Consume posting-events and publish posts at their time",
 		"Runs the downstream worker: a member of the consumer group that reads posting-events,\n"+
-			"records each event once (inbox), and publishes every reserved post at its scheduledAt,\n"+
-			"WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n"+
+			"records each event that acts on a publication once (inbox; CREATED and UPDATED events\n"+
+			"are acknowledged without a record), and publishes every reserved post at its\n"+
+			"scheduledAt, WORKING → PUBLISHED. With no brokers it reads the embedded broker of a `posting serve`\n"+
 			"on the embedded Kafka address; with no database URL it uses the same SQLite file.",
 		(*settings).validateWorker, runWorker)
 	fs := cmd.Flags()
