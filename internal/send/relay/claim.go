@@ -33,6 +33,14 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 	// transaction, not with now, which the work above (or a wait for a
 	// lock) may have made old enough to look stale to other instances.
 	acked, ackedAt := r.pending.takeAcks()
+	if len(acked) > 0 {
+		// The acknowledgements are written by this claim, so it gets the
+		// bound their own write would have had: a database that hangs
+		// must not hold sent rows PROCESSING toward the stale limit.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		defer cancel()
+	}
 	c := r.claim(ctx, acked, ackedAt)
 	if err := r.tookClaim(c, res); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)

@@ -24,7 +24,9 @@ func (r *Relay) recoverStale(ctx context.Context, appNow, now time.Time, res *Re
 	// stale, and this relay would recover, fence and resend its own
 	// acknowledged rows.
 	if acked, ackedAt := r.pending.takeAcks(); len(acked) > 0 {
-		fenced, err := r.store.MarkSent(ctx, acked, ackedAt)
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+		fenced, err := r.store.MarkSent(wctx, acked, ackedAt)
+		cancel()
 		if err != nil {
 			r.pending.putBackAcks(acked, ackedAt)
 			return fmt.Errorf("record deferred acknowledgements: %w", err)

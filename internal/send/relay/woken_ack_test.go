@@ -3,10 +3,12 @@ package relay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/storage/database"
@@ -107,5 +109,47 @@ func TestLoopWokenDuringASendCarriesItsAcknowledgementsToTheNextClaim(t *testing
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, 2, deferred, "the first batch's acknowledgements went with the next claim")
+	})
+}
+
+// A claim that carries deferred acknowledgements is bounded by WriteTimeout,
+// as their own write would be: when the database hangs on it, the claim
+// gives up, the acknowledgements are kept, and the next poll writes them
+// once the database answers.
+func TestClaimCarryingAcknowledgementsGivesUpAfterTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		b.store = b.store.WithDeferredAcks()
+		var hang atomic.Bool
+		databasetest.Before(t, db.DB, databasetest.StmtUpdate, func(tx *gorm.DB) {
+			if hang.Load() {
+				<-tx.Statement.Context.Done() // a database that never answers
+				_ = tx.AddError(tx.Statement.Context.Err())
+			}
+		})
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize, c.WriteTimeout = 2, 100*time.Millisecond })
+		rows := b.append(t, 1, 2)
+		res, err := r.Pump(ctx) // a full batch: its acknowledgements wait for the next claim
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Deferred)
+
+		hang.Store(true)
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.Pump(ctx)
+			done <- err
+		}()
+		err = requireWithin(t, done, 30*time.Second, "a claim carrying acknowledgements waited on a hung database")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		b.requireStatus(t, rows[:2], outbox.StatusProcessing, "nothing was written")
+
+		hang.Store(false)
+		_, err = r.Pump(ctx)
+		require.NoError(t, err)
+		_, err = r.Flush(ctx)
+		require.NoError(t, err)
+		b.requireStatus(t, rows, outbox.StatusSent, "the kept acknowledgements were written")
 	})
 }
