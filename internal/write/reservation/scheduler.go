@@ -31,9 +31,15 @@ type SchedulerConfig struct {
 	// Lead is how far ahead of scheduledAt a post becomes WORKING. Default
 	// 5m; more than 0, at most 24h.
 	Lead time.Duration
-	// BatchSize is the number of due posts read per query and marked per
-	// transaction. Default 100; 1..1000.
+	// BatchSize is the number of due posts a run reads with its first query
+	// and marks in its first transaction. Default 100; 1..1000.
 	BatchSize int
+	// MaxBatchSize is what a run's batch grows to: it doubles after each
+	// batch that came back full, so posts due together (a spike on the
+	// hour) are marked in fewer, larger transactions, while a run of a few
+	// due posts keeps its transactions, and the row locks they hold, small.
+	// Default 1000; BatchSize..1000.
+	MaxBatchSize int
 	// MaxPerRun bounds the posts one run reads, so a huge backlog is worked
 	// off over several runs instead of one endless one. Default 10000; at
 	// least BatchSize.
@@ -67,7 +73,7 @@ type SchedulerConfig struct {
 // line) starts from it, so that a zero it was given is refused by Validate
 // rather than replaced.
 func DefaultSchedulerConfig() SchedulerConfig {
-	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxPerRun: 10000, Logger: slog.Default(),
+	return SchedulerConfig{Spec: "@every 1m", Lead: 5 * time.Minute, BatchSize: 100, MaxBatchSize: 1000, MaxPerRun: 10000, Logger: slog.Default(),
 		TracerProvider: noop.NewTracerProvider()}
 }
 
@@ -88,6 +94,8 @@ func (c SchedulerConfig) Validate() error {
 		return config.Invalid(f+"Lead", c.Lead, "outside (0, 24h]")
 	case c.BatchSize < 1 || c.BatchSize > 1000:
 		return config.Invalid(f+"BatchSize", c.BatchSize, "want 1..1000")
+	case c.MaxBatchSize < c.BatchSize || c.MaxBatchSize > 1000:
+		return config.Invalid(f+"MaxBatchSize", c.MaxBatchSize, "want the batch size %d..1000", c.BatchSize)
 	case c.MaxPerRun < c.BatchSize:
 		return config.Invalid(f+"MaxPerRun", c.MaxPerRun, "below the batch size %d", c.BatchSize)
 	case c.Logger == nil:
@@ -135,7 +143,9 @@ func NewScheduler(db *gorm.DB, cfg SchedulerConfig) (*Scheduler, error) {
 func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 
 // RunOnce marks the due posts, oldest scheduledAt first, batch by batch,
-// until none is left or MaxPerRun posts were read. Overdue posts (the service
+// until none is left or MaxPerRun posts were read. The first batch is
+// BatchSize posts; each that comes back full doubles the next, up to
+// MaxBatchSize. Overdue posts (the service
 // was down at their time) are due too. A post that cannot be marked does not
 // stop the others: it is counted, and the first such error is returned with
 // the counts after the run.
@@ -159,8 +169,9 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 		after    *Post // keyset cursor: skipped and failed posts stay RESERVED
 		failures []error
 	)
+	size := s.cfg.BatchSize
 	for read := 0; read < s.cfg.MaxPerRun; {
-		limit := min(s.cfg.BatchSize, s.cfg.MaxPerRun-read)
+		limit := min(size, s.cfg.MaxPerRun-read)
 		due, b, errs, err := s.markNext(ctx, after, horizon, limit, now)
 		if err != nil {
 			return res, errors.Join(err, errors.Join(failures...))
@@ -180,6 +191,7 @@ func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 		if len(due) < limit {
 			break
 		}
+		size = min(2*size, s.cfg.MaxBatchSize)
 		res.More = read >= s.cfg.MaxPerRun
 	}
 	if len(failures) > 0 {

@@ -219,6 +219,34 @@ func TestSchedulerWorksOffMoreThanOneBatch(t *testing.T) {
 	})
 }
 
+// A run's batch doubles after each batch that came back full, up to
+// MaxBatchSize: 30 due posts at 2 growing to 8 are marked in batches of 2,
+// 4, 8, 8 and 8, five UPDATEs of posts; at a fixed 2, in fifteen.
+func TestSchedulerRunGrowsItsBatchWhileBatchesComeBackFull(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		for i, c := range []struct{ max, updates int }{{8, 5}, {2, 15}} {
+			b := setupScheduler(t, db.DB)
+			b.insert(t, offsetsOf(30, func(i int) time.Duration { return -time.Duration(i+1) * time.Second })...)
+			s, err := reservation.NewScheduler(db.DB, reservation.SchedulerConfig{BatchSize: 2, MaxBatchSize: c.max,
+				Now: func() time.Time { return clocktest.T0 }})
+			require.NoError(t, err)
+			var updates atomic.Int64
+			count := db.DB.Session(&gorm.Session{NewDB: true})
+			databasetest.Before(t, count, databasetest.StmtExec, func(tx *gorm.DB) {
+				if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") {
+					updates.Add(1)
+				}
+			})
+			res, err := s.RunOnce(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, reservation.SchedulerResult{Marked: 30}, res)
+			require.Len(t, b.events(t), 30*(i+1), "an event for each post marked")
+			require.EqualValues(t, c.updates, updates.Load(), "UPDATEs of posts with a batch growing to %d", c.max)
+		}
+	})
+}
+
 // A post changed between the scheduler's read and its update is skipped
 // without an event: the version check refuses the stale write.
 func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
@@ -472,8 +500,11 @@ func TestSchedulerConfig(t *testing.T) {
 	require.Equal(t, "@every 1m", cfg.Spec)
 	require.Equal(t, 5*time.Minute, cfg.Lead)
 	require.Equal(t, 100, cfg.BatchSize)
+	require.Equal(t, 1000, cfg.MaxBatchSize)
 
 	for _, c := range []reservation.SchedulerConfig{
+		{BatchSize: 100, MaxBatchSize: 50},
+		{MaxBatchSize: 1001},
 		{Spec: "every minute"},
 		{Spec: "* * *"},
 		{Lead: -time.Second},
