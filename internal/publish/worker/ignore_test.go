@@ -28,12 +28,10 @@ func TestWorkerWritesNothingForEventsThatDoNotActOnPublications(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		c := startChain(t, db)
-		post, err := c.svc.Create(context.Background(), reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
-		require.NoError(t, err)
+		post := c.createPost(t)
 		c.startRelay(t)
 		c.awaitConsumed(t, 1)
-		forge(t, c.broker.Addr(), c.broker.Topic(), event.PostingEvent, post.ID, 1<<60, event.PostingEventFields{
-			Action: event.ActionUpdated, Status: string(reservation.StatusReserved), ScheduledAt: post.ScheduledAt})
+		c.forgePosting(t, post, event.ActionUpdated, reservation.StatusReserved, 1<<60)
 		c.awaitConsumed(t, 2)
 		require.Equal(t, map[string]int{worker.OutcomeIgnored: 2}, c.consumed.counts())
 		require.Zero(t, countRows(t, db.DB, "inbox", "1 = 1"), "an ignored event was recorded")

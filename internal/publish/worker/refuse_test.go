@@ -374,6 +374,23 @@ func (c *chain) startRelay(t *testing.T) {
 	t.Cleanup(rel.Stop)
 }
 
+// createPost creates a RESERVED post due in an hour through the service.
+func (c *chain) createPost(t *testing.T) *reservation.Post {
+	t.Helper()
+	post, err := c.svc.Create(context.Background(), reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	return post
+}
+
+// forgePosting produces, with a plain Kafka client, a POSTING_EVENT of post
+// the service never wrote: action, status and sequence as given. It returns
+// the forged event's id.
+func (c *chain) forgePosting(t *testing.T, post *reservation.Post, action event.Action, status reservation.Status, sequence int64) string {
+	t.Helper()
+	return forge(t, c.broker.Addr(), c.broker.Topic(), event.PostingEvent, post.ID, sequence, event.PostingEventFields{
+		Action: action, Status: string(status), ScheduledAt: post.ScheduledAt})
+}
+
 // reserveSoon moves the RESERVED post to a time just ahead through the
 // service (an UPDATED event), then runs the scheduler, which makes it
 // WORKING with its reservation event.
@@ -411,10 +428,8 @@ func TestWorkerRefusesAForgedSequenceAndPublishesOnTime(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		c := startChain(t, db)
-		post, err := c.svc.Create(context.Background(), reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
-		require.NoError(t, err)
-		forged := forge(t, c.broker.Addr(), c.broker.Topic(), event.PostingEvent, post.ID, 1<<60, event.PostingEventFields{
-			Action: event.ActionCancelled, Status: string(reservation.StatusCancelled), ScheduledAt: post.ScheduledAt})
+		post := c.createPost(t)
+		forged := c.forgePosting(t, post, event.ActionCancelled, reservation.StatusCancelled, 1<<60)
 		c.awaitConsumed(t, 1)
 
 		at := c.reserveSoon(t, post.ID)
@@ -441,8 +456,7 @@ func TestWorkerRefusesAForgedReservationAndTakesTheRealOne(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		c := startChain(t, db)
-		post, err := c.svc.Create(context.Background(), reservation.CreateInput{Title: "t", Content: "c", ScheduledAt: time.Now().Add(time.Hour)})
-		require.NoError(t, err)
+		post := c.createPost(t)
 		forge(t, c.broker.Addr(), c.broker.Topic(), event.ReservationEvent, post.ID, 0,
 			event.ReservationEventFields{ScheduledAt: time.Now().Add(-time.Hour)})
 		c.awaitConsumed(t, 1)
