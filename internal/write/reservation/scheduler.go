@@ -447,7 +447,11 @@ func (s *Scheduler) run(ctx context.Context, log *slog.Logger) {
 }
 
 // runOnce is one run of the job, observed and logged; it reports whether
-// another should follow at once.
+// another should follow at once: the run stopped at MaxPerRun, and it either
+// went well or marked some posts. Posts it could not mark (a bad row, which
+// stays RESERVED and is read again first by every run) fail the run but do
+// not stop the tick while others are being marked; a run that marked none
+// ends the tick, so posts that all fail are not retried in a loop.
 func (s *Scheduler) runOnce(ctx context.Context, log *slog.Logger) bool {
 	if ctx.Err() != nil {
 		return false
@@ -466,7 +470,7 @@ func (s *Scheduler) runOnce(ctx context.Context, log *slog.Logger) bool {
 	case res.Marked > 0 || res.Skipped > 0:
 		log.Info("reservation run", "marked", res.Marked, "skipped", res.Skipped, "duration", elapsed, "more", res.More)
 	}
-	return err == nil && res.More
+	return res.More && (err == nil || res.Marked > 0)
 }
 
 // Stop stops the schedule, interrupts a running job and waits until it has

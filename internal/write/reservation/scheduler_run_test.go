@@ -2,11 +2,15 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
@@ -38,4 +42,60 @@ func TestSchedulerTickRunsAgainWhileARunStopsAtItsBound(t *testing.T) {
 		require.EqualValues(t, 35, working, "one tick reserved every due post")
 		require.Equal(t, []SchedulerResult{{Marked: 10, More: true}, {Marked: 10, More: true}, {Marked: 10, More: true}, {Marked: 5}}, runs)
 	})
+}
+
+// A post that cannot be marked fails the run it is in, but does not stop the
+// tick: the runs that follow at once while a run stops at its bound still
+// follow, each marking the rest. One bad row (it stays RESERVED, the oldest
+// due post, in the first batch of every run) must not slow a spike down to
+// MaxPerRun posts a tick.
+func TestSchedulerTickRunsAgainPastAPostItCannotMark(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		now := database.Normalize(time.Now())
+		posts := make([]Post, 35)
+		for i := range posts {
+			posts[i] = Post{Title: "t", Content: "c", Status: StatusReserved, ScheduledAt: now.Add(time.Minute + time.Duration(i)*time.Second),
+				CreatedAt: now, UpdatedAt: now}
+		}
+		require.NoError(t, db.CreateInBatches(posts, 100).Error)
+		bad := posts[5].ID
+		require.NotEqual(t, int64(1), bad, "the post's id must not be a version of the (id, version) pairs")
+		databasetest.Fail(t, db.DB, databasetest.StmtExec, errors.New("sched test: bad row"), func(tx *gorm.DB) bool {
+			return strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && varsHold(tx.Statement.Vars, bad)
+		})
+		var runs []SchedulerResult
+		s, err := NewScheduler(db.DB, SchedulerConfig{BatchSize: 5, MaxBatchSize: 5, MaxPerRun: 10, Now: func() time.Time { return now },
+			Logger: slog.New(slog.DiscardHandler), Observe: func(res SchedulerResult, _ time.Duration, err error) {
+				require.ErrorContains(t, err, "sched test: bad row")
+				runs = append(runs, res)
+			}})
+		require.NoError(t, err)
+		s.run(context.Background(), s.cfg.Logger)
+		var working int64
+		require.NoError(t, db.Model(&Post{}).Where("status = ?", StatusWorking).Count(&working).Error)
+		require.EqualValues(t, 34, working, "one tick reserved every due post but the bad one")
+		require.Equal(t, []SchedulerResult{{Marked: 9, Failed: 1, More: true}, {Marked: 9, Failed: 1, More: true},
+			{Marked: 9, Failed: 1, More: true}, {Marked: 7, Failed: 1}}, runs)
+	})
+}
+
+// varsHold reports whether id is one of a statement's vars, or an element of
+// one that is a list.
+func varsHold(vars []any, id int64) bool {
+	for _, v := range vars {
+		rv := reflect.ValueOf(v)
+		switch {
+		case rv.Kind() == reflect.Int64 && rv.Int() == id:
+			return true
+		case rv.Kind() == reflect.Slice:
+			for i := range rv.Len() {
+				if e := reflect.Indirect(rv.Index(i)); e.Kind() == reflect.Int64 && e.Int() == id {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
