@@ -24,11 +24,7 @@ func TestSchedulerTickRunsAgainWhileARunStopsAtItsBound(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		now := database.Normalize(time.Now())
-		posts := make([]Post, 35)
-		for i := range posts {
-			posts[i] = Post{Title: "t", Content: "c", Status: StatusReserved, ScheduledAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}
-		}
-		require.NoError(t, db.CreateInBatches(posts, 100).Error)
+		dueSoon(t, db, now, 35, 0)
 		var runs []SchedulerResult
 		s, err := NewScheduler(db.DB, SchedulerConfig{BatchSize: 5, MaxPerRun: 10, Now: func() time.Time { return now },
 			Logger: slog.New(slog.DiscardHandler), Observe: func(res SchedulerResult, _ time.Duration, err error) {
@@ -54,12 +50,7 @@ func TestSchedulerTickRunsAgainPastAPostItCannotMark(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		now := database.Normalize(time.Now())
-		posts := make([]Post, 35)
-		for i := range posts {
-			posts[i] = Post{Title: "t", Content: "c", Status: StatusReserved, ScheduledAt: now.Add(time.Minute + time.Duration(i)*time.Second),
-				CreatedAt: now, UpdatedAt: now}
-		}
-		require.NoError(t, db.CreateInBatches(posts, 100).Error)
+		posts := dueSoon(t, db, now, 35, time.Second)
 		bad := posts[5].ID
 		require.NotEqual(t, int64(1), bad, "the post's id must not be a version of the (id, version) pairs")
 		databasetest.Fail(t, db.DB, databasetest.StmtExec, errors.New("sched test: bad row"), func(tx *gorm.DB) bool {
@@ -98,4 +89,17 @@ func varsHold(vars []any, id int64) bool {
 		}
 	}
 	return false
+}
+
+// dueSoon writes n RESERVED posts due a minute after now, each step after
+// the one before, and returns them with their ids.
+func dueSoon(t *testing.T, db *database.DB, now time.Time, n int, step time.Duration) []Post {
+	t.Helper()
+	posts := make([]Post, n)
+	for i := range posts {
+		posts[i] = Post{Title: "t", Content: "c", Status: StatusReserved, ScheduledAt: now.Add(time.Minute + time.Duration(i)*step),
+			CreatedAt: now, UpdatedAt: now}
+	}
+	require.NoError(t, db.CreateInBatches(posts, 100).Error)
+	return posts
 }
