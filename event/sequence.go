@@ -1,9 +1,12 @@
 package event
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // The CloudEvents sequence extension (docs/messages.md, "Sequence and
@@ -65,7 +68,7 @@ func WithSequence(value []byte, seq int64) []byte {
 	}
 	ms, ok := members(value, make([]member, 0, 16))
 	if !ok {
-		return withSequenceMaps(value, seq)
+		return withSequenceSorted(value, seq)
 	}
 	// Before the first key that sorts after it: the members keep their
 	// order, and a value in byte order (as New writes it) stays so.
@@ -78,17 +81,22 @@ func WithSequence(value []byte, seq int64) []byte {
 			at = i
 		}
 	}
-	num := strconv.FormatInt(seq, 10)
-	out := make([]byte, 0, len(value)+len(ValueSequence)+len(num)+4)
+	return appendWithSequence(make([]byte, 0, len(value)+len(ValueSequence)+24), ms, at, seq)
+}
+
+// appendWithSequence writes the object of ms to out with the member
+// "sequence": seq before ms[at] (after the last when at is len(ms)).
+func appendWithSequence(out []byte, ms []member, at int, seq int64) []byte {
+	num := strconv.AppendInt(nil, seq, 10)
 	out = append(out, '{')
 	for i, m := range ms {
 		if i == at {
-			out = appendMember(out, ValueSequence, []byte(num))
+			out = appendMember(out, ValueSequence, num)
 		}
 		out = appendMember(out, m.key, m.value)
 	}
 	if at == len(ms) {
-		out = appendMember(out, ValueSequence, []byte(num))
+		out = appendMember(out, ValueSequence, num)
 	}
 	return append(out, '}')
 }
@@ -105,8 +113,45 @@ func appendMember(out []byte, key string, value []byte) []byte {
 	return append(out, value...)
 }
 
+// withSequenceSorted is WithSequence for a value that members does not take
+// apart as it is, such as what PostgreSQL gives back of a jsonb column
+// (`{"a": 1, "b": [1, 2]}`: a space after each colon and comma, keys
+// ordered by length first). It writes the bytes withSequenceMaps writes
+// (compact, keys in byte order, <, >, & and U+2028/U+2029 escaped as
+// json.Marshal escapes them) without decoding the value into maps, which
+// cost the relay a tenth of its process's CPU on PostgreSQL. A value it
+// cannot take apart either (an escaped key, a key repeated) goes through
+// the maps.
+func withSequenceSorted(value []byte, seq int64) []byte {
+	var compact, escaped bytes.Buffer
+	compact.Grow(len(value))
+	if json.Compact(&compact, value) != nil {
+		return value // not JSON: the maps refuse it too
+	}
+	escaped.Grow(compact.Len() + len(ValueSequence) + 24)
+	json.HTMLEscape(&escaped, compact.Bytes())
+	ms, ok := members(escaped.Bytes(), make([]member, 0, 16))
+	if !ok {
+		return withSequenceMaps(value, seq)
+	}
+	slices.SortFunc(ms, func(x, y member) int { return strings.Compare(x.key, y.key) })
+	at := len(ms)
+	for i, m := range ms {
+		if i > 0 && m.key == ms[i-1].key {
+			return withSequenceMaps(value, seq) // the maps keep the last
+		}
+		if m.key == ValueSequence {
+			return value
+		}
+		if at == len(ms) && m.key > ValueSequence {
+			at = i
+		}
+	}
+	return appendWithSequence(make([]byte, 0, escaped.Len()+len(ValueSequence)+24), ms, at, seq)
+}
+
 // withSequenceMaps is WithSequence through encoding/json, for a value that
-// members does not take apart (whitespace, escaped keys).
+// neither members nor withSequenceSorted takes apart.
 func withSequenceMaps(value []byte, seq int64) []byte {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(value, &obj); err != nil || obj == nil {
