@@ -12,11 +12,18 @@ import (
 // claimed during the previous send, unless it waited too long, or else a
 // batch claimed now, in the transaction that writes the deferred
 // acknowledgements.
-func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, error) {
+func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, sharedClock, error) {
 	// A batch a pipelined poll claimed during the previous send goes first.
-	msgs, claimedAt := r.pending.takeNext()
+	msgs, claimedAt, clock := r.pending.takeNext()
 	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
-		return msgs, nil
+		// Sent only once the database answers: a batch sent while it is
+		// away could not be recorded, and would go out again after the
+		// stale limit. (A poll that claims asks it anyway.)
+		if _, err := r.store.Now(ctx); err != nil {
+			r.pending.putBackNext(msgs)
+			return nil, sharedClock{}, fmt.Errorf("the database before sending the batch claimed for this poll: %w", err)
+		}
+		return msgs, clock, nil
 	}
 	if len(msgs) > 0 {
 		// The send before took long: sending this batch now could outlast
@@ -25,7 +32,7 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 		fenced, err := r.store.Release(ctx, msgs)
 		if err != nil {
 			r.pending.putBackNext(msgs)
-			return nil, fmt.Errorf("release a batch claimed too long ago: %w", err)
+			return nil, sharedClock{}, fmt.Errorf("release a batch claimed too long ago: %w", err)
 		}
 		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
 	}
@@ -43,9 +50,9 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 	}
 	c := r.claim(ctx, acked, ackedAt)
 	if err := r.tookClaim(c, res); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, sharedClock{}, fmt.Errorf("claim: %w", err)
 	}
-	return c.msgs, nil
+	return c.msgs, c.clock, nil
 }
 
 // claimed is the outcome of a claim (claim): before a send, or beside one.
@@ -57,6 +64,9 @@ type claimed struct {
 	// wrote, or kept when it failed.
 	acked   []outbox.Message
 	ackedAt time.Time
+	// clock is the database's time of the claim, for what the poll that
+	// sends msgs writes afterwards.
+	clock sharedClock
 }
 
 // maxNextAge is how old a batch claimed for the next poll may be when that
@@ -72,11 +82,12 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
 	size := r.batch.size()
 	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
+	clock := claimClock(msgs)
 	msgs, err = r.hooks.answer(msgs, err)
 	if err == nil {
 		r.batch.observe(size, len(msgs))
 	}
-	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt}
+	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt, clock: clock}
 }
 
 // tookClaim counts what the claim c wrote and took. When it failed,

@@ -68,6 +68,8 @@ type pending struct {
 	// nextAt is when the claim of next began, by this process's monotonic
 	// clock: a batch older than maxNextAge is released, not sent.
 	nextAt time.Time
+	// nextClock is the database's time of next's claim (sharedClock).
+	nextClock sharedClock
 }
 
 // unsettledRow is a row whose send ended without an answer, and the
@@ -171,16 +173,16 @@ func (p *pending) leaveUnrecorded(msgs ...outbox.Message) {
 }
 
 // setNext keeps msgs, claimed at at, for the next poll to send first.
-func (p *pending) setNext(msgs []outbox.Message, at time.Time) {
-	p.next, p.nextAt = msgs, at
+func (p *pending) setNext(msgs []outbox.Message, at time.Time, clock sharedClock) {
+	p.next, p.nextAt, p.nextClock = msgs, at, clock
 }
 
 // takeNext returns the batch kept for the next poll and when its claim
 // began, and keeps none. The time stays: a batch put back keeps it.
-func (p *pending) takeNext() ([]outbox.Message, time.Time) {
+func (p *pending) takeNext() ([]outbox.Message, time.Time, sharedClock) {
 	msgs := p.next
 	p.next = nil
-	return msgs, p.nextAt
+	return msgs, p.nextAt, p.nextClock
 }
 
 // putBackNext keeps msgs for the next poll again, as of the time of the
