@@ -23,7 +23,13 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 			r.pending.putBackNext(msgs)
 			return nil, sharedClock{}, fmt.Errorf("the database before sending the batch claimed for this poll: %w", err)
 		}
-		return msgs, clock, nil
+		// Its age is judged after that answer, which may have been slow (a
+		// stalled connection, no free one in the pool): the batch aged
+		// meanwhile, and one sent older than maxNextAge can outlast the
+		// stale limit and be recovered and sent again by another instance.
+		if time.Since(claimedAt) <= r.maxNextAge() {
+			return msgs, clock, nil
+		}
 	}
 	if len(msgs) > 0 {
 		// The send before took long: sending this batch now could outlast

@@ -1,0 +1,94 @@
+package relay
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/send/relay/relaytest"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+)
+
+// A batch claimed during the previous send is sent by the next poll only
+// once the database has answered that poll. When that answer is slow (a
+// stalled connection, a pool with no free connection), the batch ages
+// meanwhile: sent after its maximum age, its send and the write of its
+// results can outlast the stale limit, and another instance recovers the
+// live claim and sends the rows again with an attempt spent. The age is
+// judged after the answer, so such a batch is handed back and claimed afresh.
+func TestNextBatchThatAgedWhileTheDatabaseAnsweredSlowlyIsClaimedAfresh(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		rows := b.appendRounds(t, 8, 2)
+
+		// The first read of the database's clock once armed takes 600 ms:
+		// more than a tenth of the stale limit, less than the limit.
+		const staleAfter, stall = time.Second, 600 * time.Millisecond
+		var armed, stalled atomic.Bool
+		databasetest.Before(t, db.DB, databasetest.StmtRow|databasetest.StmtQuery, func(tx *gorm.DB) {
+			if armed.Load() && isClockRead(tx.Statement.SQL.String()) && stalled.CompareAndSwap(false, true) {
+				time.Sleep(stall)
+			}
+		})
+
+		// The database's own clock (stale recovery needs claims really that
+		// old); MaxBatchSize 1 keeps the batch at 4.
+		send := relaytest.NewSender()
+		relay := func(id string) *Relay {
+			r, err := New(outbox.NewStore(db), send, Config{InstanceID: id, Interval: 400 * time.Millisecond,
+				BatchSize: 4, MaxBatchSize: 1, StaleAfter: staleAfter, RetryBase: 20 * time.Millisecond,
+				RetryMax: 40 * time.Millisecond})
+			require.NoError(t, err)
+			return r
+		}
+		a, other := relay("a"), relay("b")
+
+		res, err := a.Pump(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 8, res.Claimed, "posts 1..4's first events sent, posts 5..8's claimed for the next poll")
+		require.True(t, a.hasNext())
+		nextClaimed := time.Now()
+
+		// The next poll's answer is slow; during its send, the other
+		// instance looks for stale claims once the next batch's claim is
+		// older than the stale limit.
+		armed.Store(true)
+		recovered := make(chan Result, 1)
+		send.BeforeNextSend(func() {
+			time.Sleep(time.Until(nextClaimed.Add(staleAfter + 100*time.Millisecond)))
+			res, err := other.RunOnce(ctx)
+			require.NoError(t, err)
+			recovered <- res
+		})
+		_, err = a.Pump(ctx)
+		require.NoError(t, err)
+		require.True(t, stalled.Load(), "the poll read the database's clock")
+		assert.Zero(t, (<-recovered).Recovered, "a live claim recovered as stale")
+
+		deadline := time.Now().Add(10 * time.Second)
+		for relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] < int64(len(rows)) {
+			require.True(t, time.Now().Before(deadline), "not all sent: %v", relaytest.CountByStatus(t, db.DB))
+			for _, r := range []*Relay{a, other} {
+				_, err := r.Pump(ctx)
+				require.NoError(t, err)
+				_, err = r.Flush(ctx)
+				require.NoError(t, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for _, m := range rows {
+			require.Equal(t, 1, send.Sends(m.EventID), "row %d sends", m.ID)
+		}
+		requireOrderedOnce(t, rows, send.SentIDs())
+		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
+	})
+}
