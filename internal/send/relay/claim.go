@@ -11,8 +11,9 @@ import (
 // claimBatch returns the batch this poll sends: the one a pipelined poll
 // claimed during the previous send, unless it waited too long, or else a
 // batch claimed now, in the transaction that writes the deferred
-// acknowledgements.
-func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, sharedClock, error) {
+// acknowledgements. It returns the batch, when its claim began (by this
+// process's monotonic clock) and its database time (sharedClock).
+func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, time.Time, sharedClock, error) {
 	// A batch a pipelined poll claimed during the previous send goes first.
 	msgs, claimedAt, clock := r.pending.takeNext()
 	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
@@ -21,14 +22,14 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 		// stale limit. (A poll that claims asks it anyway.)
 		if _, err := r.store.Now(ctx); err != nil {
 			r.pending.putBackNext(msgs)
-			return nil, sharedClock{}, fmt.Errorf("the database before sending the batch claimed for this poll: %w", err)
+			return nil, time.Time{}, sharedClock{}, fmt.Errorf("the database before sending the batch claimed for this poll: %w", err)
 		}
 		// Its age is judged after that answer, which may have been slow (a
 		// stalled connection, no free one in the pool): the batch aged
 		// meanwhile, and one sent older than maxNextAge can outlast the
 		// stale limit and be recovered and sent again by another instance.
 		if time.Since(claimedAt) <= r.maxNextAge() {
-			return msgs, clock, nil
+			return msgs, claimedAt, clock, nil
 		}
 	}
 	if len(msgs) > 0 {
@@ -38,7 +39,7 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 		fenced, err := r.store.Release(ctx, msgs)
 		if err != nil {
 			r.pending.putBackNext(msgs)
-			return nil, sharedClock{}, fmt.Errorf("release a batch claimed too long ago: %w", err)
+			return nil, time.Time{}, sharedClock{}, fmt.Errorf("release a batch claimed too long ago: %w", err)
 		}
 		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
 	}
@@ -54,11 +55,12 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		defer cancel()
 	}
+	claimStart := time.Now()
 	c := r.claim(ctx, acked, ackedAt)
 	if err := r.tookClaim(c, res); err != nil {
-		return nil, sharedClock{}, fmt.Errorf("claim: %w", err)
+		return nil, time.Time{}, sharedClock{}, fmt.Errorf("claim: %w", err)
 	}
-	return c.msgs, c.clock, nil
+	return c.msgs, claimStart, c.clock, nil
 }
 
 // claimed is the outcome of a claim (claim): before a send, or beside one.

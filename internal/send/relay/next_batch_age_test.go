@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,5 +91,45 @@ func TestNextBatchThatAgedWhileTheDatabaseAnsweredSlowlyIsClaimedAfresh(t *testi
 		}
 		requireOrderedOnce(t, rows, send.SentIDs())
 		b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
+	})
+}
+
+// A batch whose poll was stopped between claim and send is kept for the
+// next poll, which sends it first. What that poll writes after the send
+// (sent_at, a retry's next_attempt_at) is timed from that batch's own
+// claim, not from another claim's: one that took nothing has no time, and a
+// retry timed from it would be due at once, its backoff skipped.
+func TestBatchKeptAfterAStopBetweenClaimAndSendIsTimedFromItsClaim(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		ctx := context.Background()
+		b := setup(t, db)
+		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
+		b.append(t, 1, 2)
+		// A full batch: sent, and the claim beside its send finds nothing.
+		res, err := r.Pump(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Claimed)
+		require.False(t, r.hasNext())
+
+		rows := b.append(t, 3, 4)
+		stopped, stop := context.WithCancel(ctx)
+		r.testHooks().afterClaim = stop
+		_, err = r.RunOnce(stopped)
+		require.ErrorIs(t, err, context.Canceled)
+		r.testHooks().afterClaim = nil
+
+		b.send.Answer("4", errors.New("record too large"))
+		_, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		_, err = r.Flush(ctx)
+		require.NoError(t, err)
+
+		sent, retried := b.row(t, rows[0].ID), b.row(t, rows[1].ID)
+		require.Equal(t, outbox.StatusSent, sent.Status)
+		require.False(t, sent.SentAt.Before(*sent.ClaimedAt), "sent_at %v before claimed_at %v", sent.SentAt, sent.ClaimedAt)
+		require.Equal(t, outbox.StatusRetry, retried.Status)
+		require.False(t, retried.NextAttemptAt.Before(retried.ClaimedAt.Add(time.Second/2)),
+			"next_attempt_at %v: the retry's backoff (at least 500ms) not after claimed_at %v", retried.NextAttemptAt, retried.ClaimedAt)
 	})
 }

@@ -64,7 +64,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	}
 
 	claimStart := time.Now()
-	msgs, clock, err := r.claimBatch(ctx, &res)
+	msgs, claimedAt, clock, err := r.claimBatch(ctx, &res)
 	if err != nil || len(msgs) == 0 {
 		return res, err
 	}
@@ -73,7 +73,9 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	r.hooks.claimed()
 	if err := ctx.Err(); err != nil {
 		// Kept for Flush, which releases them; after a crash, stale recovery.
-		r.pending.putBackNext(msgs)
+		// Kept with their own claim's times: a batch claimed by this poll
+		// is not the one an earlier claim (maybe of nothing) set.
+		r.pending.setNext(msgs, claimedAt, clock)
 		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
