@@ -32,8 +32,6 @@ type Store struct {
 	// clock is the time every instance compares against: the database's,
 	// read through db (the pool, or a transaction of it).
 	clock func(ctx context.Context, db *gorm.DB) (time.Time, error)
-	// fixed is the clock WithClock gave, nil for the database's.
-	fixed func() time.Time
 	// deferAcks makes DefersAcksToNextClaim true on every dialect (tests).
 	deferAcks bool
 }
@@ -49,35 +47,7 @@ func NewStore(db *database.DB) *Store {
 func (s *Store) WithClock(now func() time.Time) *Store {
 	c := *s
 	c.clock = func(context.Context, *gorm.DB) (time.Time, error) { return database.Normalize(now()), nil }
-	c.fixed = now
 	return &c
-}
-
-// nowExpr is Now as a value of a statement run through tx: the database's
-// time when the statement runs (database.NowExpr), without a read of the
-// clock first, or the clock WithClock gave.
-func (s *Store) nowExpr(tx *gorm.DB) clause.Expr {
-	if s.fixed != nil {
-		return clause.Expr{SQL: "?", Vars: []any{database.Normalize(s.fixed())}}
-	}
-	return database.NowExpr(tx)
-}
-
-// claimClock is the time a claim compares retry times with and stamps its
-// rows with: a time (given, or read from the clock), or, where the claim
-// reads its rows back from its UPDATE (RETURNING), the clock of the
-// statements themselves, which saves a read of the clock.
-type claimClock struct {
-	at   time.Time   // zero: expr
-	expr clause.Expr // the statements' clock (Store.nowExpr)
-}
-
-// value is the clock as a value of a statement.
-func (c claimClock) value() any {
-	if c.at.IsZero() {
-		return c.expr
-	}
-	return c.at
 }
 
 // Now returns the time that claims, retries and stale recovery are measured
@@ -149,16 +119,11 @@ func (s *Store) WithDeferredAcks() *Store {
 // claimed rows and how many rows of sent were fenced; on error nothing was
 // written and the caller still holds sent.
 //
-// A zero now means the store's clock (Now), taken inside the transaction once
+// A zero now means the store's clock (Now), read inside the transaction once
 // its locks are held: the claim is stamped with the time it is taken, not
 // the time its caller started, which a wait for the database (a lock held by
 // another transaction, a busy SQLite file) would have made older than it is,
-// up to stale for other instances before the send has begun. Where the
-// claim's UPDATE returns its rows (PostgreSQL, SQLite), the clock is a value
-// of the claim's statements, not a read of its own, and each row returns the
-// claimed_at it got; on MySQL it is read once in the transaction. Whoever
-// needs the database's time of the claim (the relay, for what it writes after
-// the send) takes it from the claimed rows' ClaimedAt.
+// up to stale for other instances before the send has begun.
 func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
 	now time.Time) (claimed []Message, fenced int, err error) {
 	fresh := now.IsZero()
@@ -167,18 +132,16 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		if limit <= 0 {
 			return nil, 0, nil
 		}
-		// Nothing to write. On SQLite, whose every transaction takes the
-		// one write lock at BEGIN, a plain read first, so that an idle poll
-		// does not hold it. Where rows are locked a transaction that finds
-		// nothing writes nothing (no commit to flush), and a relay polls
-		// mostly when a commit woke it, so the read would be one more
-		// round trip on almost every poll.
-		if s.drv.SingleWriter() {
-			db := s.db.WithContext(ctx)
-			gate := claimClock{at: now, expr: s.nowExpr(db)}
-			if ids, err := s.candidates(db, 1, gate, nil); err != nil || len(ids) == 0 {
+		if fresh {
+			if now, err = s.Now(ctx); err != nil {
 				return nil, 0, err
 			}
+		}
+		// Nothing to write: a plain read first, so that an idle poll costs no
+		// write transaction (on SQLite every transaction takes the one write
+		// lock at BEGIN).
+		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now, nil); err != nil || len(ids) == 0 {
+			return nil, 0, err
 		}
 	}
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
@@ -192,18 +155,15 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		if limit <= 0 {
 			return nil
 		}
-		at := claimClock{at: now}
-		switch {
-		case fresh && s.drv.UpdateReturning():
-			at.expr = s.nowExpr(tx)
-		case fresh:
+		now := now
+		if fresh {
 			var err error
-			if at.at, err = s.clock(ctx, tx); err != nil {
+			if now, err = s.clock(ctx, tx); err != nil {
 				return err
 			}
 		}
 		var err error
-		claimed, err = s.claimHeads(tx, limit, owner, at)
+		claimed, err = s.claimHeads(tx, limit, owner, now)
 		return err
 	})
 	if err != nil {
@@ -237,7 +197,7 @@ const claimRounds = 4
 // head until it is itself claimed (see claimRows); every id is locked and
 // re-checked by claimRows, so it is claimed only while still due and
 // unclaimed.
-func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now claimClock) ([]Message, error) {
+func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) ([]Message, error) {
 	var (
 		claimed []Message
 		after   *candidate
@@ -280,7 +240,7 @@ func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now claimClock)
 // claimRows takes the candidates ids that are still due and unclaimed:
 // locks them, then marks them PROCESSING under a version check. It returns
 // them ordered by (created, id).
-func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now claimClock) ([]Message, error) {
+func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, error) {
 	// No ORDER BY: sorting whole rows is server work; the few hundred rows
 	// are put in order below. On MySQL the candidates come from the
 	// transaction's snapshot and this locking read sees the latest rows, so
@@ -295,17 +255,12 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now claimClock
 		sortClaimed(rows)
 		return rows, nil
 	}
-	if now.at.IsZero() {
-		// The rows are stamped here, in Go: MarkSentAndClaim reads the
-		// clock for a claim without RETURNING.
-		return nil, errors.New("claim rows: a claim without RETURNING needs a time read from the clock")
-	}
 	// Where rows are locked, concurrent claimers skip each other's rows
 	// instead of waiting (FOR UPDATE SKIP LOCKED); SQLite transactions are
 	// serialized by BEGIN IMMEDIATE, so the claim's already holds the one
 	// write lock when it reads.
 	lock := s.drv.ForUpdateSkipLocked(
-		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now.at))
+		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
 	var rows []Message
 	if err := lock.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("lock candidates: %w", err)
@@ -323,7 +278,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now claimClock
 			"status":     StatusProcessing,
 			"version":    gorm.Expr("version + 1"),
 			"claimed_by": owner,
-			"claimed_at": now.at,
+			"claimed_at": now,
 		})
 	if res.Error != nil {
 		return nil, fmt.Errorf("claim rows: %w", res.Error)
@@ -335,7 +290,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now claimClock
 		rows[i].Status = StatusProcessing
 		rows[i].Version++
 		rows[i].ClaimedBy = &owner
-		rows[i].ClaimedAt = &now.at
+		rows[i].ClaimedAt = &now
 	}
 	sortClaimed(rows)
 	return rows, nil
@@ -352,24 +307,18 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now claimClock
 // meanwhile is not due any more, and a row it holds is skipped. On SQLite the
 // transaction holds the file's write lock since BEGIN IMMEDIATE, so no other
 // claimer can take them in between.
-func (s *Store) claimReturning(tx *gorm.DB, ids []int64, owner string, now claimClock) ([]Message, error) {
+func (s *Store) claimReturning(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, error) {
 	cols, err := returningColumns(tx)
 	if err != nil {
 		return nil, err
 	}
 	due := s.drv.ForUpdateSkipLocked(tx.Model(&Message{}).Select("id").
 		Where(s.drv.KeysIn("id", ids)).
-		Where("(status = ? OR (status = ? AND next_attempt_at <= ?))", StatusPending, StatusRetry, now.value()))
+		Where("(status = ? OR (status = ? AND next_attempt_at <= ?))", StatusPending, StatusRetry, now))
 	var rows []Message
 	err = tx.Raw(`UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = ?
 WHERE id IN (?)
-RETURNING `+cols, StatusProcessing, owner, now.value(), due).Scan(&rows).Error
-	for i := range rows {
-		if rows[i].ClaimedAt != nil {
-			at := database.Normalize(*rows[i].ClaimedAt)
-			rows[i].ClaimedAt = &at
-		}
-	}
+RETURNING `+cols, StatusProcessing, owner, now, due).Scan(&rows).Error
 	return rows, err
 }
 
@@ -424,7 +373,7 @@ func sortClaimed(rows []Message) {
 // column (migration 00004), is the aggregate id exactly for those rows, so
 // the check is one dive into idx_outbox_unsent_aggregate_id that skips the
 // aggregate's SENT history.
-func (s *Store) candidates(tx *gorm.DB, limit int, now claimClock, after *candidate) ([]candidate, error) {
+func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
 	next, args := "", []any(nil)
 	if after != nil {
 		// In the form the database reads as a range of the index after
@@ -442,7 +391,7 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now claimClock, after *candid
 	}
 	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= ?", "r") +
 		"\nORDER BY created, id LIMIT ?"
-	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry, now.value())
+	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry, now)
 	vars = append(append(vars, args...), limit, limit)
 	var rows []candidate
 	if err := tx.Raw(q, vars...).Scan(&rows).Error; err != nil {

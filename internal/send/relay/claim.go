@@ -11,26 +11,12 @@ import (
 // claimBatch returns the batch this poll sends: the one a pipelined poll
 // claimed during the previous send, unless it waited too long, or else a
 // batch claimed now, in the transaction that writes the deferred
-// acknowledgements. It returns the batch, when its claim began (by this
-// process's monotonic clock) and its database time (sharedClock).
-func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, time.Time, sharedClock, error) {
+// acknowledgements.
+func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, error) {
 	// A batch a pipelined poll claimed during the previous send goes first.
-	msgs, claimedAt, clock := r.pending.takeNext()
+	msgs, claimedAt := r.pending.takeNext()
 	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
-		// Sent only once the database answers: a batch sent while it is
-		// away could not be recorded, and would go out again after the
-		// stale limit. (A poll that claims asks it anyway.)
-		if _, err := r.store.Now(ctx); err != nil {
-			r.pending.putBackNext(msgs)
-			return nil, time.Time{}, sharedClock{}, fmt.Errorf("the database before sending the batch claimed for this poll: %w", err)
-		}
-		// Its age is judged after that answer, which may have been slow (a
-		// stalled connection, no free one in the pool): the batch aged
-		// meanwhile, and one sent older than maxNextAge can outlast the
-		// stale limit and be recovered and sent again by another instance.
-		if time.Since(claimedAt) <= r.maxNextAge() {
-			return msgs, claimedAt, clock, nil
-		}
+		return msgs, nil
 	}
 	if len(msgs) > 0 {
 		// The send before took long: sending this batch now could outlast
@@ -39,7 +25,7 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 		fenced, err := r.store.Release(ctx, msgs)
 		if err != nil {
 			r.pending.putBackNext(msgs)
-			return nil, time.Time{}, sharedClock{}, fmt.Errorf("release a batch claimed too long ago: %w", err)
+			return nil, fmt.Errorf("release a batch claimed too long ago: %w", err)
 		}
 		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
 	}
@@ -55,12 +41,11 @@ func (r *Relay) claimBatch(ctx context.Context, res *Result) ([]outbox.Message, 
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		defer cancel()
 	}
-	claimStart := time.Now()
 	c := r.claim(ctx, acked, ackedAt)
 	if err := r.tookClaim(c, res); err != nil {
-		return nil, time.Time{}, sharedClock{}, fmt.Errorf("claim: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
-	return c.msgs, claimStart, c.clock, nil
+	return c.msgs, nil
 }
 
 // claimed is the outcome of a claim (claim): before a send, or beside one.
@@ -72,9 +57,6 @@ type claimed struct {
 	// wrote, or kept when it failed.
 	acked   []outbox.Message
 	ackedAt time.Time
-	// clock is the database's time of the claim, for what the poll that
-	// sends msgs writes afterwards.
-	clock sharedClock
 }
 
 // maxNextAge is how old a batch claimed for the next poll may be when that
@@ -90,12 +72,11 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time) claimed {
 	size := r.batch.size()
 	msgs, fenced, err := r.store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
-	clock := claimClock(msgs)
 	msgs, err = r.hooks.answer(msgs, err)
 	if err == nil {
 		r.batch.observe(size, len(msgs))
 	}
-	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt, clock: clock}
+	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt}
 }
 
 // tookClaim counts what the claim c wrote and took. When it failed,

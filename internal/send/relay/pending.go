@@ -68,8 +68,6 @@ type pending struct {
 	// nextAt is when the claim of next began, by this process's monotonic
 	// clock: a batch older than maxNextAge is released, not sent.
 	nextAt time.Time
-	// nextClock is the database's time of next's claim (sharedClock).
-	nextClock sharedClock
 }
 
 // unsettledRow is a row whose send ended without an answer, and the
@@ -173,16 +171,16 @@ func (p *pending) leaveUnrecorded(msgs ...outbox.Message) {
 }
 
 // setNext keeps msgs, claimed at at, for the next poll to send first.
-func (p *pending) setNext(msgs []outbox.Message, at time.Time, clock sharedClock) {
-	p.next, p.nextAt, p.nextClock = msgs, at, clock
+func (p *pending) setNext(msgs []outbox.Message, at time.Time) {
+	p.next, p.nextAt = msgs, at
 }
 
 // takeNext returns the batch kept for the next poll and when its claim
 // began, and keeps none. The time stays: a batch put back keeps it.
-func (p *pending) takeNext() ([]outbox.Message, time.Time, sharedClock) {
+func (p *pending) takeNext() ([]outbox.Message, time.Time) {
 	msgs := p.next
 	p.next = nil
-	return msgs, p.nextAt, p.nextClock
+	return msgs, p.nextAt
 }
 
 // putBackNext keeps msgs for the next poll again, as of the time of the

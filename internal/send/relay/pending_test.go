@@ -37,7 +37,7 @@ func TestPendingStartsWithNothingToWrite(t *testing.T) {
 	require.True(t, at.IsZero())
 	require.Empty(t, p.takeToRelease())
 	require.Empty(t, p.takeFailures())
-	next, _, _ := p.takeNext()
+	next, _ := p.takeNext()
 	require.Empty(t, next)
 	require.Empty(t, p.lostRows(nil))
 }
@@ -165,11 +165,11 @@ func TestPendingSettleWaitsUntilCtxEnds(t *testing.T) {
 // a batch put back keeps the time of the last one set.
 func TestPendingNextBatchKeepsItsClaimTime(t *testing.T) {
 	var p pending
-	p.setNext(testRows(1, 2), t0, sharedClock{})
+	p.setNext(testRows(1, 2), t0)
 	require.True(t, p.hasNext())
 	require.True(t, p.needsWrite(), "a flush releases it")
 
-	next, at, _ := p.takeNext()
+	next, at := p.takeNext()
 	require.Equal(t, []int64{1, 2}, msgIDs(next))
 	require.Equal(t, t0, at)
 	require.False(t, p.hasNext())
@@ -177,7 +177,7 @@ func TestPendingNextBatchKeepsItsClaimTime(t *testing.T) {
 
 	p.putBackNext(next)
 	require.True(t, p.hasNext())
-	next, at, _ = p.takeNext()
+	next, at = p.takeNext()
 	require.Equal(t, []int64{1, 2}, msgIDs(next))
 	require.Equal(t, t0, at)
 }
@@ -197,7 +197,7 @@ func TestPendingLostClaimIsDueUntilCleared(t *testing.T) {
 func TestPendingLostRowsAreThoseHeldNowhere(t *testing.T) {
 	var p pending
 	p.deferAcks(testRows(1), t0)
-	p.setNext(testRows(2), t0, sharedClock{})
+	p.setNext(testRows(2), t0)
 	p.keepToRelease(testRows(3)...)
 	p.holdUnanswered(testRows(4)[0], make(chan struct{}))
 	p.keepFailures(outbox.Failure{Message: testRows(5)[0]})

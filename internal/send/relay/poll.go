@@ -47,24 +47,27 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	defer r.pollMu.Unlock()
 	// Two clocks: the app's decides when this relay looks again; the
 	// database's (shared by every instance) is what claims, retries and
-	// stale recovery are written and compared in. The database's is not
-	// read here: the claim stamps its rows with it, and what the poll
-	// writes after the send is timed from that stamp (sharedClock).
+	// stale recovery are written and compared in.
 	appNow := r.cfg.Now()
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			r.troubleUntil = appNow.Add(r.cfg.StaleAfter)
 		}
 	}()
+	now, err := r.store.Now(ctx)
+	if err != nil {
+		return res, err
+	}
+	clock := newSharedClock(now)
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
-	if err := r.recoverStale(ctx, appNow, &res); err != nil {
+	if err := r.recoverStale(ctx, appNow, now, &res); err != nil {
 		return res, err
 	}
 
 	claimStart := time.Now()
-	msgs, claimedAt, clock, err := r.claimBatch(ctx, &res)
+	msgs, err := r.claimBatch(ctx, &res)
 	if err != nil || len(msgs) == 0 {
 		return res, err
 	}
@@ -73,9 +76,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	r.hooks.claimed()
 	if err := ctx.Err(); err != nil {
 		// Kept for Flush, which releases them; after a crash, stale recovery.
-		// Kept with their own claim's times: a batch claimed by this poll
-		// is not the one an earlier claim (maybe of nothing) set.
-		r.pending.setNext(msgs, claimedAt, clock)
+		r.pending.putBackNext(msgs)
 		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
@@ -123,31 +124,18 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 	if err := r.tookClaim(c, res); err != nil {
 		return errs, fmt.Errorf("claim the next batch: %w", err)
 	}
-	r.pending.setNext(c.msgs, nextAt, c.clock)
+	r.pending.setNext(c.msgs, nextAt)
 	return errs, nil
 }
 
-// sharedClock is the database's time a batch was claimed at (the claimed_at
-// its claim stamped), moved on by this process's monotonic clock from the
-// moment the claim returned: the times written after the send (sent_at, a
-// retry's next_attempt_at) need no read of the database's clock, and no
-// wall clock enters. It runs behind the database's by the claim's commit,
-// never ahead.
+// sharedClock is the database's time read at the start of a poll, moved on
+// by this process's monotonic clock: later times of the poll (sent_at, a
+// retry's next_attempt_at) need no second read, and no wall clock enters.
 type sharedClock struct {
 	at    time.Time // the database's time when read
 	since time.Time // this process's time then, with its monotonic reading
 }
 
-// claimClock is the sharedClock of msgs, a batch whose claim has just
-// returned: the latest claimed_at among them.
-func claimClock(msgs []outbox.Message) sharedClock {
-	c := sharedClock{since: time.Now()}
-	for _, m := range msgs {
-		if m.ClaimedAt != nil && m.ClaimedAt.After(c.at) {
-			c.at = *m.ClaimedAt
-		}
-	}
-	return c
-}
+func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since: time.Now()} }
 
 func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }

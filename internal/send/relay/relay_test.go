@@ -1290,7 +1290,7 @@ func TestDatabaseRestartWhileTheNextBatchWaits(t *testing.T) {
 		b := setup(t, db)
 		rows := b.appendRounds(t, 8, 2)
 		down := databasetest.Outage(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow|databasetest.StmtExec|databasetest.StmtUpdate) // restarting
-		// The database's own clock: a claim stamps its rows with it.
+		// The database's own clock: a poll begins by reading it.
 		r, err := New(outbox.NewStore(db), b.send, Config{InstanceID: "a", Interval: 20 * time.Millisecond,
 			BatchSize: 4, StaleAfter: time.Minute})
 		require.NoError(t, err)
