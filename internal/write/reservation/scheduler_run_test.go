@@ -25,16 +25,8 @@ func TestSchedulerTickRunsAgainWhileARunStopsAtItsBound(t *testing.T) {
 		t.Parallel()
 		now := database.Normalize(time.Now())
 		dueSoon(t, db, now, 35, 0)
-		var runs []SchedulerResult
-		s, err := NewScheduler(db.DB, SchedulerConfig{BatchSize: 5, MaxPerRun: 10, Now: func() time.Time { return now },
-			Logger: slog.New(slog.DiscardHandler), Observe: func(res SchedulerResult, _ time.Duration, err error) {
-				require.NoError(t, err)
-				runs = append(runs, res)
-			}})
-		require.NoError(t, err)
-		s.run(context.Background(), s.cfg.Logger)
-		var working int64
-		require.NoError(t, db.Model(&Post{}).Where("status = ?", StatusWorking).Count(&working).Error)
+		runs, working := tick(t, db, SchedulerConfig{BatchSize: 5, MaxPerRun: 10, Now: func() time.Time { return now }},
+			func(err error) { require.NoError(t, err) })
 		require.EqualValues(t, 35, working, "one tick reserved every due post")
 		require.Equal(t, []SchedulerResult{{Marked: 10, More: true}, {Marked: 10, More: true}, {Marked: 10, More: true}, {Marked: 5}}, runs)
 	})
@@ -56,20 +48,29 @@ func TestSchedulerTickRunsAgainPastAPostItCannotMark(t *testing.T) {
 		databasetest.Fail(t, db.DB, databasetest.StmtExec, errors.New("sched test: bad row"), func(tx *gorm.DB) bool {
 			return strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") && varsHold(tx.Statement.Vars, bad)
 		})
-		var runs []SchedulerResult
-		s, err := NewScheduler(db.DB, SchedulerConfig{BatchSize: 5, MaxBatchSize: 5, MaxPerRun: 10, Now: func() time.Time { return now },
-			Logger: slog.New(slog.DiscardHandler), Observe: func(res SchedulerResult, _ time.Duration, err error) {
-				require.ErrorContains(t, err, "sched test: bad row")
-				runs = append(runs, res)
-			}})
-		require.NoError(t, err)
-		s.run(context.Background(), s.cfg.Logger)
-		var working int64
-		require.NoError(t, db.Model(&Post{}).Where("status = ?", StatusWorking).Count(&working).Error)
+		runs, working := tick(t, db, SchedulerConfig{BatchSize: 5, MaxBatchSize: 5, MaxPerRun: 10, Now: func() time.Time { return now }},
+			func(err error) { require.ErrorContains(t, err, "sched test: bad row") })
 		require.EqualValues(t, 34, working, "one tick reserved every due post but the bad one")
 		require.Equal(t, []SchedulerResult{{Marked: 9, Failed: 1, More: true}, {Marked: 9, Failed: 1, More: true},
 			{Marked: 9, Failed: 1, More: true}, {Marked: 7, Failed: 1}}, runs)
 	})
+}
+
+// tick runs one tick of a scheduler of cfg on db, as its schedule does, and
+// returns the result of each of its runs (each run's error goes to
+// checkErr) and the posts WORKING afterwards.
+func tick(t *testing.T, db *database.DB, cfg SchedulerConfig, checkErr func(error)) (runs []SchedulerResult, working int64) {
+	t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Observe = func(res SchedulerResult, _ time.Duration, err error) {
+		checkErr(err)
+		runs = append(runs, res)
+	}
+	s, err := NewScheduler(db.DB, cfg)
+	require.NoError(t, err)
+	s.run(context.Background(), s.cfg.Logger)
+	require.NoError(t, db.Model(&Post{}).Where("status = ?", StatusWorking).Count(&working).Error)
+	return runs, working
 }
 
 // varsHold reports whether id is one of a statement's vars, or an element of
