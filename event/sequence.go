@@ -123,14 +123,20 @@ func appendMember(out []byte, key string, value []byte) []byte {
 // cannot take apart either (an escaped key, a key repeated) goes through
 // the maps.
 func withSequenceSorted(value []byte, seq int64) []byte {
-	var compact, escaped bytes.Buffer
+	var compact bytes.Buffer
 	compact.Grow(len(value))
 	if json.Compact(&compact, value) != nil {
 		return value // not JSON: the maps refuse it too
 	}
-	escaped.Grow(compact.Len() + len(ValueSequence) + 24)
-	json.HTMLEscape(&escaped, compact.Bytes())
-	ms, ok := members(escaped.Bytes(), make([]member, 0, 16))
+	obj := compact.Bytes()
+	// <, >, & and the first byte of U+2028/U+2029: only then a second pass.
+	if bytes.ContainsAny(obj, "<>&") || bytes.IndexByte(obj, 0xE2) >= 0 {
+		var escaped bytes.Buffer
+		escaped.Grow(len(obj) + 16)
+		json.HTMLEscape(&escaped, obj)
+		obj = escaped.Bytes()
+	}
+	ms, ok := members(obj, make([]member, 0, 16))
 	if !ok {
 		return withSequenceMaps(value, seq)
 	}
@@ -147,7 +153,7 @@ func withSequenceSorted(value []byte, seq int64) []byte {
 			at = i
 		}
 	}
-	return appendWithSequence(make([]byte, 0, escaped.Len()+len(ValueSequence)+24), ms, at, seq)
+	return appendWithSequence(make([]byte, 0, len(obj)+len(ValueSequence)+24), ms, at, seq)
 }
 
 // withSequenceMaps is WithSequence through encoding/json, for a value that
