@@ -426,7 +426,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return fmt.Errorf("schedule %q: %w", s.cfg.Spec, err)
 	}
 	c.Start()
-	log.Info("scheduler started", "spec", s.cfg.Spec, "lead", s.cfg.Lead, "batch_size", s.cfg.BatchSize)
+	log.Info("scheduler started", "spec", s.cfg.Spec, "lead", s.cfg.Lead, "batch_size", s.cfg.BatchSize, "max_batch_size", s.cfg.MaxBatchSize)
 	go func() {
 		defer done()
 		<-runCtx.Done()
