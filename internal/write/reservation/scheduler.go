@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -290,19 +289,14 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 // that a post never gets two reservation events. ctx is the run's: each
 // event's trace context comes from reservationTrace.
 func markPosts(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, posts []Post, now time.Time) (_ []Post, err error) {
-	var b strings.Builder
-	args := make([]any, 0, 3+2*len(posts))
-	b.WriteString("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE status = ? AND (id, version) IN (")
-	args = append(args, StatusWorking, now, StatusReserved)
+	pairs := make([]database.Pair, len(posts))
 	for i := range posts {
-		if i > 0 {
-			b.WriteString(",")
-		}
-		b.WriteString("(?,?)")
-		args = append(args, posts[i].ID, posts[i].Version.Int64)
+		pairs[i] = database.Pair{First: posts[i].ID, Second: posts[i].Version.Int64}
 	}
-	b.WriteString(")")
-	upd := tx.Exec(b.String(), args...)
+	// PairsIn: on PostgreSQL two arrays unnested, where a row-value IN of
+	// 1,000 pairs took more time to plan than the UPDATE took to run.
+	upd := tx.Exec("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE status = ? AND ?",
+		StatusWorking, now, StatusReserved, database.DriverOf(tx).PairsIn("id", "version", pairs))
 	if upd.Error != nil {
 		return nil, fmt.Errorf("mark %d posts working: %w", len(posts), upd.Error)
 	}
