@@ -42,6 +42,7 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 				"raw two-row transaction posts/s: ",
 				"raw grouped creates posts/s (2 writers, up to 100 creates a transaction): ",
 				"POST /api/v1/posts posts/s, API alone: ",
+				"raw batches posts/s (2 writers, 10 posts a transaction): ",
 				"POST /api/v1/posts/batch posts/s, 10 posts a request, API alone: ",
 				"55 posts through POST /api/v1/posts/batch, 10 a request, API alone: ",
 				"POST /api/v1/posts posts/s, whole serve (relay and worker running): ",
@@ -54,7 +55,8 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.NotContains(t, out, "RabbitMQ", "no RabbitMQ spike unless asked for")
 			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw, [0-9.]+ x raw grouped\)`, out, "a create rate, beside raw SQL")
 			require.Regexp(t, `up to 100 creates a transaction\): [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a grouped raw rate")
-			require.Regexp(t, `batch posts/s, 10 posts a request, API alone: [1-9][0-9]* \([0-9.]+ x single creates\)`, out, "a batch rate, beside single creates")
+			require.Regexp(t, `batch posts/s, 10 posts a request, API alone: [1-9][0-9]* \([0-9.]+ x single creates, [0-9.]+ x raw batches\)`, out, "a batch rate, beside single creates and raw batches")
+			require.Regexp(t, `raw batches posts/s \(2 writers, 10 posts a transaction\): [1-9][0-9]* \([0-9.]+ x single creates\)`, out, "the batch's floor in raw SQL")
 			require.Regexp(t, `55 posts through POST /api/v1/posts/batch, 10 a request, API alone: [0-9.]+ s \([1-9][0-9]* posts/s\)`, out)
 			require.Regexp(t, `relay events/s, default settings \(batch 100 growing to 1000 while polls come back full\): [1-9][0-9]* \([0-9.]+ x the best fixed batch, [0-9]+; [0-9.]+ x raw\)`, out)
 			require.Regexp(t, `relay events/s at fixed batches: ([0-9]+: [0-9]+, )+[0-9]+: [0-9]+\n`, out)

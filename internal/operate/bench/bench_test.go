@@ -148,3 +148,21 @@ func TestRelayInstancesNeedsASender(t *testing.T) {
 	_, err := bench.RelayInstances(context.Background(), databasetest.NewSQLite(t), nil)
 	require.ErrorContains(t, err, "no sender")
 }
+
+// The raw batches the bench prints as the batch endpoint's floor write
+// what they count: each post with its one CREATED event.
+func TestRawBatchCreateWritesEachPostWithItsEvent(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		res, err := bench.RawBatchCreate(context.Background(), db, 7, 200*time.Millisecond)
+		require.NoError(t, err)
+		require.Positive(t, res.Count)
+		require.Zero(t, res.Count%7, "whole batches of 7 posts")
+		var posts, events, matched int64
+		require.NoError(t, db.Table("posts").Count(&posts).Error)
+		require.NoError(t, db.Table("outbox").Where("event_type = ?", "POSTING_EVENT").Count(&events).Error)
+		require.NoError(t, db.Table("outbox").Joins("JOIN posts ON posts.id = outbox.aggregate_id").Count(&matched).Error)
+		require.EqualValues(t, res.Count, posts, "the posts counted are written")
+		require.EqualValues(t, res.Count, events, "one event a post")
+		require.EqualValues(t, res.Count, matched, "each event names a written post")
+	})
+}

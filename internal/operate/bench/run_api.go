@@ -41,7 +41,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	}
 	// Alternating rounds: a machine whose load drifts weighs on both sides
 	// alike.
-	var raw, rawGrouped, alone, batch Throughput
+	var raw, rawGrouped, alone, rawBatch, batch Throughput
 	part := cfg.APIDuration / apiRounds
 	for range apiRounds {
 		if err := clean(ctx); err != nil {
@@ -69,11 +69,18 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		if err := clean(ctx); err != nil {
 			return err
 		}
+		rb, err := RawBatchCreate(ctx, db, cfg.BatchSize, part)
+		if err != nil {
+			return err
+		}
+		if err := clean(ctx); err != nil {
+			return err
+		}
 		b, err := APIBatchCreate(ctx, apiURL, cfg.APIClients, cfg.BatchSize, part)
 		if err != nil {
 			return err
 		}
-		raw, alone, batch = raw.Add(r), alone.Add(a), batch.Add(b)
+		raw, alone, rawBatch, batch = raw.Add(r), alone.Add(a), rawBatch.Add(rb), batch.Add(b)
 	}
 	if err := clean(ctx); err != nil {
 		return err
@@ -92,8 +99,10 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		reservation.DefaultGroupCommitters, reservation.DefaultGroupSize, rawGrouped.PerSecond(), ratio(rawGrouped.PerSecond(), raw.PerSecond()))
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw, %.2f x raw grouped)\n", alone.PerSecond(),
 		ratio(alone.PerSecond(), raw.PerSecond()), ratio(alone.PerSecond(), rawGrouped.PerSecond()))
-	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates)\n",
-		cfg.BatchSize, batch.PerSecond(), ratio(batch.PerSecond(), alone.PerSecond()))
+	fmt.Fprintf(out, "  raw batches posts/s (%d writers, %d posts a transaction): %.0f (%.1f x single creates)\n",
+		reservation.DefaultBatchConcurrency, cfg.BatchSize, rawBatch.PerSecond(), ratio(rawBatch.PerSecond(), alone.PerSecond()))
+	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates, %.2f x raw batches)\n",
+		cfg.BatchSize, batch.PerSecond(), ratio(batch.PerSecond(), alone.PerSecond()), ratio(batch.PerSecond(), rawBatch.PerSecond()))
 	fmt.Fprintf(out, "  %d posts through POST /api/v1/posts/batch, %d a request, API alone: %.2f s (%.0f posts/s)\n",
 		total.Count, cfg.BatchSize, total.Elapsed.Seconds(), total.PerSecond())
 	if err := clean(ctx); err != nil {
