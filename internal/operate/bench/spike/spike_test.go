@@ -10,6 +10,7 @@ import (
 
 	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
 	"github.com/postingsvc/posting/internal/operate/bench/spike"
+	"github.com/postingsvc/posting/internal/publish/worker"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
@@ -60,12 +61,14 @@ func TestRunRefusesADatabaseWithPosts(t *testing.T) {
 var (
 	spikePosts    = flag.Int("spike.posts", 20000, "posts due in the same second in BenchmarkSpike")
 	spikeDueIn    = flag.Duration("spike.due-in", 30*time.Second, "how long after they are seeded the posts are due in BenchmarkSpike")
+	spikeWorkers  = flag.Int("spike.concurrency", worker.DefaultConcurrency, "the worker's concurrency in BenchmarkSpike")
 	spikeRabbitMQ = flag.Bool("spike.rabbitmq", false, "BenchmarkSpike through RabbitMQ (POSTING_TEST_RABBITMQ_URL or the local broker) instead of the in-process Kafka broker")
 )
 
 // BenchmarkSpike measures the publication lag of spike.Posts posts due in the
 // same second, on each database, with the service's settings (scheduler
-// every 5 s, relay batch 100 every 5 s, worker concurrency 64). Run with
+// every 5 s, relay batch 100 every 5 s, worker concurrency 64 unless
+// -spike.concurrency says otherwise). Run with
 // -benchtime 1x.
 func BenchmarkSpike(b *testing.B) {
 	for _, d := range databasetest.Dialects {
@@ -74,7 +77,7 @@ func BenchmarkSpike(b *testing.B) {
 				b.StopTimer()
 				db := databasetest.New(b, d)
 				b.StartTimer()
-				cfg := spike.Config{Posts: *spikePosts, DueIn: *spikeDueIn, Timeout: *spikeDueIn + 5*time.Minute}
+				cfg := spike.Config{Posts: *spikePosts, DueIn: *spikeDueIn, Timeout: *spikeDueIn + 5*time.Minute, Concurrency: *spikeWorkers}
 				if *spikeRabbitMQ {
 					cfg.RabbitMQURL = rabbitmqtest.URL(b)
 				}
