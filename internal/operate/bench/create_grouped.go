@@ -128,9 +128,6 @@ func insertRows(ctx context.Context, tx *sql.Tx, dialect database.Dialect, n int
 		}
 		args = append(args, eventID.String(), id, createdPayload(eventID.String(), id, now, at), now, now)
 	}
-	if dialect == database.PostgreSQL {
-		q = dollarPlaceholders(q)
-	}
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("raw create: insert outbox rows: %w", err)
 	}
@@ -143,23 +140,10 @@ func insertArrays(ctx context.Context, tx *sql.Tx, n int, now, at time.Time) err
 	for i := range n {
 		titles[i], contents[i], ats[i], nows[i] = postTitle, postContent, at, now
 	}
-	rows, err := tx.QueryContext(ctx, `INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at, version)
+	ids, err := returnedIDs(tx.QueryContext(ctx, `INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at, version)
 		SELECT t, c, 'RESERVED', s, n, n, 1 FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS r(t, c, s, n)
-		RETURNING id`, pgx.QueryExecModeDescribeExec, titles, contents, ats, nows)
+		RETURNING id`, pgx.QueryExecModeDescribeExec, titles, contents, ats, nows))
 	if err != nil {
-		return fmt.Errorf("raw create: insert posts: %w", err)
-	}
-	ids := make([]int64, 0, n)
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return fmt.Errorf("raw create: insert posts: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("raw create: insert posts: %w", err)
 	}
 	eventIDs, payloads := make([]string, len(ids)), make([]string, len(ids))
@@ -183,12 +167,11 @@ func rowsOf(row string, n int) string {
 	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
 }
 
-// insertedIDs runs q, an INSERT of n rows, and returns their ids in order:
-// RETURNING on PostgreSQL and SQLite, and on MySQL the first id and those
+// insertedIDs runs q, an INSERT of n rows in VALUES rows, and returns their
+// ids in order: RETURNING on SQLite, and on MySQL the first id and those
 // following it (InnoDB gives the rows of one INSERT of known size
-// consecutive ids).
+// consecutive ids). PostgreSQL writes arrays instead (insertArrays).
 func insertedIDs(ctx context.Context, tx *sql.Tx, dialect database.Dialect, q string, n int, args []any) ([]int64, error) {
-	ids := make([]int64, 0, n)
 	if dialect == database.MySQL {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -198,20 +181,23 @@ func insertedIDs(ctx context.Context, tx *sql.Tx, dialect database.Dialect, q st
 		if err != nil {
 			return nil, err
 		}
+		ids := make([]int64, 0, n)
 		for i := range int64(n) {
 			ids = append(ids, first+i)
 		}
 		return ids, nil
 	}
-	q += " RETURNING id"
-	if dialect == database.PostgreSQL {
-		q = dollarPlaceholders(q)
-	}
-	rows, err := tx.QueryContext(ctx, q, args...)
+	return returnedIDs(tx.QueryContext(ctx, q+" RETURNING id", args...))
+}
+
+// returnedIDs reads the ids an INSERT ... RETURNING id gave back, in
+// order.
+func returnedIDs(rows *sql.Rows, err error) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
@@ -236,9 +222,8 @@ const rawBatchInsertRows = 250
 // reservation.DefaultBatchConcurrency writers at once (as many batch
 // transactions as the service runs) for d, each batch in one transaction of
 // multi-row INSERTs of up to rawBatchInsertRows rows, in plain SQL. Its
-// Count is posts. What
-// the database takes in batches on this machine, without HTTP, JSON or
-// validation: the floor of the batch endpoint.
+// Count is posts. What the database takes in batches on this machine,
+// without HTTP, JSON or validation: the floor of the batch endpoint.
 func RawBatchCreate(ctx context.Context, db *database.DB, size int, d time.Duration) (Throughput, error) {
 	sqlDB, err := db.DB.DB()
 	if err != nil {

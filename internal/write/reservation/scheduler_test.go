@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,24 +286,6 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 // batch).
 var markWorking = databasetest.SQLStarts("UPDATE posts SET status")
 
-// holdsID reports whether id is one of vars, bound alone or in an array
-// (PostgreSQL binds a batch's ids as one array).
-func holdsID(vars []any, id int64) bool {
-	for _, v := range vars {
-		if v == any(id) {
-			return true
-		}
-		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Int64 {
-			for i := range rv.Len() {
-				if rv.Index(i).Int() == id {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 // An event already recorded for a post (the database-level guard) makes the
 // scheduler skip that post, roll back its state change, and still mark the
 // other posts of the batch.
@@ -547,7 +528,7 @@ func TestSchedulerBadRowDoesNotBlockTheRest(t *testing.T) {
 			// The batch's UPDATE holds the bad post among its (id,
 			// version) pairs; the per-post UPDATE has its id third.
 			return markWorking(tx) &&
-				(strings.Contains(tx.Statement.SQL.String(), "(id, version) IN") && holdsID(tx.Statement.Vars[3:], bad) ||
+				(strings.Contains(tx.Statement.SQL.String(), "(id, version) IN") && reservation.VarsHold(tx.Statement.Vars[3:], bad) ||
 					len(tx.Statement.Vars) > 2 && tx.Statement.Vars[2] == bad)
 		})
 		s := b.scheduler(t)

@@ -1,0 +1,4 @@
+package reservation
+
+// VarsHold is varsHold, for the tests outside the package.
+var VarsHold = varsHold
