@@ -86,17 +86,24 @@ func Sleep(ctx context.Context, d time.Duration) bool { return SleepOrWake(ctx, 
 // receives: a loop that pauses between polls and can be told there is work
 // (a nil wake never does).
 func SleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	_, ok := SleepOrWoken(ctx, d, wake)
+	return ok
+}
+
+// SleepOrWoken is SleepOrWake that also tells whether the wake ended the
+// pause.
+func SleepOrWoken(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, ok bool) {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return false, ctx.Err() == nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-wake:
-		return true
+		return true, true
 	case <-t.C:
-		return true
+		return false, true
 	}
 }

@@ -34,6 +34,9 @@ type Store struct {
 	clock func(ctx context.Context, db *gorm.DB) (time.Time, error)
 	// deferAcks makes DefersAcksToNextClaim true on every dialect (tests).
 	deferAcks bool
+	// expectRows skips MarkSentAndClaim's plain read before its
+	// transaction (ExpectingRows).
+	expectRows bool
 }
 
 // NewStore returns a Store on db. It panics on a dialect without a
@@ -113,6 +116,18 @@ func (s *Store) WithDeferredAcks() *Store {
 	return &c
 }
 
+// ExpectingRows returns a copy of the store whose MarkSentAndClaim, with
+// nothing to acknowledge, goes straight to its claim's transaction instead
+// of first looking for a due row with a plain read: for a caller that
+// knows rows are waiting (it was woken by a commit, or its last batch came
+// back full), for which that read is one more round trip between a commit
+// and its send. With no row due after all, the transaction claims nothing.
+func (s *Store) ExpectingRows() *Store {
+	c := *s
+	c.expectRows = true
+	return &c
+}
+
 // MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
 // does, and claims the next batch, as Claim does, in one transaction: a relay
 // that moves full batches back to back pays one commit per batch instead of
@@ -134,16 +149,19 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		if limit <= 0 {
 			return nil, 0, nil
 		}
-		if fresh {
-			if now, err = s.Now(ctx); err != nil {
+		// Nothing to write: unless the caller expects rows, a plain read
+		// first, so that an idle poll costs no write transaction (on SQLite
+		// every transaction takes the one write lock at BEGIN).
+		if !s.expectRows {
+			at := now
+			if fresh {
+				if at, err = s.Now(ctx); err != nil {
+					return nil, 0, err
+				}
+			}
+			if ids, err := s.candidates(s.db.WithContext(ctx), 1, at, nil); err != nil || len(ids) == 0 {
 				return nil, 0, err
 			}
-		}
-		// Nothing to write: a plain read first, so that an idle poll costs no
-		// write transaction (on SQLite every transaction takes the one write
-		// lock at BEGIN).
-		if ids, err := s.candidates(s.db.WithContext(ctx), 1, now, nil); err != nil || len(ids) == 0 {
-			return nil, 0, err
 		}
 	}
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {

@@ -11,8 +11,9 @@ import (
 // claimBatch returns the batch this poll sends: the one a pipelined poll
 // claimed during the previous send, unless it waited too long, or else a
 // batch claimed now, in the transaction that writes the deferred
-// acknowledgements, stamped by clock.
-func (r *Relay) claimBatch(ctx context.Context, clock sharedClock, res *Result) ([]outbox.Message, error) {
+// acknowledgements, stamped by clock; with expect, without a look for a
+// due row first (see claim).
+func (r *Relay) claimBatch(ctx context.Context, clock sharedClock, expect bool, res *Result) ([]outbox.Message, error) {
 	// A batch a pipelined poll claimed during the previous send goes first.
 	msgs, claimedAt := r.pending.takeNext()
 	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
@@ -38,7 +39,7 @@ func (r *Relay) claimBatch(ctx context.Context, clock sharedClock, res *Result) 
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		defer cancel()
 	}
-	c := r.claim(ctx, acked, ackedAt, clock)
+	c := r.claim(ctx, acked, ackedAt, clock, expect)
 	if err := r.tookClaim(c, res); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -75,10 +76,17 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 // instances than it is. Reading the clock once a poll instead of up to
 // three times (the poll, the read that spares an idle poll a write
 // transaction, and the claim's transaction) takes up to two round trips
-// off the way from a commit to its send.
-func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time, clock sharedClock) claimed {
+// off the way from a commit to its send. With expect (the relay was woken
+// by a commit, or its batch came back full) rows are waiting, and the claim
+// skips the look for a due row that spares an idle poll a write
+// transaction: one more round trip.
+func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time, clock sharedClock, expect bool) claimed {
 	size := r.batch.size()
-	msgs, fenced, err := r.store.WithClock(clock.now).MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
+	store := r.store.WithClock(clock.now)
+	if expect {
+		store = store.ExpectingRows()
+	}
+	msgs, fenced, err := store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
 	msgs, err = r.hooks.answer(msgs, err)
 	if err == nil {
 		r.batch.observe(size, len(msgs))

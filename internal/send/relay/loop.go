@@ -49,9 +49,13 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	// before the loop ends, whether by Stop or by ctx.
 	defer r.flush(ctx, log, true)
 	outage := backoff.Backoff{Base: r.cfg.Interval, Max: r.cfg.OutageBackoffMax, Exact: true}
+	// expect: rows are known to be waiting (a wake, a full batch), so the
+	// poll's claim skips its look for a due row (outbox.Store.ExpectingRows).
+	expect := false
 	for {
 		start := time.Now()
-		res, err := r.Pump(ctx)
+		res, err := r.poll(ctx, true, expect)
+		expect = false
 		if r.cfg.Observe != nil {
 			r.cfg.Observe(res, time.Since(start), err)
 		}
@@ -83,7 +87,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			if res.Claimed >= r.cfg.BatchSize || r.hasNext() || r.woken() {
 				// A full batch, one claimed for the next poll, or rows
 				// committed since this poll's claim: more are waiting.
-				wait = 0
+				wait, expect = 0, true
 			}
 		}
 		if wait == 0 {
@@ -100,9 +104,11 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			}
 			continue
 		}
-		if !backoff.SleepOrWake(stop, wait, r.wake) {
+		woken, ok := backoff.SleepOrWoken(stop, wait, r.wake)
+		if !ok {
 			return
 		}
+		expect = woken
 	}
 }
 

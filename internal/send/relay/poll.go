@@ -21,7 +21,9 @@ import (
 // loop polls again at once after a full batch, and writes what is left when
 // it pauses or stops. A caller that drives RunOnce itself must call Flush
 // when it is done.
-func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) { return r.poll(ctx, false) }
+func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
+	return r.poll(ctx, false, false)
+}
 
 // Pump is RunOnce pipelined, as the relay's loop polls: when the batch it
 // sends is full (more rows are likely waiting), it claims the next batch
@@ -37,12 +39,14 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) { return r.
 // releases a batch claimed and not sent, and writes the acknowledgements of
 // a batch that is not full that Pump deferred because a wake (Wake) came
 // during its send: the loop takes that wake and polls again at once.
-func (r *Relay) Pump(ctx context.Context) (Result, error) { return r.poll(ctx, true) }
+func (r *Relay) Pump(ctx context.Context) (Result, error) { return r.poll(ctx, true, false) }
 
 // poll is one cycle of the relay: write what earlier polls kept, look for
 // stale claims, claim a batch, send it, and record each result. With
 // pipelined (Pump), the send of a full batch overlaps the claim of the next.
-func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error) {
+// With expect, rows are known to be waiting: the claim goes straight to its
+// transaction (outbox.Store.ExpectingRows).
+func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, err error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	// Two clocks: the app's decides when this relay looks again; the
@@ -67,7 +71,7 @@ func (r *Relay) poll(ctx context.Context, pipelined bool) (res Result, err error
 	}
 
 	claimStart := time.Now()
-	msgs, err := r.claimBatch(ctx, clock, &res)
+	msgs, err := r.claimBatch(ctx, clock, expect, &res)
 	if err != nil || len(msgs) == 0 {
 		return res, err
 	}
@@ -116,7 +120,7 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 	// crash.)
 	cctx, cancel := context.WithTimeout(ctx, r.maxNextAge())
 	defer cancel()
-	go func() { nextc <- r.claim(cctx, acked, ackedAt, clock) }()
+	go func() { nextc <- r.claim(cctx, acked, ackedAt, clock, true) }()
 	errs = r.traceSend(ctx, msgs)
 	c := <-nextc
 	// As for a claim before a send: when it failed, the acknowledgements

@@ -1,0 +1,97 @@
+package relay
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+)
+
+// An idle poll looks for a due row with a plain read before it opens a
+// write transaction, and finding none opens none. A loop woken by a commit
+// knows rows are waiting: its claim goes straight to its transaction, with
+// no plain read, one round trip less between the commit and the send. A
+// wake with nothing due after all (another instance took the rows) claims
+// nothing, without an error.
+func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
+
+		var (
+			mu               sync.Mutex
+			plainReads, inTx int
+			polls, claimed   int
+			pollErrs         []error
+		)
+		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
+			if !strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "SELECT id, created FROM (") {
+				return
+			}
+			_, transaction := tx.Statement.ConnPool.(gorm.TxCommitter)
+			mu.Lock()
+			defer mu.Unlock()
+			if transaction {
+				inTx++
+			} else {
+				plainReads++
+			}
+		})
+		counts := func() (int, int, int, int) {
+			mu.Lock()
+			defer mu.Unlock()
+			return polls, claimed, plainReads, inTx
+		}
+		r := b.relay(t, "a", func(c *Config) {
+			c.Interval, c.StaleAfter, c.Now = 20*time.Second, 5*time.Minute, time.Now // only a wake makes it poll again
+			c.Observe = func(res Result, _ time.Duration, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				polls++
+				claimed += res.Claimed
+				if err != nil {
+					pollErrs = append(pollErrs, err)
+				}
+			}
+		})
+		require.NoError(t, r.Start(context.Background()))
+		t.Cleanup(r.Stop)
+
+		require.Eventually(t, func() bool { p, _, _, _ := counts(); return p >= 1 }, 10*time.Second, time.Millisecond)
+		p, c, plain, tx := counts()
+		require.Equal(t, []int{1, 0, 1, 0}, []int{p, c, plain, tx}, "polls, claimed, plain reads, reads in a transaction of the idle poll")
+
+		rows := b.append(t, 1, 2)
+		r.Wake()
+		require.Eventually(t, func() bool {
+			for _, m := range rows {
+				if b.row(t, m.ID).Status != outbox.StatusSent {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "the woken loop did not send and record its rows")
+		p, c, plain, tx = counts()
+		require.Equal(t, 2, p, "polls")
+		require.Equal(t, 2, c, "rows claimed by the woken poll")
+		require.Equal(t, 1, plain, "plain reads: the idle poll's only")
+		require.Equal(t, 1, tx, "reads in the woken poll's claim transaction")
+
+		r.Wake()
+		require.Eventually(t, func() bool { p, _, _, _ := counts(); return p >= 3 }, 10*time.Second, time.Millisecond)
+		p, c, plain, tx = counts()
+		require.Equal(t, []int{3, 2, 1, 2}, []int{p, c, plain, tx}, "polls, claimed, plain reads, reads in a transaction after a wake with nothing due")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, pollErrs)
+	})
+}
