@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -163,8 +164,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	// the local relay once their transaction commits: an event leaves at
 	// once instead of at the next poll, which stays the safety net. The
 	// relay's own store keeps db.DB, so its writes wake nobody. On
-	// PostgreSQL the commit also tells the other instances (commitWake).
-	wake, notifiers, err := commitWake(db, rel.Wake, log)
+	// PostgreSQL the commit also tells the other instances (commitWake),
+	// with origin as the notification's payload, which this process's own
+	// listener skips. It is random, not the instance id, which two
+	// processes may share by mistake and would then never wake each other.
+	origin := "serve-" + rand.Text()
+	wake, notifiers, err := commitWake(db, rel.Wake, origin, log)
 	if err != nil {
 		return err
 	}
@@ -278,7 +283,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		// Through a pooler the listener does not LISTEN (it would stay on a
 		// pooled session); it finds out at start and says so.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
-			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB)})
+			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB), Origin: origin})
 		if err != nil {
 			return err
 		}

@@ -18,9 +18,12 @@ var ErrAnnounceInTransaction = errors.New("announce runs after the commit, not i
 // rows already committed. It is its own short transaction: inside a writing
 // one, NOTIFY would take PostgreSQL's database-wide notification lock at
 // that transaction's commit and make every writer commit one at a time.
-// Callers coalesce it (wakeup.Notifier). On a database without
-// notifications (database.Driver's Notifies: MySQL, SQLite) it does nothing.
-func Announce(db *gorm.DB) error {
+// Callers coalesce it (wakeup.Notifier). origin, the notification's
+// payload, names the process that committed the rows: its own listener
+// skips it (wakeup.Config.Origin), since the commit woke its relay in the
+// process already. On a database without notifications (database.Driver's
+// Notifies: MySQL, SQLite) it does nothing.
+func Announce(db *gorm.DB, origin string) error {
 	drv := database.DriverOf(db)
 	if !drv.Notifies() {
 		return nil
@@ -28,7 +31,7 @@ func Announce(db *gorm.DB) error {
 	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
 		return ErrAnnounceInTransaction
 	}
-	return drv.Notify(db, NotifyChannel, "")
+	return drv.Notify(db, NotifyChannel, origin)
 }
 
 // Notify returns a function that sends a notification with its payload on

@@ -156,11 +156,11 @@ func TestAppendStoresTheEventsTraceparentOrTheContexts(t *testing.T) {
 func TestAnnounceRefusesToRunInsideATransaction(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewPostgres(t)
-	require.NoError(t, outbox.Announce(db.DB))
+	require.NoError(t, outbox.Announce(db.DB, ""))
 	err := database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
-		return outbox.Announce(tx)
+		return outbox.Announce(tx, "")
 	})
 	require.ErrorIs(t, err, outbox.ErrAnnounceInTransaction)
 	// MySQL and SQLite have no signal: nothing to send, nothing refused.
-	require.NoError(t, outbox.Announce(databasetest.NewSQLite(t).DB))
+	require.NoError(t, outbox.Announce(databasetest.NewSQLite(t).DB, ""))
 }

@@ -49,6 +49,13 @@ type Config struct {
 	// ProbeWait bounds the probe's send, and then, from the moment it was
 	// sent, the wait for its delivery. Default 2s.
 	ProbeWait time.Duration
+	// Origin, if set, is the payload of this process's own announcements
+	// (outbox.Announce): a notification that carries it does not call
+	// Wake, since the commit that sent it woke this process's relay
+	// already. Without it every commit of the process woke its relay
+	// twice, and the second wake made a poll that found nothing. Empty:
+	// every notification wakes.
+	Origin string
 }
 
 // DefaultConfig returns a Config with every optional field at its default.
@@ -196,9 +203,11 @@ func (l *Listener) listen(ctx context.Context, connected func()) error {
 	l.cfg.Wake()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, l.cfg.CheckEvery)
-		_, err := conn.WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
+		case err == nil && l.cfg.Origin != "" && n.Payload == l.cfg.Origin:
+			// This process's own commit, which woke its relay already.
 		case err == nil:
 			l.cfg.Wake()
 		case ctx.Err() != nil:

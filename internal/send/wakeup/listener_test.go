@@ -74,7 +74,7 @@ func startListenerPID(t testing.TB, db *database.DB, wake func(), pid *atomic.Ui
 // serve wires it, and returns the commit waker its writers carry.
 func startNotifier(t testing.TB, db *database.DB) *gorm.DB {
 	t.Helper()
-	n, err := NewNotifier(NotifierConfig{Send: func(ctx context.Context) error { return outbox.Announce(db.DB.WithContext(ctx)) },
+	n, err := NewNotifier(NotifierConfig{Send: func(ctx context.Context) error { return outbox.Announce(db.DB.WithContext(ctx), "") },
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.NoError(t, n.Start(context.Background()))

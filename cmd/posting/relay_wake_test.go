@@ -1,0 +1,63 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+)
+
+// counter sums the samples of a counter in a /metrics exposition whose
+// labels hold label (any with ""), 0 when there are none.
+func counter(t *testing.T, exposition, name, label string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(exposition, -1) {
+		if !strings.Contains(m[1], label) {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(t, err)
+		sum += v
+	}
+	return sum
+}
+
+// On PostgreSQL a create wakes the instance's relay once, in the process at
+// its commit: one poll claims and sends its event. The NOTIFY the commit
+// also sends, for the other instances' relays, comes back to this
+// instance's listener, which skips it instead of making a second poll that
+// finds nothing.
+func TestServeOnPostgresPollsOncePerCreate(t *testing.T) {
+	t.Parallel()
+	addr := serveInProcess(t, "--database-url", databasetest.PostgresURL(t, "wake"), "--relay-interval", "30s")
+	read := func() (polls, sent float64) {
+		e := scrape(t, addr)
+		return counter(t, e, "posting_relay_polls_total", `result="ok"`), counter(t, e, "posting_relay_events_sent_total", "")
+	}
+	// The listener wakes the relay once it listens: wait until the polls
+	// stop moving.
+	polls, _ := read()
+	require.Eventually(t, func() bool {
+		time.Sleep(500 * time.Millisecond)
+		now, _ := read()
+		moved := now != polls
+		polls = now
+		return !moved
+	}, 30*time.Second, time.Millisecond)
+
+	for i := range 3 {
+		before, sentBefore := read()
+		createPost(t, addr, time.Now().Add(24*time.Hour))
+		require.Eventually(t, func() bool { _, sent := read(); return sent == sentBefore+1 }, 10*time.Second, 10*time.Millisecond,
+			"create %d: its event not sent", i)
+		time.Sleep(500 * time.Millisecond) // a second poll, if any, has come by now
+		after, _ := read()
+		require.Equal(t, before+1, after, "create %d: relay polls", i)
+	}
+}
