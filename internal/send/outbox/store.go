@@ -431,7 +431,7 @@ type candidate struct {
 // sent_at. Rows whose claim is no longer current (recovered by another
 // instance) are left alone; their number is returned as fenced.
 func (s *Store) MarkSent(ctx context.Context, msgs []Message, at time.Time) (fenced int, err error) {
-	err = s.inOneStatementOrTransaction(ctx, len(msgs), func(tx *gorm.DB) error {
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		fenced, err = s.markSent(tx, msgs, at)
 		return err
 	})
@@ -453,23 +453,11 @@ func (s *Store) markSent(tx *gorm.DB, msgs []Message, at time.Time) (fenced int,
 // in one transaction of bounded statements; it returns how many rows were
 // fenced (no longer held by this claim).
 func (s *Store) updateClaimed(ctx context.Context, msgs []Message, changes map[string]any) (fenced int, err error) {
-	err = s.inOneStatementOrTransaction(ctx, len(msgs), func(tx *gorm.DB) error {
+	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		fenced, err = s.updateClaimedTx(tx, msgs, changes)
 		return err
 	})
 	return fenced, err
-}
-
-// inOneStatementOrTransaction runs fn, which writes the results of n
-// claimed rows (updateClaimedTx), atomically: up to maxPairsPerStatement
-// rows are one UPDATE, which commits on its own without a BEGIN and a
-// COMMIT (two round trips after every send that is not followed by a
-// claim); more take a statement per chunk, in one transaction.
-func (s *Store) inOneStatementOrTransaction(ctx context.Context, n int, fn func(tx *gorm.DB) error) error {
-	if n <= maxPairsPerStatement {
-		return database.Statement(ctx, s.db, fn)
-	}
-	return database.Transaction(ctx, s.db, fn)
 }
 
 func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]any) (fenced int, err error) {

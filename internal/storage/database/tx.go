@@ -26,36 +26,20 @@ const maxTxAttempts = 5
 // transaction committed. opts, when given, begin the transaction (its
 // isolation level).
 func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error, opts ...*sql.TxOptions) error {
-	return retried(ctx, func() error {
+	var err error
+	for attempt := 1; ; attempt++ {
 		// A fresh request per attempt: a rolled-back attempt's writes wake
 		// no one.
 		tx, woken := withCommitWake(db.WithContext(ctx))
-		if err := tx.Transaction(fn, opts...); err != nil {
+		err = tx.Transaction(fn, opts...)
+		if err == nil {
+			woken()
+			return nil
+		}
+		if !IsRetryable(err) || attempt == maxTxAttempts {
 			return err
 		}
-		woken()
-		return nil
-	})
-}
-
-// Statement runs fn, which writes through db with one statement, outside a
-// transaction: the statement commits on its own, without the round trips
-// of a BEGIN and a COMMIT around it. It is re-run as Transaction re-runs a
-// transaction that lost a deadlock or a lock wait. Only a single statement
-// is atomic this way: fn with two writes needs Transaction.
-func Statement(ctx context.Context, db *gorm.DB, fn func(db *gorm.DB) error) error {
-	return retried(ctx, func() error { return fn(db.WithContext(ctx)) })
-}
-
-// retried runs attempt until it succeeds, fails with an error that is not a
-// transient lock conflict (IsRetryable), or has run maxTxAttempts times.
-func retried(ctx context.Context, attempt func() error) error {
-	for n := 1; ; n++ {
-		err := attempt()
-		if err == nil || !IsRetryable(err) || n == maxTxAttempts {
-			return err
-		}
-		if !backoff.Sleep(ctx, time.Duration(n*n)*5*time.Millisecond) {
+		if !backoff.Sleep(ctx, time.Duration(attempt*attempt)*5*time.Millisecond) {
 			return errors.Join(err, ctx.Err())
 		}
 	}
