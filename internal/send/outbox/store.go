@@ -46,9 +46,7 @@ func NewStore(db *database.DB) *Store {
 }
 
 // WithClock returns a copy of the store whose Now reads now instead of the
-// database's clock: tests move the shared clock by hand with it, and the
-// relay hands its claims a reading of the database's clock it has already
-// made, moved on by its own monotonic clock.
+// database's clock: tests move the shared clock by hand with it.
 func (s *Store) WithClock(now func() time.Time) *Store {
 	c := *s
 	c.clock = func(context.Context, *gorm.DB) (time.Time, error) { return database.Normalize(now()), nil }

@@ -11,9 +11,9 @@ import (
 // claimBatch returns the batch this poll sends: the one a pipelined poll
 // claimed during the previous send, unless it waited too long, or else a
 // batch claimed now, in the transaction that writes the deferred
-// acknowledgements, stamped by clock; with expect, without a look for a
-// due row first (see claim).
-func (r *Relay) claimBatch(ctx context.Context, clock sharedClock, expect bool, res *Result) ([]outbox.Message, error) {
+// acknowledgements; with expect, without a look for a due row first (see
+// claim).
+func (r *Relay) claimBatch(ctx context.Context, expect bool, res *Result) ([]outbox.Message, error) {
 	// A batch a pipelined poll claimed during the previous send goes first.
 	msgs, claimedAt := r.pending.takeNext()
 	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
@@ -30,6 +30,9 @@ func (r *Relay) claimBatch(ctx context.Context, clock sharedClock, expect bool, 
 		}
 		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
 	}
+	// A zero time: the claim is stamped by the database's clock inside its
+	// transaction, not with now, which the work above (or a wait for a
+	// lock) may have made old enough to look stale to other instances.
 	acked, ackedAt := r.pending.takeAcks()
 	if len(acked) > 0 {
 		// The acknowledgements are written by this claim, so it gets the
@@ -39,7 +42,7 @@ func (r *Relay) claimBatch(ctx context.Context, clock sharedClock, expect bool, 
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		defer cancel()
 	}
-	c := r.claim(ctx, acked, ackedAt, clock, expect)
+	c := r.claim(ctx, acked, ackedAt, expect)
 	if err := r.tookClaim(c, res); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -68,21 +71,13 @@ func (r *Relay) maxNextAge() time.Duration { return r.cfg.StaleAfter / 10 }
 // one transaction (outbox.Store.MarkSentAndClaim). It touches no field of
 // r, so a pipelined poll runs it beside a send.
 //
-// The database's clock is not read again for it: the claim is stamped, and
-// due rows are told, by the poll's reading moved on by this process's
-// monotonic clock (clock), taken where a read would have been, inside the
-// claim's transaction, so that neither the work before it nor a wait for a
-// connection or for SQLite's write lock makes the claim look older to other
-// instances than it is. Reading the clock once a poll instead of up to
-// three times (the poll, the read that spares an idle poll a write
-// transaction, and the claim's transaction) takes up to two round trips
-// off the way from a commit to its send. With expect (the relay was woken
-// by a commit, or its batch came back full) rows are waiting, and the claim
-// skips the look for a due row that spares an idle poll a write
-// transaction: one more round trip.
-func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time, clock sharedClock, expect bool) claimed {
+// With expect (the relay was woken by a commit, or its batch came back
+// full) rows are waiting, and the claim skips the look for a due row that
+// spares an idle poll a write transaction: one round trip less between a
+// commit and its send.
+func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.Time, expect bool) claimed {
 	size := r.batch.size()
-	store := r.store.WithClock(clock.now)
+	store := r.store
 	if expect {
 		store = store.ExpectingRows()
 	}

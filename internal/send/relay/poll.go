@@ -71,7 +71,7 @@ func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, e
 	}
 
 	claimStart := time.Now()
-	msgs, err := r.claimBatch(ctx, clock, expect, &res)
+	msgs, err := r.claimBatch(ctx, expect, &res)
 	if err != nil || len(msgs) == 0 {
 		return res, err
 	}
@@ -84,7 +84,7 @@ func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, e
 		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
-	errs, claimErr := r.sendBatch(ctx, msgs, pipelined, clock, &res)
+	errs, claimErr := r.sendBatch(ctx, msgs, pipelined, &res)
 	if len(errs) != len(msgs) {
 		// A broken sender: treat the outcome as unknown and let stale recovery retry.
 		r.pending.leaveUnrecorded(msgs...)
@@ -103,7 +103,7 @@ func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, e
 // while this one is sent, and keeps it for the next poll; claimErr is why
 // that claim failed. Its rule skips every post with a row of this batch in
 // the air, so no event overtakes an earlier one of its post.
-func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined bool, clock sharedClock, res *Result) (errs []error, claimErr error) {
+func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined bool, res *Result) (errs []error, claimErr error) {
 	if !pipelined || len(msgs) < r.cfg.BatchSize {
 		return r.traceSend(ctx, msgs), nil
 	}
@@ -120,7 +120,7 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 	// crash.)
 	cctx, cancel := context.WithTimeout(ctx, r.maxNextAge())
 	defer cancel()
-	go func() { nextc <- r.claim(cctx, acked, ackedAt, clock, true) }()
+	go func() { nextc <- r.claim(cctx, acked, ackedAt, true) }()
 	errs = r.traceSend(ctx, msgs)
 	c := <-nextc
 	// As for a claim before a send: when it failed, the acknowledgements
@@ -133,9 +133,8 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 }
 
 // sharedClock is the database's time read at the start of a poll, moved on
-// by this process's monotonic clock: later times of the poll (its claims,
-// sent_at, a retry's next_attempt_at) need no second read, and no wall
-// clock enters.
+// by this process's monotonic clock: later times of the poll (sent_at, a
+// retry's next_attempt_at) need no second read, and no wall clock enters.
 type sharedClock struct {
 	at    time.Time // the database's time when read
 	since time.Time // this process's time then, with its monotonic reading

@@ -72,7 +72,12 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 
 		rows := b.append(t, 1, 2)
 		r.Wake()
+		// The rows are SENT inside the poll, which is counted once it
+		// returns: wait for both.
 		require.Eventually(t, func() bool {
+			if p, _, _, _ := counts(); p < 2 {
+				return false
+			}
 			for _, m := range rows {
 				if b.row(t, m.ID).Status != outbox.StatusSent {
 					return false
