@@ -54,7 +54,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	expect := false
 	for {
 		start := time.Now()
-		res, err := r.poll(ctx, true, expect)
+		res, err := r.poll(ctx, pollMode{pipelined: true, expect: expect, followed: true})
 		expect = false
 		if r.cfg.Observe != nil {
 			r.cfg.Observe(res, time.Since(start), err)
@@ -84,10 +84,18 @@ func (r *Relay) loop(ctx, stop context.Context) {
 				log.Warn("late results refused: another instance had recovered the claim", "fenced", res.Fenced)
 			}
 			logLost(log, res)
-			if res.Claimed >= r.cfg.BatchSize || r.hasNext() || r.woken() {
+			switch {
+			case res.Claimed >= r.cfg.BatchSize || r.hasNext() || r.woken():
 				// A full batch, one claimed for the next poll, or rows
 				// committed since this poll's claim: more are waiting.
 				wait, expect = 0, true
+			case res.Claimed > 0:
+				// The next event of a post becomes claimable only once the
+				// one just sent is SENT, and its commit's wake may have been
+				// spent on this poll already: look again at once. The
+				// acknowledgements left to this poll's claim cost no
+				// transaction of their own.
+				wait = 0
 			}
 		}
 		if wait == 0 {

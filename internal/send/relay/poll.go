@@ -15,14 +15,15 @@ import (
 // crash, and are recovered after StaleAfter; once sent, results are recorded
 // even if ctx ends meanwhile.
 //
-// On MySQL, when the batch was full and every row was acknowledged or
-// rejected, the SENT write of the acknowledged rows is deferred to the next
-// poll, which does it in the transaction of its claim (Result.Deferred); the
-// loop polls again at once after a full batch, and writes what is left when
-// it pauses or stops. A caller that drives RunOnce itself must call Flush
+// On MySQL and PostgreSQL, when the batch was full and every row was
+// acknowledged or rejected, the SENT write of the acknowledged rows is
+// deferred to the next poll, which does it in the transaction of its claim
+// (Result.Deferred). The loop polls again at once after any poll that sent
+// rows, defers their acknowledgements whether the batch was full or not,
+// and writes what is left when it pauses or stops. A caller that drives RunOnce itself must call Flush
 // when it is done.
 func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
-	return r.poll(ctx, false, false)
+	return r.poll(ctx, pollMode{})
 }
 
 // Pump is RunOnce pipelined, as the relay's loop polls: when the batch it
@@ -39,14 +40,26 @@ func (r *Relay) RunOnce(ctx context.Context) (res Result, err error) {
 // releases a batch claimed and not sent, and writes the acknowledgements of
 // a batch that is not full that Pump deferred because a wake (Wake) came
 // during its send: the loop takes that wake and polls again at once.
-func (r *Relay) Pump(ctx context.Context) (Result, error) { return r.poll(ctx, true, false) }
+func (r *Relay) Pump(ctx context.Context) (Result, error) {
+	return r.poll(ctx, pollMode{pipelined: true})
+}
+
+// pollMode says how a poll is driven.
+type pollMode struct {
+	// pipelined: a full batch's send overlaps the claim of the next (Pump).
+	pipelined bool
+	// expect: rows are known to be waiting, so the claim goes straight to
+	// its transaction (outbox.Store.ExpectingRows).
+	expect bool
+	// followed: the caller polls again at once after a poll that sent rows
+	// (the loop), so their acknowledgements are left to that poll's claim.
+	followed bool
+}
 
 // poll is one cycle of the relay: write what earlier polls kept, look for
-// stale claims, claim a batch, send it, and record each result. With
-// pipelined (Pump), the send of a full batch overlaps the claim of the next.
-// With expect, rows are known to be waiting: the claim goes straight to its
-// transaction (outbox.Store.ExpectingRows).
-func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, err error) {
+// stale claims, claim a batch, send it, and record each result, as mode
+// says (pollMode).
+func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
 	// Two clocks: the app's decides when this relay looks again; the
@@ -71,7 +84,7 @@ func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, e
 	}
 
 	claimStart := time.Now()
-	msgs, err := r.claimBatch(ctx, expect, &res)
+	msgs, err := r.claimBatch(ctx, mode.expect, &res)
 	if err != nil || len(msgs) == 0 {
 		return res, err
 	}
@@ -84,16 +97,18 @@ func (r *Relay) poll(ctx context.Context, pipelined, expect bool) (res Result, e
 		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
-	errs, claimErr := r.sendBatch(ctx, msgs, pipelined, &res)
+	errs, claimErr := r.sendBatch(ctx, msgs, mode.pipelined, &res)
 	if len(errs) != len(msgs) {
 		// A broken sender: treat the outcome as unknown and let stale recovery retry.
 		r.pending.leaveUnrecorded(msgs...)
 		return res, errors.Join(fmt.Errorf("sender returned %d results for %d messages", len(errs), len(msgs)), claimErr)
 	}
-	// A wake waiting means rows were committed meanwhile: the loop polls
-	// again at once (it takes the wake, see loop), and that claim can
+	// The next poll follows at once when the caller says so (the loop,
+	// after any poll that sent rows), and when a wake waits (rows were
+	// committed meanwhile, and the loop takes the wake): that claim can
 	// write this batch's acknowledgements.
-	res, err = r.recordBatch(ctx, msgs, errs, res, clock, pipelined && len(r.wake) > 0)
+	more := mode.followed || (mode.pipelined && len(r.wake) > 0)
+	res, err = r.recordBatch(ctx, msgs, errs, res, clock, more)
 	return res, errors.Join(err, claimErr)
 }
 

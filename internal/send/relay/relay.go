@@ -20,14 +20,15 @@ type Result struct {
 	// Claimed rows this poll.
 	Claimed int
 	// Sent rows the broker acknowledged, counted when their SENT is written:
-	// a full batch's acknowledgements are written by the next poll (see
-	// Deferred), so they count in that poll's Sent.
+	// acknowledgements left to the next poll (see Deferred) count in that
+	// poll's Sent.
 	Sent int
 	// Deferred rows the broker acknowledged this poll whose SENT write was
-	// left to the next poll's claim transaction: the batch was full, so the
-	// next poll follows at once, and one commit per batch is saved (on MySQL
-	// only, see outbox.Store.DefersAcksToNextClaim). Stop (and Flush) write
-	// whatever is left.
+	// left to the next poll's claim transaction: the next poll follows at
+	// once (a full batch, or the loop, which polls again after any poll that
+	// sent rows), and one commit per batch is saved (not on SQLite, see
+	// outbox.Store.DefersAcksToNextClaim). Stop (and Flush) write whatever
+	// is left.
 	Deferred int
 	// Retried rows the broker rejected, due again later.
 	Retried int
