@@ -1,29 +1,45 @@
 package main
 
 import (
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
-// counter sums the samples of a counter in a /metrics exposition whose
-// labels hold label (any with ""), 0 when there are none.
-func counter(t *testing.T, exposition, name, label string) float64 {
+// counter sums the samples of the counter name in a /metrics exposition
+// (read by Prometheus' own text parser) whose labels hold each name, value
+// pair of labels (with none, every sample), 0 when there are none.
+func counter(t *testing.T, exposition, name string, labels ...string) float64 {
 	t.Helper()
+	require.Zero(t, len(labels)%2, "labels: name, value pairs")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(exposition))
+	require.NoError(t, err)
+	f, ok := fams[name]
+	if !ok {
+		return 0
+	}
+	require.Equal(t, dto.MetricType_COUNTER, f.GetType(), "%s's type", name)
 	sum := 0.0
-	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? (\S+)$`).FindAllStringSubmatch(exposition, -1) {
-		if !strings.Contains(m[1], label) {
-			continue
+samples:
+	for _, m := range f.GetMetric() {
+		held := map[string]string{}
+		for _, l := range m.GetLabel() {
+			held[l.GetName()] = l.GetValue()
 		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		require.NoError(t, err)
-		sum += v
+		for i := 0; i < len(labels); i += 2 {
+			if v, ok := held[labels[i]]; !ok || v != labels[i+1] {
+				continue samples
+			}
+		}
+		sum += m.GetCounter().GetValue()
 	}
 	return sum
 }
@@ -41,7 +57,7 @@ func TestServeOnPostgresPollsTwicePerCreate(t *testing.T) {
 	addr := serveInProcess(t, "--database-url", databasetest.PostgresURL(t, "wake"), "--relay-interval", "30s")
 	read := func() (polls, sent float64) {
 		e := scrape(t, addr)
-		return counter(t, e, "posting_relay_polls_total", `result="ok"`), counter(t, e, "posting_relay_events_sent_total", "")
+		return counter(t, e, "posting_relay_polls_total", "result", "ok"), counter(t, e, "posting_relay_events_sent_total")
 	}
 	// The listener wakes the relay once it listens: wait until the polls
 	// stop moving.

@@ -45,8 +45,8 @@ func TestTwoServesOnPostgresWakeEachOthersRelay(t *testing.T) {
 			}
 		}
 	})
-	polls := func(addr string) float64 { return counter(t, scrape(t, addr), "posting_relay_polls_total", "") }
-	sent := func(addr string) float64 { return counter(t, scrape(t, addr), "posting_relay_events_sent_total", "") }
+	polls := func(addr string) float64 { return counter(t, scrape(t, addr), "posting_relay_polls_total") }
+	sent := func(addr string) float64 { return counter(t, scrape(t, addr), "posting_relay_events_sent_total") }
 	// Warm up: each relay has sent an event (a relay's first send can find
 	// the broker not ready and back off for an interval, wakes or not).
 	require.Eventually(t, func() bool {

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,10 +35,7 @@ func TestClaimIsStampedWithTheDatabaseTimeWhenItIsTaken(t *testing.T) {
 		// on.
 		var jumped atomic.Bool
 		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
-			if !strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "SELECT id, created FROM (") {
-				return
-			}
-			if _, inTx := tx.Statement.ConnPool.(gorm.TxCommitter); inTx {
+			if read, inTx := candidatesRead(tx); !read || inTx {
 				return
 			}
 			if jumped.CompareAndSwap(false, true) {

@@ -145,3 +145,15 @@ func isClockRead(query string) bool {
 	}
 	return false
 }
+
+// candidatesRead reports whether tx runs the read of due rows a claim
+// starts from (outbox.Store's candidates), and whether in a transaction:
+// the claim's own read, where outside one it is the poll's plain look for a
+// due row before it opens its write transaction.
+func candidatesRead(tx *gorm.DB) (read, inTx bool) {
+	if !strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "SELECT id, created FROM (") {
+		return false, false
+	}
+	_, inTx = tx.Statement.ConnPool.(gorm.TxCommitter)
+	return true, inTx
+}

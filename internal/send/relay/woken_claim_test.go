@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,10 +33,10 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 			pollErrs         []error
 		)
 		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
-			if !strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "SELECT id, created FROM (") {
+			read, transaction := candidatesRead(tx)
+			if !read {
 				return
 			}
-			_, transaction := tx.Statement.ConnPool.(gorm.TxCommitter)
 			mu.Lock()
 			defer mu.Unlock()
 			if transaction {
