@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,26 +21,8 @@ func TestLoopSendsAPostsNextEventsWithoutWaitingForTheTimer(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
-		var (
-			mu    sync.Mutex
-			polls int
-			errs  []error
-		)
-		r := b.relay(t, "a", func(c *Config) {
-			c.Interval, c.StaleAfter, c.Now = time.Minute, 5*time.Minute, time.Now // only a wake makes it poll again
-			c.Observe = func(_ Result, _ time.Duration, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				polls++
-				if err != nil {
-					errs = append(errs, err)
-				}
-			}
-		})
-		require.NoError(t, r.Start(context.Background()))
-		t.Cleanup(r.Stop)
-		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return polls >= 1 }, 10*time.Second, time.Millisecond,
-			"the loop's first poll")
+		r, loop := b.startOnWakes(t)
+		require.Eventually(t, func() bool { return loop.now().polls >= 1 }, 10*time.Second, time.Millisecond, "the loop's first poll")
 
 		rows := b.append(t, 7, 7, 7, 8)
 		r.Wake() // one wake for all four commits
@@ -64,8 +44,6 @@ func TestLoopSendsAPostsNextEventsWithoutWaitingForTheTimer(t *testing.T) {
 			}
 		}
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID}, post7, "post 7's events in the order of their commits")
-		mu.Lock()
-		defer mu.Unlock()
-		require.Empty(t, errs)
+		require.Empty(t, loop.now().errs)
 	})
 }

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,18 +80,7 @@ func TestLoopWokenDuringASendCarriesItsAcknowledgementsToTheNextClaim(t *testing
 		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
 		first := b.append(t, 1, 2)
 		release := b.send.Hold()
-		var mu sync.Mutex
-		var deferred int
-		r := b.relay(t, "a", func(c *Config) {
-			c.BatchSize, c.Interval, c.StaleAfter, c.Now = 10, 20*time.Second, 5*time.Minute, time.Now // only a wake makes it poll again
-			c.Observe = func(res Result, _ time.Duration, _ error) {
-				mu.Lock()
-				deferred += res.Deferred
-				mu.Unlock()
-			}
-		})
-		require.NoError(t, r.Start(context.Background()))
-		t.Cleanup(r.Stop)
+		r, loop := b.startOnWakes(t, func(c *Config) { c.BatchSize = 10 })
 		require.Eventually(t, func() bool { return b.send.Calls() == 1 }, 10*time.Second, time.Millisecond)
 		more := b.append(t, 1)
 		r.Wake()
@@ -106,11 +94,9 @@ func TestLoopWokenDuringASendCarriesItsAcknowledgementsToTheNextClaim(t *testing
 			return true
 		}, 10*time.Second, 5*time.Millisecond, "the woken loop did not send and record every row")
 		require.Equal(t, []int64{first[0].ID, first[1].ID, more[0].ID}, b.send.SentIDs())
-		mu.Lock()
-		defer mu.Unlock()
 		// 2: the first batch's, written by the woken poll's claim; 1: the
 		// second batch's, written by the claim of the poll that follows it.
-		require.Equal(t, 3, deferred, "acknowledgements that went with the next claim")
+		require.Equal(t, 3, loop.now().deferred, "acknowledgements that went with the next claim")
 	})
 }
 

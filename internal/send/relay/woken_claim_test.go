@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -29,8 +28,6 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 		var (
 			mu               sync.Mutex
 			plainReads, inTx int
-			polls, claimed   int
-			pollErrs         []error
 		)
 		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
 			read, transaction := candidatesRead(tx)
@@ -45,25 +42,13 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 				plainReads++
 			}
 		})
+		r, loop := b.startOnWakes(t)
 		counts := func() (int, int, int, int) {
+			c := loop.now()
 			mu.Lock()
 			defer mu.Unlock()
-			return polls, claimed, plainReads, inTx
+			return c.polls, c.claimed, plainReads, inTx
 		}
-		r := b.relay(t, "a", func(c *Config) {
-			c.Interval, c.StaleAfter, c.Now = 20*time.Second, 5*time.Minute, time.Now // only a wake makes it poll again
-			c.Observe = func(res Result, _ time.Duration, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				polls++
-				claimed += res.Claimed
-				if err != nil {
-					pollErrs = append(pollErrs, err)
-				}
-			}
-		})
-		require.NoError(t, r.Start(context.Background()))
-		t.Cleanup(r.Stop)
 
 		require.Eventually(t, func() bool { p, _, _, _ := counts(); return p >= 1 }, 10*time.Second, time.Millisecond)
 		p, c, plain, tx := counts()
@@ -103,8 +88,6 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 		p, c, plain, tx = counts()
 		require.Equal(t, []int{4, 2, 1 + followPlain, 2 + followTx}, []int{p, c, plain, tx},
 			"polls, claimed, plain reads, reads in a transaction after a wake with nothing due")
-		mu.Lock()
-		defer mu.Unlock()
-		require.Empty(t, pollErrs)
+		require.Empty(t, loop.now().errs)
 	})
 }
