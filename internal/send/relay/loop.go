@@ -89,12 +89,14 @@ func (r *Relay) loop(ctx, stop context.Context) {
 				// A full batch, one claimed for the next poll, or rows
 				// committed since this poll's claim: more are waiting.
 				wait, expect = 0, true
-			case res.Claimed > 0:
+			case res.Claimed > 0 || r.acked():
 				// The next event of a post becomes claimable only once the
 				// one just sent is SENT, and its commit's wake may have been
 				// spent on this poll already: look again at once. The
 				// acknowledgements left to this poll's claim cost no
-				// transaction of their own.
+				// transaction of their own. A poll that sent a batch the
+				// poll before claimed beside its send claims nothing
+				// itself, yet sent rows.
 				wait = 0
 			}
 		}
@@ -130,6 +132,13 @@ func (r *Relay) woken() bool {
 	default:
 		return false
 	}
+}
+
+// acked reports whether the broker acknowledged rows in the last poll.
+func (r *Relay) acked() bool {
+	r.pollMu.Lock()
+	defer r.pollMu.Unlock()
+	return r.lastAcked > 0
 }
 
 // waitOutage waits out an outage backoff, asking pinger every Interval

@@ -70,6 +70,11 @@ type Relay struct {
 	// acknowledgements deferred to the next claim, the rows to release, the
 	// rejections to write, the batch claimed for the next poll (see pending).
 	pending pending
+	// lastAcked is how many rows the broker acknowledged in the last poll's
+	// send, whoever claimed them (that poll, or the one before it for a
+	// batch claimed beside a send): the loop looks again at once after a
+	// poll that sent rows, for their posts' next events.
+	lastAcked int
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
 	// troubleUntil holds stale recovery back after a failed poll (by the
