@@ -89,14 +89,15 @@ func (r *Relay) loop(ctx, stop context.Context) {
 				// A full batch, one claimed for the next poll, or rows
 				// committed since this poll's claim: more are waiting.
 				wait, expect = 0, true
-			case res.Claimed > 0 || r.acked():
+			case r.acked():
 				// The next event of a post becomes claimable only once the
 				// one just sent is SENT, and its commit's wake may have been
 				// spent on this poll already: look again at once. The
 				// acknowledgements left to this poll's claim cost no
-				// transaction of their own. A poll that sent a batch the
-				// poll before claimed beside its send claims nothing
-				// itself, yet sent rows.
+				// transaction of their own. (Rows the broker acknowledged,
+				// whoever claimed them: a batch claimed beside the send
+				// before is sent by a poll that claims nothing itself.
+				// Rejected rows free no successor.)
 				wait = 0
 			}
 		}

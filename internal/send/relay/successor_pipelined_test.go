@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,65 +26,20 @@ func TestLoopFollowsAPollThatSentTheBatchClaimedBesideTheSendBefore(t *testing.T
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
-		var (
-			mu    sync.Mutex
-			polls []Result
-			errs  []error
-		)
-		r := b.relay(t, "a", func(c *Config) {
-			c.Interval, c.StaleAfter, c.Now = time.Minute, 5*time.Minute, time.Now // only a wake makes it poll again
-			c.BatchSize = 2
-			c.Observe = func(res Result, _ time.Duration, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				polls = append(polls, res)
-				if err != nil {
-					errs = append(errs, err)
-				}
-			}
-		})
-		require.NoError(t, r.Start(context.Background()))
-		t.Cleanup(r.Stop)
-		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(polls) >= 1 }, 10*time.Second, time.Millisecond,
-			"the loop's first poll")
+		r, loop := b.startOnWakes(t, func(c *Config) { c.BatchSize = 2 })
+		require.Eventually(t, func() bool { return loop.now().polls >= 1 }, 10*time.Second, time.Millisecond, "the loop's first poll")
 
 		rows := b.append(t, 1, 2, 7, 7)
 		r.Wake() // one wake for all four commits
-		sent := func() bool {
+		require.Eventually(t, func() bool {
 			for _, m := range rows {
 				if b.row(t, m.ID).Status != outbox.StatusSent {
 					return false
 				}
 			}
 			return true
-		}
-		ok := assertEventually(sent, 10*time.Second, 5*time.Millisecond)
-		mu.Lock()
-		defer mu.Unlock()
-		t.Logf("polls observed: %+v", polls)
-		require.True(t, ok, "post 7's second event sent without a second wake (the timer's poll is a minute away); status: %v",
-			statuses(t, b, rows))
+		}, 10*time.Second, 5*time.Millisecond, "post 7's second event sent without a second wake (the timer's poll is a minute away)")
 		require.Equal(t, []int64{rows[0].ID, rows[1].ID, rows[2].ID, rows[3].ID}, b.send.SentIDs(), "each event sent once, in order")
-		require.Empty(t, errs)
+		require.Empty(t, loop.now().errs)
 	})
-}
-
-func assertEventually(cond func() bool, d, tick time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(tick)
-	}
-	return cond()
-}
-
-func statuses(t *testing.T, b *bundle, rows []outbox.Message) []outbox.Status {
-	t.Helper()
-	var out []outbox.Status
-	for _, m := range rows {
-		out = append(out, b.row(t, m.ID).Status)
-	}
-	return out
 }

@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,35 +13,20 @@ import (
 )
 
 // A broker that rejects every event (not unreachable) does not make the
-// loop spin: the poll that claimed and rejected them is followed by one
-// that finds them not due yet (RetryBase), and the loop pauses for its
-// Interval; no attempt is spent but the one of each poll that sent.
-func TestLoopFollowingRejectionsDoesNotSpin(t *testing.T) {
+// loop spin: a rejected row frees no next event of its post, so the poll
+// that claimed and rejected them is not followed at once, and the loop
+// pauses for its Interval; each row spent the one attempt of that send.
+func TestLoopPausesAfterAPollWhoseRowsWereAllRejected(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		b.clock.Set(time.Now().Add(-time.Second))
 		b.send.Reject(func(event.Message) error { return errRejected })
-		var (
-			mu    sync.Mutex
-			polls []Result
-		)
-		r := b.relay(t, "a", func(c *Config) {
-			c.Interval, c.StaleAfter, c.Now = time.Minute, 5*time.Minute, time.Now
-			c.Observe = func(res Result, _ time.Duration, _ error) {
-				mu.Lock()
-				defer mu.Unlock()
-				polls = append(polls, res)
-			}
-		})
 		rows := b.append(t, 1, 2, 7, 7)
-		require.NoError(t, r.Start(context.Background()))
-		t.Cleanup(r.Stop)
-		time.Sleep(300 * time.Millisecond)
-		mu.Lock()
-		defer mu.Unlock()
-		t.Logf("observed: %+v", polls)
-		require.LessOrEqual(t, len(polls), 2, "polls while every head was rejected and none due again")
+		_, loop := b.startOnWakes(t)
+		require.Eventually(t, func() bool { return loop.now().polls >= 1 }, 10*time.Second, time.Millisecond, "the loop's first poll")
+		time.Sleep(300 * time.Millisecond) // a poll that followed at once would have come by now
+		require.Equal(t, 1, loop.now().polls, "polls while every head was rejected and none due again")
 		require.Equal(t, 1, b.send.Calls(), "sends")
 		for _, m := range rows[:3] {
 			got := b.row(t, m.ID)
