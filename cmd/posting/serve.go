@@ -283,7 +283,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		// Through a pooler the listener does not LISTEN (it would stay on a
 		// pooled session); it finds out at start and says so.
 		wake, err := wakeup.New(wakeup.Config{Connect: db.ConnectPostgres, Channel: outbox.NotifyChannel,
-			Wake: rel.Wake, Logger: log, Notify: outbox.Notify(db.DB), Origin: origin})
+			Wake: rel.WakeForPeer, Logger: log, Notify: outbox.Notify(db.DB), Origin: origin})
 		if err != nil {
 			return err
 		}

@@ -49,8 +49,9 @@ func (r *Relay) loop(ctx, stop context.Context) {
 	// before the loop ends, whether by Stop or by ctx.
 	defer r.flush(ctx, log, true)
 	outage := backoff.Backoff{Base: r.cfg.Interval, Max: r.cfg.OutageBackoffMax, Exact: true}
-	// expect: rows are known to be waiting (a wake, a full batch), so the
-	// poll's claim skips its look for a due row (outbox.Store.ExpectingRows).
+	// expect: rows are known to be waiting (this process's commit, a full
+	// batch), so the poll's claim skips its look for a due row
+	// (outbox.Store.ExpectingRows).
 	expect := false
 	for {
 		start := time.Now()
@@ -85,10 +86,14 @@ func (r *Relay) loop(ctx, stop context.Context) {
 			}
 			logLost(log, res)
 			switch {
-			case res.Claimed >= r.cfg.BatchSize || r.hasNext() || r.woken():
-				// A full batch, one claimed for the next poll, or rows
-				// committed since this poll's claim: more are waiting.
+			case res.Claimed >= r.cfg.BatchSize || r.hasNext():
+				// A full batch, or one claimed for the next poll: more are
+				// waiting.
 				wait, expect = 0, true
+			case r.woken():
+				// Rows committed since this poll's claim: by this process,
+				// waiting; by another instance, most often its own relay's.
+				wait, expect = 0, r.tookOwnWake()
 			case r.acked():
 				// The next event of a post becomes claimable only once the
 				// one just sent is SENT, and its commit's wake may have been
@@ -119,7 +124,7 @@ func (r *Relay) loop(ctx, stop context.Context) {
 		if !ok {
 			return
 		}
-		expect = woken
+		expect = woken && r.tookOwnWake()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/postingsvc/posting/internal/platform/startstop"
@@ -83,6 +84,9 @@ type Relay struct {
 	// wake holds one request to end the loop's pause early (see Wake);
 	// requests made while one is pending are folded into it.
 	wake chan struct{}
+	// ownWake says a wake came from this process's commits (Wake), not
+	// only from another instance's (WakeForPeer).
+	ownWake atomic.Bool
 }
 
 // New returns a relay that claims from store and sends through send.
@@ -119,11 +123,27 @@ func (r *Relay) Owner() string { return r.owner }
 // next looks make one poll. The interval stays the safety net for a wake
 // that never comes; a relay backing off an outage ignores wakes.
 func (r *Relay) Wake() {
+	r.ownWake.Store(true)
+	r.signal()
+}
+
+// WakeForPeer is Wake for rows another instance appended (a PostgreSQL
+// notification): that instance's relay, woken in its own process, most
+// often claims them first, so the poll looks for a due row with a plain
+// read before it opens a claim transaction, as a poll of the timer does.
+// After Wake the poll goes straight to its claim.
+func (r *Relay) WakeForPeer() { r.signal() }
+
+func (r *Relay) signal() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
+
+// tookOwnWake reports whether the wake the loop took came from this
+// process's commits (see Wake), and clears that.
+func (r *Relay) tookOwnWake() bool { return r.ownWake.Swap(false) }
 
 // Config returns the relay's configuration with defaults filled in.
 func (r *Relay) Config() Config { return r.cfg }

@@ -91,3 +91,66 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 		require.Empty(t, loop.now().errs)
 	})
 }
+
+// Another instance's commit (WakeForPeer, a PostgreSQL notification) wakes
+// the loop too, but that instance's relay most often claims the rows first:
+// the poll looks with a plain read before it opens a claim transaction, and
+// a wake with nothing left opens none. Rows still due are claimed and sent.
+func TestLoopWokenForAnotherInstancesCommitLooksBeforeItClaims(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		b := setup(t, db)
+		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
+		var (
+			mu               sync.Mutex
+			plainReads, inTx int
+		)
+		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
+			read, transaction := candidatesRead(tx)
+			if !read {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if transaction {
+				inTx++
+			} else {
+				plainReads++
+			}
+		})
+		r, loop := b.startOnWakes(t)
+		counts := func() []int {
+			c := loop.now()
+			mu.Lock()
+			defer mu.Unlock()
+			return []int{c.polls, c.claimed, plainReads, inTx}
+		}
+		require.Eventually(t, func() bool { return loop.now().polls >= 1 }, 10*time.Second, time.Millisecond, "the loop's first poll")
+
+		r.WakeForPeer()
+		require.Eventually(t, func() bool { return loop.now().polls >= 2 }, 10*time.Second, time.Millisecond)
+		require.Equal(t, []int{2, 0, 2, 0}, counts(), "polls, claimed, plain reads, reads in a transaction after a peer's wake with nothing due")
+
+		rows := b.append(t, 1, 2)
+		r.WakeForPeer()
+		require.Eventually(t, func() bool {
+			if loop.now().polls < 4 {
+				return false
+			}
+			for _, m := range rows {
+				if b.row(t, m.ID).Status != outbox.StatusSent {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 5*time.Millisecond, "the rows of a peer's wake were not sent")
+		// The woken poll: a plain read that finds them, then its claim; the
+		// poll after it, as in TestLoopWokenByACommitClaimsWithoutLookingFirst.
+		followPlain, followTx := 1, 0
+		if b.store.DefersAcksToNextClaim() {
+			followPlain, followTx = 0, 1
+		}
+		require.Equal(t, []int{4, 2, 3 + followPlain, 1 + followTx}, counts(), "polls, claimed, plain reads, reads in a transaction")
+		require.Empty(t, loop.now().errs)
+	})
+}
