@@ -101,5 +101,9 @@ func (r *Relay) tookClaim(c claimed, res *Result) error {
 	}
 	res.Sent, res.Fenced = res.Sent+len(c.acked)-c.fenced, res.Fenced+c.fenced
 	res.Claimed += len(c.msgs)
+	// The claim read its candidates after every acknowledgement counted so
+	// far was written (or in the transaction that wrote them): it saw
+	// their posts' next events.
+	r.ackedSinceClaim = 0
 	return nil
 }

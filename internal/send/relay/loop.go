@@ -101,8 +101,10 @@ func (r *Relay) loop(ctx, stop context.Context) {
 				// acknowledgements left to this poll's claim cost no
 				// transaction of their own. (Rows the broker acknowledged,
 				// whoever claimed them: a batch claimed beside the send
-				// before is sent by a poll that claims nothing itself.
-				// Rejected rows free no successor.)
+				// before is sent by a poll that claims nothing itself, and
+				// the rows acknowledged by the poll before it still wait
+				// for a claim when that batch is rejected whole. Rejected
+				// rows free no successor.)
 				wait = 0
 			}
 		}
@@ -140,11 +142,12 @@ func (r *Relay) woken() bool {
 	}
 }
 
-// acked reports whether the broker acknowledged rows in the last poll.
+// acked reports whether the broker acknowledged rows since the last claim
+// read its candidates (Relay.ackedSinceClaim).
 func (r *Relay) acked() bool {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	return r.lastAcked > 0
+	return r.ackedSinceClaim > 0
 }
 
 // waitOutage waits out an outage backoff, asking pinger every Interval

@@ -62,7 +62,6 @@ type pollMode struct {
 func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error) {
 	r.pollMu.Lock()
 	defer r.pollMu.Unlock()
-	r.lastAcked = 0
 	// Two clocks: the app's decides when this relay looks again; the
 	// database's (shared by every instance) is what claims, retries and
 	// stale recovery are written and compared in.
@@ -111,7 +110,7 @@ func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error)
 	more := mode.followed || (mode.pipelined && len(r.wake) > 0)
 	for _, e := range errs {
 		if e == nil {
-			r.lastAcked++
+			r.ackedSinceClaim++
 		}
 	}
 	res, err = r.recordBatch(ctx, msgs, errs, res, clock, more)

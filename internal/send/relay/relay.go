@@ -71,11 +71,14 @@ type Relay struct {
 	// acknowledgements deferred to the next claim, the rows to release, the
 	// rejections to write, the batch claimed for the next poll (see pending).
 	pending pending
-	// lastAcked is how many rows the broker acknowledged in the last poll's
-	// send, whoever claimed them (that poll, or the one before it for a
-	// batch claimed beside a send): the loop looks again at once after a
-	// poll that sent rows, for their posts' next events.
-	lastAcked int
+	// ackedSinceClaim is how many rows the broker acknowledged since the
+	// last claim read its candidates, whoever claimed them (a poll, or the
+	// one before it for a batch claimed beside a send): their posts' next
+	// events became heads after that read, so the loop looks again at once.
+	// A poll that claims nothing (it sends the batch claimed beside the send
+	// before) keeps the count of the polls before it: a rejection of its
+	// whole batch must not leave those events to the timer.
+	ackedSinceClaim int
 	// recoveredAt is when RunOnce last looked for stale claims.
 	recoveredAt time.Time
 	// troubleUntil holds stale recovery back after a failed poll (by the
