@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/send/outbox"
 )
 
 // observed gathers what a relay loop reports through Config.Observe.
@@ -53,4 +55,24 @@ func (b *bundle) startOnWakes(t *testing.T, mutate ...func(*Config)) (*Relay, *o
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(r.Stop)
 	return r, o
+}
+
+// startIdle is startOnWakes, returning once the loop's first poll, which
+// finds nothing, was observed.
+func (b *bundle) startIdle(t *testing.T, mutate ...func(*Config)) (*Relay, *observed) {
+	t.Helper()
+	r, o := b.startOnWakes(t, mutate...)
+	require.Eventually(t, func() bool { return o.now().polls >= 1 }, 10*time.Second, time.Millisecond, "the loop's first poll")
+	return r, o
+}
+
+// allSent reports whether every row of rows is SENT.
+func (b *bundle) allSent(t *testing.T, rows ...outbox.Message) bool {
+	t.Helper()
+	for _, m := range rows {
+		if b.row(t, m.ID).Status != outbox.StatusSent {
+			return false
+		}
+	}
+	return true
 }

@@ -25,29 +25,12 @@ func TestLoopWokenByACommitClaimsWithoutLookingFirst(t *testing.T) {
 		b := setup(t, db)
 		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
 
-		var (
-			mu               sync.Mutex
-			plainReads, inTx int
-		)
-		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
-			read, transaction := candidatesRead(tx)
-			if !read {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if transaction {
-				inTx++
-			} else {
-				plainReads++
-			}
-		})
+		reads := countCandidateReads(t, db)
 		r, loop := b.startOnWakes(t)
 		counts := func() (int, int, int, int) {
 			c := loop.now()
-			mu.Lock()
-			defer mu.Unlock()
-			return c.polls, c.claimed, plainReads, inTx
+			plain, inTx := reads()
+			return c.polls, c.claimed, plain, inTx
 		}
 
 		require.Eventually(t, func() bool { p, _, _, _ := counts(); return p >= 1 }, 10*time.Second, time.Millisecond)
@@ -101,31 +84,13 @@ func TestLoopWokenForAnotherInstancesCommitLooksBeforeItClaims(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		b.clock.Set(time.Now().Add(-time.Second)) // rows due on the loop's real clock
-		var (
-			mu               sync.Mutex
-			plainReads, inTx int
-		)
-		databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
-			read, transaction := candidatesRead(tx)
-			if !read {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if transaction {
-				inTx++
-			} else {
-				plainReads++
-			}
-		})
-		r, loop := b.startOnWakes(t)
+		reads := countCandidateReads(t, db)
+		r, loop := b.startIdle(t)
 		counts := func() []int {
 			c := loop.now()
-			mu.Lock()
-			defer mu.Unlock()
-			return []int{c.polls, c.claimed, plainReads, inTx}
+			plain, inTx := reads()
+			return []int{c.polls, c.claimed, plain, inTx}
 		}
-		require.Eventually(t, func() bool { return loop.now().polls >= 1 }, 10*time.Second, time.Millisecond, "the loop's first poll")
 
 		r.WakeForPeer()
 		require.Eventually(t, func() bool { return loop.now().polls >= 2 }, 10*time.Second, time.Millisecond)
@@ -153,4 +118,31 @@ func TestLoopWokenForAnotherInstancesCommitLooksBeforeItClaims(t *testing.T) {
 		require.Equal(t, []int{4, 2, 3 + followPlain, 1 + followTx}, counts(), "polls, claimed, plain reads, reads in a transaction")
 		require.Empty(t, loop.now().errs)
 	})
+}
+
+// countCandidateReads counts the claim's candidate reads on db from now on,
+// those made with a plain read and those inside a transaction.
+func countCandidateReads(t *testing.T, db *database.DB) func() (plain, inTx int) {
+	var (
+		mu          sync.Mutex
+		plain, inTx int
+	)
+	databasetest.Before(t, db.DB, databasetest.StmtQuery|databasetest.StmtRow, func(tx *gorm.DB) {
+		read, transaction := candidatesRead(tx)
+		if !read {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if transaction {
+			inTx++
+		} else {
+			plain++
+		}
+	})
+	return func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return plain, inTx
+	}
 }
