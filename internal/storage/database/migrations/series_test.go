@@ -93,9 +93,15 @@ func TestMySQLStartAfterAKillInsideTheSeriesMigration(t *testing.T) {
 			for _, s := range stmts[:k] {
 				require.NoError(t, db.Exec(s).Error, s)
 			}
+			after := 0 // 00012 and the migrations after it
+			for _, src := range p.ListSources() {
+				if src.Version > 11 {
+					after++
+				}
+			}
 			n, err := migrations.Apply(context.Background(), db, nil)
 			require.NoError(t, err, "a start after the kill")
-			require.Equal(t, 1, n)
+			require.Equal(t, after, n)
 			require.True(t, db.Migrator().HasColumn("posts", "series_exception"))
 		})
 	}
