@@ -45,7 +45,7 @@ func (r *Relay) flushKept(ctx context.Context, wait bool) (Result, error) {
 		r.pending.putBackAcks(acked, ackedAt)
 		return res, fmt.Errorf("record deferred acknowledgements: %w", err)
 	}
-	res.Sent, res.Fenced = len(acked)-fenced, fenced
+	res.Sent, res.Fenced = res.Sent+len(acked)-fenced, res.Fenced+fenced
 	return res, nil
 }
 

@@ -109,15 +109,16 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 	}
 	if len(released) > 0 {
 		fenced, err := r.store.Release(ctx, released)
-		res.Released, res.Fenced = len(released)-fenced, res.Fenced+fenced
+		res.Fenced += fenced
 		res.Unavailable = true
 		if err != nil {
 			// Nothing was written (one transaction): release them at the
 			// next poll or flush instead of spending an attempt of each
 			// through stale recovery.
 			r.pending.keepToRelease(released...)
-			res.Released = 0
 			err = fmt.Errorf("%w (%d rows kept to release at the next try)", err, len(released))
+		} else {
+			res.Released += len(released) - fenced
 		}
 		errsOut = append(errsOut, err)
 	}

@@ -31,7 +31,7 @@ func (r *Relay) recoverStale(ctx context.Context, appNow, now time.Time, res *Re
 			r.pending.putBackAcks(acked, ackedAt)
 			return fmt.Errorf("record deferred acknowledgements: %w", err)
 		}
-		res.Sent, res.Fenced = len(acked)-fenced, fenced
+		res.Sent, res.Fenced = res.Sent+len(acked)-fenced, res.Fenced+fenced
 	}
 	// After a failed poll (the database down, most likely) claims are
 	// not judged until the database has answered for a stale limit: an
