@@ -108,11 +108,6 @@ func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error)
 	// committed meanwhile, and the loop takes the wake): that claim can
 	// write this batch's acknowledgements.
 	more := mode.followed || (mode.pipelined && len(r.wake) > 0)
-	for _, e := range errs {
-		if e == nil {
-			r.ackedSinceClaim++
-		}
-	}
 	res, err = r.recordBatch(ctx, msgs, errs, res, clock, more)
 	return res, errors.Join(err, claimErr)
 }

@@ -71,6 +71,8 @@ func (r *Relay) record(ctx context.Context, msgs []outbox.Message, errs []error,
 			}
 		}
 	}
+	// Their posts' next events became heads after the last claim's read.
+	r.ackedSinceClaim += len(sent)
 	var errsOut []error
 	switch {
 	case len(sent) == 0:
