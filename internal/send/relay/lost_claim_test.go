@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/send/outbox"
@@ -166,11 +165,7 @@ func TestFailedRejectionWriteIsKeptForTheNextPoll(t *testing.T) {
 			}
 			return nil
 		})
-		var failed atomic.Bool
-		databasetest.Fail(t, db.DB, databasetest.StmtUpdate, driver.ErrBadConn, func(tx *gorm.DB) bool {
-			m, ok := tx.Statement.Dest.(map[string]any)
-			return ok && m["status"] == outbox.StatusRetry && failed.CompareAndSwap(false, true)
-		})
+		failed := failWriteOnce(t, db, outbox.StatusRetry)
 		r := b.relay(t, "a")
 
 		_, err := r.RunOnce(ctx)

@@ -34,11 +34,7 @@ func TestPollCountsFencedRejectionsAndDeferredAcknowledgementsTogether(t *testin
 			}
 			return nil
 		})
-		var failed atomic.Bool
-		databasetest.Fail(t, db.DB, databasetest.StmtUpdate, driver.ErrBadConn, func(tx *gorm.DB) bool {
-			m, ok := tx.Statement.Dest.(map[string]any)
-			return ok && m["status"] == outbox.StatusRetry && failed.CompareAndSwap(false, true)
-		})
+		failed := failWriteOnce(t, db, outbox.StatusRetry)
 		r := b.relay(t, "a", func(c *Config) { c.BatchSize = 3 })
 
 		// A full batch: two acknowledgements deferred to the next claim,

@@ -1068,7 +1068,7 @@ func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
 		ctx := context.Background()
 		b := setup(t, db)
 		rows := b.append(t, 1, 1)
-		failed := failSentWriteOnce(t, db)
+		failed := failWriteOnce(t, db, outbox.StatusSent)
 		r := b.relay(t, "a")
 
 		res, err := r.RunOnce(ctx)
@@ -1088,14 +1088,15 @@ func TestFailedSentWriteKeepsTheAcknowledgements(t *testing.T) {
 	})
 }
 
-// failSentWriteOnce fails the first write of SENT through db as a lost
-// connection would; the returned flag tells whether it has.
-func failSentWriteOnce(t *testing.T, db *database.DB) *atomic.Bool {
+// failWriteOnce fails the first write of status (SENT, or RETRY for a
+// rejection) through db as a lost connection would; the returned flag
+// tells whether it has.
+func failWriteOnce(t *testing.T, db *database.DB, status outbox.Status) *atomic.Bool {
 	t.Helper()
 	var failed atomic.Bool
 	databasetest.Fail(t, db.DB, databasetest.StmtUpdate, driver.ErrBadConn, func(tx *gorm.DB) bool {
 		m, ok := tx.Statement.Dest.(map[string]any)
-		return ok && m["status"] == outbox.StatusSent && failed.CompareAndSwap(false, true)
+		return ok && m["status"] == status && failed.CompareAndSwap(false, true)
 	})
 	return &failed
 }
@@ -1107,7 +1108,7 @@ func TestLoopWritesKeptAcknowledgementsBeforePausing(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		b := setup(t, db)
 		row := b.append(t, 1)[0]
-		failed := failSentWriteOnce(t, db)
+		failed := failWriteOnce(t, db, outbox.StatusSent)
 		r := b.relay(t, "a", func(c *Config) { c.Interval = time.Hour; c.OutageBackoffMax = time.Hour; c.StaleAfter = 3 * time.Hour })
 		require.NoError(t, r.Start(context.Background()))
 		t.Cleanup(r.Stop)
