@@ -15,7 +15,7 @@ unit:
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/internal/write/')
 	$(GO) test -race -count=1 -timeout 20m -p 1 ./internal/write/...
 
-# Go fuzz targets, a few seconds each, starting from their seed corpora
+# Go fuzz targets, 3 to 12 seconds each on 2 cores, starting from their seed corpora
 # (testdata/fuzz, which unit runs as plain tests). The budget is a count of
 # runs, not a duration: Go 1.26's coordinator can report a bare "context
 # deadline exceeded" when a -fuzztime duration ends mid-call (golang/go#75804,

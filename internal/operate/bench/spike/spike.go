@@ -242,7 +242,8 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 // no visibility map while the spike turns the tables over) takes tens of
 // milliseconds per call: polled back to back it kept one backend busy and
 // slowed what it measured. With this pause it takes at most a tenth of one,
-// and AllWorking and AllRecorded are as late as one pause.
+// and AllWorking and AllRecorded are late by up to a poll, a pause and a
+// poll (about 1.2 pauses).
 func progressPause(took time.Duration) time.Duration {
 	return max(50*time.Millisecond, 9*took)
 }
