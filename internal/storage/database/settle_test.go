@@ -1,0 +1,50 @@
+package database_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+)
+
+// On MySQL, Settle returns once InnoDB has purged the rows deleted before
+// it: while a snapshot taken before the delete keeps them from purge it
+// waits, and it returns once that snapshot ends.
+func TestMySQLSettleWaitsForThePurgeOfDeletedRows(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewMySQL(t)
+	require.NoError(t, db.Exec(`INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at)
+		SELECT 'settle', 'settle', 'RESERVED', NOW(6), NOW(6), NOW(6) FROM seq_1_to_2000`).Error)
+
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	ctx := context.Background()
+	reader, err := sqlDB.Conn(ctx)
+	require.NoError(t, err)
+	defer reader.Close()
+	_, err = reader.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+	require.NoError(t, err)
+	require.NoError(t, db.Exec("DELETE FROM posts").Error)
+
+	settled := make(chan error, 1)
+	go func() { settled <- db.Driver().Settle(db.WithContext(ctx), "posts") }()
+	select {
+	case err := <-settled:
+		t.Fatalf("Settle returned (%v) while a snapshot kept the deleted posts from purge", err)
+	case <-time.After(time.Second):
+	}
+	var seen int64
+	require.NoError(t, reader.QueryRowContext(ctx, "SELECT COUNT(*) FROM posts").Scan(&seen))
+	require.EqualValues(t, 2000, seen, "the snapshot reads the posts as they were before the delete")
+	_, err = reader.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+	select {
+	case err := <-settled:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Settle has not returned after the snapshot ended")
+	}
+}
