@@ -25,6 +25,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePost$$' -fuzztime 20000x ./internal/write/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDateTime$$' -fuzztime 20000x ./internal/write/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzListQuery$$' -fuzztime 20000x ./internal/write/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzStringFieldReadsWhatEncodingJSONReads$$' -fuzztime 5000x ./internal/write/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzContractFieldsMatchMaps$$' -fuzztime 20000x ./event/
 
 # Benchmarks print figures; they are not part of make test.
 # posting bench on a fresh SQLite file, then on a fresh MariaDB/MySQL database

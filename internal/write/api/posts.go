@@ -319,15 +319,19 @@ func stringField(name string, raw jsontext.Value) (*string, error) {
 	if string(raw) == "null" {
 		return nil, fieldError(name, "must not be null")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if raw.Kind() != '"' {
 		return nil, fieldError(name, "must be a string")
 	}
-	// encoding/json turns invalid UTF-8 and lone surrogate escapes into
+	// Unquoting would turn invalid UTF-8 and lone surrogate escapes into
 	// U+FFFD without a word; the raw literal still shows them.
 	if !validUnicode(raw) {
 		return nil, fieldError(name, "must be valid UTF-8 text (invalid bytes or an unpaired surrogate escape)")
 	}
+	unquoted, err := jsontext.AppendUnquote(nil, raw)
+	if err != nil {
+		return nil, fieldError(name, "must be a string")
+	}
+	s := string(unquoted)
 	return &s, nil
 }
 
