@@ -221,9 +221,12 @@ func (mysqlDriver) Notify(*gorm.DB, string, string) error { return nil }
 // 100,000 deleted posts and events take it seconds of a core, which the next
 // writer would otherwise share. Purge is one for the whole server, so the
 // tables are not named. It is done once the history list is empty or purge
-// has passed every transaction numbered before the call; a transaction left
-// open elsewhere holds purge back, hence the bound. A server that does not
-// say (no PROCESS privilege, no such lines in its status) is not waited for.
+// has passed every transaction numbered before the call. A transaction open
+// elsewhere with a read view holds purge back for as long as it stays open,
+// which Settle cannot end: while one is open and purge has not moved for
+// mysqlSettleStall, it stops waiting rather than spend the caller's time
+// (the spike's posts come due meanwhile). A server that does not say (no
+// PROCESS privilege, no such lines in its status) is not waited for.
 func (mysqlDriver) Settle(db *gorm.DB, _ ...string) error {
 	ctx := db.Statement.Context
 	if ctx == nil {
@@ -234,13 +237,23 @@ func (mysqlDriver) Settle(db *gorm.DB, _ ...string) error {
 		return err
 	}
 	deadline := time.Now().Add(mysqlSettleWait)
+	last, moved := first, time.Now()
 	for p := first; p.history > 0 && p.purgedBelow < first.nextTrx; {
-		if time.Now().After(deadline) || !backoff.Sleep(ctx, 100*time.Millisecond) {
+		if now := time.Now(); now.After(deadline) || p.readViews && now.Sub(moved) >= mysqlSettleStall {
+			return nil
+		}
+		if !backoff.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
 		}
 		if p, ok, err = innodbPurge(db); err != nil || !ok {
 			return err
 		}
+		// Others' commits lengthen the history while purge is held
+		// back; only purge's own work counts as moving.
+		if p.purgedBelow != last.purgedBelow || p.undoBelow != last.undoBelow || p.history < last.history {
+			moved = time.Now()
+		}
+		last = p
 	}
 	return nil
 }
@@ -248,16 +261,28 @@ func (mysqlDriver) Settle(db *gorm.DB, _ ...string) error {
 // mysqlSettleWait bounds Settle's wait for InnoDB's purge.
 const mysqlSettleWait = 30 * time.Second
 
-// purgeState is what SHOW ENGINE INNODB STATUS says of purge: the next
-// transaction number, the number below which every transaction is purged,
-// and the transactions whose undo logs still wait for purge.
-type purgeState struct{ nextTrx, purgedBelow, history int64 }
+// mysqlSettleStall is how long Settle waits for a purge that does not move
+// while a read view is open elsewhere: well within a spike's default due
+// time (30 s). Without a read view open, purge that does not move is busy
+// with one batch (its place moves between batches), and Settle waits on.
+const mysqlSettleStall = 5 * time.Second
 
-var purgeLines = [...]*regexp.Regexp{
-	regexp.MustCompile(`Trx id counter (\d+)`),
-	regexp.MustCompile(`Purge done for trx's n:o < (\d+)`),
-	regexp.MustCompile(`History list length (\d+)`),
+// purgeState is what SHOW ENGINE INNODB STATUS says of purge: the next
+// transaction number; where purge is, every transaction numbered below
+// purgedBelow purged and, of the one numbered purgedBelow, its undo
+// records below undoBelow; the transactions whose undo logs still wait for
+// purge; and whether a transaction holds a read view, which purge cannot
+// pass.
+type purgeState struct {
+	nextTrx, purgedBelow, undoBelow, history int64
+	readViews                                bool
 }
+
+var (
+	trxCounterLine = regexp.MustCompile(`Trx id counter (\d+)`)
+	purgeDoneLine  = regexp.MustCompile(`Purge done for trx's n:o < (\d+) undo n:o < (\d+)`)
+	historyLine    = regexp.MustCompile(`History list length (\d+)`)
+)
 
 // innodbPurge reads purgeState through db; ok is false where the server
 // does not tell it: without the PROCESS privilege (ER_SPECIFIC_ACCESS_DENIED_ERROR,
@@ -272,15 +297,23 @@ func innodbPurge(db *gorm.DB) (p purgeState, ok bool, err error) {
 	if err != nil {
 		return p, false, fmt.Errorf("read InnoDB's purge state: %w", err)
 	}
-	for i, field := range []*int64{&p.nextTrx, &p.purgedBelow, &p.history} {
-		m := purgeLines[i].FindStringSubmatch(status)
-		if m == nil {
-			return p, false, nil
-		}
-		if *field, err = strconv.ParseInt(m[1], 10, 64); err != nil {
+	return parsePurgeState(status)
+}
+
+// parsePurgeState reads purgeState from the text of SHOW ENGINE INNODB
+// STATUS, as MySQL 5.6 and later and MariaDB write it; ok is false without
+// the lines it is read from.
+func parsePurgeState(status string) (p purgeState, ok bool, err error) {
+	counter, done, history := trxCounterLine.FindStringSubmatch(status), purgeDoneLine.FindStringSubmatch(status), historyLine.FindStringSubmatch(status)
+	if counter == nil || done == nil || history == nil {
+		return p, false, nil
+	}
+	for field, digits := range map[*int64]string{&p.nextTrx: counter[1], &p.purgedBelow: done[1], &p.undoBelow: done[2], &p.history: history[1]} {
+		if *field, err = strconv.ParseInt(digits, 10, 64); err != nil {
 			return p, false, fmt.Errorf("read InnoDB's purge state: %w", err)
 		}
 	}
+	p.readViews = strings.Contains(status, "Trx read view will not see")
 	return p, true, nil
 }
 

@@ -12,7 +12,8 @@ import (
 
 // On MySQL, Settle returns once InnoDB has purged the rows deleted before
 // it: while a snapshot taken before the delete keeps them from purge it
-// waits, and it returns once that snapshot ends.
+// waits (a second here, within the stall it tolerates), and it returns once
+// that snapshot ends.
 func TestMySQLSettleWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewMySQL(t)

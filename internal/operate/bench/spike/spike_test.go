@@ -139,3 +139,33 @@ func TestRunRefusesPostsThatCameDueWhileSeeding(t *testing.T) {
 	require.ErrorIs(t, err, spike.ErrDueTooSoon)
 	require.ErrorContains(t, err, "--spike-due-in")
 }
+
+// A transaction left open elsewhere on a MySQL server holds InnoDB's purge
+// back for as long as it stays open. Settling the seeded posts does not
+// wait it out, so they come due after they are settled and the spike runs.
+// Not parallel: the snapshot holds purge back on the whole server, and the
+// spikes of the tests beside it would settle against it too.
+func TestRunOnMySQLDoesNotWaitOutATransactionOpenElsewhere(t *testing.T) {
+	url := databasetest.MySQLURL(t, "spikeheld")
+	db := databasetest.Open(t, url)
+	databasetest.Migrate(t, db)
+	sqlDB, err := databasetest.Open(t, url).DB.DB()
+	require.NoError(t, err)
+	ctx := context.Background()
+	holder, err := sqlDB.Conn(ctx)
+	require.NoError(t, err)
+	_, err = holder.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = holder.ExecContext(ctx, "COMMIT")
+		_ = holder.Close()
+	})
+
+	res, err := spike.Run(ctx, db.DB, spike.Config{Posts: 100, DueIn: 15 * time.Second,
+		SchedulerSpec: "@every 1s", RelayInterval: 100 * time.Millisecond, Timeout: 2 * time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, 100, res.Posts)
+	var seen int64
+	require.NoError(t, holder.QueryRowContext(ctx, "SELECT COUNT(*) FROM posts").Scan(&seen))
+	require.Zero(t, seen, "the transaction held open elsewhere ended during the spike: it reads the seeded posts")
+}
