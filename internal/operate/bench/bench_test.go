@@ -87,6 +87,44 @@ func TestBenchCleanerDeletesItsRowsAndSettlesTheTables(t *testing.T) {
 	})
 }
 
+// On MySQL the bench's clean-up returns only once InnoDB has purged the
+// rows it deleted: while a snapshot taken before the clean-up holds purge
+// back it waits, and it returns once the snapshot ends.
+func TestBenchCleanerWaitsForMySQLsPurgeOfItsRows(t *testing.T) {
+	t.Parallel()
+	db := databasetest.NewMySQL(t)
+	ctx := context.Background()
+	clean, err := bench.NewCleaner(ctx, db, false)
+	require.NoError(t, err)
+	svc, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+	require.NoError(t, err)
+	_, err = svc.Create(ctx, reservation.CreateInput{Title: "bench", Content: "purged", ScheduledAt: time.Now().Add(48 * time.Hour)})
+	require.NoError(t, err)
+	sqlDB, err := db.DB.DB()
+	require.NoError(t, err)
+	reader, err := sqlDB.Conn(ctx)
+	require.NoError(t, err)
+	defer reader.Close()
+	_, err = reader.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
+	require.NoError(t, err)
+
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- clean(ctx) }()
+	select {
+	case err := <-cleaned:
+		t.Fatalf("the clean-up returned (%v) while a snapshot kept its deleted rows from purge", err)
+	case <-time.After(time.Second):
+	}
+	_, err = reader.ExecContext(ctx, "COMMIT")
+	require.NoError(t, err)
+	select {
+	case err := <-cleaned:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the clean-up has not returned after the snapshot ended")
+	}
+}
+
 // The relay's own record of a post's event is read from its outbox row:
 // created to sent_at, over the posts asked for, and a post whose event was
 // not acknowledged in time is an error, not a figure without it.

@@ -12,7 +12,8 @@ import (
 // NewCleaner returns the function that deletes what the bench wrote:
 // the outbox rows and posts above the ids they had when it started (all
 // rows of a database that was empty), and the publications of those posts,
-// and then settles those tables (database.Driver.Settle).
+// and then waits for MySQL's purge of them (database.AwaitPurge) and
+// settles those tables (database.Driver.Settle).
 // keep (a database that held rows, --allow-nonempty) deletes nothing: rows
 // another writer adds while the bench runs get ids among the bench's own,
 // and an id mark cannot tell them apart, so the bench leaves its rows.
@@ -57,6 +58,11 @@ func NewCleaner(ctx context.Context, db *database.DB, keep bool) (func(context.C
 		}
 		if err := db.Driver().Settle(db.WithContext(ctx), tables...); err != nil {
 			return fmt.Errorf("settle the tables the bench deleted from: %w", err)
+		}
+		// Nor does it share its cores with InnoDB's purge of those rows,
+		// which runs in the server's background on MySQL.
+		if err := database.AwaitPurge(db.WithContext(ctx)); err != nil {
+			return fmt.Errorf("wait for the purge of the bench's deleted rows: %w", err)
 		}
 		return nil
 	}, nil

@@ -113,9 +113,8 @@ type Driver interface {
 	// VACUUM (ANALYZE), which frees the index entries of deleted rows (scans
 	// and plans otherwise walk through them) and makes the planner's
 	// statistics current (it otherwise plans for the table as it was) before
-	// autovacuum would come by; on MySQL it waits for InnoDB's background
-	// purge of deleted rows, whose work the next writer would otherwise
-	// share; nothing on SQLite. It runs outside any transaction.
+	// autovacuum would come by; nothing on MySQL (see AwaitPurge for its
+	// purge of deleted rows) and SQLite. It runs outside any transaction.
 	Settle(db *gorm.DB, tables ...string) error
 	// RefreshStatistics takes the planner's statistics again of those of
 	// tables that changed much since they were last taken, through db, a

@@ -216,18 +216,25 @@ func (mysqlDriver) Notifies() bool { return false }
 
 func (mysqlDriver) Notify(*gorm.DB, string, string) error { return nil }
 
-// Settle waits, up to mysqlSettleWait, for InnoDB's purge to remove the
-// rows deleted before the call: purge runs in the server's background, and
-// 100,000 deleted posts and events take it seconds of a core, which the next
-// writer would otherwise share. Purge is one for the whole server, so the
-// tables are not named. It is done once the history list is empty or purge
-// has passed every transaction numbered before the call. A transaction open
-// elsewhere with a read view holds purge back for as long as it stays open,
-// which Settle cannot end: while one is open and purge has not moved for
-// mysqlSettleStall, it stops waiting rather than spend the caller's time
-// (the spike's posts come due meanwhile). A server that does not say (no
+func (mysqlDriver) Settle(*gorm.DB, ...string) error { return nil }
+
+// AwaitPurge waits, on MySQL, up to mysqlSettleWait for InnoDB's purge to
+// remove the rows deleted before the call. Purge runs in the server's
+// background, and 100,000 deleted posts and events take it seconds of a
+// core, which the next writer would otherwise share: posting bench calls it
+// after deleting what a measurement wrote. Purge is one for the whole
+// server, so no table is named. It is done once the history list is empty
+// or purge has passed every transaction numbered before the call. A
+// transaction open elsewhere with a read view holds purge back for as long
+// as it stays open: while one is open and purge has not moved for
+// mysqlSettleStall, AwaitPurge stops waiting. A server that does not say (no
 // PROCESS privilege, no such lines in its status) is not waited for.
-func (mysqlDriver) Settle(db *gorm.DB, _ ...string) error {
+// Elsewhere AwaitPurge returns at once: PostgreSQL's dead rows are
+// Driver.Settle's, and SQLite purges nothing in the background.
+func AwaitPurge(db *gorm.DB) error {
+	if DialectOf(db) != MySQL {
+		return nil
+	}
 	ctx := db.Statement.Context
 	if ctx == nil {
 		ctx = context.Background()
@@ -258,13 +265,13 @@ func (mysqlDriver) Settle(db *gorm.DB, _ ...string) error {
 	return nil
 }
 
-// mysqlSettleWait bounds Settle's wait for InnoDB's purge.
+// mysqlSettleWait bounds AwaitPurge's wait for InnoDB's purge.
 const mysqlSettleWait = 30 * time.Second
 
-// mysqlSettleStall is how long Settle waits for a purge that does not move
-// while a read view is open elsewhere: well within a spike's default due
-// time (30 s). Without a read view open, purge that does not move is busy
-// with one batch (its place moves between batches), and Settle waits on.
+// mysqlSettleStall is how long AwaitPurge waits for a purge that does not
+// move while a read view is open elsewhere. Without a read view open, purge
+// that does not move is busy with one batch (its place moves between
+// batches), and AwaitPurge waits on.
 const mysqlSettleStall = 5 * time.Second
 
 // purgeState is what SHOW ENGINE INNODB STATUS says of purge: the next

@@ -161,7 +161,7 @@ func TestRunOnMySQLDoesNotWaitOutATransactionOpenElsewhere(t *testing.T) {
 		_ = holder.Close()
 	})
 
-	res, err := spike.Run(ctx, db.DB, spike.Config{Posts: 100, DueIn: 15 * time.Second,
+	res, err := spike.Run(ctx, db.DB, spike.Config{Posts: 100, DueIn: 3 * time.Second,
 		SchedulerSpec: "@every 1s", RelayInterval: 100 * time.Millisecond, Timeout: 2 * time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, 100, res.Posts)

@@ -2,23 +2,25 @@ package database_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
-// On MySQL, Settle returns once InnoDB has purged the rows deleted before
-// it: while a snapshot taken before the delete keeps them from purge it
-// waits (a second here, within the stall it tolerates), and it returns once
-// that snapshot ends.
-func TestMySQLSettleWaitsForThePurgeOfDeletedRows(t *testing.T) {
+// On MySQL, AwaitPurge returns once InnoDB has purged the rows deleted
+// before it: while a snapshot taken before the delete keeps them from purge
+// it waits (a second here, within the stall it tolerates), and it returns
+// once that snapshot ends.
+func TestAwaitPurgeWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	t.Parallel()
 	db := databasetest.NewMySQL(t)
-	require.NoError(t, db.Exec(`INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at)
-		SELECT 'settle', 'settle', 'RESERVED', NOW(6), NOW(6), NOW(6) FROM seq_1_to_2000`).Error)
+	rows := strings.Repeat("('purge', 'purge', 'RESERVED', NOW(6), NOW(6), NOW(6)),", 1999) + "('purge', 'purge', 'RESERVED', NOW(6), NOW(6), NOW(6))"
+	require.NoError(t, db.Exec("INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at) VALUES "+rows).Error)
 
 	sqlDB, err := db.DB.DB()
 	require.NoError(t, err)
@@ -31,10 +33,10 @@ func TestMySQLSettleWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	require.NoError(t, db.Exec("DELETE FROM posts").Error)
 
 	settled := make(chan error, 1)
-	go func() { settled <- db.Driver().Settle(db.WithContext(ctx), "posts") }()
+	go func() { settled <- database.AwaitPurge(db.WithContext(ctx)) }()
 	select {
 	case err := <-settled:
-		t.Fatalf("Settle returned (%v) while a snapshot kept the deleted posts from purge", err)
+		t.Fatalf("AwaitPurge returned (%v) while a snapshot kept the deleted posts from purge", err)
 	case <-time.After(time.Second):
 	}
 	var seen int64
@@ -46,6 +48,6 @@ func TestMySQLSettleWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	case err := <-settled:
 		require.NoError(t, err)
 	case <-time.After(60 * time.Second):
-		t.Fatal("Settle has not returned after the snapshot ended")
+		t.Fatal("AwaitPurge has not returned after the snapshot ended")
 	}
 }
