@@ -12,7 +12,7 @@ import (
 // NewCleaner returns the function that deletes what the bench wrote:
 // the outbox rows and posts above the ids they had when it started (all
 // rows of a database that was empty), and the publications of those posts,
-// and then waits for MySQL's purge of them (database.AwaitPurge) and
+// and then waits for MySQL's purge of them (database.Driver.AwaitPurge) and
 // settles those tables (database.Driver.Settle).
 // keep (a database that held rows, --allow-nonempty) deletes nothing: rows
 // another writer adds while the bench runs get ids among the bench's own,
@@ -61,7 +61,7 @@ func NewCleaner(ctx context.Context, db *database.DB, keep bool) (func(context.C
 		}
 		// Nor does it share its cores with InnoDB's purge of those rows,
 		// which runs in the server's background on MySQL.
-		if err := database.AwaitPurge(db.WithContext(ctx)); err != nil {
+		if err := db.Driver().AwaitPurge(db.WithContext(ctx)); err != nil {
 			return fmt.Errorf("wait for the purge of the bench's deleted rows: %w", err)
 		}
 		return nil

@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
@@ -33,7 +32,7 @@ func TestAwaitPurgeWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	require.NoError(t, db.Exec("DELETE FROM posts").Error)
 
 	settled := make(chan error, 1)
-	go func() { settled <- database.AwaitPurge(db.WithContext(ctx)) }()
+	go func() { settled <- db.Driver().AwaitPurge(db.WithContext(ctx)) }()
 	select {
 	case err := <-settled:
 		t.Fatalf("AwaitPurge returned (%v) while a snapshot kept the deleted posts from purge", err)

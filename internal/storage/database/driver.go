@@ -116,6 +116,12 @@ type Driver interface {
 	// autovacuum would come by; nothing on MySQL (see AwaitPurge for its
 	// purge of deleted rows) and SQLite. It runs outside any transaction.
 	Settle(db *gorm.DB, tables ...string) error
+	// AwaitPurge waits, through db, for the database's background removal
+	// of rows deleted before the call, whose work the next writer would
+	// otherwise share: on MySQL InnoDB's purge (bounded; see
+	// mysqlDriver.AwaitPurge); nothing on PostgreSQL, whose dead rows are
+	// Settle's, and SQLite, which purges nothing in the background.
+	AwaitPurge(db *gorm.DB) error
 	// RefreshStatistics takes the planner's statistics again of those of
 	// tables that changed much since they were last taken, through db, a
 	// pool, and returns their names. On PostgreSQL that is ANALYZE of each

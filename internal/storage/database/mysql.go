@@ -218,7 +218,7 @@ func (mysqlDriver) Notify(*gorm.DB, string, string) error { return nil }
 
 func (mysqlDriver) Settle(*gorm.DB, ...string) error { return nil }
 
-// AwaitPurge waits, on MySQL, up to mysqlSettleWait for InnoDB's purge to
+// AwaitPurge waits up to purgeWait for InnoDB's purge to
 // remove the rows deleted before the call. Purge runs in the server's
 // background, and 100,000 deleted posts and events take it seconds of a
 // core, which the next writer would otherwise share: posting bench calls it
@@ -227,14 +227,9 @@ func (mysqlDriver) Settle(*gorm.DB, ...string) error { return nil }
 // or purge has passed every transaction numbered before the call. A
 // transaction open elsewhere with a read view holds purge back for as long
 // as it stays open: while one is open and purge has not moved for
-// mysqlSettleStall, AwaitPurge stops waiting. A server that does not say (no
+// purgeStall, AwaitPurge stops waiting. A server that does not say (no
 // PROCESS privilege, no such lines in its status) is not waited for.
-// Elsewhere AwaitPurge returns at once: PostgreSQL's dead rows are
-// Driver.Settle's, and SQLite purges nothing in the background.
-func AwaitPurge(db *gorm.DB) error {
-	if DialectOf(db) != MySQL {
-		return nil
-	}
+func (mysqlDriver) AwaitPurge(db *gorm.DB) error {
 	ctx := db.Statement.Context
 	if ctx == nil {
 		ctx = context.Background()
@@ -243,10 +238,10 @@ func AwaitPurge(db *gorm.DB) error {
 	if err != nil || !ok {
 		return err
 	}
-	deadline := time.Now().Add(mysqlSettleWait)
+	deadline := time.Now().Add(purgeWait)
 	last, moved := first, time.Now()
 	for p := first; p.history > 0 && p.purgedBelow < first.nextTrx; {
-		if now := time.Now(); now.After(deadline) || p.readViews && now.Sub(moved) >= mysqlSettleStall {
+		if now := time.Now(); now.After(deadline) || p.readViews && now.Sub(moved) >= purgeStall {
 			return nil
 		}
 		if !backoff.Sleep(ctx, 100*time.Millisecond) {
@@ -265,14 +260,14 @@ func AwaitPurge(db *gorm.DB) error {
 	return nil
 }
 
-// mysqlSettleWait bounds AwaitPurge's wait for InnoDB's purge.
-const mysqlSettleWait = 30 * time.Second
+// purgeWait bounds AwaitPurge's wait for InnoDB's purge.
+const purgeWait = 30 * time.Second
 
-// mysqlSettleStall is how long AwaitPurge waits for a purge that does not
+// purgeStall is how long AwaitPurge waits for a purge that does not
 // move while a read view is open elsewhere. Without a read view open, purge
 // that does not move is busy with one batch (its place moves between
 // batches), and AwaitPurge waits on.
-const mysqlSettleStall = 5 * time.Second
+const purgeStall = 5 * time.Second
 
 // purgeState is what SHOW ENGINE INNODB STATUS says of purge: the next
 // transaction number; where purge is, every transaction numbered below

@@ -341,6 +341,8 @@ const (
 	StaleShare = 0.2
 )
 
+func (postgresDriver) AwaitPurge(*gorm.DB) error { return nil }
+
 func (postgresDriver) RefreshStatistics(db *gorm.DB, tables ...string) ([]string, error) {
 	if len(tables) == 0 {
 		return nil, nil

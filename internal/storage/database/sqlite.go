@@ -199,6 +199,8 @@ func (sqliteDriver) Notify(*gorm.DB, string, string) error { return nil }
 
 func (sqliteDriver) Settle(*gorm.DB, ...string) error { return nil }
 
+func (sqliteDriver) AwaitPurge(*gorm.DB) error { return nil }
+
 func (sqliteDriver) RefreshStatistics(*gorm.DB, ...string) ([]string, error) { return nil, nil }
 
 // IsRetryable: SQLITE_BUSY or SQLITE_LOCKED, which the driver reports only
