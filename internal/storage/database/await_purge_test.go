@@ -21,14 +21,8 @@ func TestAwaitPurgeWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	rows := strings.Repeat("('purge', 'purge', 'RESERVED', NOW(6), NOW(6), NOW(6)),", 1999) + "('purge', 'purge', 'RESERVED', NOW(6), NOW(6), NOW(6))"
 	require.NoError(t, db.Exec("INSERT INTO posts (title, content, status, scheduled_at, created_at, updated_at) VALUES "+rows).Error)
 
-	sqlDB, err := db.DB.DB()
-	require.NoError(t, err)
 	ctx := context.Background()
-	reader, err := sqlDB.Conn(ctx)
-	require.NoError(t, err)
-	defer reader.Close()
-	_, err = reader.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-	require.NoError(t, err)
+	reader := databasetest.HoldSnapshot(t, db)
 	require.NoError(t, db.Exec("DELETE FROM posts").Error)
 
 	settled := make(chan error, 1)
@@ -41,7 +35,7 @@ func TestAwaitPurgeWaitsForThePurgeOfDeletedRows(t *testing.T) {
 	var seen int64
 	require.NoError(t, reader.QueryRowContext(ctx, "SELECT COUNT(*) FROM posts").Scan(&seen))
 	require.EqualValues(t, 2000, seen, "the snapshot reads the posts as they were before the delete")
-	_, err = reader.ExecContext(ctx, "COMMIT")
+	_, err := reader.ExecContext(ctx, "COMMIT")
 	require.NoError(t, err)
 	select {
 	case err := <-settled:

@@ -149,17 +149,8 @@ func TestRunOnMySQLDoesNotWaitOutATransactionOpenElsewhere(t *testing.T) {
 	url := databasetest.MySQLURL(t, "spikeheld")
 	db := databasetest.Open(t, url)
 	databasetest.Migrate(t, db)
-	sqlDB, err := databasetest.Open(t, url).DB.DB()
-	require.NoError(t, err)
 	ctx := context.Background()
-	holder, err := sqlDB.Conn(ctx)
-	require.NoError(t, err)
-	_, err = holder.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = holder.ExecContext(ctx, "COMMIT")
-		_ = holder.Close()
-	})
+	holder := databasetest.HoldSnapshot(t, databasetest.Open(t, url))
 
 	res, err := spike.Run(ctx, db.DB, spike.Config{Posts: 100, DueIn: 3 * time.Second,
 		SchedulerSpec: "@every 1s", RelayInterval: 100 * time.Millisecond, Timeout: 2 * time.Minute})

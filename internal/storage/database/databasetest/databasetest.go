@@ -269,3 +269,29 @@ func URL(t testing.TB, dialect database.Dialect, prefix string) string {
 		return ""
 	}
 }
+
+// HoldSnapshot starts a transaction WITH CONSISTENT SNAPSHOT of db (MySQL)
+// on a connection of its own and returns that connection: until the
+// caller ends it with COMMIT, the snapshot reads the rows as they were,
+// and InnoDB's purge cannot remove rows deleted after it, on the whole
+// server. The test's end commits it and closes the connection.
+func HoldSnapshot(t testing.TB, db *database.DB) *sql.Conn {
+	t.Helper()
+	sqlDB, err := db.DB.DB()
+	if err != nil {
+		t.Fatalf("hold a snapshot: %v", err)
+	}
+	ctx := context.Background()
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		t.Fatalf("hold a snapshot: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.ExecContext(ctx, "COMMIT")
+		_ = conn.Close()
+	})
+	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT"); err != nil {
+		t.Fatalf("hold a snapshot: %v", err)
+	}
+	return conn
+}
