@@ -22,7 +22,7 @@ func contractValueJSON(env Envelope, fields any) (value []byte, ok bool) {
 			return nil, false
 		}
 		b = appendString(append(b, `{"action":`...), string(f.Action))
-		if b, ok = appendEnvelopeHead(b, env); !ok {
+		if b, ok = appendEnvelopeHead(append(b, ','), env); !ok {
 			return nil, false
 		}
 		if f.Occurrence != "" {
@@ -55,12 +55,9 @@ func contractValueJSON(env Envelope, fields any) (value []byte, ok bool) {
 	return nil, false
 }
 
-// appendEnvelopeHead appends the envelope's keys that sort before
-// "ownerId" (eventId, eventType, occurredAt), after a member if b holds one.
+// appendEnvelopeHead appends the envelope's members that sort before
+// "ownerId" (eventId, eventType, occurredAt).
 func appendEnvelopeHead(b []byte, env Envelope) ([]byte, bool) {
-	if b[len(b)-1] != '{' {
-		b = append(b, ',')
-	}
 	b = appendString(append(b, `"eventId":`...), env.EventID)
 	b = appendString(append(b, `,"eventType":`...), string(env.EventType))
 	return appendTime(append(b, `,"occurredAt":`...), env.OccurredAt)
