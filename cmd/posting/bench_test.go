@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -64,7 +65,11 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 				require.Regexp(t, `relay events/s, default settings, instances draining one backlog at once \(`+perPost+` events per post\): 1: [1-9][0-9]* \(1\.00 x 1\), 2: [1-9][0-9]* \([0-9.]+ x 1\), 4: [1-9][0-9]* \([0-9.]+ x 1\)\n`, out)
 			}
 			require.Regexp(t, `commit -> broker: 50 posts/s[^\n]*\n  commit -> broker latency: [1-9][0-9]* events[^\n]*\n(  created -> sent_at[^\n]*\n)?(  creates that failed[^\n]*\n)?commit -> broker: 60 posts/s[^\n]*\n  commit -> broker latency: [1-9]`, out, "each rate given, in order")
-			require.Regexp(t, `database connections opened during that run: [0-9]+ \(pool size [1-9][0-9]*; [1-9][0-9]* opened since start\)`, out)
+			require.Regexp(t, `whole serve: 2 clients, 200ms each side in 3 rounds alternating with raw SQL[^\n]*\n`+
+				`  raw two-row transaction posts/s, in those rounds: [1-9][0-9]*\n`+
+				`  POST /api/v1/posts posts/s, whole serve \(relay and worker running\): [1-9][0-9]* \([0-9.]+ x raw\)\n`+
+				`  database connections opened during the creates: [0-9]+ \(pool size [1-9][0-9]*; [1-9][0-9]* opened since each serve started, summed\)\n`,
+				out, "the whole serve's creates beside raw rounds of their own")
 			require.Regexp(t, `latency: [1-9][0-9]* events, p50 [0-9.]+ ms, p99 [0-9.]+ ms`, out)
 			require.Regexp(t, `commit -> broker latency: [1-9][0-9]* events[^\n]*\n  created -> sent_at, as the relay records them: p50 [0-9.]+ ms, p99 [0-9.]+ ms, max [0-9.]+ ms\n`, out,
 				"the relay's own record beside what a client sees")
@@ -72,6 +77,22 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.Regexp(t, `spike floor: raw SQL writes the same 10 PUBLISHED publications and post statuses in bulk \(1000 a transaction\) in [0-9.]+m?s\n`, out)
 		})
 	}
+}
+
+// TestBenchStartsAFreshServeForEachWholeServeRound: the creates on a whole
+// serve run in rounds that alternate with raw SQL, each on a serve of its
+// own started after the raw round, besides the serve of the commit → broker
+// loads. Each serve warns once, on its own address, that its API is
+// unauthenticated.
+func TestBenchStartsAFreshServeForEachWholeServeRound(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runCLI(t, append([]string{"bench", "--database-url", "sqlite://" + filepath.Join(t.TempDir(), "bench.db")}, smallBench...)...)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	addrs := map[string]bool{}
+	for _, m := range regexp.MustCompile(`msg="the API is unauthenticated[^\n]* addr=(\S+)`).FindAllStringSubmatch(errOut, -1) {
+		addrs[m[1]] = true
+	}
+	require.Len(t, addrs, 1+3, "one serve for the latency loads and one for each of the 3 rounds:\n%s", errOut)
 }
 
 // runSmallBench runs posting bench with smallBench's sizes on url and

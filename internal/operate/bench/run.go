@@ -35,8 +35,9 @@ type Config struct {
 	SeedStyleEvents int
 	// APIClients is the concurrent clients of the create measurements.
 	APIClients int
-	// APIDuration is how long each side of the create comparison runs (in
-	// alternating rounds), and the creates on the whole serve.
+	// APIDuration is how long each side of the create comparisons runs, in
+	// alternating rounds: raw SQL beside the API alone, and raw SQL beside
+	// a whole serve.
 	APIDuration time.Duration
 	// BatchSize is the posts of each POST /api/v1/posts/batch of the batch
 	// measurements (1..1000).
@@ -61,9 +62,9 @@ type Config struct {
 	// comparison is written to.
 	CPUProfile string
 	// ServeCPUProfile, if set, is the file a pprof CPU profile of the
-	// creates on the whole serve is written to: the serve runs in this
-	// process, so it holds its API, relay, broker and worker, and the
-	// bench's clients.
+	// creates of the first whole-serve round is written to: the serve runs
+	// in this process, so it holds its API, relay, broker and worker, and
+	// the bench's clients.
 	ServeCPUProfile string
 	// LatencyTrace, if set, is the file a Go execution trace of the
 	// commit → broker loads is written to (the serve, its relay, broker and

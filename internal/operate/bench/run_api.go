@@ -22,10 +22,10 @@ import (
 const apiRounds = 3
 
 // runAPI measures the API's creates beside raw SQL, single and in batches
-// (and the time a load of cfg.BatchTotal posts in batches takes), then, on a `serve`
-// started by cfg.StartServe with default settings, commit → broker at a
-// fixed load and the creates again with the relay and worker sharing the
-// database.
+// (and the time a load of cfg.BatchTotal posts in batches takes), then, on a
+// `serve` started by cfg.StartServe with default settings, commit → broker
+// at fixed loads, and last the creates on a whole serve, whose relay and
+// worker share the database, in rounds alternating with raw SQL.
 func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context.Context) error, out io.Writer) error {
 	if err := clean(ctx); err != nil {
 		return err
@@ -108,58 +108,11 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	if err := clean(ctx); err != nil {
 		return err
 	}
-
-	srv, err := cfg.StartServe(ctx)
-	if err != nil {
-		return err
+	lats, err := runCommitToBroker(ctx, cfg, db)
+	recorded = append(recorded, err)
+	if lats == nil {
+		return errors.Join(recorded...)
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = srv.Stop()
-		}
-	}()
-	// Rates in the order given: the events of one load are all on the
-	// topic before the next begins.
-	lats := make([]Latency, len(cfg.LatencyRates))
-	stopTrace, err := startTrace(cfg.LatencyTrace)
-	if err != nil {
-		return err
-	}
-	for i, rate := range cfg.LatencyRates {
-		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
-			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration, DB: db.DB})
-		if err != nil {
-			_ = stopTrace()
-			return fmt.Errorf("commit to broker at %d posts/s: %w", rate, err)
-		}
-		lats[i] = lat
-	}
-	recorded = append(recorded, stopTrace())
-	poolBefore, err := scrapePool(ctx, srv.BaseURL)
-	if err != nil {
-		return err
-	}
-	stopProfile, err = startCPUProfile(cfg.ServeCPUProfile)
-	if err != nil {
-		return err
-	}
-	full, err := APICreate(ctx, srv.BaseURL, cfg.APIClients, cfg.APIDuration)
-	recorded = append(recorded, stopProfile())
-	if err != nil {
-		return err
-	}
-	poolAfter, err := scrapePool(ctx, srv.BaseURL)
-	if err != nil {
-		return err
-	}
-	stopped = true
-	if err := srv.Stop(); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, whole serve (relay and worker running): %.0f (%.2f x raw)\n", full.PerSecond(), ratio(full.PerSecond(), raw.PerSecond()))
-	fmt.Fprintf(out, "  database connections opened during that run: %.0f (pool size %.0f; %.0f opened since start)\n",
-		poolAfter.opened-poolBefore.opened, poolAfter.max, poolAfter.opened)
 	for i, lat := range lats {
 		fmt.Fprintf(out, "commit -> broker: %d posts/s over HTTP for %s, serve with default settings, %s\n", cfg.LatencyRates[i], cfg.LatencyDuration, cfg.where())
 		fmt.Fprintf(out, "  commit -> broker latency: %d events, p50 %s, p99 %s, max %s\n", lat.Events, ms(lat.P50), ms(lat.P99), ms(lat.Max))
@@ -170,7 +123,131 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 			fmt.Fprintf(out, "  creates that failed during that load (not in the figures): %d of %d, the first: %v\n", lat.Failed, lat.Failed+lat.Events, lat.FirstFailure)
 		}
 	}
+	recorded = append(recorded, runWholeServe(ctx, cfg, db, clean, out))
 	return errors.Join(recorded...)
+}
+
+// runCommitToBroker starts a `serve` with default settings and offers it
+// each rate of cfg.LatencyRates in turn, the events of one load all on the
+// topic before the next begins. It returns nil figures when a load or the
+// serve failed; with figures, an error is the trace's that could not be
+// written out.
+func runCommitToBroker(ctx context.Context, cfg Config, db *database.DB) ([]Latency, error) {
+	srv, err := cfg.StartServe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stopTrace, err := startTrace(cfg.LatencyTrace)
+	if err != nil {
+		return nil, errors.Join(err, srv.Stop())
+	}
+	lats := make([]Latency, len(cfg.LatencyRates))
+	for i, rate := range cfg.LatencyRates {
+		lat, err := CommitToBroker(ctx, LatencyConfig{BaseURL: srv.BaseURL, Brokers: srv.Brokers,
+			Topic: cfg.Producer.Topic, Rate: rate, Duration: cfg.LatencyDuration, DB: db.DB})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("commit to broker at %d posts/s: %w", rate, err), stopTrace(), srv.Stop())
+		}
+		lats[i] = lat
+	}
+	traced := stopTrace()
+	if err := srv.Stop(); err != nil {
+		return nil, err
+	}
+	return lats, traced
+}
+
+// runWholeServe measures the creates on a whole `serve`, whose relay and
+// worker share the database, in apiRounds rounds that alternate with the raw
+// two-row transaction: each round cleans, runs raw SQL alone for its part
+// of cfg.APIDuration, cleans, and starts a fresh `serve` with default
+// settings for the creates, stopped at the round's end. The raw side is
+// measured beside it, minutes from the comparison's own raw rounds, so a
+// machine whose load drifts weighs on both sides alike.
+func runWholeServe(ctx context.Context, cfg Config, db *database.DB, clean func(context.Context) error, out io.Writer) error {
+	var (
+		raw, full     Throughput
+		opened, since float64
+		poolMax       float64
+		recorded      []error
+	)
+	part := cfg.APIDuration / apiRounds
+	for round := range apiRounds {
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		r, err := RawCreate(ctx, db, cfg.APIClients, part)
+		if err != nil {
+			return err
+		}
+		if err := clean(ctx); err != nil {
+			return err
+		}
+		profile := ""
+		if round == 0 {
+			profile = cfg.ServeCPUProfile
+		}
+		res, err := serveRound(ctx, cfg, part, profile)
+		if err != nil {
+			return err
+		}
+		recorded = append(recorded, res.profiled)
+		raw, full = raw.Add(r), full.Add(res.creates)
+		opened += res.after.opened - res.before.opened
+		since += res.after.opened
+		poolMax = res.after.max
+	}
+	fmt.Fprintf(out, "whole serve: %d clients, %s each side in %d rounds alternating with raw SQL, a fresh serve with default settings each round\n",
+		cfg.APIClients, cfg.APIDuration, apiRounds)
+	fmt.Fprintf(out, "  raw two-row transaction posts/s, in those rounds: %.0f\n", raw.PerSecond())
+	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, whole serve (relay and worker running): %.0f (%.2f x raw)\n", full.PerSecond(), ratio(full.PerSecond(), raw.PerSecond()))
+	fmt.Fprintf(out, "  database connections opened during the creates: %.0f (pool size %.0f; %.0f opened since each serve started, summed)\n",
+		opened, poolMax, since)
+	return errors.Join(recorded...)
+}
+
+// serveRoundResult is what one serve round measured.
+type serveRoundResult struct {
+	creates Throughput
+	// before and after are the pool's figures from /metrics around the
+	// creates.
+	before, after poolFigures
+	// profiled is the error of a CPU profile that could not be written
+	// out; the figures hold.
+	profiled error
+}
+
+// serveRound starts a `serve`, runs the creates on it for d, and stops it;
+// a profile path records them as a CPU profile.
+func serveRound(ctx context.Context, cfg Config, d time.Duration, profile string) (serveRoundResult, error) {
+	var res serveRoundResult
+	srv, err := cfg.StartServe(ctx)
+	if err != nil {
+		return res, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = srv.Stop()
+		}
+	}()
+	if res.before, err = scrapePool(ctx, srv.BaseURL); err != nil {
+		return res, err
+	}
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return res, err
+	}
+	res.creates, err = APICreate(ctx, srv.BaseURL, cfg.APIClients, d)
+	res.profiled = stopProfile()
+	if err != nil {
+		return res, err
+	}
+	if res.after, err = scrapePool(ctx, srv.BaseURL); err != nil {
+		return res, err
+	}
+	stopped = true
+	return res, srv.Stop()
 }
 
 // startAPIAlone serves the API's handler as serve mounts it (with its
