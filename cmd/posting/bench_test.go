@@ -56,7 +56,9 @@ func TestBenchPrintsEveryFigure(t *testing.T) {
 			require.NotContains(t, out, "RabbitMQ", "no RabbitMQ spike unless asked for")
 			require.Regexp(t, `API alone: [1-9][0-9]* \([0-9.]+ x raw, [0-9.]+ x raw grouped\)`, out, "a create rate, beside raw SQL")
 			require.Regexp(t, `up to 100 creates a transaction\): [1-9][0-9]* \([0-9.]+ x raw\)`, out, "a grouped raw rate")
-			require.Regexp(t, `batch posts/s, 10 posts a request, API alone: [1-9][0-9]* \([0-9.]+ x single creates, [0-9.]+ x raw batches\)`, out, "a batch rate, beside single creates and raw batches")
+			require.Regexp(t, `API alone, one transaction a create \(group size 1\): [1-9][0-9]* \([0-9.]+ x raw\)\n`, out, "single creates without group commit")
+			require.Regexp(t, `batch posts/s, 10 posts a request, API alone: [1-9][0-9]* \([0-9.]+ x single creates, [0-9.]+ x single creates one transaction each, [0-9.]+ x raw batches\)`, out,
+				"a batch rate, beside single creates with and without group commit and raw batches")
 			require.Regexp(t, `raw batches posts/s \(2 writers, 10 posts a transaction\): [1-9][0-9]* \([0-9.]+ x single creates\)`, out, "the batch's floor in raw SQL")
 			require.Regexp(t, `55 posts through POST /api/v1/posts/batch, 10 a request, API alone: [0-9.]+ s \([1-9][0-9]* posts/s\)`, out)
 			require.Regexp(t, `relay events/s, default settings \(batch 100 growing to 1000 while polls come back full\): [1-9][0-9]* \([0-9.]+ x the best fixed batch, [0-9]+; [0-9.]+ x raw\)`, out)

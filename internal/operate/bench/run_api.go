@@ -30,57 +30,46 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	if err := clean(ctx); err != nil {
 		return err
 	}
-	apiURL, stopAPI, err := startAPIAlone(db, cfg.Logger)
+	apiURL, stopAPI, err := startAPIAlone(db, cfg.Logger, reservation.DefaultGroupSize)
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
+	singleURL, stopSingle, err := startAPIAlone(db, cfg.Logger, 1)
+	if err != nil {
+		return err
+	}
+	defer stopSingle()
 	stopProfile, err := startCPUProfile(cfg.CPUProfile)
 	if err != nil {
 		return err
 	}
-	// Alternating rounds: a machine whose load drifts weighs on both sides
-	// alike.
-	var raw, rawGrouped, alone, rawBatch, batch Throughput
+	// Alternating rounds: a machine whose load drifts weighs on all sides
+	// alike. Each side starts from clean tables.
+	var raw, rawGrouped, alone, single, rawBatch, batch Throughput
 	part := cfg.APIDuration / apiRounds
+	sides := []struct {
+		sum *Throughput
+		run func() (Throughput, error)
+	}{
+		{&raw, func() (Throughput, error) { return RawCreate(ctx, db, cfg.APIClients, part) }},
+		{&rawGrouped, func() (Throughput, error) { return RawGroupedCreate(ctx, db, cfg.APIClients, part) }},
+		{&alone, func() (Throughput, error) { return APICreate(ctx, apiURL, cfg.APIClients, part) }},
+		{&single, func() (Throughput, error) { return APICreate(ctx, singleURL, cfg.APIClients, part) }},
+		{&rawBatch, func() (Throughput, error) { return RawBatchCreate(ctx, db, cfg.BatchSize, part) }},
+		{&batch, func() (Throughput, error) { return APIBatchCreate(ctx, apiURL, cfg.APIClients, cfg.BatchSize, part) }},
+	}
 	for range apiRounds {
-		if err := clean(ctx); err != nil {
-			return err
+		for _, side := range sides {
+			if err := clean(ctx); err != nil {
+				return err
+			}
+			t, err := side.run()
+			if err != nil {
+				return err
+			}
+			*side.sum = side.sum.Add(t)
 		}
-		r, err := RawCreate(ctx, db, cfg.APIClients, part)
-		if err != nil {
-			return err
-		}
-		if err := clean(ctx); err != nil {
-			return err
-		}
-		g, err := RawGroupedCreate(ctx, db, cfg.APIClients, part)
-		if err != nil {
-			return err
-		}
-		rawGrouped = rawGrouped.Add(g)
-		if err := clean(ctx); err != nil {
-			return err
-		}
-		a, err := APICreate(ctx, apiURL, cfg.APIClients, part)
-		if err != nil {
-			return err
-		}
-		if err := clean(ctx); err != nil {
-			return err
-		}
-		rb, err := RawBatchCreate(ctx, db, cfg.BatchSize, part)
-		if err != nil {
-			return err
-		}
-		if err := clean(ctx); err != nil {
-			return err
-		}
-		b, err := APIBatchCreate(ctx, apiURL, cfg.APIClients, cfg.BatchSize, part)
-		if err != nil {
-			return err
-		}
-		raw, alone, rawBatch, batch = raw.Add(r), alone.Add(a), rawBatch.Add(rb), batch.Add(b)
 	}
 	if err := clean(ctx); err != nil {
 		return err
@@ -93,16 +82,20 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	// figures are printed: they hold, the file does not.
 	recorded := []error{stopProfile()}
 	stopAPI()
+	stopSingle()
 	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", cfg.APIClients, cfg.APIDuration, apiRounds)
 	fmt.Fprintf(out, "  raw two-row transaction posts/s: %.0f\n", raw.PerSecond())
 	fmt.Fprintf(out, "  raw grouped creates posts/s (%d writers, up to %d creates a transaction): %.0f (%.2f x raw)\n",
 		reservation.DefaultGroupCommitters, reservation.DefaultGroupSize, rawGrouped.PerSecond(), ratio(rawGrouped.PerSecond(), raw.PerSecond()))
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone: %.0f (%.2f x raw, %.2f x raw grouped)\n", alone.PerSecond(),
 		ratio(alone.PerSecond(), raw.PerSecond()), ratio(alone.PerSecond(), rawGrouped.PerSecond()))
+	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone, one transaction a create (group size 1): %.0f (%.2f x raw)\n",
+		single.PerSecond(), ratio(single.PerSecond(), raw.PerSecond()))
 	fmt.Fprintf(out, "  raw batches posts/s (%d writers, %d posts a transaction): %.0f (%.1f x single creates)\n",
 		reservation.DefaultBatchConcurrency, cfg.BatchSize, rawBatch.PerSecond(), ratio(rawBatch.PerSecond(), alone.PerSecond()))
-	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates, %.2f x raw batches)\n",
-		cfg.BatchSize, batch.PerSecond(), ratio(batch.PerSecond(), alone.PerSecond()), ratio(batch.PerSecond(), rawBatch.PerSecond()))
+	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates, %.1f x single creates one transaction each, %.2f x raw batches)\n",
+		cfg.BatchSize, batch.PerSecond(), ratio(batch.PerSecond(), alone.PerSecond()), ratio(batch.PerSecond(), single.PerSecond()),
+		ratio(batch.PerSecond(), rawBatch.PerSecond()))
 	fmt.Fprintf(out, "  %d posts through POST /api/v1/posts/batch, %d a request, API alone: %.2f s (%.0f posts/s)\n",
 		total.Count, cfg.BatchSize, total.Elapsed.Seconds(), total.PerSecond())
 	if err := clean(ctx); err != nil {
@@ -253,9 +246,10 @@ func serveRound(ctx context.Context, cfg Config, d time.Duration, profile string
 // startAPIAlone serves the API's handler as serve mounts it (with its
 // metrics middleware) on a loopback port, without the relay, scheduler and
 // worker that share the database in serve: what a create costs beyond its
-// two inserts.
-func startAPIAlone(db *database.DB, log *slog.Logger) (baseURL string, stop func(), err error) {
-	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+// two inserts. Up to groupSize concurrent writes share a transaction (group
+// commit); 1 writes each in its own, as POSTING_API_GROUP_SIZE=1 does.
+func startAPIAlone(db *database.DB, log *slog.Logger, groupSize int) (baseURL string, stop func(), err error) {
+	posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{GroupSize: groupSize})
 	if err != nil {
 		return "", nil, err
 	}
