@@ -204,36 +204,70 @@ func Run(ctx context.Context, db *gorm.DB, cfg Config) (Result, error) {
 	}
 	stops = append(stops, keeper.Stop)
 
-	res := Result{}
-	wctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	for {
-		var c struct{ Reserved, Published, Recorded int64 }
-		polled := time.Now()
-		err := db.WithContext(wctx).Raw(`SELECT
+	res, err := awaitPublished(ctx, cfg.Timeout, start, func(ctx context.Context) (progress, error) {
+		var c progress
+		err := db.WithContext(ctx).Raw(`SELECT
 			(SELECT COUNT(*) FROM posts WHERE status = ?) AS reserved,
 			(SELECT COUNT(*) FROM posts WHERE status = ?) AS published,
 			(SELECT COUNT(*) FROM publications) AS recorded`,
 			reservation.StatusReserved, reservation.StatusPublished).Scan(&c).Error
-		if err == nil {
-			if c.Reserved == 0 && res.AllWorking == 0 {
-				res.AllWorking = time.Since(start)
-			}
-			if c.Recorded == int64(cfg.Posts) && res.AllRecorded == 0 {
-				res.AllRecorded = time.Since(start)
-			}
-			if c.Published == int64(cfg.Posts) {
-				break
-			}
-		}
-		select {
-		case <-wctx.Done():
-			return res, fmt.Errorf("%w: %d of %d posts published after %s (due at %s): %w",
-				ErrTimeout, c.Published, cfg.Posts, time.Since(start).Round(time.Millisecond), due, errors.Join(err, wctx.Err()))
-		case <-time.After(progressPause(time.Since(polled))):
-		}
+		return c, err
+	}, cfg.Posts)
+	if err != nil {
+		return res, fmt.Errorf("%w (due at %s)", err, due)
 	}
 	return lags(ctx, db, res)
+}
+
+// progress is one count of the spike's posts by what has become of them.
+type progress struct{ Reserved, Published, Recorded int64 }
+
+// awaitPublished counts progress until all posts are published, pausing
+// progressPause between counts, and returns the times at which every post
+// was WORKING (none RESERVED) and every publication recorded, from start.
+// When timeout has passed it counts once more before it gives up, so that
+// posts all published during the last pause are not taken for a timeout;
+// that count has a timeout of its own: the last pause, or a second when
+// that is shorter.
+func awaitPublished(ctx context.Context, timeout time.Duration, start time.Time, count func(context.Context) (progress, error), posts int) (Result, error) {
+	var res Result
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	done := func(c progress) bool {
+		if c.Reserved == 0 && res.AllWorking == 0 {
+			res.AllWorking = time.Since(start)
+		}
+		if c.Recorded == int64(posts) && res.AllRecorded == 0 {
+			res.AllRecorded = time.Since(start)
+		}
+		return c.Published == int64(posts)
+	}
+	for {
+		polled := time.Now()
+		c, err := count(wctx)
+		if err == nil && done(c) {
+			return res, nil
+		}
+		pause := progressPause(time.Since(polled))
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return res, fmt.Errorf("stopped with %d of %d posts published: %w", c.Published, posts, ctx.Err())
+			}
+			lctx, lcancel := context.WithTimeout(ctx, max(pause, time.Second))
+			last, lerr := count(lctx)
+			lcancel()
+			if lerr == nil && done(last) {
+				return res, nil
+			}
+			if lerr == nil {
+				c, err = last, nil
+			}
+			return res, fmt.Errorf("%w: %d of %d posts published after %s: %w",
+				ErrTimeout, c.Published, posts, time.Since(start).Round(time.Millisecond), errors.Join(err, wctx.Err()))
+		case <-time.After(pause):
+		}
+	}
 }
 
 // progressPause is how long Run waits after a progress poll that took took:
