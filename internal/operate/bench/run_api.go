@@ -164,27 +164,30 @@ func runWholeServe(ctx context.Context, cfg Config, db *database.DB, clean func(
 		poolMax       float64
 		recorded      []error
 	)
+	// fail is a round's error, with a profile an earlier step could not
+	// write out: the file is cut whether or not the run goes on.
+	fail := func(err error) error { return errors.Join(append([]error{err}, recorded...)...) }
 	part := cfg.APIDuration / apiRounds
 	for round := range apiRounds {
 		if err := clean(ctx); err != nil {
-			return err
+			return fail(err)
 		}
 		r, err := RawCreate(ctx, db, cfg.APIClients, part)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		if err := clean(ctx); err != nil {
-			return err
+			return fail(err)
 		}
 		profile := ""
 		if round == 0 {
 			profile = cfg.ServeCPUProfile
 		}
 		res, err := serveRound(ctx, cfg, part, profile)
-		if err != nil {
-			return err
-		}
 		recorded = append(recorded, res.profiled)
+		if err != nil {
+			return fail(err)
+		}
 		raw, full = raw.Add(r), full.Add(res.creates)
 		opened += res.after.opened - res.before.opened
 		since += res.after.opened

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+)
+
+// fakeServe is a stand-in for `posting serve` that answers the creates and
+// /metrics the whole-serve rounds send; fail, if set, answers the creates
+// with a 500.
+func fakeServe(t *testing.T, fail bool) *Serve {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "posting_database_connections_opened_total{instance_id=\"x\"} 3\nposting_database_connections_max{instance_id=\"x\"} 40\n")
+	})
+	var id atomic.Int64
+	mux.HandleFunc("POST /api/v1/posts", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if fail {
+			http.Error(w, "the database is gone", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Location", fmt.Sprintf("/api/v1/posts/%d", id.Add(1)))
+		w.WriteHeader(http.StatusCreated)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &Serve{BaseURL: srv.URL, Stop: func() error { return nil }}
+}
+
+// A CPU profile of the whole serve's creates that could not be written out
+// is reported even when a round fails afterwards (a later serve that does
+// not start, or the creates of the profiled round): the operator is told
+// why the file is cut, not only why the run stopped.
+func TestWholeServeReportsAProfileItCouldNotWriteWhenARoundFails(t *testing.T) {
+	for name, tc := range map[string]struct {
+		start func(t *testing.T, call int) (*Serve, error)
+		want  string
+	}{
+		"a later serve does not start": {
+			start: func(t *testing.T, call int) (*Serve, error) {
+				if call > 1 {
+					return nil, errors.New("serve did not start")
+				}
+				return fakeServe(t, false), nil
+			},
+			want: "serve did not start",
+		},
+		"the profiled round's creates fail": {
+			start: func(t *testing.T, _ int) (*Serve, error) { return fakeServe(t, true), nil },
+			want:  "the database is gone",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := databasetest.NewSQLite(t)
+			calls := 0
+			cfg := Config{APIClients: 2, APIDuration: 150 * time.Millisecond,
+				ServeCPUProfile: "/dev/full", // every write fails: no space left on device
+				StartServe: func(context.Context) (*Serve, error) {
+					calls++
+					return tc.start(t, calls)
+				}}
+			clean := func(context.Context) error { return nil }
+			err := runWholeServe(context.Background(), cfg, db, clean, io.Discard)
+			require.ErrorContains(t, err, tc.want)
+			require.ErrorContains(t, err, "cpu profile: write /dev/full", "the cut profile is reported too")
+		})
+	}
+}
