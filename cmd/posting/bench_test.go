@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
 	"github.com/postingsvc/posting/internal/brokers/rabbitmq/rabbitmqtest"
+	"github.com/postingsvc/posting/internal/operate/bench"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/storage/database/migrations"
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
@@ -350,4 +355,47 @@ func TestBenchNamesAFileGivenAsARecordingsFolder(t *testing.T) {
 	require.Equal(t, exitUsage, code, errOut)
 	require.Contains(t, errOut, "--latency-trace (POSTING_LATENCY_TRACE)")
 	require.Contains(t, errOut, notDir+" is a file, not a folder")
+}
+
+// TestBenchReportsATraceItCouldNotWriteWhenTheLatencyServeStopsWithAnError:
+// the commit → broker loads' trace that could not be written out is
+// reported even when the serve of those loads then stops with an error:
+// the operator is told why the file is cut, not only why the run stopped.
+func TestBenchReportsATraceItCouldNotWriteWhenTheLatencyServeStopsWithAnError(t *testing.T) {
+	ctx := context.Background()
+	var (
+		s settings
+		b bench.Config
+	)
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	addCommonFlags(fs, &s)
+	addBenchFlags(fs, &b, &s)
+	require.NoError(t, fs.Parse(append([]string{"--database-url", "sqlite://" + filepath.Join(t.TempDir(), "bench.db"),
+		"--latency-trace", "/dev/full"}, smallBench...))) // every write fails: no space left on device
+	require.NoError(t, validateBench(&b, &s))
+	db, err := openDB(&s)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = migrations.Apply(ctx, db, nil)
+	require.NoError(t, err)
+	log := slog.New(slog.DiscardHandler)
+	serves := 0
+	cfg := b
+	cfg.Producer, cfg.Logger = s.producerConfig(s.KafkaBrokers), log
+	cfg.LatencyRates = []int{50}
+	cfg.StartServe = func(ctx context.Context) (*bench.Serve, error) {
+		srv, err := startBenchServe(ctx, &s, log)
+		if err != nil {
+			return nil, err
+		}
+		serves++
+		if serves == 1 { // the serve of the commit → broker loads
+			stop := srv.Stop
+			srv.Stop = func() error { return errors.Join(stop(), errors.New("shutdown did not finish")) }
+		}
+		return srv, nil
+	}
+	err = bench.Run(ctx, db, cfg, io.Discard)
+	require.ErrorContains(t, err, "shutdown did not finish")
+	require.ErrorContains(t, err, "trace: write /dev/full", "the cut trace is reported too")
 }

@@ -145,7 +145,7 @@ func runCommitToBroker(ctx context.Context, cfg Config, db *database.DB) ([]Late
 	}
 	traced := stopTrace()
 	if err := srv.Stop(); err != nil {
-		return nil, err
+		return nil, errors.Join(err, traced)
 	}
 	return lats, traced
 }
