@@ -44,6 +44,14 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	if err != nil {
 		return err
 	}
+	// A run that stops early stops the profile too: the runtime's profiler
+	// is one per process, and the file is closed.
+	profiling := true
+	defer func() {
+		if profiling {
+			_ = stopProfile()
+		}
+	}()
 	// Alternating rounds: a machine whose load drifts weighs on all sides
 	// alike. Each side starts from clean tables.
 	var raw, rawGrouped, alone, single, rawBatch, batch Throughput
@@ -81,6 +89,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	// A recording that could not be written out fails the run once its
 	// figures are printed: they hold, the file does not.
 	recorded := []error{stopProfile()}
+	profiling = false
 	stopAPI()
 	stopSingle()
 	fmt.Fprintf(out, "api create: %d clients, %s each side in %d alternating rounds\n", cfg.APIClients, cfg.APIDuration, apiRounds)
@@ -99,7 +108,7 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 	fmt.Fprintf(out, "  %d posts through POST /api/v1/posts/batch, %d a request, API alone: %.2f s (%.0f posts/s)\n",
 		total.Count, cfg.BatchSize, total.Elapsed.Seconds(), total.PerSecond())
 	if err := clean(ctx); err != nil {
-		return err
+		return errors.Join(append(recorded, err)...)
 	}
 	lats, err := runCommitToBroker(ctx, cfg, db)
 	recorded = append(recorded, err)

@@ -2,12 +2,16 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +106,30 @@ func TestWholeServeCountsNoConnectionsAFreshServesPoolOpensAsItFills(t *testing.
 	var out bytes.Buffer
 	require.NoError(t, runWholeServe(context.Background(), cfg, db, func(context.Context) error { return nil }, &out))
 	require.Contains(t, out.String(), "  database connections opened during the creates: 0 (pool size 40; 18 opened since each serve started, summed)\n")
+}
+
+// A comparison that stops early (here its second clean-up fails) stops
+// the CPU profile it started: the file is complete, and the next profile
+// in the process can start.
+func TestAPIComparisonThatStopsEarlyStopsItsProfile(t *testing.T) {
+	db := databasetest.NewSQLite(t)
+	path := filepath.Join(t.TempDir(), "create.prof")
+	calls := 0
+	clean := func(context.Context) error {
+		calls++
+		if calls > 2 {
+			return errors.New("the clean-up failed")
+		}
+		return nil
+	}
+	cfg := Config{APIClients: 2, APIDuration: 150 * time.Millisecond, BatchSize: 10, BatchTotal: 10, CPUProfile: path}
+	err := runAPI(context.Background(), cfg, db, clean, io.Discard)
+	require.ErrorContains(t, err, "the clean-up failed")
+	require.NoError(t, pprof.StartCPUProfile(io.Discard), "the comparison's profile was stopped")
+	pprof.StopCPUProfile()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = gzip.NewReader(f)
+	require.NoError(t, err, "the profile was written out, gzipped as pprof writes it")
 }
