@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -237,10 +238,13 @@ func startBenchServe(ctx context.Context, bs *settings, log *slog.Logger) (*benc
 	addAuthFlags(fs, &s)
 	addServeAuthFlags(fs, &s)
 	// The bench's 32 clients come from one address: the per-caller write
-	// limit would measure itself.
+	// limit would measure itself. The pool is the bench's own, so that the
+	// serve's creates and the raw ones beside them have the same
+	// connections.
 	args := []string{"--database-url", bs.DatabaseURL, "--data-dir", dataDir, "--http-addr", httpAddr,
 		"--embedded-kafka-addr", kafkaAddr, "--kafka-topic", bs.KafkaTopic, "--instance-id", "posting-bench-serve",
-		"--api-write-rate", "off"}
+		"--api-write-rate", "off",
+		"--database-max-conns", strconv.Itoa(bs.DatabaseMaxConns), "--database-max-idle-conns", strconv.Itoa(bs.DatabaseMaxIdle)}
 	if len(bs.KafkaBrokers) > 0 {
 		args = append(args, "--kafka-brokers", strings.Join(bs.KafkaBrokers, ","))
 	}

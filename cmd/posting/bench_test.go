@@ -102,6 +102,15 @@ func TestBenchStartsAFreshServeForEachWholeServeRound(t *testing.T) {
 	require.Len(t, addrs, 1+3, "one serve for the latency loads and one for each of the 3 rounds:\n%s", errOut)
 }
 
+// TestBenchServesUseTheBenchsPoolSettings: the serves the bench starts
+// take its POSTING_DATABASE_MAX_CONNS, as its own raw creates do, and their
+// /metrics say so.
+func TestBenchServesUseTheBenchsPoolSettings(t *testing.T) {
+	t.Parallel()
+	out := runSmallBench(t, "sqlite://"+filepath.Join(t.TempDir(), "bench.db"), "--database-max-conns", "3", "--database-max-idle-conns", "2")
+	require.Regexp(t, `database connections opened during the creates: [0-9]+ \(pool size 3;`, out)
+}
+
 // runSmallBench runs posting bench with smallBench's sizes on url and
 // returns what it printed; it fails the test unless the bench exits 0.
 func runSmallBench(t *testing.T, url string, args ...string) string {
