@@ -150,10 +150,15 @@ func fourRelaysDeliverEveryEventOnce(t *testing.T, newBroker func(*testing.T) Br
 			require.Empty(t, o.errs, "relay polls failed")
 			require.Zero(t, o.unavailable, "polls that found the broker unreachable")
 			require.Equal(t, relay.Result{}, o.bad, "retried, failed, released, recovered or fenced rows")
-			// The relays shared the work, though not necessarily all four:
-			// a pipelined relay holds two batches in flight, so two relays
-			// can hold every post's head, and a relay that starts a moment
-			// later may find nothing to claim until the end.
+			// Where rows are locked the relays shared the work, though not
+			// necessarily all four: a pipelined relay holds two batches in
+			// flight, so two relays can hold every post's head, and a relay
+			// that starts a moment later may find nothing to claim until
+			// the end. On SQLite sharing is not promised: every write
+			// waits for the file's one lock, whose busy handler is not
+			// fair, and under -race on a loaded machine one relay took all
+			// 2,000 events while the others waited. There the test proves
+			// once and in order with four claimers contending.
 			took := 0
 			for name, n := range o.claimed {
 				if n > 0 {
@@ -161,7 +166,9 @@ func fourRelaysDeliverEveryEventOnce(t *testing.T, newBroker func(*testing.T) Br
 				}
 				t.Logf("%s claimed %d", name, n)
 			}
-			require.GreaterOrEqual(t, took, 2, "relays that claimed anything")
+			if !pools[0].Driver().SingleWriter() {
+				require.GreaterOrEqual(t, took, 2, "relays that claimed anything")
+			}
 		})
 	}
 }
