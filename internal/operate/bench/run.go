@@ -75,9 +75,10 @@ type Config struct {
 	// Producer is the relay drains' producer. Without Brokers, Run starts
 	// an in-process broker for them with Producer.Topic.
 	Producer kafka.ProducerConfig
-	// StartServe starts a whole `posting serve` with default settings on
-	// the database, sending to Producer's brokers if any (the command owns
-	// the service's wiring). Required.
+	// StartServe starts a whole `posting serve` on the database with the
+	// bench's pool settings and default settings otherwise, sending to
+	// Producer's brokers if any (the command owns the service's wiring).
+	// Required.
 	StartServe func(ctx context.Context) (*Serve, error)
 	// Logger receives the in-process components' logs.
 	Logger *slog.Logger

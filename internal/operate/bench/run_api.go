@@ -162,10 +162,10 @@ func runCommitToBroker(ctx context.Context, cfg Config, db *database.DB) ([]Late
 // runWholeServe measures the creates on a whole `serve`, whose relay and
 // worker share the database, in apiRounds rounds that alternate with the raw
 // two-row transaction: each round cleans, runs raw SQL alone for its part
-// of cfg.APIDuration, cleans, and starts a fresh `serve` with default
-// settings for the creates, stopped at the round's end. The raw side is
-// measured beside it, minutes from the comparison's own raw rounds, so a
-// machine whose load drifts weighs on both sides alike.
+// of cfg.APIDuration, cleans, and starts a fresh `serve` (cfg.StartServe)
+// for the creates, stopped at the round's end. The raw side is measured in
+// the same rounds, not minutes earlier in the comparison's, so a machine
+// whose load drifts weighs on both sides alike.
 func runWholeServe(ctx context.Context, cfg Config, db *database.DB, clean func(context.Context) error, out io.Writer) error {
 	var (
 		raw, full     Throughput
