@@ -333,8 +333,8 @@ func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult,
 		}
 	}
 	if len(posts) > 0 {
-		if err := database.InsertMany(tx, posts); err != nil {
-			return nil, fmt.Errorf("insert %d posts: %w", len(posts), err)
+		if err := insertPosts(tx, posts); err != nil {
+			return nil, err
 		}
 		if err := appendCreatedEvents(tx, posts); err != nil {
 			return nil, err
