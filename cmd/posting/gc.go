@@ -15,9 +15,12 @@ const defaultGCPercent = 200
 
 // setDefaultGCPercent sets the collector's target to defaultGCPercent
 // unless GOGC is set (lookup is os.LookupEnv): an operator's GOGC, read by
-// the runtime at start, stands. It returns the target in force.
+// the runtime at start, stands. An empty GOGC counts as not set, as the
+// runtime counts it (it then applies its own default, 100): a blank left
+// by an env file or a template is no one's choice. It returns the target
+// in force.
 func setDefaultGCPercent(lookup func(string) (string, bool)) int {
-	if _, set := lookup("GOGC"); set {
+	if v, set := lookup("GOGC"); set && v != "" {
 		return gcPercent()
 	}
 	debug.SetGCPercent(defaultGCPercent)

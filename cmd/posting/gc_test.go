@@ -24,4 +24,23 @@ func TestCommandsRaiseTheGCTargetUnlessGOGCIsSet(t *testing.T) {
 	require.Equal(t, 50, gcPercent())
 }
 
+// GOGC set but empty (GOGC= in an env file, a template's blank) is no
+// operator's choice: the runtime reads it as unset, its default of 100, and
+// so does the command, which raises the target as when GOGC is absent.
+func TestAnEmptyGOGCCountsAsUnset(t *testing.T) {
+	before := gcPercent()
+	t.Cleanup(func() { setGCPercentForTest(before) })
+
+	setGCPercentForTest(100) // what the runtime made of GOGC=""
+	empty := func(name string) (string, bool) { return "", name == "GOGC" }
+	require.Equal(t, defaultGCPercent, setDefaultGCPercent(empty))
+	require.Equal(t, defaultGCPercent, gcPercent())
+
+	// GOGC=off is a choice, and stands.
+	setGCPercentForTest(-1)
+	off := func(name string) (string, bool) { return "off", name == "GOGC" }
+	require.Equal(t, -1, setDefaultGCPercent(off))
+	require.Equal(t, -1, gcPercent())
+}
+
 func setGCPercentForTest(p int) { debug.SetGCPercent(p) }
