@@ -120,3 +120,38 @@ func TestInsertManyRefusesTakenKeysAndLongTextWhole(t *testing.T) {
 		require.Zero(t, n)
 	})
 }
+
+// A MySQL server stepping AUTO_INCREMENT by more than 1 (a Galera cluster's
+// auto_increment_increment is its size) gives a multi-row INSERT's rows ids
+// that InsertMany, reading back the first, would number one by one: the
+// service refuses such a server at open rather than answer, and write
+// events for, the ids of other rows. The URL's own
+// auto_increment_increment=1 (a session variable) is taken.
+func TestMySQLWithAnAutoIncrementStepOtherThanOneIsRefusedAtOpen(t *testing.T) {
+	t.Parallel()
+	url := databasetest.MySQLURL(t, "")
+	db, err := database.Open(url+"?auto_increment_increment=2", "")
+	if err == nil {
+		t.Cleanup(func() { _ = db.Close() })
+		databasetest.Migrate(t, db)
+		at := database.Normalize(time.Now())
+		rows := []*manyPost{{Title: "a"}, {Title: "b"}, {Title: "c"}}
+		for _, r := range rows {
+			r.Status, r.ScheduledAt, r.CreatedAt, r.UpdatedAt = "RESERVED", at, at, at
+		}
+		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
+			return database.InsertMany(tx, rows)
+		}))
+		for _, r := range rows {
+			var got manyPost
+			require.NoError(t, db.Where("id = ?", r.ID).Take(&got).Error, "post %q was answered id %d, which no row has", r.Title, r.ID)
+			require.Equal(t, r.Title, got.Title, "post %q was answered the id of another", r.Title)
+		}
+		t.Fatal("opened a server stepping AUTO_INCREMENT by 2")
+	}
+	require.ErrorContains(t, err, "auto_increment_increment is 2")
+
+	ok, err := database.Open(url+"?auto_increment_increment=1", "")
+	require.NoError(t, err)
+	require.NoError(t, ok.Close())
+}

@@ -119,11 +119,35 @@ func openMySQL(dsn, location, name string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAutoIncrementStep(g, location); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
 	sqlDB.SetMaxOpenConns(20)
 	sqlDB.SetMaxIdleConns(10)
 	sqlDB.SetConnMaxLifetime(30 * time.Minute)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	return &DB{DB: g, Dialect: MySQL, Location: "mysql://" + location, name: name}, nil
+}
+
+// checkAutoIncrementStep refuses a server whose sessions step AUTO_INCREMENT
+// by more than 1 (auto_increment_increment: a Galera cluster sets it to its
+// size, wsrep_auto_increment_control; so does multi-primary group
+// replication). A multi-row INSERT (InsertMany, GORM's Create of a slice)
+// learns only its first row's id and gives the others the ids that follow
+// it one by one: with a step of 2 a batch's posts would be answered, and
+// their events written, with ids of other posts or of none.
+func checkAutoIncrementStep(g *gorm.DB, location string) error {
+	var step int64
+	if err := g.Raw("SELECT @@SESSION.auto_increment_increment").Scan(&step).Error; err != nil {
+		return fmt.Errorf("open mysql %s: read auto_increment_increment: %w", location, err)
+	}
+	if step != 1 {
+		return fmt.Errorf("open mysql %s: the server's auto_increment_increment is %d; the service reads back "+
+			"the ids of a multi-row INSERT as consecutive, so it needs 1: add ?auto_increment_increment=1 to the URL "+
+			"(with one writing node), or set it on the server", location, step)
+	}
+	return nil
 }
 
 // explainMySQL turns "Unknown database" (error 1049) into ErrNoDatabase with
