@@ -111,7 +111,12 @@ func isUTCName(s string) bool {
 }
 
 func openMySQL(dsn, location, name string) (*DB, error) {
-	g, err := gorm.Open(mysql.New(mysql.Config{DSN: dsn}), gormConfig())
+	return openMySQLConfig(mysql.Config{DSN: dsn}, location, name)
+}
+
+// openMySQLConfig is openMySQL with GORM's dialector configured as cfg.
+func openMySQLConfig(cfg mysql.Config, location, name string) (*DB, error) {
+	g, err := gorm.Open(mysql.New(cfg), gormConfig())
 	if err != nil {
 		return nil, fmt.Errorf("open mysql %s: %w", location, explainMySQL(err, name))
 	}
@@ -131,13 +136,19 @@ func openMySQL(dsn, location, name string) (*DB, error) {
 }
 
 // checkAutoIncrementStep refuses a server whose sessions step AUTO_INCREMENT
-// by more than 1 (auto_increment_increment: a Galera cluster sets it to its
-// size, wsrep_auto_increment_control; so does multi-primary group
-// replication). A multi-row INSERT (InsertMany, GORM's Create of a slice)
+// by more than 1 (auto_increment_increment: multi-primary group replication
+// sets it, a Galera cluster to its size) where GORM reads ids without
+// RETURNING (MySQL). A multi-row INSERT (InsertMany, GORM's Create of a slice)
 // learns only its first row's id and gives the others the ids that follow
 // it one by one: with a step of 2 a batch's posts would be answered, and
 // their events written, with ids of other posts or of none.
+//
+// On MariaDB 10.5 and later GORM reads the ids through RETURNING, one a row,
+// and any step is taken.
 func checkAutoIncrementStep(g *gorm.DB, location string) error {
+	if d, ok := g.Dialector.(*mysql.Dialector); ok && idsByReturning(d.Config) {
+		return nil
+	}
 	var step int64
 	if err := g.Raw("SELECT @@SESSION.auto_increment_increment").Scan(&step).Error; err != nil {
 		return fmt.Errorf("open mysql %s: read auto_increment_increment: %w", location, err)
@@ -148,6 +159,20 @@ func checkAutoIncrementStep(g *gorm.DB, location string) error {
 			"(with one writing node), or set it on the server", location, step)
 	}
 	return nil
+}
+
+// idsByReturning reports whether GORM's dialector, as cfg configures it
+// once it has read the server's version, reads an INSERT's ids through
+// RETURNING: on MariaDB 10.5 and later, unless disabled.
+func idsByReturning(cfg *mysql.Config) bool {
+	if cfg.DisableWithReturning || !strings.Contains(cfg.ServerVersion, "MariaDB") {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(cfg.ServerVersion, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 10 || major == 10 && minor >= 5
 }
 
 // explainMySQL turns "Unknown database" (error 1049) into ErrNoDatabase with
