@@ -1,16 +1,13 @@
 package main
 
-import (
-	"os"
-	"runtime/debug"
-)
+import "runtime/debug"
 
 // defaultGCPercent is the garbage collector's target (GOGC) of every
 // command when the environment sets none: the heap may grow to three times
-// what is live between collections, rather than twice (Go's 100): at 100
-// the collector took about a tenth of a whole serve's CPU under creates. With 200 `posting
-// bench` measured about a tenth more posts/s through a whole serve and
-// through the API alone, in runs alternating with the default.
+// what is live between collections, rather than twice (Go's 100). At 100
+// the collector took about a tenth of a whole serve's CPU under creates;
+// with 200 `posting bench` measured about a tenth more posts/s through a
+// whole serve and through the API alone, in runs alternating with 100.
 const defaultGCPercent = 200
 
 // setDefaultGCPercent sets the collector's target to defaultGCPercent
@@ -33,6 +30,3 @@ func gcPercent() int {
 	debug.SetGCPercent(p)
 	return p
 }
-
-// lookupEnv is os.LookupEnv, for main.
-var lookupEnv = os.LookupEnv

@@ -10,15 +10,15 @@ import (
 // Not parallel: the collector's target is the test process's.
 func TestCommandsRaiseTheGCTargetUnlessGOGCIsSet(t *testing.T) {
 	before := gcPercent()
-	t.Cleanup(func() { setGCPercentForTest(before) })
+	t.Cleanup(func() { debug.SetGCPercent(before) })
 
-	setGCPercentForTest(100)
+	debug.SetGCPercent(100)
 	unset := func(string) (string, bool) { return "", false }
 	require.Equal(t, defaultGCPercent, setDefaultGCPercent(unset))
 	require.Equal(t, defaultGCPercent, gcPercent())
 
 	// An operator's GOGC (here 50, as the runtime read it at start) stands.
-	setGCPercentForTest(50)
+	debug.SetGCPercent(50)
 	set := func(name string) (string, bool) { return "50", name == "GOGC" }
 	require.Equal(t, 50, setDefaultGCPercent(set))
 	require.Equal(t, 50, gcPercent())
@@ -29,18 +29,16 @@ func TestCommandsRaiseTheGCTargetUnlessGOGCIsSet(t *testing.T) {
 // so does the command, which raises the target as when GOGC is absent.
 func TestAnEmptyGOGCCountsAsUnset(t *testing.T) {
 	before := gcPercent()
-	t.Cleanup(func() { setGCPercentForTest(before) })
+	t.Cleanup(func() { debug.SetGCPercent(before) })
 
-	setGCPercentForTest(100) // what the runtime made of GOGC=""
+	debug.SetGCPercent(100) // what the runtime made of GOGC=""
 	empty := func(name string) (string, bool) { return "", name == "GOGC" }
 	require.Equal(t, defaultGCPercent, setDefaultGCPercent(empty))
 	require.Equal(t, defaultGCPercent, gcPercent())
 
 	// GOGC=off is a choice, and stands.
-	setGCPercentForTest(-1)
+	debug.SetGCPercent(-1)
 	off := func(name string) (string, bool) { return "off", name == "GOGC" }
 	require.Equal(t, -1, setDefaultGCPercent(off))
 	require.Equal(t, -1, gcPercent())
 }
-
-func setGCPercentForTest(p int) { debug.SetGCPercent(p) }

@@ -17,7 +17,7 @@ import (
 )
 
 func main() {
-	setDefaultGCPercent(lookupEnv)
+	setDefaultGCPercent(os.LookupEnv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
