@@ -9,18 +9,13 @@ import (
 	"github.com/postingsvc/posting/internal/storage/database"
 )
 
-// appendManyChunk bounds the rows of one INSERT: 15 columns a row keep a
-// chunk far below the placeholder limits of MySQL (65535), PostgreSQL
-// (65535) and SQLite (32766).
-const appendManyChunk = 1000
-
 // AppendMany writes evs as PENDING rows through tx, the caller's
-// transaction, in multi-row INSERTs (one per 1,000 events) instead of one
-// statement per event, and returns the written rows in the order of evs, with
-// their ids. Their ids follow the order of evs, so the relay sends them in
-// that order. Every event is checked first (ErrInvalidEvent), and nothing is
+// transaction, in multi-row INSERTs (database.InsertMany: 1,000 events a
+// statement, 50 on SQLite) instead of one statement per event, and returns
+// the written rows in the order of evs, with their ids. Their ids follow the
+// order of evs, so the relay sends them in that order. Every event is checked first (ErrInvalidEvent), and nothing is
 // written if one is bad. If any event's dedup key is already recorded the
-// statement fails as a whole with ErrDuplicate, naming no key: the caller's
+// append fails as a whole with ErrDuplicate, naming no key: the caller's
 // transaction is then to be rolled back, and the events appended one by one
 // (Append) to learn which. Like Append, it wakes tx's commit waker
 // (database.WithCommitWaker) once after the commit.
@@ -43,13 +38,11 @@ func AppendMany(tx *gorm.DB, evs []Event) ([]Message, error) {
 		msgs[i] = *m
 		dedup = dedup || ev.DedupKey != ""
 	}
-	for start := 0; start < len(msgs); start += appendManyChunk {
-		if err := database.InsertMany(tx, msgs[start:min(start+appendManyChunk, len(msgs))]); err != nil {
-			if dedup && errors.Is(err, gorm.ErrDuplicatedKey) {
-				return nil, fmt.Errorf("%w: one of %d dedup keys", ErrDuplicate, len(evs))
-			}
-			return nil, fmt.Errorf("append %d outbox events: %w", len(evs), err)
+	if err := database.InsertMany(tx, msgs); err != nil {
+		if dedup && errors.Is(err, gorm.ErrDuplicatedKey) {
+			return nil, fmt.Errorf("%w: one of %d dedup keys", ErrDuplicate, len(evs))
 		}
+		return nil, fmt.Errorf("append %d outbox events: %w", len(evs), err)
 	}
 	// The local relay, if tx carries one's waker, polls once tx commits.
 	database.WakeAfterCommit(tx)

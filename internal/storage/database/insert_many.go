@@ -17,8 +17,9 @@ import (
 )
 
 // InsertMany inserts rows, a slice of a model's structs or pointers to
-// them, through tx in one statement, and sets each row's primary key.
-// Every creatable column of the model is written as the row holds it.
+// them, through tx in statements of at most insertRows rows, and sets each
+// row's primary key. Every creatable column of the model is written as the
+// row holds it.
 //
 // On PostgreSQL the rows go as one array a column through unnest, bound
 // in binary (pgx's QueryExecModeDescribeExec): the statement stays a few
@@ -32,9 +33,36 @@ func InsertMany(tx *gorm.DB, rows any) error {
 	if rv.Kind() != reflect.Slice {
 		return fmt.Errorf("insert many: rows must be a slice, got %T", rows)
 	}
-	if rv.Len() == 0 {
-		return nil
+	per := insertRows(DialectOf(tx))
+	for start := 0; start < rv.Len(); start += per {
+		if err := insertStatement(tx, rv.Slice(start, min(start+per, rv.Len()))); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// insertRows bounds the rows of one statement of InsertMany. On MySQL and
+// PostgreSQL 1,000: a batch of 1,000 small posts is one INSERT of posts and
+// one of events, and four of 250 cost the database more (the API's batches
+// wrote about 0.73 of the posts/s of raw 1,000-row INSERTs with them against
+// 0.80 without). Sixteen columns a row keep 1,000 rows far below MySQL's
+// 65,535 placeholders; PostgreSQL binds a column's rows as one array. On
+// SQLite 50: its driver binds a statement's parameters in time quadratic in
+// their number, and the API's batches wrote about half again as many
+// posts/s in statements of 50 rows as in statements of 250, the scheduler's
+// reservation events nearly twice as many as in statements of 1,000; 25
+// rows were no faster.
+func insertRows(d Dialect) int {
+	if d == SQLite {
+		return 50
+	}
+	return 1000
+}
+
+// insertStatement is one statement of InsertMany: rv, a slice of rows.
+func insertStatement(tx *gorm.DB, rv reflect.Value) error {
+	rows := rv.Interface()
 	if DialectOf(tx) != PostgreSQL {
 		return tx.Create(rows).Error
 	}

@@ -36,27 +36,6 @@ const BatchField = "posts"
 // statement.
 const maxInsertTextBytes = 4 << 20
 
-// maxInsertRows bounds the rows of one multi-row INSERT of a batch, posts
-// and events alike, on MySQL and PostgreSQL: a batch of 1,000 small posts
-// is one INSERT of posts and one of events. Four INSERTs of 250 cost the
-// database more: the API's batches wrote about 0.73 of the posts/s of raw
-// 1,000-row INSERTs with them and 0.80 without. (PostgreSQL binds the rows
-// as arrays, database.InsertMany, so the statement's length does not grow
-// with them.)
-const maxInsertRows = 1000
-
-// maxInsertRowsSQLite is maxInsertRows on SQLite, whose driver binds
-// parameters in time quadratic in their number.
-const maxInsertRowsSQLite = 250
-
-// insertRowsOf is the most rows of one multi-row INSERT through tx.
-func insertRowsOf(tx *gorm.DB) int {
-	if database.DialectOf(tx) == database.SQLite {
-		return maxInsertRowsSQLite
-	}
-	return maxInsertRows
-}
-
 // ItemError is one refused field of one post of a batch.
 type ItemError struct {
 	// Index is the post's position in the batch, from 0.
@@ -266,15 +245,14 @@ func (s *Service) insertBatch(ctx context.Context, tx *gorm.DB, ins []CreateInpu
 	return posts, nil
 }
 
-// insertPosts writes posts, new, through tx in multi-row INSERTs of at
-// most insertRowsOf rows and maxInsertTextBytes of titles and contents
-// (a statement MariaDB's max_allowed_packet takes), their ids read back in
-// the rows' order (database.InsertMany).
+// insertPosts writes posts, new, through tx in multi-row INSERTs
+// (database.InsertMany) of at most maxInsertTextBytes of titles and
+// contents (a statement MariaDB's max_allowed_packet takes), their ids read
+// back in the rows' order.
 func insertPosts(tx *gorm.DB, posts []*Post) error {
-	rows := insertRowsOf(tx)
 	for start := 0; start < len(posts); {
 		end, size := start, 0
-		for end < len(posts) && end-start < rows && (end == start || size+len(posts[end].Title)+len(posts[end].Content) <= maxInsertTextBytes) {
+		for end < len(posts) && (end == start || size+len(posts[end].Title)+len(posts[end].Content) <= maxInsertTextBytes) {
 			size += len(posts[end].Title) + len(posts[end].Content)
 			end++
 		}
@@ -305,13 +283,8 @@ func appendCreatedEvents(tx *gorm.DB, posts []*Post) error {
 			evs[i].Traceparent = *p.Traceparent
 		}
 	}
-	rows := insertRowsOf(tx)
-	for start := 0; start < len(evs); start += rows {
-		if _, err := outbox.AppendMany(tx, evs[start:min(start+rows, len(evs))]); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := outbox.AppendMany(tx, evs)
+	return err
 }
 
 // batchRecord is the response column of a batch's idempotency key: what a
