@@ -16,18 +16,20 @@ import (
 	"gorm.io/gorm/schema"
 )
 
-// InsertMany inserts rows, a slice of a model's structs or pointers to
-// them, through tx in statements of at most insertRows rows, and sets each
-// row's primary key. Every creatable column of the model is written as the
-// row holds it.
+// InsertMany inserts rows, a slice of a model's structs or pointers to them,
+// through tx in statements of at most insertRows rows, and sets each row's
+// primary key. Every creatable column of the model is written as the row
+// holds it.
 //
-// On PostgreSQL the rows go as one array a column through unnest, bound
-// in binary (pgx's QueryExecModeDescribeExec): the statement stays a few
+// On PostgreSQL the rows go as one array a column through unnest, bound in
+// binary (pgx's QueryExecModeDescribeExec): the statement stays a few
 // hundred bytes whatever the number of rows, so the server neither parses
 // thousands of placeholders nor thousands of timestamps written as text,
-// which the pool's QueryExecModeExec would send. Elsewhere GORM writes them
-// in one multi-row INSERT. A taken unique key is gorm.ErrDuplicatedKey on
-// every database.
+// which the pool's QueryExecModeExec would send. Elsewhere GORM writes each
+// statement's rows as one multi-row INSERT. A taken unique key is
+// gorm.ErrDuplicatedKey on every database. A statement that fails leaves the
+// rows of those before it written: tx is to be a transaction, rolled back on
+// an error.
 func InsertMany(tx *gorm.DB, rows any) error {
 	rv := reflect.ValueOf(rows)
 	if rv.Kind() != reflect.Slice {

@@ -313,13 +313,14 @@ type groupResult struct {
 }
 
 // writeGroup writes group through tx: its unkeyed creates' posts, each its
-// member's (owner, trace, clock), and their CREATED events in one
-// multi-row INSERT each; then its other writes in post order, as every
-// writer of several posts locks them, so two groups changing the same
-// posts wait for each other, never in a circle. A write that returns
-// ErrConflict is refused alone; any other error fails the group. It builds
-// fresh posts per call: a retried transaction must not reuse the ids a
-// rolled-back attempt was given.
+// member's (owner, trace, clock), and their CREATED events in one multi-row
+// INSERT each (insertPosts splits the posts by text, and on SQLite
+// database.InsertMany splits both by 50 rows); then its other writes in post
+// order, as every writer of several posts locks them, so two groups changing
+// the same posts wait for each other, never in a circle. A write that
+// returns ErrConflict is refused alone; any other error fails the group. It
+// builds fresh posts per call: a retried transaction must not reuse the ids
+// a rolled-back attempt was given.
 func (s *Service) writeGroup(tx *gorm.DB, group []*groupedWrite) ([]groupResult, error) {
 	results := make([]groupResult, len(group))
 	var posts []*Post

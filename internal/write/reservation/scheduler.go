@@ -149,11 +149,13 @@ func (s *Scheduler) Config() SchedulerConfig { return s.cfg }
 // stop the others: it is counted, and the first such error is returned with
 // the counts after the run.
 //
-// A batch is one transaction of three statements: a locking read of the next
-// due posts (FOR UPDATE SKIP LOCKED on MySQL and PostgreSQL, so concurrent
-// schedulers take disjoint batches instead of waiting for each other; SQLite
-// has one writer, whose transaction begins IMMEDIATE), one UPDATE that marks
-// them WORKING, and one multi-row INSERT of their reservation events.
+// A batch is one transaction of three statements (more on SQLite): a locking
+// read of the next due posts (FOR UPDATE SKIP LOCKED on MySQL and
+// PostgreSQL, so concurrent schedulers take disjoint batches instead of
+// waiting for each other; SQLite has one writer, whose transaction begins
+// IMMEDIATE), one UPDATE that marks them WORKING, and one multi-row INSERT
+// of their reservation events (on SQLite one per 50 events,
+// database.InsertMany).
 func (s *Scheduler) RunOnce(ctx context.Context) (SchedulerResult, error) {
 	ctx, span := s.tracer().Start(ctx, "reservation run", trace.WithNewRoot())
 	defer span.End()
@@ -280,14 +282,15 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 }
 
 // markPosts moves posts RESERVED → WORKING in one UPDATE through tx and
-// appends their reservation events in one multi-row INSERT, returning the
-// posts it marked. The UPDATE matches a post only at the version and status
-// that were read, so a post changed since (which the locking read makes
-// impossible on MySQL and PostgreSQL, and SQLite's single writer on SQLite,
-// but a writer in the same transaction or a database without the lock could
-// still do) is left out; the events' dedup keys are the database-level guard
-// that a post never gets two reservation events. ctx is the run's: each
-// event's trace context comes from reservationTrace.
+// appends their reservation events in one multi-row INSERT (on SQLite one
+// per 50 events, outbox.AppendMany), returning the posts it marked. The
+// UPDATE matches a post only at the version and status that were read, so a
+// post changed since (which the locking read makes impossible on MySQL and
+// PostgreSQL, and SQLite's single writer on SQLite, but a writer in the same
+// transaction or a database without the lock could still do) is left out;
+// the events' dedup keys are the database-level guard that a post never gets
+// two reservation events. ctx is the run's: each event's trace context comes
+// from reservationTrace.
 func markPosts(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, posts []Post, now time.Time) (_ []Post, err error) {
 	pairs := make([]database.Pair, len(posts))
 	for i := range posts {
