@@ -35,9 +35,10 @@ func InsertMany(tx *gorm.DB, rows any) error {
 	if rv.Kind() != reflect.Slice {
 		return fmt.Errorf("insert many: rows must be a slice, got %T", rows)
 	}
-	per := insertRows(DialectOf(tx))
+	d := DialectOf(tx)
+	per := insertRows(d)
 	for start := 0; start < rv.Len(); start += per {
-		if err := insertStatement(tx, rv.Slice(start, min(start+per, rv.Len()))); err != nil {
+		if err := insertStatement(tx, d, rv.Slice(start, min(start+per, rv.Len()))); err != nil {
 			return err
 		}
 	}
@@ -62,10 +63,11 @@ func insertRows(d Dialect) int {
 	return 1000
 }
 
-// insertStatement is one statement of InsertMany: rv, a slice of rows.
-func insertStatement(tx *gorm.DB, rv reflect.Value) error {
+// insertStatement is one statement of InsertMany on tx, of dialect d: rv,
+// a slice of rows.
+func insertStatement(tx *gorm.DB, d Dialect, rv reflect.Value) error {
 	rows := rv.Interface()
-	if DialectOf(tx) != PostgreSQL {
+	if d != PostgreSQL {
 		return tx.Create(rows).Error
 	}
 	ctx := tx.Statement.Context
