@@ -201,7 +201,9 @@ func TestWorkerOnTheEmbeddedBrokerOfAnotherDatabaseIsRefused(t *testing.T) {
 	// On the serve's database, the worker reads its broker.
 	env := append(workerEnv(t.TempDir(), "right-database"), "POSTING_DATABASE_URL="+dbURL)
 	w := startBinary(t, strings.TrimPrefix(env[3], "POSTING_WORKER_HTTP_ADDR="), env, "worker")
-	require.Contains(t, w.Out.String(), "broker=kafka broker_addr="+brokerAddr)
+	// Ready before its log reaches Out: the output is copied from a pipe.
+	require.Eventually(t, func() bool { return strings.Contains(w.Out.String(), "broker=kafka broker_addr="+brokerAddr) },
+		10*time.Second, 20*time.Millisecond, "the worker names the broker it reads")
 	require.Eventually(t, func() bool { return slices.Contains(groupsOf(t, brokerAddr), "right-database") },
 		30*time.Second, 100*time.Millisecond, "the worker joined its group")
 	w.Terminate(t)
