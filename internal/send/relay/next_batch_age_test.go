@@ -33,9 +33,12 @@ func TestNextBatchThatAgedWhileTheDatabaseAnsweredSlowlyIsClaimedAfresh(t *testi
 		b := setup(t, db)
 		rows := b.appendRounds(t, 8, 2)
 
-		// The first read of the database's clock once armed takes 600 ms:
-		// more than a tenth of the stale limit, less than the limit.
-		const staleAfter, stall = time.Second, 600 * time.Millisecond
+		// The first read of the database's clock once armed takes 1.8 s:
+		// more than a tenth of the stale limit, less than the limit. (A
+		// tenth of it, 300 ms, is also how long a pipelined claim of the
+		// next batch may take before it is given up, so the limit leaves a
+		// loaded database room for the claims that must succeed.)
+		const staleAfter, stall = 3 * time.Second, 1800 * time.Millisecond
 		var armed, stalled atomic.Bool
 		databasetest.Before(t, db.DB, databasetest.StmtRow|databasetest.StmtQuery, func(tx *gorm.DB) {
 			if armed.Load() && isClockRead(tx.Statement.SQL.String()) && stalled.CompareAndSwap(false, true) {
@@ -81,8 +84,13 @@ func TestNextBatchThatAgedWhileTheDatabaseAnsweredSlowlyIsClaimedAfresh(t *testi
 		for relaytest.CountByStatus(t, db.DB)[outbox.StatusSent] < int64(len(rows)) {
 			require.True(t, time.Now().Before(deadline), "not all sent: %v", relaytest.CountByStatus(t, db.DB))
 			for _, r := range []*Relay{a, other} {
+				// A next batch whose claim outlasts a tenth of the stale
+				// limit is given up (and handed back by the next poll):
+				// the relay's answer to a slow database, not a failure.
 				_, err := r.Pump(ctx)
-				require.NoError(t, err)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					require.NoError(t, err)
+				}
 				_, err = r.Flush(ctx)
 				require.NoError(t, err)
 			}
