@@ -214,7 +214,8 @@ func returnedIDs(rows *sql.Rows, err error) ([]int64, error) {
 
 // rawBatchInsertRows is the most rows of one INSERT of RawBatchCreate, on
 // every database: in plain SQL, four INSERTs of 250 rows took about 0.6 of
-// the time of one of 1,000 on PostgreSQL. The service splits its own
+// the time of one of 1,000 on PostgreSQL; on MariaDB 250 rows wrote as fast
+// as 1,000 and on SQLite as fast as 50. The service splits its own
 // differently (database.InsertMany: 1,000 rows, bound as arrays on
 // PostgreSQL; 50 on SQLite).
 const rawBatchInsertRows = 250
