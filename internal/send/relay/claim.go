@@ -13,22 +13,31 @@ import (
 // batch claimed now, in the transaction that writes the deferred
 // acknowledgements; with expect, without a look for a due row first (see
 // claim).
-func (r *Relay) claimBatch(ctx context.Context, expect bool, res *Result) ([]outbox.Message, error) {
-	// A batch a pipelined poll claimed during the previous send goes first.
-	msgs, claimedAt := r.pending.takeNext()
-	if len(msgs) > 0 && time.Since(claimedAt) <= r.maxNextAge() {
-		return msgs, nil
-	}
-	if len(msgs) > 0 {
-		// The send before took long: sending this batch now could outlast
-		// the stale limit and meet another instance's recovery of it. Hand
-		// it back (no attempt spent) and claim afresh.
-		fenced, err := r.store.Release(ctx, msgs)
-		if err != nil {
-			r.pending.putBackNext(msgs)
-			return nil, fmt.Errorf("release a batch claimed too long ago: %w", err)
+func (r *Relay) claimBatch(ctx context.Context, expect bool, res *Result) (toSend, error) {
+	// A batch a pipelined poll claimed during the previous send goes
+	// first, once the database has answered this poll (a read of its
+	// clock): nothing is sent while the database is away, where its results
+	// could not be written, and the batch's age counts the wait for that
+	// answer.
+	next := r.pending.takeNext()
+	if len(next.msgs) > 0 {
+		if _, err := r.store.Now(ctx); err != nil {
+			r.pending.setNext(next)
+			return toSend{}, err
 		}
-		res.Released, res.Fenced = res.Released+len(msgs)-fenced, res.Fenced+fenced
+		if time.Since(next.began) <= r.maxNextAge() {
+			return next, nil
+		}
+		// The send before took long, or the database answered slowly:
+		// sending this batch now could outlast the stale limit and meet
+		// another instance's recovery of it. Hand it back (no attempt
+		// spent) and claim afresh.
+		fenced, err := r.store.Release(ctx, next.msgs)
+		if err != nil {
+			r.pending.setNext(next)
+			return toSend{}, fmt.Errorf("release a batch claimed too long ago: %w", err)
+		}
+		res.Released, res.Fenced = res.Released+len(next.msgs)-fenced, res.Fenced+fenced
 	}
 	// A zero time: the claim is stamped by the database's clock inside its
 	// transaction, not with now, which the work above (or a wait for a
@@ -42,11 +51,12 @@ func (r *Relay) claimBatch(ctx context.Context, expect bool, res *Result) ([]out
 		ctx, cancel = context.WithTimeout(ctx, r.cfg.WriteTimeout)
 		defer cancel()
 	}
+	began := time.Now()
 	c := r.claim(ctx, acked, ackedAt, expect)
 	if err := r.tookClaim(c, res); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return toSend{}, fmt.Errorf("claim: %w", err)
 	}
-	return c.msgs, nil
+	return c.toSend(began), nil
 }
 
 // claimed is the outcome of a claim (claim): before a send, or beside one.
@@ -58,6 +68,19 @@ type claimed struct {
 	// wrote, or kept when it failed.
 	acked   []outbox.Message
 	ackedAt time.Time
+	// answered is when the claim returned, by this process's clock.
+	answered time.Time
+}
+
+// toSend is the batch c took, its claim begun at began. Its clock starts
+// from the stamp of its rows (claimed_at, the database's time inside the
+// claim's transaction) at the claim's answer, which came after the stamp.
+func (c claimed) toSend(began time.Time) toSend {
+	b := toSend{msgs: c.msgs, began: began}
+	if len(c.msgs) > 0 && c.msgs[0].ClaimedAt != nil {
+		b.clock = sharedClock{at: *c.msgs[0].ClaimedAt, since: c.answered}
+	}
+	return b
 }
 
 // maxNextAge is how old a batch claimed for the next poll may be when that
@@ -82,11 +105,12 @@ func (r *Relay) claim(ctx context.Context, acked []outbox.Message, ackedAt time.
 		store = store.ExpectingRows()
 	}
 	msgs, fenced, err := store.MarkSentAndClaim(ctx, acked, ackedAt, r.owner, size, time.Time{})
+	answered := time.Now()
 	msgs, err = r.hooks.answer(msgs, err)
 	if err == nil {
 		r.batch.observe(size, len(msgs))
 	}
-	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt}
+	return claimed{msgs: msgs, fenced: fenced, err: err, acked: acked, ackedAt: ackedAt, answered: answered}
 }
 
 // tookClaim counts what the claim c wrote and took. When it failed,

@@ -27,8 +27,7 @@ func (r *Relay) flushKept(ctx context.Context, wait bool) (Result, error) {
 	var res Result
 	// A batch claimed for the next poll goes back unchanged: no attempt
 	// spent, and the version bump fences nothing of ours.
-	next, _ := r.pending.takeNext()
-	r.pending.keepToRelease(next...)
+	r.pending.keepToRelease(r.pending.takeNext().msgs...)
 	// Rows whose send got no answer go back once their request is torn
 	// down (within the sender's bound); those still not settled when ctx
 	// ends stay PROCESSING for stale recovery.

@@ -61,13 +61,11 @@ type pending struct {
 	// for its rows (while they stay PROCESSING at the claim's version).
 	unrecorded []outbox.Message
 	// next is a batch claimed by a Pump while the batch before was being
-	// sent: PROCESSING under the relay's claim, not sent yet. The next poll
-	// sends it before it claims anything; Flush releases it (PENDING again,
-	// no attempt spent) when the relay stops or pauses.
-	next []outbox.Message
-	// nextAt is when the claim of next began, by this process's monotonic
-	// clock: a batch older than maxNextAge is released, not sent.
-	nextAt time.Time
+	// sent (or claimed by a poll stopped before its send): PROCESSING under
+	// the relay's claim, not sent yet. The next poll sends it before it
+	// claims anything, unless it is older than maxNextAge; Flush releases
+	// it (PENDING again, no attempt spent) when the relay stops or pauses.
+	next toSend
 }
 
 // unsettledRow is a row whose send ended without an answer, and the
@@ -170,25 +168,18 @@ func (p *pending) leaveUnrecorded(msgs ...outbox.Message) {
 	p.unrecorded = append(p.unrecorded, msgs...)
 }
 
-// setNext keeps msgs, claimed at at, for the next poll to send first.
-func (p *pending) setNext(msgs []outbox.Message, at time.Time) {
-	p.next, p.nextAt = msgs, at
-}
+// setNext keeps b for the next poll to send first.
+func (p *pending) setNext(b toSend) { p.next = b }
 
-// takeNext returns the batch kept for the next poll and when its claim
-// began, and keeps none. The time stays: a batch put back keeps it.
-func (p *pending) takeNext() ([]outbox.Message, time.Time) {
-	msgs := p.next
-	p.next = nil
-	return msgs, p.nextAt
+// takeNext returns the batch kept for the next poll, and keeps none.
+func (p *pending) takeNext() toSend {
+	b := p.next
+	p.next = toSend{}
+	return b
 }
-
-// putBackNext keeps msgs for the next poll again, as of the time of the
-// last batch set.
-func (p *pending) putBackNext(msgs []outbox.Message) { p.next = msgs }
 
 // hasNext reports whether a batch waits for the next poll.
-func (p *pending) hasNext() bool { return len(p.next) > 0 }
+func (p *pending) hasNext() bool { return len(p.next.msgs) > 0 }
 
 // markClaimLost notes that a claim returned an error: its commit may have
 // gone through, so the next write reads back the claims and releases those
@@ -208,7 +199,7 @@ func (p *pending) clearClaimLost() { p.lostClaim = false }
 // stale recovery (or anything else) has moved it on, it is forgotten.
 func (p *pending) lostRows(owned []outbox.Message) []outbox.Message {
 	held := map[int64]bool{}
-	for _, m := range slices.Concat(p.acked, p.next, p.unreleased) {
+	for _, m := range slices.Concat(p.acked, p.next.msgs, p.unreleased) {
 		held[m.ID] = true
 	}
 	for _, u := range p.unsettled {
@@ -235,6 +226,6 @@ func (p *pending) lostRows(owned []outbox.Message) []outbox.Message {
 // release (the next batch and unanswered rows included), rejections, or the
 // read-back of a lost claim. Unrecorded rows are stale recovery's, not due.
 func (p *pending) needsWrite() bool {
-	return len(p.acked) > 0 || len(p.unreleased) > 0 || len(p.next) > 0 || len(p.unsettled) > 0 ||
+	return len(p.acked) > 0 || len(p.unreleased) > 0 || len(p.next.msgs) > 0 || len(p.unsettled) > 0 ||
 		len(p.unfailed) > 0 || p.lostClaim
 }

@@ -37,8 +37,7 @@ func TestPendingStartsWithNothingToWrite(t *testing.T) {
 	require.True(t, at.IsZero())
 	require.Empty(t, p.takeToRelease())
 	require.Empty(t, p.takeFailures())
-	next, _ := p.takeNext()
-	require.Empty(t, next)
+	require.Empty(t, p.takeNext().msgs)
 	require.Empty(t, p.lostRows(nil))
 }
 
@@ -161,25 +160,22 @@ func TestPendingSettleWaitsUntilCtxEnds(t *testing.T) {
 	require.True(t, p.needsWrite(), "row 2 is still held")
 }
 
-// The batch kept for the next poll is taken with the time its claim began;
-// a batch put back keeps the time of the last one set.
+// The batch kept for the next poll is taken with the time its claim began
+// and its clock, and taken once.
 func TestPendingNextBatchKeepsItsClaimTime(t *testing.T) {
 	var p pending
-	p.setNext(testRows(1, 2), t0)
+	clock := sharedClock{at: t0.Add(time.Hour), since: t0}
+	p.setNext(toSend{msgs: testRows(1, 2), began: t0, clock: clock})
 	require.True(t, p.hasNext())
 	require.True(t, p.needsWrite(), "a flush releases it")
 
-	next, at := p.takeNext()
-	require.Equal(t, []int64{1, 2}, msgIDs(next))
-	require.Equal(t, t0, at)
+	next := p.takeNext()
+	require.Equal(t, []int64{1, 2}, msgIDs(next.msgs))
+	require.Equal(t, t0, next.began)
+	require.Equal(t, clock, next.clock)
 	require.False(t, p.hasNext())
 	require.False(t, p.needsWrite())
-
-	p.putBackNext(next)
-	require.True(t, p.hasNext())
-	next, at = p.takeNext()
-	require.Equal(t, []int64{1, 2}, msgIDs(next))
-	require.Equal(t, t0, at)
+	require.Empty(t, p.takeNext().msgs)
 }
 
 func TestPendingLostClaimIsDueUntilCleared(t *testing.T) {
@@ -197,7 +193,7 @@ func TestPendingLostClaimIsDueUntilCleared(t *testing.T) {
 func TestPendingLostRowsAreThoseHeldNowhere(t *testing.T) {
 	var p pending
 	p.deferAcks(testRows(1), t0)
-	p.setNext(testRows(2), t0)
+	p.setNext(toSend{msgs: testRows(2), began: t0})
 	p.keepToRelease(testRows(3)...)
 	p.holdUnanswered(testRows(4)[0], make(chan struct{}))
 	p.keepFailures(outbox.Failure{Message: testRows(5)[0]})

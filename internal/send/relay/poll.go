@@ -64,27 +64,26 @@ func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error)
 	defer r.pollMu.Unlock()
 	// Two clocks: the app's decides when this relay looks again; the
 	// database's (shared by every instance) is what claims, retries and
-	// stale recovery are written and compared in.
+	// stale recovery are written and compared in. A poll that claims its
+	// batch reads the database's clock only inside the claim's
+	// transaction, which stamps the rows; what the poll writes after the
+	// send is timed from that stamp (toSend.clock).
 	appNow := r.cfg.Now()
 	defer func() {
 		if err != nil && ctx.Err() == nil {
 			r.troubleUntil = appNow.Add(r.cfg.StaleAfter)
 		}
 	}()
-	now, err := r.store.Now(ctx)
-	if err != nil {
-		return res, err
-	}
-	clock := newSharedClock(now)
 	if err := r.releaseKept(ctx, &res); err != nil {
 		return res, err
 	}
-	if err := r.recoverStale(ctx, appNow, now, &res); err != nil {
+	if err := r.recoverStale(ctx, appNow, &res); err != nil {
 		return res, err
 	}
 
 	claimStart := time.Now()
-	msgs, err := r.claimBatch(ctx, mode.expect, &res)
+	b, err := r.claimBatch(ctx, mode.expect, &res)
+	msgs := b.msgs
 	if err != nil || len(msgs) == 0 {
 		return res, err
 	}
@@ -93,7 +92,7 @@ func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error)
 	r.hooks.claimed()
 	if err := ctx.Err(); err != nil {
 		// Kept for Flush, which releases them; after a crash, stale recovery.
-		r.pending.putBackNext(msgs)
+		r.pending.setNext(b)
 		return res, fmt.Errorf("stopped between claim and send, %d rows not sent: %w", len(msgs), err)
 	}
 
@@ -108,7 +107,7 @@ func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error)
 	// committed meanwhile, and the loop takes the wake): that claim can
 	// write this batch's acknowledgements.
 	more := mode.followed || (mode.pipelined && len(r.wake) > 0)
-	res, err = r.recordBatch(ctx, msgs, errs, res, clock, more)
+	res, err = r.recordBatch(ctx, msgs, errs, res, b.clock, more)
 	return res, errors.Join(err, claimErr)
 }
 
@@ -124,7 +123,7 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 	}
 	acked, ackedAt := r.pending.takeAcks()
 	nextc := make(chan claimed, 1)
-	nextAt := time.Now()
+	began := time.Now()
 	// This batch's results are written only once the claim has
 	// returned, so a claim stuck on the database (a lock wait, a
 	// dropped connection not timed out yet) would hold this batch
@@ -143,18 +142,27 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 	if err := r.tookClaim(c, res); err != nil {
 		return errs, fmt.Errorf("claim the next batch: %w", err)
 	}
-	r.pending.setNext(c.msgs, nextAt)
+	r.pending.setNext(c.toSend(began))
 	return errs, nil
 }
 
-// sharedClock is the database's time read at the start of a poll, moved on
-// by this process's monotonic clock: later times of the poll (sent_at, a
-// retry's next_attempt_at) need no second read, and no wall clock enters.
-type sharedClock struct {
-	at    time.Time // the database's time when read
-	since time.Time // this process's time then, with its monotonic reading
+// toSend is a claimed batch on its way to the broker: its rows, when its
+// claim began (by this process's monotonic clock), and the database's clock
+// as of its claim.
+type toSend struct {
+	msgs  []outbox.Message
+	began time.Time
+	clock sharedClock
 }
 
-func newSharedClock(at time.Time) sharedClock { return sharedClock{at: at, since: time.Now()} }
+// sharedClock is the database's time as a claim stamped it, moved on by
+// this process's monotonic clock from the claim's answer: what a poll writes
+// after its send (sent_at, a retry's next_attempt_at) needs no read of the
+// database's clock, no wall clock enters, and it is never earlier than the
+// rows' claimed_at.
+type sharedClock struct {
+	at    time.Time // the database's time of the stamp
+	since time.Time // this process's time when the claim answered, with its monotonic reading
+}
 
 func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }

@@ -24,7 +24,7 @@ func (r *Relay) recordBatch(ctx context.Context, msgs []outbox.Message, errs []e
 	}
 	// The broker is unreachable: hand the next batch back too rather
 	// than hold it over the outage backoff.
-	next, _ := r.pending.takeNext()
+	next := r.pending.takeNext().msgs
 	fenced, rerr := r.store.Release(wctx, next)
 	if rerr != nil {
 		r.pending.keepToRelease(next...)

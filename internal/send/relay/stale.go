@@ -9,8 +9,8 @@ import (
 // recoverStale hands back the claims of dead instances
 // (outbox.Store.RecoverStale), after writing this relay's deferred
 // acknowledgements, at most once per Interval. appNow is the relay's
-// clock, now the database's.
-func (r *Relay) recoverStale(ctx context.Context, appNow, now time.Time, res *Result) error {
+// clock; claims are judged by the database's, read here.
+func (r *Relay) recoverStale(ctx context.Context, appNow time.Time, res *Result) error {
 	// Polls follow each other at once while full batches come; looking for
 	// stale claims once per interval is enough (a claim is stale only after
 	// StaleAfter, which is more than two intervals), and saves a read of
@@ -38,6 +38,10 @@ func (r *Relay) recoverStale(ctx context.Context, appNow, now time.Time, res *Re
 	// outage counts toward every claim's age, and the instance holding
 	// one may be waiting to write its kept results, not dead.
 	if !appNow.Before(r.troubleUntil) {
+		now, err := r.store.Now(ctx)
+		if err != nil {
+			return err
+		}
 		rec, err := r.store.RecoverStale(ctx, now.Add(-r.cfg.StaleAfter), *r.cfg.MaxRetries, now.Add(r.cfg.RetryBase))
 		if err != nil {
 			return fmt.Errorf("recover stale claims: %w", err)
