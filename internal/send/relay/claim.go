@@ -21,11 +21,20 @@ func (r *Relay) claimBatch(ctx context.Context, expect bool, res *Result) (toSen
 	// answer.
 	next := r.pending.takeNext()
 	if len(next.msgs) > 0 {
-		if _, err := r.store.Now(ctx); err != nil {
+		now, err := r.store.Now(ctx)
+		if err != nil {
 			r.pending.setNext(next)
 			return toSend{}, err
 		}
 		if time.Since(next.began) <= r.maxNextAge() {
+			// What the poll writes after the send is timed by that answer
+			// when the database's clock moved on more than the batch's
+			// (a failover to a server ahead, a suspended host): a retry's
+			// backoff counts from the database's time, as claims compare
+			// it. Never earlier than the claim's stamp.
+			if next.clock.now().Before(now) {
+				next.clock = sharedClock{at: now, since: time.Now()}
+			}
 			return next, nil
 		}
 		// The send before took long, or the database answered slowly:
