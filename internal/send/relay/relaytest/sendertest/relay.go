@@ -180,8 +180,8 @@ func fourRelaysDeliverEveryEventOnce(t *testing.T, newBroker func(*testing.T) Br
 //
 // The delay the relay chose is read as next_attempt_at minus the sent_at of
 // a row acknowledged in the same poll: the relay writes both from the one
-// time its poll records at (the database's time read at the poll's start,
-// moved on by its monotonic clock while it claims and sends). Measured
+// time its poll records at (the database's time that stamped the claim,
+// moved on by its monotonic clock from the claim's answer). Measured
 // against the test's hand clock instead, it would include how long the
 // poll took (the first one connects to the broker), and the windows of two
 // retries touch (RetryBase 1s: [0.5s, 1s], then [1s, 2s]): a slow first poll
