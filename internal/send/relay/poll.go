@@ -155,14 +155,15 @@ type toSend struct {
 	clock sharedClock
 }
 
-// sharedClock is the database's time as a claim stamped it, moved on by
-// this process's monotonic clock from the claim's answer: what a poll writes
-// after its send (sent_at, a retry's next_attempt_at) needs no read of the
-// database's clock, no wall clock enters, and it is never earlier than the
+// sharedClock is the database's time as a claim stamped it (or, for a batch
+// kept for the next poll, as that poll read it when later), moved on by this
+// process's monotonic clock from that answer: what a poll writes after its
+// send (sent_at, a retry's next_attempt_at) needs no read of the database's
+// clock of its own, no wall clock enters, and it is never earlier than the
 // rows' claimed_at.
 type sharedClock struct {
-	at    time.Time // the database's time of the stamp
-	since time.Time // this process's time when the claim answered, with its monotonic reading
+	at    time.Time // the database's time of the stamp or the later read
+	since time.Time // this process's time when the database answered, with its monotonic reading
 }
 
 func (c sharedClock) now() time.Time { return c.at.Add(time.Since(c.since)) }
