@@ -32,6 +32,10 @@ type Store struct {
 	// clock is the time every instance compares against: the database's,
 	// read through db (the pool, or a transaction of it).
 	clock func(ctx context.Context, db *gorm.DB) (time.Time, error)
+	// clockInReads: the clock is a server's (MySQL, PostgreSQL) and not
+	// replaced (WithClock), so a claim takes it as a column of its read of
+	// candidates instead of reading it first (see candidates).
+	clockInReads bool
 	// deferAcks makes DefersAcksToNextClaim true on every dialect (tests).
 	deferAcks bool
 	// expectRows skips MarkSentAndClaim's plain read before its
@@ -42,7 +46,7 @@ type Store struct {
 // NewStore returns a Store on db. It panics on a dialect without a
 // database.Driver, which database.Open never returns.
 func NewStore(db *database.DB) *Store {
-	return &Store{db: db.DB, drv: db.Driver(), clock: database.Now}
+	return &Store{db: db.DB, drv: db.Driver(), clock: database.Now, clockInReads: db.Dialect != database.SQLite}
 }
 
 // WithClock returns a copy of the store whose Now reads now instead of the
@@ -50,6 +54,7 @@ func NewStore(db *database.DB) *Store {
 func (s *Store) WithClock(now func() time.Time) *Store {
 	c := *s
 	c.clock = func(context.Context, *gorm.DB) (time.Time, error) { return database.Normalize(now()), nil }
+	c.clockInReads = false
 	return &c
 }
 
@@ -138,7 +143,9 @@ func (s *Store) ExpectingRows() *Store {
 // its locks are held: the claim is stamped with the time it is taken, not
 // the time its caller started, which a wait for the database (a lock held by
 // another transaction, a busy SQLite file) would have made older than it is,
-// up to stale for other instances before the send has begun.
+// up to stale for other instances before the send has begun. On MySQL and
+// PostgreSQL the clock comes with the claim's read of its candidates, a
+// column of that statement, not a round trip of its own (see candidates).
 func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
 	now time.Time) (claimed []Message, fenced int, err error) {
 	fresh := now.IsZero()
@@ -152,7 +159,7 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 		// every transaction takes the one write lock at BEGIN).
 		if !s.expectRows {
 			at := now
-			if fresh {
+			if fresh && !s.clockInReads {
 				if at, err = s.Now(ctx); err != nil {
 					return nil, 0, err
 				}
@@ -174,7 +181,7 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 			return nil
 		}
 		now := now
-		if fresh {
+		if fresh && !s.clockInReads {
 			var err error
 			if now, err = s.clock(ctx, tx); err != nil {
 				return err
@@ -215,6 +222,9 @@ const claimRounds = 4
 // head until it is itself claimed (see claimRows); every id is locked and
 // re-checked by claimRows, so it is claimed only while still due and
 // unclaimed.
+//
+// A zero now is the database's clock as the first window's read gives it
+// (candidates), which every later window and the claim's stamp then use.
 func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) ([]Message, error) {
 	var (
 		claimed []Message
@@ -229,6 +239,9 @@ func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) 
 		}
 		if len(window) == 0 {
 			break
+		}
+		if now.IsZero() {
+			now = database.Normalize(window[0].Now)
 		}
 		after = &window[len(window)-1]
 		// The cursor reads past the ids tried; the set only guards against
@@ -391,6 +404,11 @@ func sortClaimed(rows []Message) {
 // column (migration 00004), is the aggregate id exactly for those rows, so
 // the check is one dive into idx_outbox_unsent_aggregate_id that skips the
 // aggregate's SENT history.
+//
+// A zero now is the database's clock (database.NowExpr), read by this
+// statement: each row carries it (candidate.Now), and a claim stamps its rows
+// with it, without a round trip of its own for the clock between a commit
+// and its send.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
 	next, args := "", []any(nil)
 	if after != nil {
@@ -398,6 +416,10 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candida
 		// the status.
 		c := s.drv.After("o.created", "o.id", after.Created, after.ID)
 		next, args = " AND "+c.SQL, c.Vars
+	}
+	clock := clause.Expr{SQL: "?", Vars: []any{now}}
+	if now.IsZero() {
+		clock = database.NowExpr(tx)
 	}
 	part := func(due, alias string) string {
 		return `SELECT id, created FROM (
@@ -407,10 +429,17 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candida
 	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
 	ORDER BY o.created, o.id LIMIT ?) ` + alias
 	}
-	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= ?", "r") +
+	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= "+clock.SQL, "r") +
 		"\nORDER BY created, id LIMIT ?"
-	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry, now)
-	vars = append(append(vars, args...), limit, limit)
+	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry)
+	vars = append(append(append(vars, clock.Vars...), args...), limit, limit)
+	if now.IsZero() {
+		// The clock as a column outside the union: inside, PostgreSQL
+		// would sort the two scans' rows instead of merging them in index
+		// order.
+		q = "SELECT id, created, " + clock.SQL + " AS db_now FROM (\n" + q + ") w ORDER BY created, id"
+		vars = append(slices.Clip(clock.Vars), vars...)
+	}
 	var rows []candidate
 	if err := tx.Raw(q, vars...).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("find claim candidates: %w", err)
@@ -418,11 +447,13 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candida
 	return rows, nil
 }
 
-// candidate is a row candidates found: its id, and its created for the
-// next window to start after.
+// candidate is a row candidates found: its id, its created for the next
+// window to start after, and the time the read was compared with (the
+// database's clock when candidates read it).
 type candidate struct {
 	ID      int64
 	Created time.Time
+	Now     time.Time `gorm:"column:db_now"`
 }
 
 // MarkSent records the broker's acknowledgement of claimed rows: SENT with
