@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -19,7 +20,10 @@ import (
 // the session's costs favour parallel plans. Over a spike's outbox the
 // planner chose two workers for it, whose start cost several times what
 // the read of the first 1,000 heads of an index does (migration 00013).
-// The statement is the one the claim runs, captured as it runs it.
+// Its two index scans, PENDING and due RETRY, are merged in (created, id)
+// order, not sorted, also when the read carries the database's clock as a
+// column (the relay's claims). The statements are the ones the claims run,
+// captured as they run them.
 func TestClaimReadsABacklogWithoutParallelWorkers(t *testing.T) {
 	t.Parallel()
 	db := databasetest.New(t, database.PostgreSQL)
@@ -39,20 +43,34 @@ func TestClaimReadsABacklogWithoutParallelWorkers(t *testing.T) {
 	var vars []any
 	databasetest.After(t, db.DB, databasetest.StmtRow, func(tx *gorm.DB) {
 		q := tx.Statement.SQL.String()
-		if _, inTx := tx.Statement.ConnPool.(gorm.TxCommitter); inTx && strings.HasPrefix(strings.TrimSpace(q), "SELECT id, created FROM (") {
+		if _, inTx := tx.Statement.ConnPool.(gorm.TxCommitter); inTx && strings.Contains(q, "SELECT id, created FROM (") {
 			mu.Lock()
 			defer mu.Unlock()
 			sql, vars = q, append([]any(nil), tx.Statement.Vars...)
 		}
 	})
-	claimed, err := outbox.NewStore(db).Claim(context.Background(), "plan-test", 1000, t0)
-	require.NoError(t, err)
-	require.Len(t, claimed, 1000)
-	mu.Lock()
-	require.NotEmpty(t, sql, "the claim's candidate read was not captured")
-	stmt, args := sql, vars
-	mu.Unlock()
+	// With a given time, and with the database's clock (a zero time).
+	for _, now := range []time.Time{t0, {}} {
+		mu.Lock()
+		sql = ""
+		mu.Unlock()
+		claimed, err := outbox.NewStore(db).Claim(context.Background(), "plan-test", 1000, now)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1000)
+		mu.Lock()
+		require.NotEmpty(t, sql, "the claim's candidate read was not captured")
+		stmt, args := sql, vars
+		mu.Unlock()
+		plan := explainCheaplyParallel(t, db, stmt, args)
+		require.NotContains(t, plan, "Gather", "the claim's read is planned in parallel:\n%s", plan)
+		require.Contains(t, plan, "Merge Append", "the claim's two scans are not merged in order:\n%s", plan)
+	}
+}
 
+// explainCheaplyParallel is the plan of stmt with args under costs that
+// make parallel plans cheap.
+func explainCheaplyParallel(t *testing.T, db *database.DB, stmt string, args []any) string {
+	t.Helper()
 	var plan []string
 	require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
 		// Parallel plans made cheap for the planner: over the backlog of a
@@ -78,5 +96,5 @@ func TestClaimReadsABacklogWithoutParallelWorkers(t *testing.T) {
 		}
 		return rows.Err()
 	}))
-	require.NotContains(t, strings.Join(plan, "\n"), "Gather", "the claim's read is planned in parallel:\n%s", strings.Join(plan, "\n"))
+	return strings.Join(plan, "\n")
 }

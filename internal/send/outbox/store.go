@@ -406,9 +406,12 @@ func sortClaimed(rows []Message) {
 // aggregate's SENT history.
 //
 // A zero now is the database's clock (database.NowExpr), read by this
-// statement: each row carries it (candidate.Now), and a claim stamps its rows
-// with it, without a round trip of its own for the clock between a commit
-// and its send.
+// statement: each row carries a reading of it (candidate.Now), and a claim
+// stamps its rows with the first row's, without a round trip of its own for
+// the clock between a commit and its send. On PostgreSQL the RETRY rows'
+// due check may read the clock a little later than that: a row that came
+// due in between is then refused by the claim's re-check against the stamp
+// (claimRows) and left to the next claim, never claimed before it is due.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
 	next, args := "", []any(nil)
 	if after != nil {
@@ -448,8 +451,8 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candida
 }
 
 // candidate is a row candidates found: its id, its created for the next
-// window to start after, and the time the read was compared with (the
-// database's clock when candidates read it).
+// window to start after, and, when candidates read the database's clock,
+// that reading.
 type candidate struct {
 	ID      int64
 	Created time.Time

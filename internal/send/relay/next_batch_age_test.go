@@ -159,7 +159,9 @@ func isClockRead(query string) bool {
 // the claim's own read, where outside one it is the poll's plain look for a
 // due row before it opens its write transaction.
 func candidatesRead(tx *gorm.DB) (read, inTx bool) {
-	if !strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "SELECT id, created FROM (") {
+	// Read with a given time, or with the database's clock as a column
+	// around the same query.
+	if !strings.Contains(tx.Statement.SQL.String(), "SELECT id, created FROM (") {
 		return false, false
 	}
 	_, inTx = tx.Statement.ConnPool.(gorm.TxCommitter)

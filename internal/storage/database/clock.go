@@ -40,9 +40,11 @@ func Now(ctx context.Context, db *gorm.DB) (time.Time, error) {
 
 // NowExpr is Now as a value of a statement of db: the database's time when
 // that statement runs, so that a conditional write decides by it without a
-// read of the clock first. It is CURRENT_TIMESTAMP(6) on MySQL and
-// clock_timestamp() on PostgreSQL; on SQLite, whose clock is the host's,
-// the host's time as a parameter.
+// read of the clock first. It is CURRENT_TIMESTAMP(6) on MySQL, one value
+// for the statement, and clock_timestamp() on PostgreSQL, read again where
+// the statement evaluates it, so that its rows may see times microseconds
+// apart; on SQLite, whose clock is the host's, the host's time as a
+// parameter.
 func NowExpr(db *gorm.DB) clause.Expr {
 	if d := driverFor(DialectOf(db)); d != nil {
 		return d.NowExpr()
