@@ -83,7 +83,15 @@ func insertStatement(tx *gorm.DB, d Dialect, rv reflect.Value) error {
 		// untraced posts without publishBy leaves out 12 of the 31 columns
 		// of its posts and events, and was written in about 0.9 of the
 		// time on MariaDB and on SQLite.
-		return tx.Omit(nullColumns(ctx, stmt.Schema, rv)...).Create(rows).Error
+		// On a session of its own: tx may be a chained handle (tx.Set,
+		// tx.Clauses) whose statement is the caller's, and Omit there would
+		// stay on it for the caller's later Creates. The caller's own
+		// Omits are kept.
+		if null := nullColumns(ctx, stmt.Schema, rv); len(null) > 0 {
+			tx = tx.Session(&gorm.Session{})
+			tx = tx.Omit(append(slices.Clone(tx.Statement.Omits), null...)...)
+		}
+		return tx.Create(rows).Error
 	}
 	err := unnestInsert(ctx, tx, stmt.Schema, rv)
 	if err != nil && (postgresDriver{}).IsDuplicateKey(err) {
