@@ -2,20 +2,15 @@ package database_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
-	"gorm.io/plugin/optimisticlock"
 
-	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
-	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
 // manyPost is a few columns of the posts table, among them a nullable
@@ -176,50 +171,4 @@ func TestMySQLWithAnAutoIncrementStepOtherThanOneIsRefusedAtOpen(t *testing.T) {
 	require.NoError(t, err)
 	insertThree(t, db)
 	require.NoError(t, db.Close())
-}
-
-// InsertMany leaves out of a statement each nullable column that is NULL in
-// all its rows: on the posts and outbox tables, as the service writes them,
-// such rows read back with every nullable column NULL, and rows with every
-// one set read back with the values given.
-func TestInsertManyLeavesNullColumnsNull(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		t.Parallel()
-		now := database.Normalize(time.Now())
-		post := func(set bool) *reservation.Post {
-			p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusReserved, ScheduledAt: now.Add(time.Hour),
-				CreatedAt: now, UpdatedAt: now, OwnerID: "o", Version: optimisticlock.Version{Int64: 1, Valid: true}}
-			if set {
-				tp, at, series := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", now.Add(2*time.Hour), int64(7)
-				p.PublishedAt, p.Traceparent, p.PublishBy, p.PublishClaimedAt, p.SeriesID, p.Occurrence = &at, &tp, &at, &at, &series, &at
-			}
-			return p
-		}
-		message := func(i int, set bool) outbox.Message {
-			m := outbox.Message{EventID: fmt.Sprintf("0190a000-0000-7000-8000-%012d", i), EventType: "POSTING_EVENT", AggregateID: 1,
-				Payload: `{}`, Created: now, Status: outbox.StatusPending, Version: 1, NextAttemptAt: now}
-			if set {
-				by, key, tp, lastErr := "relay", fmt.Sprint("key ", i), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "refused"
-				m.ClaimedBy, m.ClaimedAt, m.SentAt, m.LastError, m.DedupKey, m.Traceparent = &by, &now, &now, &lastErr, &key, &tp
-			}
-			return m
-		}
-		bare, full := []*reservation.Post{post(false), post(false)}, []*reservation.Post{post(true), post(true)}
-		bareMsgs, fullMsgs := []outbox.Message{message(1, false), message(2, false)}, []outbox.Message{message(3, true), message(4, true)}
-		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
-			return errors.Join(database.InsertMany(tx, bare), database.InsertMany(tx, full),
-				database.InsertMany(tx, bareMsgs), database.InsertMany(tx, fullMsgs))
-		}))
-		for _, want := range append(bare, full...) {
-			var got reservation.Post
-			require.NoError(t, db.First(&got, want.ID).Error)
-			require.Equal(t, *want, got)
-		}
-		for _, want := range append(bareMsgs, fullMsgs...) {
-			var got outbox.Message
-			require.NoError(t, db.First(&got, want.ID).Error)
-			require.Equal(t, want, got)
-		}
-	})
 }

@@ -2,6 +2,7 @@ package database_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -16,7 +17,9 @@ import (
 	"github.com/postingsvc/posting/internal/write/reservation"
 )
 
-func reviewPost(now time.Time, set bool) *reservation.Post {
+// nullablePost is a post as the service creates it, with every nullable
+// column unset, or with each set.
+func nullablePost(now time.Time, set bool) *reservation.Post {
 	p := &reservation.Post{Title: "t", Content: "c", Status: reservation.StatusReserved, ScheduledAt: now.Add(time.Hour),
 		CreatedAt: now, UpdatedAt: now, OwnerID: "o", Version: optimisticlock.Version{Int64: 1, Valid: true}}
 	if set {
@@ -26,14 +29,44 @@ func reviewPost(now time.Time, set bool) *reservation.Post {
 	return p
 }
 
-func reviewMessage(now time.Time, i int, set bool) outbox.Message {
+// nullableMessage is an outbox row, with every nullable column unset or
+// with each set; i makes its event id and dedup key its own.
+func nullableMessage(now time.Time, i int, set bool) outbox.Message {
 	m := outbox.Message{EventID: fmt.Sprintf("0190b000-0000-7000-8000-%012d", i), EventType: "POSTING_EVENT", AggregateID: 1,
 		Payload: `{}`, Created: now, Status: outbox.StatusPending, Version: 1, NextAttemptAt: now}
 	if set {
-		by, key, tp, lastErr := "relay", fmt.Sprint("review key ", i), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "refused"
+		by, key, tp, lastErr := "relay", fmt.Sprint("key ", i), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "refused"
 		m.ClaimedBy, m.ClaimedAt, m.SentAt, m.LastError, m.DedupKey, m.Traceparent = &by, &now, &now, &lastErr, &key, &tp
 	}
 	return m
+}
+
+// InsertMany leaves out of a statement each nullable column that is NULL in
+// all its rows: on the posts and outbox tables, as the service writes them,
+// such rows read back with every nullable column NULL, and rows with every
+// one set read back with the values given.
+func TestInsertManyLeavesNullColumnsNull(t *testing.T) {
+	t.Parallel()
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		t.Parallel()
+		now := database.Normalize(time.Now())
+		bare, full := []*reservation.Post{nullablePost(now, false), nullablePost(now, false)}, []*reservation.Post{nullablePost(now, true), nullablePost(now, true)}
+		bareMsgs, fullMsgs := []outbox.Message{nullableMessage(now, 1, false), nullableMessage(now, 2, false)}, []outbox.Message{nullableMessage(now, 3, true), nullableMessage(now, 4, true)}
+		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
+			return errors.Join(database.InsertMany(tx, bare), database.InsertMany(tx, full),
+				database.InsertMany(tx, bareMsgs), database.InsertMany(tx, fullMsgs))
+		}))
+		for _, want := range append(bare, full...) {
+			var got reservation.Post
+			require.NoError(t, db.First(&got, want.ID).Error)
+			require.Equal(t, *want, got)
+		}
+		for _, want := range append(bareMsgs, fullMsgs...) {
+			var got outbox.Message
+			require.NoError(t, db.First(&got, want.ID).Error)
+			require.Equal(t, want, got)
+		}
+	})
 }
 
 // The columns InsertMany leaves out of one statement are not left out of the
@@ -44,16 +77,16 @@ func TestInsertManyOmissionDoesNotLeakIntoLaterCreates(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		now := database.Normalize(time.Now())
-		full := reviewPost(now, true)
-		fullMsg := reviewMessage(now, 2, true)
+		full := nullablePost(now, true)
+		fullMsg := nullableMessage(now, 2, true)
 		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
-			if err := database.InsertMany(tx, []*reservation.Post{reviewPost(now, false)}); err != nil {
+			if err := database.InsertMany(tx, []*reservation.Post{nullablePost(now, false)}); err != nil {
 				return err
 			}
 			if err := tx.Create(full).Error; err != nil {
 				return err
 			}
-			if err := database.InsertMany(tx, []outbox.Message{reviewMessage(now, 1, false)}); err != nil {
+			if err := database.InsertMany(tx, []outbox.Message{nullableMessage(now, 1, false)}); err != nil {
 				return err
 			}
 			return tx.Create(&fullMsg).Error
@@ -84,8 +117,8 @@ func TestInsertManyWritesAColumnSetInAnotherStatementOnly(t *testing.T) {
 		for i := range posts {
 			set := i == n-1 || i == n // last of the first statement group, first after it
 			set = set || i == 2*n-1
-			posts[i] = reviewPost(now, set)
-			msgs[i] = reviewMessage(now, i, set)
+			posts[i] = nullablePost(now, set)
+			msgs[i] = nullableMessage(now, i, set)
 		}
 		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
 			if err := database.InsertMany(tx, posts); err != nil {
@@ -116,9 +149,9 @@ func TestInsertManyWritesPointersToZeroValues(t *testing.T) {
 		t.Parallel()
 		now := database.Normalize(time.Now())
 		empty, zero := "", int64(0)
-		p := reviewPost(now, false)
+		p := nullablePost(now, false)
 		p.Traceparent, p.SeriesID = &empty, &zero
-		m := reviewMessage(now, 9, false)
+		m := nullableMessage(now, 9, false)
 		m.LastError, m.ClaimedBy = &empty, &empty
 		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
 			if err := database.InsertMany(tx, []*reservation.Post{p}); err != nil {
@@ -149,10 +182,10 @@ func TestInsertManyOnAChainedHandleLeavesItsLaterCreatesWhole(t *testing.T) {
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
 		t.Parallel()
 		now := database.Normalize(time.Now())
-		full := reviewPost(now, true)
+		full := nullablePost(now, true)
 		require.NoError(t, database.Transaction(context.Background(), db.DB, func(tx *gorm.DB) error {
-			chained := tx.Set("review:setting", 1)
-			if err := database.InsertMany(chained, []*reservation.Post{reviewPost(now, false)}); err != nil {
+			chained := tx.Set("insert_many:setting", 1)
+			if err := database.InsertMany(chained, []*reservation.Post{nullablePost(now, false)}); err != nil {
 				return err
 			}
 			return chained.Create(full).Error
