@@ -41,6 +41,22 @@ func nullableMessage(now time.Time, i int, set bool) outbox.Message {
 	return m
 }
 
+// requireStored reads each of posts and msgs back by its id and requires
+// it equal to the row written.
+func requireStored(t *testing.T, db *database.DB, posts []*reservation.Post, msgs []outbox.Message) {
+	t.Helper()
+	for _, want := range posts {
+		var got reservation.Post
+		require.NoError(t, db.First(&got, want.ID).Error)
+		require.Equal(t, *want, got)
+	}
+	for _, want := range msgs {
+		var got outbox.Message
+		require.NoError(t, db.First(&got, want.ID).Error)
+		require.Equal(t, want, got)
+	}
+}
+
 // InsertMany leaves out of a statement each nullable column that is NULL in
 // all its rows: on the posts and outbox tables, as the service writes them,
 // such rows read back with every nullable column NULL, and rows with every
@@ -56,16 +72,7 @@ func TestInsertManyLeavesNullColumnsNull(t *testing.T) {
 			return errors.Join(database.InsertMany(tx, bare), database.InsertMany(tx, full),
 				database.InsertMany(tx, bareMsgs), database.InsertMany(tx, fullMsgs))
 		}))
-		for _, want := range append(bare, full...) {
-			var got reservation.Post
-			require.NoError(t, db.First(&got, want.ID).Error)
-			require.Equal(t, *want, got)
-		}
-		for _, want := range append(bareMsgs, fullMsgs...) {
-			var got outbox.Message
-			require.NoError(t, db.First(&got, want.ID).Error)
-			require.Equal(t, want, got)
-		}
+		requireStored(t, db, append(bare, full...), append(bareMsgs, fullMsgs...))
 	})
 }
 
@@ -91,12 +98,7 @@ func TestInsertManyOmissionDoesNotLeakIntoLaterCreates(t *testing.T) {
 			}
 			return tx.Create(&fullMsg).Error
 		}))
-		var got reservation.Post
-		require.NoError(t, db.First(&got, full.ID).Error)
-		require.Equal(t, *full, got)
-		var gotMsg outbox.Message
-		require.NoError(t, db.First(&gotMsg, fullMsg.ID).Error)
-		require.Equal(t, fullMsg, gotMsg)
+		requireStored(t, db, []*reservation.Post{full}, []outbox.Message{fullMsg})
 	})
 }
 
@@ -162,21 +164,16 @@ func TestInsertManyWritesPointersToZeroValues(t *testing.T) {
 			m = msgs[0]
 			return err
 		}))
-		var got reservation.Post
-		require.NoError(t, db.First(&got, p.ID).Error)
-		require.Equal(t, *p, got)
-		var gotMsg outbox.Message
-		require.NoError(t, db.First(&gotMsg, m.ID).Error)
-		require.Equal(t, m, gotMsg)
+		requireStored(t, db, []*reservation.Post{p}, []outbox.Message{m})
 	})
 }
 
 // InsertMany on a chained handle (tx.Set, tx.Clauses, tx.Table: a *gorm.DB
 // that shares its statement with the caller's, unlike a transaction's or a
 // Session's) must not leave its omitted columns on the caller's handle: a
-// later Create through that handle writes every column it sets. Before the
-// omission it did; with tx.Omit on the shared statement the post below is
-// written with its traceparent, publishBy, series and times all NULL.
+// later Create through that handle writes every column it sets. With the
+// omission on the shared statement, the post below was written with its
+// traceparent, publishBy, series and times all NULL.
 func TestInsertManyOnAChainedHandleLeavesItsLaterCreatesWhole(t *testing.T) {
 	t.Parallel()
 	databasetest.Each(t, func(t *testing.T, db *database.DB) {
@@ -190,8 +187,6 @@ func TestInsertManyOnAChainedHandleLeavesItsLaterCreatesWhole(t *testing.T) {
 			}
 			return chained.Create(full).Error
 		}))
-		var got reservation.Post
-		require.NoError(t, db.First(&got, full.ID).Error)
-		require.Equal(t, *full, got)
+		requireStored(t, db, []*reservation.Post{full}, nil)
 	})
 }
