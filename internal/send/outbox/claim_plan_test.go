@@ -21,9 +21,9 @@ import (
 // planner chose two workers for it, whose start cost several times what
 // the read of the first 1,000 heads of an index does (migration 00013).
 // Its two index scans, PENDING and due RETRY, are merged in (created, id)
-// order, not sorted, also when the read carries the database's clock as a
-// column (the relay's claims). The statements are the ones the claims run,
-// captured as they run them.
+// order, not sorted, also when the read carries the database's clock (the
+// relay's claims). The statements are the ones the claims run, captured as
+// they run them: the read and claim of a window in one statement.
 func TestClaimReadsABacklogWithoutParallelWorkers(t *testing.T) {
 	t.Parallel()
 	db := databasetest.New(t, database.PostgreSQL)
@@ -43,7 +43,9 @@ func TestClaimReadsABacklogWithoutParallelWorkers(t *testing.T) {
 	var vars []any
 	databasetest.After(t, db.DB, databasetest.StmtRow, func(tx *gorm.DB) {
 		q := tx.Statement.SQL.String()
-		if _, inTx := tx.Statement.ConnPool.(gorm.TxCommitter); inTx && strings.Contains(q, "SELECT id, created FROM (") {
+		// The last such statement: a claim's read of its window (a claim
+		// that looks for a due row first reads one beforehand).
+		if strings.Contains(q, "SELECT id, created FROM (") {
 			mu.Lock()
 			defer mu.Unlock()
 			sql, vars = q, append([]any(nil), tx.Statement.Vars...)
@@ -64,6 +66,8 @@ func TestClaimReadsABacklogWithoutParallelWorkers(t *testing.T) {
 		plan := explainCheaplyParallel(t, db, stmt, args)
 		require.NotContains(t, plan, "Gather", "the claim's read is planned in parallel:\n%s", plan)
 		require.Contains(t, plan, "Merge Append", "the claim's two scans are not merged in order:\n%s", plan)
+		require.Contains(t, plan, "Index Scan using outbox_pkey on outbox x",
+			"the claim does not lock its window's rows by primary key:\n%s", plan)
 	}
 }
 

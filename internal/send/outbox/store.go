@@ -78,14 +78,16 @@ func (s *Store) DB() *gorm.DB { return s.db }
 // whoever holds it, which keeps per-key order across retries, instances and
 // crashes.
 //
-// The claim is one short transaction that ends before any network call: a
-// plain read picks the candidates, a locking read by primary key (FOR UPDATE
-// SKIP LOCKED on MySQL, where concurrent claimers skip each other's rows
-// instead of waiting; SQLite transactions are serialized by BEGIN IMMEDIATE)
-// re-checks their status, and one version-checked UPDATE takes them (one
-// UPDATE ... RETURNING does both where the database has it, see claimRows). When
-// other claimers held some of the candidates, the next window of candidates
-// is claimed the same way, in the same transaction (see claimHeads).
+// The claim is short and ends before any network call. On MySQL and SQLite
+// it is one transaction: a plain read picks the candidates, a locking read
+// by primary key (FOR UPDATE SKIP LOCKED on MySQL, where concurrent
+// claimers skip each other's rows instead of waiting; SQLite transactions
+// are serialized by BEGIN IMMEDIATE) re-checks their status, and one
+// version-checked UPDATE takes them (one UPDATE ... RETURNING does both on
+// SQLite, see claimRows). On PostgreSQL one statement reads the candidates
+// and takes those still due (claimWindowAtOnce). When other claimers held
+// some of the candidates, the next window of candidates is claimed the same
+// way (see claimHeads).
 func (s *Store) Claim(ctx context.Context, owner string, limit int, now time.Time) ([]Message, error) {
 	claimed, _, err := s.MarkSentAndClaim(ctx, nil, time.Time{}, owner, limit, now)
 	return claimed, err
@@ -148,18 +150,23 @@ func (s *Store) ExpectingRows() *Store {
 // column of that statement, not a round trip of its own (see candidates).
 func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
 	now time.Time) (claimed []Message, fenced int, err error) {
-	fresh := now.IsZero()
+	// readClock: the clock is the store's own statement (SQLite's, or a
+	// test's WithClock), not a column of the claim's read.
+	readClock := now.IsZero() && !s.clockInReads
 	now = database.Normalize(now)
 	if len(sent) == 0 {
 		if limit <= 0 {
 			return nil, 0, nil
+		}
+		if s.ClaimsInOneStatement() {
+			return s.claimAtOnce(ctx, owner, limit, now, readClock)
 		}
 		// Nothing to write: unless the caller expects rows, a plain read
 		// first, so that an idle poll costs no write transaction (on SQLite
 		// every transaction takes the one write lock at BEGIN).
 		if !s.expectRows {
 			at := now
-			if fresh && !s.clockInReads {
+			if readClock {
 				if at, err = s.Now(ctx); err != nil {
 					return nil, 0, err
 				}
@@ -181,7 +188,7 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 			return nil
 		}
 		now := now
-		if fresh && !s.clockInReads {
+		if readClock {
 			var err error
 			if now, err = s.clock(ctx, tx); err != nil {
 				return err
@@ -197,12 +204,46 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 	return claimed, fenced, nil
 }
 
+// ClaimsInOneStatement reports whether a window of candidates is read and
+// claimed by one statement (claimWindowAtOnce), so that a claim with
+// nothing to acknowledge runs outside a transaction, with no plain read
+// before it (claimAtOnce): where an UPDATE returns its rows and rows are
+// locked, PostgreSQL.
+func (s *Store) ClaimsInOneStatement() bool { return s.drv.UpdateReturning() && !s.drv.SingleWriter() }
+
+// claimAtOnce is MarkSentAndClaim with nothing to acknowledge where a
+// window is claimed by one statement (ClaimsInOneStatement): each window's
+// statement is its own transaction, with no BEGIN and COMMIT around it,
+// and no plain read goes before it, since a claim that finds no row
+// writes nothing (PostgreSQL gives a statement that changed no row no
+// transaction id, and its end no WAL flush). Between a commit and its
+// send that is one round trip instead of four.
+//
+// When a later window fails, the windows before it stay claimed, though
+// the error returns no row: the caller treats the claim as one whose
+// answer was lost and reads back what its owner holds (Relay.releaseLost),
+// as after a commit without an answer.
+func (s *Store) claimAtOnce(ctx context.Context, owner string, limit int, now time.Time, readClock bool) ([]Message, int, error) {
+	if readClock {
+		var err error
+		if now, err = s.Now(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	claimed, err := s.claimHeads(s.db.WithContext(ctx), limit, owner, now)
+	if err != nil {
+		return nil, 0, err
+	}
+	return claimed, 0, nil
+}
+
 // claimRounds bounds the windows of candidates one claim reads: the first,
 // and one more each time other claimers held some of a window's heads, up to
 // a relay racing three others for the same oldest heads.
 const claimRounds = 4
 
-// claimHeads claims up to limit heads in tx, window by window. Claimers that
+// claimHeads claims up to limit heads through tx (a transaction, or on
+// PostgreSQL also the pool: see claimAtOnce), window by window. Claimers that
 // poll at once read the same oldest candidates; the one that locks them first
 // takes them, and the others skip them (SKIP LOCKED) or find them claimed.
 // Instead of returning the short batch that leaves, a claimer reads the next
@@ -210,8 +251,8 @@ const claimRounds = 4
 // to claimRounds windows: four relays on one backlog each move full batches
 // instead of racing for one.
 //
-// Candidates are read inside the transaction, after any acknowledgement it
-// wrote: they include the successors of the rows just marked SENT, and on
+// Candidates are read after any acknowledgement the transaction wrote:
+// they include the successors of the rows just marked SENT, and on
 // SQLite no other claimer can take them before the lock (the first window
 // is then claimed whole and no other is read). A later window starts after
 // the last candidate of the one before, by (created, id), so it reads only
@@ -220,52 +261,136 @@ const claimRounds = 4
 // on PostgreSQL the latest committed rows. Its heads are heads in that
 // view, and a row the view shows as the head of its aggregate stays the
 // head until it is itself claimed (see claimRows); every id is locked and
-// re-checked by claimRows, so it is claimed only while still due and
+// re-checked by the claim, so it is claimed only while still due and
 // unclaimed.
 //
 // A zero now is the database's clock as the first window's read gives it
-// (candidates), which every later window and the claim's stamp then use.
+// (candidates, or claimWindowAtOnce's statement), which every later window
+// and the claim's stamp then use: every row of a claim carries one stamp.
 func (s *Store) claimHeads(tx *gorm.DB, limit int, owner string, now time.Time) ([]Message, error) {
 	var (
 		claimed []Message
 		after   *candidate
 	)
-	tried := map[int64]bool{}
 	for round := 0; round < claimRounds && len(claimed) < limit; round++ {
 		need := limit - len(claimed)
-		window, err := s.candidates(tx, need, now, after)
+		w, err := s.claimWindow(tx, need, owner, now, after)
 		if err != nil {
 			return nil, err
 		}
-		if len(window) == 0 {
-			break
-		}
-		if now.IsZero() {
-			now = database.Normalize(window[0].Now)
-		}
-		after = &window[len(window)-1]
-		// The cursor reads past the ids tried; the set only guards against
-		// a created that did not round-trip exactly.
-		ids := make([]int64, 0, len(window))
-		for _, c := range window {
-			if !tried[c.ID] {
-				ids = append(ids, c.ID)
-				tried[c.ID] = true
-			}
-		}
-		if len(ids) > 0 {
-			rows, err := s.claimRows(tx, ids, owner, now)
-			if err != nil {
-				return nil, err
-			}
-			claimed = append(claimed, rows...)
-		}
-		if len(window) < need {
+		claimed = append(claimed, w.claimed...)
+		if w.size < need {
 			break // no head beyond this window
 		}
+		now, after = w.now, &w.last
 	}
 	sortClaimed(claimed)
 	return claimed, nil
+}
+
+// window is what one window of a claim did: the rows it claimed, how many
+// candidates it read and the last of them by (created, id), where the next
+// window starts, and the time the claim was stamped with.
+type window struct {
+	claimed []Message
+	size    int
+	last    candidate
+	now     time.Time
+}
+
+// claimWindow claims the due heads among up to need candidates after
+// after: by one statement where the database has what it takes
+// (claimWindowAtOnce), else a read of the candidates and claimRows. A row
+// tried by an earlier window and read again (a created that did not
+// round-trip exactly) is not claimed twice: the claim re-checks that each
+// row is still due, and the transaction sees its own claims.
+func (s *Store) claimWindow(tx *gorm.DB, need int, owner string, now time.Time, after *candidate) (window, error) {
+	if s.ClaimsInOneStatement() {
+		return s.claimWindowAtOnce(tx, need, owner, now, after)
+	}
+	cands, err := s.candidates(tx, need, now, after)
+	if err != nil || len(cands) == 0 {
+		return window{}, err
+	}
+	if now.IsZero() {
+		now = database.Normalize(cands[0].Now)
+	}
+	ids := make([]int64, len(cands))
+	for i, c := range cands {
+		ids[i] = c.ID
+	}
+	rows, err := s.claimRows(tx, ids, owner, now)
+	if err != nil {
+		return window{}, err
+	}
+	return window{claimed: rows, size: len(cands), last: cands[len(cands)-1], now: now}, nil
+}
+
+// claimWindowAtOnce reads a window of candidates and claims its due heads
+// in one statement, on PostgreSQL: the read of candidates (headsSQL), then,
+// as claimReturning does, an UPDATE ... RETURNING of those rows still due,
+// locked FOR UPDATE SKIP LOCKED (under READ COMMITTED the lock re-checks
+// each row's latest version, so a row another claimer took meanwhile is
+// not due any more, and a row it holds is skipped). The statement also
+// returns how many candidates the window read and the last of them, so a
+// claimer whose rows others took reads the next window, and the time it
+// stamped the claim with: a zero now is the database's clock
+// (database.NowExpr), read once by the statement for its due check and
+// its stamp. Its rows are the window's description joined to the claimed
+// rows, one row with no claimed row when it claimed none.
+//
+// The lock looks the rows up by primary key (= ANY of an array): a
+// semi-join against the window would let the planner scan every PENDING
+// row of a backlog instead.
+func (s *Store) claimWindowAtOnce(tx *gorm.DB, need int, owner string, now time.Time, after *candidate) (window, error) {
+	cols, err := returningColumns(tx)
+	if err != nil {
+		return window{}, err
+	}
+	clock := clause.Expr{SQL: "CAST(? AS timestamptz)", Vars: []any{now}}
+	if now.IsZero() {
+		clock = database.NowExpr(tx)
+	}
+	heads, headVars := s.headsSQL("(SELECT t FROM k)", nil, need, after)
+	q := `WITH k AS MATERIALIZED (SELECT ` + clock.SQL + ` AS t),
+w AS MATERIALIZED (` + heads + `),
+c AS (UPDATE outbox SET status = ?, version = version + 1, claimed_by = ?, claimed_at = (SELECT t FROM k)
+  WHERE id IN (SELECT x.id FROM outbox x WHERE x.id = ANY(ARRAY(SELECT id FROM w))
+    AND (x.status = ? OR (x.status = ? AND x.next_attempt_at <= (SELECT t FROM k)))
+    FOR UPDATE SKIP LOCKED)
+  RETURNING ` + cols + `)
+SELECT n.window_n, l.last_id, l.last_created, k.t AS db_now, c.* FROM k
+CROSS JOIN (SELECT count(*) AS window_n FROM w) n
+LEFT JOIN (SELECT id AS last_id, created AS last_created FROM w ORDER BY created DESC, id DESC LIMIT 1) l ON true
+LEFT JOIN c ON true`
+	vars := append(append(slices.Clip(clock.Vars), headVars...), StatusProcessing, owner, StatusPending, StatusRetry)
+	var rows []windowRow
+	if err := tx.Raw(q, vars...).Scan(&rows).Error; err != nil {
+		return window{}, fmt.Errorf("claim rows: %w", err)
+	}
+	if len(rows) == 0 {
+		return window{}, fmt.Errorf("claim rows: %w: the statement returned no row", ErrClaimLost)
+	}
+	w := window{size: rows[0].WindowN, now: database.Normalize(rows[0].DBNow)}
+	if rows[0].LastID != nil && rows[0].LastCreated != nil {
+		w.last = candidate{ID: *rows[0].LastID, Created: *rows[0].LastCreated}
+	}
+	for _, r := range rows {
+		if r.ID != 0 {
+			w.claimed = append(w.claimed, r.Message)
+		}
+	}
+	return w, nil
+}
+
+// windowRow is a row of claimWindowAtOnce: a claimed row (zero when it
+// claimed none) with the window's description.
+type windowRow struct {
+	Message
+	WindowN     int        `gorm:"column:window_n"`
+	LastID      *int64     `gorm:"column:last_id"`
+	LastCreated *time.Time `gorm:"column:last_created"`
+	DBNow       time.Time  `gorm:"column:db_now"`
 }
 
 // claimRows takes the candidates ids that are still due and unclaimed:
@@ -413,29 +538,11 @@ func sortClaimed(rows []Message) {
 // due in between is then refused by the claim's re-check against the stamp
 // (claimRows) and left to the next claim, never claimed before it is due.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
-	next, args := "", []any(nil)
-	if after != nil {
-		// In the form the database reads as a range of the index after
-		// the status.
-		c := s.drv.After("o.created", "o.id", after.Created, after.ID)
-		next, args = " AND "+c.SQL, c.Vars
-	}
 	clock := clause.Expr{SQL: "?", Vars: []any{now}}
 	if now.IsZero() {
 		clock = database.NowExpr(tx)
 	}
-	part := func(due, alias string) string {
-		return `SELECT id, created FROM (
-	SELECT o.id, o.created FROM outbox o
-	WHERE ` + due + next + `
-	  AND NOT EXISTS (SELECT 1 FROM outbox e
-	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
-	ORDER BY o.created, o.id LIMIT ?) ` + alias
-	}
-	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= "+clock.SQL, "r") +
-		"\nORDER BY created, id LIMIT ?"
-	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry)
-	vars = append(append(append(vars, clock.Vars...), args...), limit, limit)
+	q, vars := s.headsSQL(clock.SQL, clock.Vars, limit, after)
 	if now.IsZero() {
 		// The clock as a column outside the union: inside, PostgreSQL
 		// would sort the two scans' rows instead of merging them in index
@@ -448,6 +555,32 @@ func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candida
 		return nil, fmt.Errorf("find claim candidates: %w", err)
 	}
 	return rows, nil
+}
+
+// headsSQL is the read of candidates: up to limit due heads, after the
+// row after by (created, id) when it is not nil, as id and created,
+// ordered. clock (with its vars) is the time RETRY rows are due by.
+func (s *Store) headsSQL(clock string, clockVars []any, limit int, after *candidate) (string, []any) {
+	next, args := "", []any(nil)
+	if after != nil {
+		// In the form the database reads as a range of the index after
+		// the status.
+		c := s.drv.After("o.created", "o.id", after.Created, after.ID)
+		next, args = " AND "+c.SQL, c.Vars
+	}
+	part := func(due, alias string) string {
+		return `SELECT id, created FROM (
+	SELECT o.id, o.created FROM outbox o
+	WHERE ` + due + next + `
+	  AND NOT EXISTS (SELECT 1 FROM outbox e
+	    WHERE e.unsent_aggregate_id = o.aggregate_id AND e.id < o.id)
+	ORDER BY o.created, o.id LIMIT ?) ` + alias
+	}
+	q := part("o.status = ?", "p") + "\nUNION ALL\n" + part("o.status = ? AND o.next_attempt_at <= "+clock, "r") +
+		"\nORDER BY created, id LIMIT ?"
+	vars := append(append([]any{StatusPending}, args...), limit, StatusRetry)
+	vars = append(append(append(vars, clockVars...), args...), limit, limit)
+	return q, vars
 }
 
 // candidate is a row candidates found: its id, its created for the next
