@@ -134,12 +134,15 @@ func (s *Store) ExpectingRows() *Store {
 }
 
 // MarkSentAndClaim records the broker's acknowledgement of sent, as MarkSent
-// does, and claims the next batch, as Claim does, in one transaction: a relay
-// that moves full batches back to back pays one commit per batch instead of
-// two. The acknowledgements are written first, so the events that follow
-// them on their aggregates are claimable in the same transaction. It returns the
-// claimed rows and how many rows of sent were fenced; on error nothing was
-// written and the caller still holds sent.
+// does, and claims the next batch, as Claim does, in one transaction on
+// MySQL and SQLite: a relay that moves full batches back to back pays one
+// commit per batch instead of two. On PostgreSQL each is a statement of its
+// own, with no transaction around them (claimAtOnce). The acknowledgements
+// are written first, so the events that follow them on their aggregates are
+// claimable by the same call. It returns the claimed rows and how many rows
+// of sent were fenced; on error the caller still holds sent, and nothing
+// was written, except on PostgreSQL, where the caller reads back what was
+// (claimAtOnce).
 //
 // A zero now means the store's clock (Now), read inside the transaction once
 // its locks are held: the claim is stamped with the time it is taken, not
@@ -154,12 +157,12 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 	// test's WithClock), not a column of the claim's read.
 	readClock := now.IsZero() && !s.clockInReads
 	now = database.Normalize(now)
+	if s.ClaimsInOneStatement() {
+		return s.claimAtOnce(ctx, sent, sentAt, owner, limit, now, readClock)
+	}
 	if len(sent) == 0 {
 		if limit <= 0 {
 			return nil, 0, nil
-		}
-		if s.ClaimsInOneStatement() {
-			return s.claimAtOnce(ctx, owner, limit, now, readClock)
 		}
 		// Nothing to write: unless the caller expects rows, a plain read
 		// first, so that an idle poll costs no write transaction (on SQLite
@@ -211,30 +214,47 @@ func (s *Store) MarkSentAndClaim(ctx context.Context, sent []Message, sentAt tim
 // locked, PostgreSQL.
 func (s *Store) ClaimsInOneStatement() bool { return s.drv.UpdateReturning() && !s.drv.SingleWriter() }
 
-// claimAtOnce is MarkSentAndClaim with nothing to acknowledge where a
-// window is claimed by one statement (ClaimsInOneStatement): each window's
-// statement is its own transaction, with no BEGIN and COMMIT around it,
-// and no plain read goes before it, since a claim that finds no row
-// writes nothing (PostgreSQL gives a statement that changed no row no
-// transaction id, and its end no WAL flush). Between a commit and its
-// send that is one round trip instead of four.
+// claimAtOnce is MarkSentAndClaim where a window is claimed by one
+// statement (ClaimsInOneStatement): every statement is its own
+// transaction, with no BEGIN and COMMIT around them, and no plain read goes
+// before the claim, since a claim that finds no row writes nothing
+// (PostgreSQL gives a statement that changed no row no transaction id, and
+// its end no WAL flush). The acknowledgements are written first, by their
+// own statement (one per maxPairsPerStatement rows), so the claim, which
+// reads the latest committed rows, sees their posts' next events. Between a
+// commit and its send that is one round trip instead of four, and a poll
+// that writes acknowledgements and claims pays two instead of five, for a
+// second WAL flush when both write.
 //
-// When a later window fails, the windows before it stay claimed, though
-// the error returns no row: the caller treats the claim as one whose
-// answer was lost and reads back what its owner holds (Relay.releaseLost),
-// as after a commit without an answer.
-func (s *Store) claimAtOnce(ctx context.Context, owner string, limit int, now time.Time, readClock bool) ([]Message, int, error) {
+// On an error some of it may have been written: acknowledgements, or the
+// windows before the one that failed. The error returns no row and no
+// count, and the caller treats the claim as one whose answer was lost: it
+// reads back which acknowledgements were written and what its owner holds
+// (Relay.releaseLost), as after a commit without an answer.
+func (s *Store) claimAtOnce(ctx context.Context, sent []Message, sentAt time.Time, owner string, limit int,
+	now time.Time, readClock bool) ([]Message, int, error) {
+	db := s.db.WithContext(ctx)
+	fenced := 0
+	if len(sent) > 0 {
+		var err error
+		if fenced, err = s.markSent(db, sent, sentAt); err != nil {
+			return nil, 0, fmt.Errorf("mark sent: %w", err)
+		}
+	}
+	if limit <= 0 {
+		return nil, fenced, nil
+	}
 	if readClock {
 		var err error
 		if now, err = s.Now(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
-	claimed, err := s.claimHeads(s.db.WithContext(ctx), limit, owner, now)
+	claimed, err := s.claimHeads(db, limit, owner, now)
 	if err != nil {
 		return nil, 0, err
 	}
-	return claimed, 0, nil
+	return claimed, fenced, nil
 }
 
 // claimRounds bounds the windows of candidates one claim reads: the first,

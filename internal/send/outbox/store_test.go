@@ -257,10 +257,9 @@ func TestMarkSentAndClaim(t *testing.T) {
 // and claims the next heads instead of a short or empty batch. Neither takes
 // an aggregate's second event while its first is held. SQLite is left out:
 // its one writer makes the second claimer wait for the first's commit. On
-// PostgreSQL a claim with nothing to acknowledge is one statement,
-// committed when it returns, so there the first claim writes an
-// acknowledgement too, which makes it a transaction the second claims in
-// the middle of.
+// PostgreSQL a claim is one statement, committed when it returns: there the
+// first claim's statement in flight is a transaction holding the locks it
+// takes on the oldest heads, as that statement does until its commit.
 func TestConcurrentClaimersEachClaimAFullBatchOfDistinctHeads(t *testing.T) {
 	t.Parallel()
 	for _, dialect := range []database.Dialect{database.MySQL, database.PostgreSQL} {
@@ -269,16 +268,6 @@ func TestConcurrentClaimersEachClaimAFullBatchOfDistinctHeads(t *testing.T) {
 			o := setup(t, databasetest.New(t, dialect))
 			ctx := context.Background()
 			const batch = 5
-			now := t0.Add(time.Second)
-			var acked []outbox.Message
-			if dialect == database.PostgreSQL {
-				// The row a acknowledges, claimed first: the oldest head.
-				o.append(t, t0.Add(-time.Second), 99)
-				var err error
-				acked, err = o.store.Claim(ctx, "a", 1, now)
-				require.NoError(t, err)
-				require.Len(t, acked, 1)
-			}
 			// Aggregates 1..12, two events each, an aggregate's events side by
 			// side: the heads are every other row.
 			var aggregates []int64
@@ -293,6 +282,7 @@ func TestConcurrentClaimersEachClaimAFullBatchOfDistinctHeads(t *testing.T) {
 				}
 				return out
 			}
+			now := t0.Add(time.Second)
 
 			// b claims the moment a's claim has written, before a commits.
 			var (
@@ -300,19 +290,33 @@ func TestConcurrentClaimersEachClaimAFullBatchOfDistinctHeads(t *testing.T) {
 				secondErr error
 				once      atomic.Bool
 			)
-			databasetest.After(t, o.db.DB, databasetest.StmtUpdate|databasetest.StmtRow, func(tx *gorm.DB) {
-				if strings.Contains(tx.Statement.SQL.String(), "claimed_by") && once.CompareAndSwap(false, true) {
+			var first []outbox.Message
+			if o.store.ClaimsInOneStatement() {
+				require.NoError(t, o.db.Transaction(func(tx *gorm.DB) error {
+					var locked []int64
+					if err := tx.Raw("SELECT id FROM outbox WHERE id IN ? FOR UPDATE", heads(1, 5)).Scan(&locked).Error; err != nil {
+						return err
+					}
+					require.Len(t, locked, 5)
 					second, secondErr = o.store.Claim(ctx, "b", batch, now)
-				}
-			})
-			first, fenced, err := o.store.MarkSentAndClaim(ctx, acked, now, "a", batch, now)
-			require.NoError(t, err)
-			require.Zero(t, fenced)
+					once.Store(true)
+					return nil
+				}))
+				var err error
+				first, err = o.store.Claim(ctx, "a", batch, now)
+				require.NoError(t, err)
+			} else {
+				databasetest.After(t, o.db.DB, databasetest.StmtUpdate|databasetest.StmtRow, func(tx *gorm.DB) {
+					if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE") && once.CompareAndSwap(false, true) {
+						second, secondErr = o.store.Claim(ctx, "b", batch, now)
+					}
+				})
+				var err error
+				first, err = o.store.Claim(ctx, "a", batch, now)
+				require.NoError(t, err)
+			}
 			require.True(t, once.Load(), "b did not claim during a's claim")
 			require.NoError(t, secondErr)
-			for _, m := range acked {
-				require.Equal(t, outbox.StatusSent, o.row(t, m.ID).Status)
-			}
 
 			require.Equal(t, heads(1, 5), ids(first))
 			require.Equal(t, heads(6, 10), ids(second))
