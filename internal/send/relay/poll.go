@@ -17,8 +17,8 @@ import (
 //
 // On MySQL and PostgreSQL, when the batch was full and every row was
 // acknowledged or rejected, the SENT write of the acknowledged rows is
-// deferred to the next poll, which does it in the transaction of its claim
-// (Result.Deferred). The loop polls again at once after any poll that sent
+// deferred to the next poll, which does it with its claim (in the claim's
+// transaction on MySQL; see outbox.Store.MarkSentAndClaim) (Result.Deferred). The loop polls again at once after any poll that sent
 // rows, defers their acknowledgements whether the batch was full or not,
 // and writes what is left when it pauses or stops. A caller that drives RunOnce itself must call Flush
 // when it is done.
