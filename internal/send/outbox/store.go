@@ -550,22 +550,22 @@ func sortClaimed(rows []Message) {
 // A zero now is the database's clock (database.NowExpr), read by this
 // statement: each row carries a reading of it (candidate.Now), and a claim
 // stamps its rows with the first row's, without a round trip of its own for
-// the clock between a commit and its send. On PostgreSQL the RETRY rows'
-// due check may read the clock a little later than that: a row that came
-// due in between is then refused by the claim's re-check against the stamp
-// (claimRows) and left to the next claim, never claimed before it is due.
+// the clock between a commit and its send. On PostgreSQL a claim reads its
+// candidates inside its one statement instead (claimWindowAtOnce), which
+// reads the clock once for the due check and the stamp.
 func (s *Store) candidates(tx *gorm.DB, limit int, now time.Time, after *candidate) ([]candidate, error) {
-	clock := clause.Expr{SQL: "?", Vars: []any{now}}
+	var q string
+	var vars []any
 	if now.IsZero() {
-		clock = database.NowExpr(tx)
-	}
-	q, vars := s.headsSQL(clock.SQL, clock.Vars, limit, after)
-	if now.IsZero() {
+		clock := database.NowExpr(tx)
+		q, vars = s.headsSQL(clock.SQL, clock.Vars, limit, after)
 		// The clock as a column outside the union: inside, PostgreSQL
 		// would sort the two scans' rows instead of merging them in index
 		// order.
 		q = "SELECT id, created, " + clock.SQL + " AS db_now FROM (\n" + q + ") w ORDER BY created, id"
 		vars = append(slices.Clip(clock.Vars), vars...)
+	} else {
+		q, vars = s.headsSQL("?", []any{now}, limit, after)
 	}
 	var rows []candidate
 	if err := tx.Raw(q, vars...).Scan(&rows).Error; err != nil {
