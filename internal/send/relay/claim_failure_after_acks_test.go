@@ -37,6 +37,25 @@ func requireNoneProcessing(t *testing.T, b *bundle) {
 	require.Zero(t, n, "rows left PROCESSING")
 }
 
+// relayOnPostgres is a relay "a" with batch size batch on a PostgreSQL
+// bundle holding one event of each of aggregates, in order.
+func relayOnPostgres(t *testing.T, batch int, aggregates ...int64) (*database.DB, *bundle, []outbox.Message, *Relay) {
+	t.Helper()
+	db := databasetest.New(t, database.PostgreSQL)
+	b := setup(t, db)
+	rows := b.append(t, aggregates...)
+	return db, b, rows, b.relay(t, "a", func(c *Config) { c.BatchSize = batch })
+}
+
+// requireSentOnce checks that rows went to the broker once each, in
+// per-post order, and that none is left PROCESSING.
+func requireSentOnce(t *testing.T, b *bundle, rows []outbox.Message) {
+	t.Helper()
+	requireOrderedOnce(t, rows, b.send.SentIDs())
+	require.Len(t, b.send.SentIDs(), len(rows))
+	requireNoneProcessing(t, b)
+}
+
 // On PostgreSQL the deferred acknowledgements are written by their own
 // statement before the claim; when the claim statement then fails, the
 // acknowledgements stay written. The relay must end with every row SENT
@@ -44,11 +63,8 @@ func requireNoneProcessing(t *testing.T, b *bundle) {
 // lost), with nothing left PROCESSING.
 func TestClaimFailingAfterItsAcknowledgementsSendsEachRowOnce(t *testing.T) {
 	t.Parallel()
-	db := databasetest.New(t, database.PostgreSQL)
+	db, b, rows, r := relayOnPostgres(t, 2, 1, 2, 1, 2, 3, 3)
 	ctx := context.Background()
-	b := setup(t, db)
-	rows := b.append(t, 1, 2, 1, 2, 3, 3)
-	r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
 	require.True(t, b.store.DefersAcksToNextClaim())
 	failNthClaimStatement(t, db.DB, 2) // the claim carrying the first batch's acknowledgements
 
@@ -69,10 +85,8 @@ func TestClaimFailingAfterItsAcknowledgementsSendsEachRowOnce(t *testing.T) {
 	total.Fenced += res.Fenced
 
 	require.Equal(t, 1, errs)
-	requireOrderedOnce(t, rows, b.send.SentIDs())
-	require.Len(t, b.send.SentIDs(), len(rows))
+	requireSentOnce(t, b, rows)
 	b.requireStatus(t, rows, outbox.StatusSent, "")
-	requireNoneProcessing(t, b)
 	require.Zero(t, total.Fenced, "no other instance took a claim")
 	require.Equal(t, len(rows), total.Sent, "every acknowledged row counted as sent once")
 }
@@ -83,11 +97,8 @@ func TestClaimFailingAfterItsAcknowledgementsSendsEachRowOnce(t *testing.T) {
 // relay has flushed.
 func TestRelayRestartedAfterAClaimFailedPastItsAcknowledgementsSendsEachRowOnce(t *testing.T) {
 	t.Parallel()
-	db := databasetest.New(t, database.PostgreSQL)
+	db, b, rows, r := relayOnPostgres(t, 2, 1, 2, 1, 2, 3, 3)
 	ctx := context.Background()
-	b := setup(t, db)
-	rows := b.append(t, 1, 2, 1, 2, 3, 3)
-	r := b.relay(t, "a", func(c *Config) { c.BatchSize = 2 })
 	failNthClaimStatement(t, db.DB, 2)
 
 	_, err := r.RunOnce(ctx)
@@ -105,10 +116,8 @@ func TestRelayRestartedAfterAClaimFailedPastItsAcknowledgementsSendsEachRowOnce(
 	}
 	_, err = r2.Flush(ctx)
 	require.NoError(t, err)
-	requireOrderedOnce(t, rows, b.send.SentIDs())
-	require.Len(t, b.send.SentIDs(), len(rows))
+	requireSentOnce(t, b, rows)
 	b.requireStatus(t, rows, outbox.StatusSent, "")
-	requireNoneProcessing(t, b)
 }
 
 // A claim whose first window took rows and whose second window's statement
@@ -117,11 +126,8 @@ func TestRelayRestartedAfterAClaimFailedPastItsAcknowledgementsSendsEachRowOnce(
 // sends every row once; none is left PROCESSING.
 func TestClaimFailingInItsSecondWindowReleasesTheFirstWindowsRows(t *testing.T) {
 	t.Parallel()
-	db := databasetest.New(t, database.PostgreSQL)
+	db, b, rows, r := relayOnPostgres(t, 3, 1, 2, 3, 4, 5, 6)
 	ctx := context.Background()
-	b := setup(t, db)
-	rows := b.append(t, 1, 2, 3, 4, 5, 6)
-	r := b.relay(t, "a", func(c *Config) { c.BatchSize = 3 })
 	seen := failNthClaimStatement(t, db.DB, 2)
 
 	// Another claimer's statement holds row 1: the first window (1..3)
@@ -153,10 +159,8 @@ func TestClaimFailingInItsSecondWindowReleasesTheFirstWindowsRows(t *testing.T) 
 	total.Fenced += res.Fenced
 
 	require.Equal(t, 2, total.Lost, "the first window's rows were read back")
-	requireOrderedOnce(t, rows, b.send.SentIDs())
-	require.Len(t, b.send.SentIDs(), len(rows))
+	requireSentOnce(t, b, rows)
 	b.requireNoAttemptSpent(t, rows, outbox.StatusSent)
-	requireNoneProcessing(t, b)
 	require.Zero(t, total.Fenced)
 	require.Equal(t, len(rows), total.Sent)
 }
