@@ -412,10 +412,11 @@ type windowRow struct {
 
 // claimRows takes the candidates ids that are still due and unclaimed:
 // locks them, then marks them PROCESSING under a version check. It returns
-// them ordered by (created, id).
+// them in no set order: claimHeads puts the whole claim in (created, id)
+// order once.
 func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time) ([]Message, error) {
-	// No ORDER BY: sorting whole rows is server work; the few hundred rows
-	// are put in order below. On MySQL the candidates come from the
+	// No ORDER BY: sorting whole rows is server work; claimHeads sorts the
+	// few hundred rows. On MySQL the candidates come from the
 	// transaction's snapshot and this locking read sees the latest rows, so
 	// it checks again that they are due and unclaimed. A candidate stays the
 	// head of its aggregate until it is itself claimed: the rows before it are
@@ -425,7 +426,6 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 		if err != nil {
 			return nil, fmt.Errorf("claim rows: %w", err)
 		}
-		sortClaimed(rows)
 		return rows, nil
 	}
 	// Where rows are locked, concurrent claimers skip each other's rows
@@ -465,7 +465,6 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 		rows[i].ClaimedBy = &owner
 		rows[i].ClaimedAt = &now
 	}
-	sortClaimed(rows)
 	return rows, nil
 }
 
