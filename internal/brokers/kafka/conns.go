@@ -6,7 +6,11 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // errTornDown is what a connection set refuses dials with once torn down.
@@ -33,6 +37,19 @@ type connSet struct {
 	// connections whose response had not begun to come back when the
 	// connection was closed (see trackedConn): each may still land.
 	unanswered int
+	// ends counts the transactions the broker ended for a franz-go
+	// client (its hook).
+	ends endTxnAnswers
+}
+
+// endTxnAnswers is a franz-go hook (kgo.HookBrokerRead) counting the EndTxn
+// responses its client read.
+type endTxnAnswers struct{ answered atomic.Int64 }
+
+func (a *endTxnAnswers) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.EndTxn) && err == nil {
+		a.answered.Add(1)
+	}
 }
 
 func newConnSet(dial DialFunc, timeout time.Duration) *connSet {

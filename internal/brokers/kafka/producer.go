@@ -43,6 +43,10 @@ type Producer struct {
 	conns     *connSet            // sp's or cl's connections
 	closed    bool
 	connected bool // logged the first connection
+
+	// endTxn, when a test sets it, ends the transactional path's
+	// transactions instead of the client's EndTransaction.
+	endTxn func(context.Context, *kgo.Client, kgo.TransactionEndTry) error
 }
 
 // NewProducer checks cfg and returns a producer that connects on its first

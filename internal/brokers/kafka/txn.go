@@ -133,6 +133,7 @@ func (p *Producer) connectTxn() (*kgo.Client, *connSet, error) {
 	if err != nil {
 		return nil, nil, &ProducerRejectedError{Err: err}
 	}
+	opts = append(opts, kgo.WithHooks(&conns.ends))
 	cl, err := kgo.NewClient(opts...)
 	if err == nil {
 		// franz-go connects lazily and would wait for a producer id until
@@ -189,7 +190,7 @@ func (p *Producer) sendTxn(ctx context.Context, msgs []event.Message, abandoned 
 	}
 	outage := false
 	for round := 0; ; round++ {
-		err = p.transaction(ctx, cl, recs, todo, errs, abandoned)
+		err = p.transaction(ctx, cl, conns, recs, todo, errs, abandoned)
 		for _, i := range todo {
 			outage = outage || (errs[i] != nil && !errors.Is(errs[i], errAborted) && !refusal(errs[i]))
 		}
@@ -218,7 +219,7 @@ func (p *Producer) sendTxn(ctx context.Context, msgs []event.Message, abandoned 
 // transaction runs one transaction of recs[i] for i in todo and sets
 // errs[i]. It returns nil once committed; errAborted after a clean abort
 // (the client may go on); any other error leaves the client to be closed.
-func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, todo []int, errs []error, abandoned *atomic.Bool) error {
+func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, conns *connSet, recs []*kgo.Record, todo []int, errs []error, abandoned *atomic.Bool) error {
 	fail := func(err error) error {
 		for _, i := range todo {
 			errs[i] = err
@@ -264,12 +265,22 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 		// aborts it.
 		return fail(fmt.Errorf("%w: send abandoned, transaction left to be aborted", relay.ErrUnavailable))
 	}
-	ok := true
+	ok, wrote := true, false
 	for _, i := range todo {
 		ok = ok && errs[i] == nil
+		wrote = wrote || errs[i] == nil
 	}
+	ends := conns.ends.answered.Load()
+	// ended says whether the broker answered an EndTxn since ends. A
+	// transaction that wrote a record is over only then: franz-go's
+	// EndTransaction can return nil without sending one (seen with
+	// v1.22.3 under load: it found no partition marked added), which left
+	// the records in a transaction still open, reported as committed. A
+	// read_committed consumer would never have read them, and the next
+	// transaction under this epoch would have joined it.
+	ended := func() bool { return conns.ends.answered.Load() > ends }
 	if ok {
-		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		if err := p.endTransaction(ctx, cl, kgo.TryCommit); err != nil {
 			// Whether the commit landed is not known, and the rows are
 			// released at once. A resend (from this instance, after the
 			// next client's epoch settled it, or from another one at any
@@ -278,12 +289,24 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 			// read_committed reads stop there until it ends.
 			return fail(fmt.Errorf("%w: commit transaction: %w", relay.ErrUnavailable, err))
 		}
+		if !ended() {
+			// Not committed: the next client's epoch aborts it (sendTxn
+			// closes this one), and the rows are sent again.
+			return fail(fmt.Errorf("%w: commit transaction: the client ended it without asking the broker", relay.ErrUnavailable))
+		}
 		return nil
 	}
 	if err := cl.AbortBufferedRecords(ctx); err != nil {
 		return fail(fmt.Errorf("%w: abort transaction: %w", relay.ErrUnavailable, err))
 	}
-	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+	err := p.endTransaction(ctx, cl, kgo.TryAbort)
+	if err == nil && wrote && !ended() {
+		// The records written stay in an open transaction that this
+		// client's next one would join and commit: close the client
+		// instead (sendTxn), whose successor's epoch aborts it.
+		err = errors.New("the client ended it without asking the broker")
+	}
+	if err != nil {
 		for _, i := range todo {
 			if errs[i] == nil || !refusal(errs[i]) {
 				errs[i] = fmt.Errorf("%w: abort transaction: %w", relay.ErrUnavailable, err)
@@ -297,6 +320,14 @@ func (p *Producer) transaction(ctx context.Context, cl *kgo.Client, recs []*kgo.
 		}
 	}
 	return errAborted
+}
+
+// endTransaction is cl.EndTransaction, or what a test put in its place.
+func (p *Producer) endTransaction(ctx context.Context, cl *kgo.Client, how kgo.TransactionEndTry) error {
+	if p.endTxn != nil {
+		return p.endTxn(ctx, cl, how)
+	}
+	return cl.EndTransaction(ctx, how)
 }
 
 func refusal(err error) bool {

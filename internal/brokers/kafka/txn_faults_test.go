@@ -20,6 +20,7 @@ import (
 	"github.com/postingsvc/posting/event"
 	"github.com/postingsvc/posting/internal/brokers/kafka/endoffset"
 	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/send/outbox"
 	"github.com/postingsvc/posting/internal/send/relay"
 )
 
@@ -362,8 +363,61 @@ func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T
 	require.NoError(t, restarted.Ping(context.Background()))
 	time.Sleep(time.Second)
 	require.True(t, open(), "started, not yet sent: still held")
-	producerTestRequireAllNil(t, restarted.Send(context.Background(), relay.Envelopes(producerTestMessages(2, 1, 2))))
+	txnTestSendOnce(t, restarted, producerTestMessages(2, 1, 2))
 	require.False(t, open(), "the first send's new epoch aborted it")
+}
+
+// txnTestSendOnce sends msgs through p and requires them committed: a send
+// that reports them unavailable (its commit not confirmed) is followed by
+// one more, as the relay's next poll would.
+func txnTestSendOnce(t *testing.T, p *Producer, msgs []outbox.Message) {
+	t.Helper()
+	for _, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
+		if err != nil {
+			require.ErrorIs(t, err, relay.ErrUnavailable)
+			producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
+			return
+		}
+	}
+}
+
+// franz-go's EndTransaction has returned nil without sending EndTxn (the
+// client found no partition of the transaction marked added), leaving the
+// transaction open. Send does not take that for a commit: it reports the
+// messages unavailable and closes the client, whose successor's epoch
+// aborts the open transaction, and the resend is read once. A commit that
+// skips EndTxn here stands in for the client's.
+func TestCommitTheClientEndedWithoutTheBrokerIsNotReportedSent(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "posting-relay-skip"
+	p := producerTestNew(t, cfg)
+	skipped := 0
+	p.endTxn = func(ctx context.Context, cl *kgo.Client, how kgo.TransactionEndTry) error {
+		if how == kgo.TryCommit && skipped == 0 {
+			skipped++
+			return nil
+		}
+		return cl.EndTransaction(ctx, how)
+	}
+	msgs := producerTestMessages(1, 3, 1, 2, 3)
+	for i, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d: its transaction was never committed", i)
+	}
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
+
+	recs := b.Records(t, len(msgs), 10*time.Second)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.Headers[event.HeaderEventID])
+	}
+	var want []string
+	for _, m := range msgs {
+		want = append(want, m.EventID)
+	}
+	require.ElementsMatch(t, want, got, "each message read once, from the resend")
 }
 
 // txnTestDeadRun leaves a transaction open under id on b, as a relay that
