@@ -112,28 +112,14 @@ func (r *Relay) poll(ctx context.Context, mode pollMode) (res Result, err error)
 }
 
 // sendBatch sends msgs and returns one result per message (see Sender).
-// With pipelined, a full batch means more rows are likely waiting (as does
-// a wake, on PostgreSQL): it claims the next batch (and writes the
-// acknowledgements deferred so far) while this one is sent, and keeps it
-// for the next poll; claimErr is why that claim failed. Its rule skips every post with a row of this batch in
+// With pipelined, a full batch means more rows are likely waiting: it
+// claims the next batch (and writes the acknowledgements deferred so far)
+// while this one is sent, and keeps it for the next poll; claimErr is why
+// that claim failed. Its rule skips every post with a row of this batch in
 // the air, so no event overtakes an earlier one of its post.
 func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined bool, res *Result) (errs []error, claimErr error) {
-	if !pipelined {
+	if !pipelined || len(msgs) < r.cfg.BatchSize {
 		return r.traceSend(ctx, msgs), nil
-	}
-	expect := len(msgs) >= r.cfg.BatchSize
-	if !expect {
-		// Where a claim is one statement that holds no lock past itself
-		// (PostgreSQL), rows committed since this batch was claimed (a
-		// wake waits) are claimed beside its send rather than after it,
-		// so their wait for the database and this batch's for the broker
-		// overlap. The wake is taken here, as the loop would take it
-		// after the poll. On MariaDB a claim's transaction beside the
-		// send raised the tail of commit → broker at 1,000 events/s.
-		if !r.store.ClaimsInOneStatement() || !r.woken() {
-			return r.traceSend(ctx, msgs), nil
-		}
-		expect = r.tookOwnWake()
 	}
 	acked, ackedAt := r.pending.takeAcks()
 	nextc := make(chan claimed, 1)
@@ -148,7 +134,7 @@ func (r *Relay) sendBatch(ctx context.Context, msgs []outbox.Message, pipelined 
 	// crash.)
 	cctx, cancel := context.WithTimeout(ctx, r.maxNextAge())
 	defer cancel()
-	go func() { nextc <- r.claim(cctx, acked, ackedAt, expect) }()
+	go func() { nextc <- r.claim(cctx, acked, ackedAt, true) }()
 	errs = r.traceSend(ctx, msgs)
 	c := <-nextc
 	// As for a claim before a send: when it failed, the acknowledgements
