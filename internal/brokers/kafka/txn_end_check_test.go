@@ -1,0 +1,117 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/postingsvc/posting/event"
+	"github.com/postingsvc/posting/internal/brokers/kafka/kafkatest"
+	"github.com/postingsvc/posting/internal/send/outbox"
+	"github.com/postingsvc/posting/internal/send/relay"
+)
+
+// txnTestEventIDs are the event ids of recs, in the order read.
+func txnTestEventIDs(recs []kafkatest.Record) []string {
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.Headers[event.HeaderEventID])
+	}
+	return ids
+}
+
+func txnTestMessageIDs(msgs []outbox.Message) []string {
+	var ids []string
+	for _, m := range msgs {
+		ids = append(ids, m.EventID)
+	}
+	return ids
+}
+
+// A commit whose EndTxn answer comes late, but within the request timeout,
+// is a commit: the check on the answer does not take it for one the client
+// skipped, and the messages are read once.
+func TestCommitAnsweredLateIsReportedSentOnce(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "posting-relay-late-commit"
+	p := producerTestNew(t, cfg)
+	c := b.Cluster
+	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.DropControl()
+		c.SleepControl(func() { time.Sleep(cfg.RequestTimeout / 3) })
+		return nil, nil, false
+	})
+	msgs := producerTestMessages(1, 3, 1, 2, 3)
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(10, 1, 1))))
+	recs := b.Records(t, 5, 3*time.Second) // one more than sent: a copy would show
+	require.ElementsMatch(t, append(txnTestMessageIDs(msgs), producerTestMessages(10, 1, 1)[0].EventID), txnTestEventIDs(recs))
+}
+
+// franz-go ending an abort without the broker, as it ended a commit: the
+// client is out of its transaction while the broker's stays open with the
+// records the batch wrote. Stood in for by a broker that answers the
+// abort's EndTxn without ending the transaction, an answer the producer
+// is made not to count. Resending the rest on that client, as after a
+// clean abort, would join the open transaction under the same epoch and
+// commit the first copies with the second: the producer closes the client
+// instead, whose successor's epoch aborts it, and the relay's resend of
+// what was reported unavailable is read once. The refused message stays a
+// refusal.
+func TestAbortTheClientEndedWithoutTheBrokerIsNotFollowedByACommitUnderItsEpoch(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = "posting-relay-skip-abort"
+	p := producerTestNew(t, cfg)
+	posts := producerTestPostsOnDistinctPartitions(t, 3, b.Partitions)
+	stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.InvalidRecord.Code)
+	c := b.Cluster
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if req.(*kmsg.EndTxnRequest).Commit {
+			c.KeepControl()
+			return nil, nil, false
+		}
+		return req.ResponseKind(), nil, true // the first abort: answered, not ended
+	})
+	skipped := 0
+	p.endTxn = func(ctx context.Context, cl *kgo.Client, how kgo.TransactionEndTry) error {
+		err := cl.EndTransaction(ctx, how)
+		if how == kgo.TryAbort && skipped == 0 {
+			skipped++
+			p.mu.Lock()
+			p.conns.ends.answered.Add(-1) // as if no answer had been read
+			p.mu.Unlock()
+		}
+		return err
+	}
+	msgs := producerTestMessages(1, 3, posts...)
+	errs := p.Send(context.Background(), relay.Envelopes(msgs))
+	require.Equal(t, 1, skipped)
+	stop()
+	var resend []outbox.Message
+	for i, err := range errs {
+		if err != nil && errors.Is(err, relay.ErrUnavailable) {
+			resend = append(resend, msgs[i])
+		}
+	}
+	if len(resend) > 0 {
+		producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(resend))) // the relay's resend
+	}
+	recs := b.Records(t, 3, 3*time.Second) // one more than sent: a copy would show
+	require.ElementsMatch(t, txnTestMessageIDs(msgs[1:]), txnTestEventIDs(recs), "each message read once")
+	var rej *ProducerRejectedError
+	require.ErrorAs(t, errs[0], &rej, "the refused message stays a refusal")
+	require.NotErrorIs(t, errs[0], relay.ErrUnavailable)
+}
