@@ -37,8 +37,8 @@ type connSet struct {
 	// connections whose response had not begun to come back when the
 	// connection was closed (see trackedConn): each may still land.
 	unanswered int
-	// ends counts the transactions the broker ended for a franz-go
-	// client (its hook).
+	// ends counts the EndTxn answers the set's franz-go client read
+	// (the client's hook).
 	ends endTxnAnswers
 }
 
