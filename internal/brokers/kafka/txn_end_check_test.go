@@ -27,6 +27,18 @@ func txnTestEventIDs(recs []kafkatest.Record) []string {
 	return ids
 }
 
+// txnTestProducer is a transactional producer under id on a broker of its
+// own.
+func txnTestProducer(t *testing.T, id string) (*kafkatest.Broker, *Producer) {
+	t.Helper()
+	b := kafkatest.Start(t)
+	cfg := producerTestConfig(b.Addr)
+	cfg.Topic = b.Topic
+	cfg.TransactionalID = id
+	return b, producerTestNew(t, cfg)
+}
+
+// txnTestMessageIDs are the event ids of msgs.
 func txnTestMessageIDs(msgs []outbox.Message) []string {
 	var ids []string
 	for _, m := range msgs {
@@ -40,15 +52,11 @@ func txnTestMessageIDs(msgs []outbox.Message) []string {
 // skipped, and the messages are read once.
 func TestCommitAnsweredLateIsReportedSentOnce(t *testing.T) {
 	t.Parallel()
-	b := kafkatest.Start(t)
-	cfg := producerTestConfig(b.Addr)
-	cfg.Topic = b.Topic
-	cfg.TransactionalID = "posting-relay-late-commit"
-	p := producerTestNew(t, cfg)
+	b, p := txnTestProducer(t, "posting-relay-late-commit")
 	c := b.Cluster
 	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.DropControl()
-		c.SleepControl(func() { time.Sleep(cfg.RequestTimeout / 3) })
+		c.SleepControl(func() { time.Sleep(p.cfg.RequestTimeout / 3) })
 		return nil, nil, false
 	})
 	msgs := producerTestMessages(1, 3, 1, 2, 3)
@@ -70,11 +78,7 @@ func TestCommitAnsweredLateIsReportedSentOnce(t *testing.T) {
 // refusal.
 func TestAbortTheClientEndedWithoutTheBrokerIsNotFollowedByACommitUnderItsEpoch(t *testing.T) {
 	t.Parallel()
-	b := kafkatest.Start(t)
-	cfg := producerTestConfig(b.Addr)
-	cfg.Topic = b.Topic
-	cfg.TransactionalID = "posting-relay-skip-abort"
-	p := producerTestNew(t, cfg)
+	b, p := txnTestProducer(t, "posting-relay-skip-abort")
 	posts := producerTestPostsOnDistinctPartitions(t, 3, b.Partitions)
 	stop := b.RejectKey(strconv.FormatInt(posts[0], 10), kerr.InvalidRecord.Code)
 	c := b.Cluster

@@ -389,11 +389,7 @@ func txnTestSendOnce(t *testing.T, p *Producer, msgs []outbox.Message) {
 // skips EndTxn here stands in for the client's.
 func TestCommitTheClientEndedWithoutTheBrokerIsNotReportedSent(t *testing.T) {
 	t.Parallel()
-	b := kafkatest.Start(t)
-	cfg := producerTestConfig(b.Addr)
-	cfg.Topic = b.Topic
-	cfg.TransactionalID = "posting-relay-skip"
-	p := producerTestNew(t, cfg)
+	b, p := txnTestProducer(t, "posting-relay-skip")
 	skipped := 0
 	p.endTxn = func(ctx context.Context, cl *kgo.Client, how kgo.TransactionEndTry) error {
 		if how == kgo.TryCommit && skipped == 0 {
@@ -409,15 +405,7 @@ func TestCommitTheClientEndedWithoutTheBrokerIsNotReportedSent(t *testing.T) {
 	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
 
 	recs := b.Records(t, len(msgs), 10*time.Second)
-	var got []string
-	for _, r := range recs {
-		got = append(got, r.Headers[event.HeaderEventID])
-	}
-	var want []string
-	for _, m := range msgs {
-		want = append(want, m.EventID)
-	}
-	require.ElementsMatch(t, want, got, "each message read once, from the resend")
+	require.ElementsMatch(t, txnTestMessageIDs(msgs), txnTestEventIDs(recs), "each message read once, from the resend")
 }
 
 // txnTestDeadRun leaves a transaction open under id on b, as a relay that
