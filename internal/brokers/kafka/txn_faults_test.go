@@ -363,14 +363,14 @@ func TestRestartWithTheSameIDAbortsTheOpenTransactionAtItsFirstSend(t *testing.T
 	require.NoError(t, restarted.Ping(context.Background()))
 	time.Sleep(time.Second)
 	require.True(t, open(), "started, not yet sent: still held")
-	txnTestSendOnce(t, restarted, producerTestMessages(2, 1, 2))
+	txnTestSendWithOneResend(t, restarted, producerTestMessages(2, 1, 2))
 	require.False(t, open(), "the first send's new epoch aborted it")
 }
 
-// txnTestSendOnce sends msgs through p and requires them committed: a send
-// that reports them unavailable (its commit not confirmed) is followed by
-// one more, as the relay's next poll would.
-func txnTestSendOnce(t *testing.T, p *Producer, msgs []outbox.Message) {
+// txnTestSendWithOneResend sends msgs through p and requires them
+// committed: a send that reports them unavailable (its commit not
+// confirmed) is followed by one more, as the relay's next poll would.
+func txnTestSendWithOneResend(t *testing.T, p *Producer, msgs []outbox.Message) {
 	t.Helper()
 	for _, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
 		if err != nil {
