@@ -47,6 +47,33 @@ func txnTestMessageIDs(msgs []outbox.Message) []string {
 	return ids
 }
 
+// franz-go's EndTransaction has returned nil without sending EndTxn (the
+// client found no partition of the transaction marked added), leaving the
+// transaction open. Send does not take that for a commit: it reports the
+// messages unavailable and closes the client, whose successor's epoch
+// aborts the open transaction, and the resend is read once. A commit that
+// skips EndTxn here stands in for the client's.
+func TestCommitTheClientEndedWithoutTheBrokerIsNotReportedSent(t *testing.T) {
+	t.Parallel()
+	b, p := txnTestProducer(t, "posting-relay-skip")
+	skipped := 0
+	p.endTxn = func(ctx context.Context, cl *kgo.Client, how kgo.TransactionEndTry) error {
+		if how == kgo.TryCommit && skipped == 0 {
+			skipped++
+			return nil
+		}
+		return cl.EndTransaction(ctx, how)
+	}
+	msgs := producerTestMessages(1, 3, 1, 2, 3)
+	for i, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
+		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d: its transaction was never committed", i)
+	}
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
+
+	recs := b.Records(t, len(msgs), 10*time.Second)
+	require.ElementsMatch(t, txnTestMessageIDs(msgs), txnTestEventIDs(recs), "each message read once, from the resend")
+}
+
 // A commit whose EndTxn answer comes late, but within the request timeout,
 // is a commit: the check on the answer does not take it for one the client
 // skipped, and the messages are read once.
@@ -59,11 +86,11 @@ func TestCommitAnsweredLateIsReportedSentOnce(t *testing.T) {
 		c.SleepControl(func() { time.Sleep(p.cfg.RequestTimeout / 3) })
 		return nil, nil, false
 	})
-	msgs := producerTestMessages(1, 3, 1, 2, 3)
+	msgs, next := producerTestMessages(1, 3, 1, 2, 3), producerTestMessages(10, 1, 1)
 	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
-	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(producerTestMessages(10, 1, 1))))
+	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(next)))
 	recs := b.Records(t, 5, 3*time.Second) // one more than sent: a copy would show
-	require.ElementsMatch(t, append(txnTestMessageIDs(msgs), producerTestMessages(10, 1, 1)[0].EventID), txnTestEventIDs(recs))
+	require.ElementsMatch(t, append(txnTestMessageIDs(msgs), txnTestMessageIDs(next)...), txnTestEventIDs(recs))
 }
 
 // franz-go ending an abort without the broker, as it ended a commit: the

@@ -381,33 +381,6 @@ func txnTestSendWithOneResend(t *testing.T, p *Producer, msgs []outbox.Message) 
 	}
 }
 
-// franz-go's EndTransaction has returned nil without sending EndTxn (the
-// client found no partition of the transaction marked added), leaving the
-// transaction open. Send does not take that for a commit: it reports the
-// messages unavailable and closes the client, whose successor's epoch
-// aborts the open transaction, and the resend is read once. A commit that
-// skips EndTxn here stands in for the client's.
-func TestCommitTheClientEndedWithoutTheBrokerIsNotReportedSent(t *testing.T) {
-	t.Parallel()
-	b, p := txnTestProducer(t, "posting-relay-skip")
-	skipped := 0
-	p.endTxn = func(ctx context.Context, cl *kgo.Client, how kgo.TransactionEndTry) error {
-		if how == kgo.TryCommit && skipped == 0 {
-			skipped++
-			return nil
-		}
-		return cl.EndTransaction(ctx, how)
-	}
-	msgs := producerTestMessages(1, 3, 1, 2, 3)
-	for i, err := range p.Send(context.Background(), relay.Envelopes(msgs)) {
-		require.ErrorIs(t, err, relay.ErrUnavailable, "message %d: its transaction was never committed", i)
-	}
-	producerTestRequireAllNil(t, p.Send(context.Background(), relay.Envelopes(msgs)))
-
-	recs := b.Records(t, len(msgs), 10*time.Second)
-	require.ElementsMatch(t, txnTestMessageIDs(msgs), txnTestEventIDs(recs), "each message read once, from the resend")
-}
-
 // txnTestDeadRun leaves a transaction open under id on b, as a relay that
 // died mid-send does, and returns the producer of the run that restarts
 // under the same id (not yet connected) and a report of whether a
