@@ -55,6 +55,18 @@ type Driver interface {
 	// transaction holds instead of waiting for them (FOR UPDATE SKIP
 	// LOCKED): concurrent claimers take disjoint rows.
 	ForUpdateSkipLocked(q *gorm.DB) *gorm.DB
+	// ThroughIndex is the reference to table, for a statement's FROM or
+	// UPDATE, that makes the database read it through index where it takes
+	// such a hint (MySQL's "table FORCE INDEX (index)"), and table
+	// elsewhere. MariaDB may read a locking statement's range by the
+	// index's first column alone, or scan the whole table, and under
+	// REPEATABLE READ it keeps a lock on every row it passes, rows the
+	// statement does not return or change: a concurrent SKIP LOCKED read
+	// then passes them over, and a concurrent UPDATE waits for them.
+	// Forced, it reads only the range the conditions bound. PostgreSQL
+	// locks only the rows a statement returns or changes, and SQLite's
+	// one writer locks no row.
+	ThroughIndex(table, index string) string
 
 	// InsertIgnore makes q's Create skip each row whose primary or unique
 	// key is taken, without an error: such a row is not written. For a

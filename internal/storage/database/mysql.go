@@ -219,6 +219,11 @@ func (mysqlDriver) ForUpdate(q *gorm.DB) *gorm.DB { return forUpdate(q) }
 // 10.6+).
 func (mysqlDriver) ForUpdateSkipLocked(q *gorm.DB) *gorm.DB { return forUpdateSkipLocked(q) }
 
+// ThroughIndex is "table FORCE INDEX (index)".
+func (mysqlDriver) ThroughIndex(table, index string) string {
+	return table + " FORCE INDEX (" + index + ")"
+}
+
 // InsertIgnore is INSERT ... ON DUPLICATE KEY UPDATE of the key to itself,
 // as GORM writes OnConflict DoNothing: unlike INSERT IGNORE it turns no
 // other error into a warning.

@@ -270,6 +270,10 @@ func (postgresDriver) ForUpdate(q *gorm.DB) *gorm.DB { return forUpdate(q) }
 
 func (postgresDriver) ForUpdateSkipLocked(q *gorm.DB) *gorm.DB { return forUpdateSkipLocked(q) }
 
+// ThroughIndex is table: PostgreSQL takes no index hints, and locks only
+// the rows a statement returns or changes.
+func (postgresDriver) ThroughIndex(table, _ string) string { return table }
+
 // InsertIgnore is INSERT ... ON CONFLICT DO NOTHING.
 func (postgresDriver) InsertIgnore(q *gorm.DB) *gorm.DB { return insertIgnore(q) }
 

@@ -155,6 +155,9 @@ func (sqliteDriver) ForUpdate(q *gorm.DB) *gorm.DB { return q }
 // ForUpdateSkipLocked returns q: no other writer holds a row meanwhile.
 func (sqliteDriver) ForUpdateSkipLocked(q *gorm.DB) *gorm.DB { return q }
 
+// ThroughIndex is table: a statement locks no row on SQLite.
+func (sqliteDriver) ThroughIndex(table, _ string) string { return table }
+
 // InsertIgnore is INSERT ... ON CONFLICT DO NOTHING.
 func (sqliteDriver) InsertIgnore(q *gorm.DB) *gorm.DB { return insertIgnore(q) }
 
