@@ -228,14 +228,18 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 	read := false
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		due, res, read = nil, SchedulerResult{}, false // a retried attempt starts afresh
+		drv := database.DriverOf(tx)
 		q := tx.Select("id", "scheduled_at", "version", "owner_id", "traceparent").Where("status = ? AND scheduled_at <= ?", StatusReserved, horizon).
 			// A post past its deadline is the expirer's: it becomes EXPIRED,
 			// never WORKING.
 			Where("publish_by IS NULL OR publish_by >= ?", now)
 		if after != nil {
-			q = q.Where(database.DriverOf(tx).After("scheduled_at", "id", after.ScheduledAt, after.ID))
+			q = q.Where(drv.After("scheduled_at", "id", after.ScheduledAt, after.ID))
 		}
-		q = database.DriverOf(tx).ForUpdateSkipLocked(q)
+		// Through the index of the order, so that the read locks the
+		// posts it returns and no due post before the cursor, which
+		// another runner would then pass over (Driver.ThroughIndex).
+		q = drv.ForUpdateSkipLocked(q.Table(drv.ThroughIndex("posts", "idx_posts_status_scheduled_at_id")))
 		if err := q.Order("scheduled_at, id").Limit(limit).Find(&due).Error; err != nil {
 			return fmt.Errorf("find due posts: %w", err)
 		}
@@ -297,9 +301,13 @@ func markPosts(ctx context.Context, tracer trace.Tracer, tx *gorm.DB, posts []Po
 		pairs[i] = database.Pair{First: posts[i].ID, Second: posts[i].Version.Int64}
 	}
 	// PairsIn: on PostgreSQL two arrays unnested, where a row-value IN of
-	// 1,000 pairs took more time to plan than the UPDATE took to run.
-	upd := tx.Exec("UPDATE posts SET status = ?, version = version + 1, updated_at = ? WHERE status = ? AND ?",
-		StatusWorking, now, StatusReserved, database.DriverOf(tx).PairsIn("id", "version", pairs))
+	// 1,000 pairs took more time to plan than the UPDATE took to run. By
+	// primary key (Driver.ThroughIndex): MariaDB may otherwise scan the
+	// table for a batch that is a good part of it, and wait for every post
+	// another runner's batch holds.
+	drv := database.DriverOf(tx)
+	upd := tx.Exec("UPDATE "+drv.ThroughIndex("posts", "PRIMARY")+" SET status = ?, version = version + 1, updated_at = ? WHERE status = ? AND ?",
+		StatusWorking, now, StatusReserved, drv.PairsIn("id", "version", pairs))
 	if upd.Error != nil {
 		return nil, fmt.Errorf("mark %d posts working: %w", len(posts), upd.Error)
 	}

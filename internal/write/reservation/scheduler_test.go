@@ -233,7 +233,7 @@ func TestSchedulerRunGrowsItsBatchWhileBatchesComeBackFull(t *testing.T) {
 			var updates atomic.Int64
 			count := db.DB.Session(&gorm.Session{NewDB: true})
 			databasetest.Before(t, count, databasetest.StmtExec, func(tx *gorm.DB) {
-				if strings.HasPrefix(tx.Statement.SQL.String(), "UPDATE posts SET status") {
+				if markWorking(tx) {
 					updates.Add(1)
 				}
 			})
@@ -284,7 +284,7 @@ func TestSchedulerSkipsAPostChangedAfterTheRead(t *testing.T) {
 
 // markWorking is the scheduler's UPDATE of a post's status (one post or a
 // batch).
-var markWorking = databasetest.SQLStarts("UPDATE posts SET status")
+func markWorking(tx *gorm.DB) bool { return reservation.MarkWorking(tx.Statement.SQL.String()) }
 
 // An event already recorded for a post (the database-level guard) makes the
 // scheduler skip that post, roll back its state change, and still mark the
