@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -226,6 +227,15 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 	due []Post, res SchedulerResult, errs []error, err error,
 ) {
 	read := false
+	// READ COMMITTED on MySQL: under REPEATABLE READ a short batch's read,
+	// which runs on past the last due post, keeps a lock on the gap after
+	// it, where a post marked WORKING lands, and other instances' marks
+	// would wait for this batch's commit. It also lets go of the rows the
+	// read passes over and does not return (posts past their publishBy).
+	var opts []*sql.TxOptions
+	if rc := database.DriverOf(s.db).ReadCommitted(); rc != nil {
+		opts = append(opts, rc)
+	}
 	err = database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		due, res, read = nil, SchedulerResult{}, false // a retried attempt starts afresh
 		drv := database.DriverOf(tx)
@@ -253,7 +263,7 @@ func (s *Scheduler) markNext(ctx context.Context, after *Post, horizon time.Time
 		}
 		res = SchedulerResult{Marked: len(marked), Skipped: len(due) - len(marked)}
 		return nil
-	})
+	}, opts...)
 	switch {
 	case err == nil:
 		return due, res, nil, nil
