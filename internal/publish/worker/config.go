@@ -93,13 +93,6 @@ type Config struct {
 	// RetryMax caps that pause. Default 1m; at least RetryBase. A pause the
 	// publisher asks for (RetryLaterError) may be longer.
 	RetryMax time.Duration
-	// CallGrace is how long a publisher call in progress runs on once its
-	// publication is disarmed (its partition revoked, the worker stopped)
-	// before its context is cancelled. A receiver that answers within it
-	// has its post recorded PUBLISHED, and the next owner does not call it
-	// again; one that answers later is called again, with the same key.
-	// Revoked and Stop wait for it. Default 5s; 10ms to 1m.
-	CallGrace time.Duration
 	// SweepInterval is how often the worker arms the PENDING publications
 	// of its partitions that have no timer: rows an operator set back to
 	// PENDING (a retry of a FAILED publication). Default 30s; 10ms to 1h.
@@ -145,7 +138,6 @@ func DefaultConfig() Config {
 		Concurrency:    DefaultConcurrency,
 		RetryBase:      time.Second,
 		RetryMax:       time.Minute,
-		CallGrace:      5 * time.Second,
 		SweepInterval:  30 * time.Second,
 		Now:            time.Now,
 		Logger:         slog.Default(),
@@ -173,9 +165,6 @@ func (c Config) Validate() error {
 	// In the fields' order, so the setting named first is the first out.
 	if err := backoff.CheckRetry(f, c.RetryBase, c.RetryMax); err != nil {
 		return err
-	}
-	if c.CallGrace < 10*time.Millisecond || c.CallGrace > time.Minute {
-		return config.Invalid(f+"CallGrace", c.CallGrace, "want 10ms to 1m")
 	}
 	if c.SweepInterval < 10*time.Millisecond || c.SweepInterval > time.Hour {
 		return config.Invalid(f+"SweepInterval", c.SweepInterval, "want 10ms to 1h")

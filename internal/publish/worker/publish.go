@@ -139,11 +139,7 @@ func (w *Worker) attemptLoaded(ctx context.Context, postID int64, l loaded) (res
 		}
 		return result{status: c.status, reason: c.reason}, nil
 	}
-	// The call outlives a disarm by CallGrace: cancelled at once, a call
-	// the receiver had taken would be made again by the next owner.
-	callCtx, endCall := outlive(ctx, w.cfg.CallGrace)
-	err = w.cfg.Publisher.Publish(callCtx, Publishing{Post: p, Key: pub.EventID, Attempt: pub.Attempts + 1})
-	endCall()
+	err = w.cfg.Publisher.Publish(ctx, Publishing{Post: p, Key: pub.EventID, Attempt: pub.Attempts + 1})
 	<-w.sem
 	if err != nil {
 		msg := database.TruncateError(err.Error())
@@ -247,15 +243,4 @@ func settle(tx *gorm.DB, postID int64, status PublicationStatus, at time.Time, l
 		return false, fmt.Errorf("settle publication of post %d as %s: %w", postID, status, res.Error)
 	}
 	return res.RowsAffected == 1, nil
-}
-
-// outlive returns a context with ctx's values that is cancelled grace after
-// ctx is, or by end.
-func outlive(ctx context.Context, grace time.Duration) (_ context.Context, end func()) {
-	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
-	return out, func() {
-		stop()
-		cancel()
-	}
 }

@@ -366,7 +366,7 @@ func TestWorkerRevokeDuringPublishAndFailingPosts(t *testing.T) {
 		failing := reservationtest.InsertWorking(t, db.DB, time.Now())
 		pub := &blocking{block: blocked.ID, fail: failing.ID, entered: make(chan struct{}, 1)}
 		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), Concurrency: 1,
-			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond, CallGrace: 50 * time.Millisecond})
+			RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(w.Stop)
 
@@ -392,74 +392,6 @@ func TestWorkerRevokeDuringPublishAndFailingPosts(t *testing.T) {
 		require.Equal(t, worker.PublicationPending, p.Status, "a passing failure is tried again")
 		require.Contains(t, *p.LastError, "receiver down")
 	})
-}
-
-// A publisher call in progress when its partition is revoked runs on (for
-// up to Config.CallGrace): the receiver's answer is recorded, the post is
-// PUBLISHED, and the next owner does not call the receiver again. Cancelled
-// at once, the call would leave the publication PENDING, and the receiver,
-// which had the call, would be called a second time.
-func TestWorkerRevokeLetsACallInProgressFinish(t *testing.T) {
-	t.Parallel()
-	databasetest.Each(t, func(t *testing.T, db *database.DB) {
-		ctx := context.Background()
-		post := reservationtest.InsertWorking(t, db.DB, time.Now())
-		pub := &answering{entered: make(chan struct{}, 1), answer: make(chan struct{})}
-		w, err := worker.New(db.DB, worker.Config{Publisher: pub, Logger: quiet(), CallGrace: time.Minute})
-		require.NoError(t, err)
-		t.Cleanup(w.Stop)
-
-		require.NoError(t, w.Handle(ctx, decode(t, reservationRecord(t, post), 1)))
-		select {
-		case <-pub.entered:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the publication never started")
-		}
-		revoked := make(chan struct{})
-		go func() {
-			w.Revoked("posting-events", []int32{1})
-			close(revoked)
-		}()
-		// Revoked has disarmed the timer (its context is cancelled) and
-		// waits for the call; the receiver answers now.
-		require.Eventually(t, func() bool { return w.Pending() == 0 }, 10*time.Second, time.Millisecond)
-		close(pub.answer)
-		select {
-		case <-revoked:
-		case <-time.After(20 * time.Second):
-			t.Fatal("Revoked did not return once the call ended")
-		}
-		require.Equal(t, worker.PublicationPublished, loadPublication(t, db.DB, post.ID).Status)
-		require.Equal(t, reservation.StatusPublished, loadPost(t, db.DB, post.ID).Status)
-		require.EqualValues(t, 1, pub.calls.Load())
-		require.NoError(t, pub.err)
-
-		// The next owner has nothing left to call.
-		require.NoError(t, w.Assigned(ctx, "posting-events", []int32{1}))
-		require.Zero(t, w.Pending())
-		require.EqualValues(t, 1, pub.calls.Load())
-	})
-}
-
-// answering is a Publisher whose calls wait for answer, as a receiver that
-// takes its time; a call whose context ends first fails with its error.
-type answering struct {
-	entered chan struct{}
-	answer  chan struct{}
-	calls   atomic.Int64
-	err     error
-}
-
-func (a *answering) Publish(ctx context.Context, _ worker.Publishing) error {
-	a.calls.Add(1)
-	a.entered <- struct{}{}
-	select {
-	case <-a.answer:
-		return nil
-	case <-ctx.Done():
-		a.err = ctx.Err()
-		return a.err
-	}
 }
 
 // killOnce wraps a handler: after the first event it handled (its database
