@@ -88,8 +88,10 @@ func endToEnd(t *testing.T, dbURL string) {
 	// half a second after posts came due: the worker loses its partitions
 	// a moment after the broker, and a publication whose webhook call is
 	// in flight then is cancelled and made again by the next owner (at
-	// least once towards the publisher, with the same Idempotency-Key),
-	// which this test, counting calls, must not meet at a due instant.
+	// least once towards the publisher, with the same Idempotency-Key).
+	// On a loaded machine that moment can meet the publications of the
+	// next due instant: the posts due within 2 s of the stop may be
+	// called twice, every other post once.
 	time.Sleep(time.Until(start.Add(25*time.Second + 500*time.Millisecond)))
 	stopped := time.Now()
 	b.Stop()
@@ -120,7 +122,15 @@ func endToEnd(t *testing.T, dbURL string) {
 	for _, p := range pubs {
 		require.Equal(t, worker.PublicationPublished, p.Status, "post %d", p.PostID)
 	}
-	requireOneCallPerPost(t, hookCalls(), posts)
+	calls := hookCalls()
+	require.Len(t, calls, posts)
+	for id, n := range calls {
+		if at := due[id]; !at.Before(stopped) && at.Before(stopped.Add(2*time.Second)) {
+			require.LessOrEqual(t, n, 2, "webhook calls for post %d, due %s after the stop", id, at.Sub(stopped))
+			continue
+		}
+		require.Equal(t, 1, n, "webhook calls for post %d", id)
+	}
 	for name, l := range map[string][]time.Duration{"all posts": lags, "posts due before the pause": before} {
 		slices.Sort(l)
 		t.Logf("publication lag of %d %s: median %s, p95 %s, max %s", len(l), name, l[len(l)/2].Round(time.Millisecond),

@@ -33,12 +33,14 @@ func run(t *testing.T, out io.Writer, args ...string) {
 }
 
 // countingWebhook is a webhook receiver that counts its calls per post;
-// calls returns a copy of the counts.
+// calls returns a copy of the counts. A post called again must be called
+// with the Idempotency-Key of its first call, or the test fails.
 func countingWebhook(t *testing.T) (srv *httptest.Server, calls func() map[int64]int) {
 	t.Helper()
 	var (
 		mu   sync.Mutex
-		hook = map[int64]int{} // webhook calls per post
+		hook = map[int64]int{}    // webhook calls per post
+		keys = map[int64]string{} // the Idempotency-Key of each post's first call
 	)
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var p api.PostJSON
@@ -46,8 +48,13 @@ func countingWebhook(t *testing.T) (srv *httptest.Server, calls func() map[int64
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
+		key := r.Header.Get("Idempotency-Key")
 		mu.Lock()
 		hook[p.ID]++
+		if first, ok := keys[p.ID]; ok && first != key {
+			t.Errorf("post %d called with Idempotency-Key %q, then %q", p.ID, first, key)
+		}
+		keys[p.ID] = key
 		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
