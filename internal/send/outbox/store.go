@@ -432,8 +432,13 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// instead of waiting (FOR UPDATE SKIP LOCKED); SQLite transactions are
 	// serialized by BEGIN IMMEDIATE, so the claim's already holds the one
 	// write lock when it reads.
+	// Both statements by primary key (Driver.ThroughIndex): on a small
+	// outbox MariaDB scans the whole table for them, and keeps a lock on
+	// every row the scan passes, so another relay's claim would skip or
+	// wait for rows this one does not take.
+	byKey := tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY"))
 	lock := s.drv.ForUpdateSkipLocked(
-		tx.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
+		byKey.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
 	var rows []Message
 	if err := lock.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("lock candidates: %w", err)
@@ -444,7 +449,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// The version check cannot fail while the rows are locked (FOR UPDATE
 	// on MySQL, BEGIN IMMEDIATE on SQLite): it stays as the guard for a
 	// dialect that would claim without the lock, with the count below.
-	res := tx.Model(&Message{}).
+	res := tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{}).
 		Where("status IN ?", []Status{StatusPending, StatusRetry}).
 		Where(s.versionMatch(rows)).
 		Updates(map[string]any{
@@ -644,7 +649,8 @@ func (s *Store) updateClaimed(ctx context.Context, msgs []Message, changes map[s
 func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]any) (fenced int, err error) {
 	changes["version"] = gorm.Expr("version + 1")
 	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
-		res := tx.Model(&Message{}).
+		// By primary key, as claimRows' UPDATE.
+		res := tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{}).
 			Where("status = ?", StatusProcessing).
 			Where(s.versionMatch(chunk)).
 			Updates(changes)
