@@ -788,30 +788,46 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 	}
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		rec = Recovery{}
-		stale := func() *gorm.DB {
-			return tx.Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore)
+		// The stale rows by a plain read, then changed by primary key
+		// (Driver.ThroughIndex), each UPDATE checking again that they
+		// are stale. On MySQL an UPDATE by status and claimed_at reads
+		// every PROCESSING entry of idx_outbox_status_created_id with a
+		// lock, live claims' rows among them, and waits for their
+		// transactions.
+		var ids []int64
+		if err := tx.Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore).
+			Pluck("id", &ids).Error; err != nil {
+			return fmt.Errorf("find stale claims: %w", err)
 		}
-		res := stale().Where("retry_count >= ?", maxRetries).Updates(map[string]any{
-			"status":      StatusFail,
-			"retry_count": gorm.Expr("retry_count + 1"),
-			"last_error":  "claim expired: the relay instance stopped before recording a result",
-			"version":     gorm.Expr("version + 1"),
-		})
-		if res.Error != nil {
-			return fmt.Errorf("fail stale claims: %w", res.Error)
+		for len(ids) > 0 {
+			chunk := ids[:min(len(ids), maxPairsPerStatement)]
+			ids = ids[len(chunk):]
+			stale := func() *gorm.DB {
+				return tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{}).Where(s.drv.KeysIn("id", chunk)).
+					Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore)
+			}
+			res := stale().Where("retry_count >= ?", maxRetries).Updates(map[string]any{
+				"status":      StatusFail,
+				"retry_count": gorm.Expr("retry_count + 1"),
+				"last_error":  "claim expired: the relay instance stopped before recording a result",
+				"version":     gorm.Expr("version + 1"),
+			})
+			if res.Error != nil {
+				return fmt.Errorf("fail stale claims: %w", res.Error)
+			}
+			rec.Failed += int(res.RowsAffected)
+			res = stale().Updates(map[string]any{
+				"status":          StatusRetry,
+				"retry_count":     gorm.Expr("retry_count + 1"),
+				"next_attempt_at": retryAt,
+				"last_error":      "claim expired: the relay instance stopped before recording a result",
+				"version":         gorm.Expr("version + 1"),
+			})
+			if res.Error != nil {
+				return fmt.Errorf("recover stale claims: %w", res.Error)
+			}
+			rec.Retried += int(res.RowsAffected)
 		}
-		rec.Failed = int(res.RowsAffected)
-		res = stale().Updates(map[string]any{
-			"status":          StatusRetry,
-			"retry_count":     gorm.Expr("retry_count + 1"),
-			"next_attempt_at": retryAt,
-			"last_error":      "claim expired: the relay instance stopped before recording a result",
-			"version":         gorm.Expr("version + 1"),
-		})
-		if res.Error != nil {
-			return fmt.Errorf("recover stale claims: %w", res.Error)
-		}
-		rec.Retried = int(res.RowsAffected)
 		return nil
 	})
 	return rec, err
