@@ -250,7 +250,7 @@ func runToEnd(t *testing.T, c leakCase, env []string) string {
 }
 
 // publishThrough returns a leakCase.drive that runs serve, embedded, with
-// its worker calling hookURL, creates a post due at once, and waits until
+// its worker calling hookURL, creates a post due in 3 s, and waits until
 // serve's log or `posting publications list` shows says; it returns the
 // output of both.
 func publishThrough(hookURL string) func(t *testing.T, env []string, says string) string {
@@ -259,7 +259,9 @@ func publishThrough(hookURL string) func(t *testing.T, env []string, says string
 		env = append(env, "POSTING_DATABASE_URL="+dbURL, "POSTING_PUBLISH_WEBHOOK_URL="+hookURL,
 			"POSTING_SCHEDULER_SPEC=@every 1s", "POSTING_RELAY_INTERVAL=100ms")
 		serve := postingtest.StartServe(t, env...)
-		postingtest.CreatePost(t, serve.HTTP, time.Now().Add(time.Second))
+		// Due a few seconds on: a loaded machine can take a second to
+		// answer, and a time past by then is refused.
+		postingtest.CreatePost(t, serve.HTTP, time.Now().Add(3*time.Second))
 		var list string
 		require.Eventually(t, func() bool {
 			list, _ = runBinary(t, []string{"POSTING_DATABASE_URL=" + dbURL}, "publications", "list")
