@@ -26,13 +26,7 @@ import (
 // which locks only the rows it returns, and SQLite's writers take turns.
 func TestClaimBesideAnOpenClaimTakesOtherRowsAtOnce(t *testing.T) {
 	t.Parallel()
-	pools := databasetest.Pools(t, databasetest.URL(t, database.MySQL, "claimopen"), 2)
-	first, second := setup(t, pools[0]), setup(t, pools[1])
-	aggregates := make([]int64, 100)
-	for i := range aggregates {
-		aggregates[i] = int64(i + 1)
-	}
-	first.append(t, time.Now().Add(-time.Hour), aggregates...)
+	pools, first, second, _ := youngOutboxOnTwoPools(t)
 
 	var (
 		reads       atomic.Int32
@@ -77,4 +71,19 @@ func TestClaimBesideAnOpenClaimTakesOtherRowsAtOnce(t *testing.T) {
 	var sent int64
 	require.NoError(t, pools[0].DB.Model(&outbox.Message{}).Where("status = ?", outbox.StatusSent).Count(&sent).Error)
 	require.EqualValues(t, 50, sent)
+}
+
+// youngOutboxOnTwoPools makes a MySQL database with an outbox of 100
+// PENDING rows, one per aggregate, an hour old, and a bundle on each of two
+// pools, as two relays have; it returns the pools, the bundles and the
+// rows.
+func youngOutboxOnTwoPools(t *testing.T) (pools []*database.DB, first, second *bundle, rows []outbox.Message) {
+	t.Helper()
+	pools = databasetest.Pools(t, databasetest.URL(t, database.MySQL, "youngoutbox"), 2)
+	first, second = setup(t, pools[0]), setup(t, pools[1])
+	aggregates := make([]int64, 100)
+	for i := range aggregates {
+		aggregates[i] = int64(i + 1)
+	}
+	return pools, first, second, first.append(t, time.Now().Add(-time.Hour), aggregates...)
 }

@@ -10,7 +10,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/postingsvc/posting/internal/send/outbox"
-	"github.com/postingsvc/posting/internal/storage/database"
 	"github.com/postingsvc/posting/internal/storage/database/databasetest"
 )
 
@@ -23,13 +22,7 @@ import (
 // that claim to commit. MySQL only, as TestClaimBesideAnOpenClaimTakesOtherRowsAtOnce.
 func TestRecoverStaleBesideAnOpenClaimDoesNotWaitForIt(t *testing.T) {
 	t.Parallel()
-	pools := databasetest.Pools(t, databasetest.URL(t, database.MySQL, "recoveropen"), 2)
-	first, second := setup(t, pools[0]), setup(t, pools[1])
-	aggregates := make([]int64, 100)
-	for i := range aggregates {
-		aggregates[i] = int64(i + 1)
-	}
-	rows := first.append(t, time.Now().Add(-time.Hour), aggregates...)
+	pools, first, second, rows := youngOutboxOnTwoPools(t)
 	dead := rows[0].ID
 	first.set(t, dead, outbox.StatusProcessing, nil) // claimed at t0 by "other", long stale
 
