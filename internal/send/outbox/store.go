@@ -432,13 +432,9 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// instead of waiting (FOR UPDATE SKIP LOCKED); SQLite transactions are
 	// serialized by BEGIN IMMEDIATE, so the claim's already holds the one
 	// write lock when it reads.
-	// Both statements by primary key (Driver.ThroughIndex): on a small
-	// outbox MariaDB scans the whole table for them, and keeps a lock on
-	// every row the scan passes, so another relay's claim would skip or
-	// wait for rows this one does not take.
-	byKey := tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY"))
+	// Both statements by primary key (byKey).
 	lock := s.drv.ForUpdateSkipLocked(
-		byKey.Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
+		s.byKey(tx).Where("id IN ? AND (status = ? OR (status = ? AND next_attempt_at <= ?))", ids, StatusPending, StatusRetry, now))
 	var rows []Message
 	if err := lock.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("lock candidates: %w", err)
@@ -449,7 +445,7 @@ func (s *Store) claimRows(tx *gorm.DB, ids []int64, owner string, now time.Time)
 	// The version check cannot fail while the rows are locked (FOR UPDATE
 	// on MySQL, BEGIN IMMEDIATE on SQLite): it stays as the guard for a
 	// dialect that would claim without the lock, with the count below.
-	res := tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{}).
+	res := s.byKey(tx).
 		Where("status IN ?", []Status{StatusPending, StatusRetry}).
 		Where(s.versionMatch(rows)).
 		Updates(map[string]any{
@@ -649,8 +645,7 @@ func (s *Store) updateClaimed(ctx context.Context, msgs []Message, changes map[s
 func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]any) (fenced int, err error) {
 	changes["version"] = gorm.Expr("version + 1")
 	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
-		// By primary key, as claimRows' UPDATE.
-		res := tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{}).
+		res := s.byKey(tx).
 			Where("status = ?", StatusProcessing).
 			Where(s.versionMatch(chunk)).
 			Updates(changes)
@@ -779,31 +774,24 @@ type Recovery struct {
 func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetries int, retryAt time.Time) (Recovery, error) {
 	staleBefore, retryAt = database.Normalize(staleBefore), database.Normalize(retryAt)
 	var rec Recovery
-	// Stale claims are rare: look before taking the write lock. (A COUNT
-	// with LIMIT 1 would still count every match; this stops at the first.)
+	// The stale rows by a plain read, before any write lock (stale claims
+	// are rare), then changed by primary key (byKey), each UPDATE checking
+	// again that they are stale. On MySQL an UPDATE by status and
+	// claimed_at reads every PROCESSING entry of
+	// idx_outbox_status_created_id with a lock, live claims' rows among
+	// them, and waits for their transactions.
 	var found []int64
 	if err := s.db.WithContext(ctx).Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore).
-		Limit(1).Pluck("id", &found).Error; err != nil || len(found) == 0 {
+		Pluck("id", &found).Error; err != nil || len(found) == 0 {
 		return rec, err
 	}
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		rec = Recovery{}
-		// The stale rows by a plain read, then changed by primary key
-		// (Driver.ThroughIndex), each UPDATE checking again that they
-		// are stale. On MySQL an UPDATE by status and claimed_at reads
-		// every PROCESSING entry of idx_outbox_status_created_id with a
-		// lock, live claims' rows among them, and waits for their
-		// transactions.
-		var ids []int64
-		if err := tx.Model(&Message{}).Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore).
-			Pluck("id", &ids).Error; err != nil {
-			return fmt.Errorf("find stale claims: %w", err)
-		}
-		for len(ids) > 0 {
+		for ids := found; len(ids) > 0; {
 			chunk := ids[:min(len(ids), maxPairsPerStatement)]
 			ids = ids[len(chunk):]
 			stale := func() *gorm.DB {
-				return tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{}).Where(s.drv.KeysIn("id", chunk)).
+				return s.byKey(tx).Where(s.drv.KeysIn("id", chunk)).
 					Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore)
 			}
 			res := stale().Where("retry_count >= ?", maxRetries).Updates(map[string]any{
@@ -831,6 +819,15 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 		return nil
 	})
 	return rec, err
+}
+
+// byKey is the outbox for statements that name their rows by id: read by
+// primary key (Driver.ThroughIndex). On MySQL a locking statement of a few
+// ids on a small outbox is otherwise a scan of the whole table, which keeps
+// a lock on every row it passes, so another relay's claim would skip or
+// wait for rows this one does not take.
+func (s *Store) byKey(tx *gorm.DB) *gorm.DB {
+	return tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{})
 }
 
 func chunks(msgs []Message, n int) [][]Message {
