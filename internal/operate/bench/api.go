@@ -98,6 +98,44 @@ func APICreate(ctx context.Context, baseURL string, clients int, d time.Duration
 	})
 }
 
+// APICreateLatency creates posts through POST /api/v1/posts of the service
+// at baseURL from one client, each request sent when the one before was
+// answered, for d, and returns the distribution of the times from sending a
+// request to reading its 201: what a lone client waits for a create. Any
+// answer but 201 stops it with an error.
+func APICreateLatency(ctx context.Context, baseURL string, d time.Duration) (Latency, error) {
+	lat, err := oneClientCreates(ctx, baseURL, d)
+	if err != nil {
+		return Latency{}, err
+	}
+	return distribution(lat), nil
+}
+
+// oneClientCreates is APICreateLatency's load: the time of each create.
+func oneClientCreates(ctx context.Context, baseURL string, d time.Duration) ([]time.Duration, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("api create latency: base URL %q: want http://host:port", baseURL)
+	}
+	c, err := dialLean(ctx, u.Host)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.conn.Close() }()
+	var lat []time.Duration
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if err := c.create(); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return lat, nil
+}
+
 // leanConn is one keep-alive HTTP/1.1 connection to the service.
 type leanConn struct {
 	host string

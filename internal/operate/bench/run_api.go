@@ -67,6 +67,14 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		{&rawBatch, func() (Throughput, error) { return RawBatchCreate(ctx, db, cfg.BatchSize, part) }},
 		{&batch, func() (Throughput, error) { return APIBatchCreate(ctx, apiURL, cfg.APIClients, cfg.BatchSize, part) }},
 	}
+	// One client's creates, one at a time: what a lone client waits for a
+	// create with group commit, and with each create a transaction of its
+	// own (group size 1), as before group commit.
+	var loneGrouped, loneSingle []time.Duration
+	lone := []struct {
+		lat  *[]time.Duration
+		base string
+	}{{&loneGrouped, apiURL}, {&loneSingle, singleURL}}
 	for range apiRounds {
 		for _, side := range sides {
 			if err := clean(ctx); err != nil {
@@ -77,6 +85,16 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 				return err
 			}
 			*side.sum = side.sum.Add(t)
+		}
+		for _, side := range lone {
+			if err := clean(ctx); err != nil {
+				return err
+			}
+			lat, err := oneClientCreates(ctx, side.base, part)
+			if err != nil {
+				return err
+			}
+			*side.lat = append(*side.lat, lat...)
 		}
 	}
 	if err := clean(ctx); err != nil {
@@ -100,6 +118,9 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		ratio(alone.PerSecond(), raw.PerSecond()), ratio(alone.PerSecond(), rawGrouped.PerSecond()))
 	fmt.Fprintf(out, "  POST /api/v1/posts posts/s, API alone, one transaction a create (group size 1): %.0f (%.2f x raw)\n",
 		single.PerSecond(), ratio(single.PerSecond(), raw.PerSecond()))
+	grouped, each := distribution(loneGrouped), distribution(loneSingle)
+	fmt.Fprintf(out, "  POST /api/v1/posts, one client, API alone: p50 %s, p99 %s; one transaction a create (group size 1): p50 %s, p99 %s\n",
+		ms(grouped.P50), ms(grouped.P99), ms(each.P50), ms(each.P99))
 	fmt.Fprintf(out, "  raw batches posts/s (%d writers, %d posts a transaction): %.0f (%.1f x single creates)\n",
 		reservation.DefaultBatchConcurrency, cfg.BatchSize, rawBatch.PerSecond(), ratio(rawBatch.PerSecond(), alone.PerSecond()))
 	fmt.Fprintf(out, "  POST /api/v1/posts/batch posts/s, %d posts a request, API alone: %.0f (%.1f x single creates, %.1f x single creates one transaction each, %.2f x raw batches)\n",

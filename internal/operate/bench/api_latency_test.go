@@ -1,0 +1,88 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/postingsvc/posting/internal/operate/bench"
+	"github.com/postingsvc/posting/internal/storage/database"
+	"github.com/postingsvc/posting/internal/storage/database/databasetest"
+	"github.com/postingsvc/posting/internal/write/api"
+	"github.com/postingsvc/posting/internal/write/reservation"
+)
+
+// One client's creates are each timed once, and each timed create is a
+// post written with its event.
+func TestAPICreateLatencyTimesEveryCreateOfOneClient(t *testing.T) {
+	databasetest.Each(t, func(t *testing.T, db *database.DB) {
+		posts, err := reservation.NewService(db.DB, reservation.ServiceConfig{})
+		require.NoError(t, err)
+		h, err := api.NewHandler(api.Config{Posts: posts})
+		require.NoError(t, err)
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+
+		got, err := bench.APICreateLatency(context.Background(), srv.URL, 300*time.Millisecond)
+		require.NoError(t, err)
+		require.Positive(t, got.Events)
+		var written, events int64
+		require.NoError(t, db.Table("posts").Count(&written).Error)
+		require.NoError(t, db.Table("outbox").Where("event_type = ?", "POSTING_EVENT").Count(&events).Error)
+		require.EqualValues(t, got.Events, written, "one timed create a post")
+		require.EqualValues(t, got.Events, events, "one event a post")
+		require.Positive(t, got.P50)
+		require.LessOrEqual(t, got.P50, got.P99)
+		require.LessOrEqual(t, got.P99, got.Max)
+	})
+}
+
+// A create's time runs until its answer is read, and the next create is
+// sent only after it: a service that takes 30 ms an answer is timed at no
+// less, and never holds two of the client's creates at once.
+func TestAPICreateLatencyWaitsForEachAnswer(t *testing.T) {
+	var inFlight, most atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		if n > most.Load() {
+			most.Store(n)
+		}
+		time.Sleep(30 * time.Millisecond)
+		w.Header().Set("Location", "/api/v1/posts/1")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+
+	got, err := bench.APICreateLatency(context.Background(), srv.URL, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.Positive(t, got.Events)
+	require.GreaterOrEqual(t, got.P50, 30*time.Millisecond)
+	require.EqualValues(t, 1, most.Load(), "one create at a time")
+}
+
+// An answer other than 201 stops the load with the answer in the error,
+// as does a base URL the client cannot speak to.
+func TestAPICreateLatencyStopsAtARefusal(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprint(w, `{"title":"scheduledAt: must lie in the future"}`)
+	}))
+	defer srv.Close()
+
+	_, err := bench.APICreateLatency(context.Background(), srv.URL, time.Second)
+	require.ErrorContains(t, err, "answered 422")
+	require.ErrorContains(t, err, "must lie in the future")
+	require.EqualValues(t, 1, calls.Load(), "no create after the refusal")
+
+	_, err = bench.APICreateLatency(context.Background(), "https://"+srv.Listener.Addr().String(), time.Second)
+	require.ErrorContains(t, err, "want http://host:port")
+}
