@@ -98,40 +98,60 @@ func APICreate(ctx context.Context, baseURL string, clients int, d time.Duration
 	})
 }
 
-// APICreateLatency creates posts through POST /api/v1/posts of the service
-// at baseURL from one client, each request sent when the one before was
-// answered, for d, and returns the distribution of the times from sending a
-// request to reading its 201: what a lone client waits for a create. Any
-// answer but 201 stops it with an error.
-func APICreateLatency(ctx context.Context, baseURL string, d time.Duration) (Latency, error) {
-	lat, err := oneClientCreates(ctx, baseURL, d)
-	if err != nil {
-		return Latency{}, err
-	}
-	return distribution(lat), nil
-}
-
-// oneClientCreates is APICreateLatency's load: the time of each create.
-func oneClientCreates(ctx context.Context, baseURL string, d time.Duration) ([]time.Duration, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return nil, fmt.Errorf("api create latency: base URL %q: want http://host:port", baseURL)
-	}
-	c, err := dialLean(ctx, u.Host)
+// APICreateLatency creates posts through POST /api/v1/posts from one
+// client, for d: each request is sent when the one before was answered, to
+// the services at baseURLs in turn, one keep-alive connection each. It
+// returns, for each service, the distribution of the times from sending a
+// create to reading its 201: what a lone client waits for a create. Taking
+// turns, the services are measured under the same conditions, whatever the
+// machine does meanwhile. Any answer but 201 stops it with an error.
+func APICreateLatency(ctx context.Context, d time.Duration, baseURLs ...string) ([]Latency, error) {
+	lat, err := oneClientCreates(ctx, d, baseURLs...)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = c.conn.Close() }()
-	var lat []time.Duration
+	out := make([]Latency, len(lat))
+	for i, l := range lat {
+		out[i] = distribution(l)
+	}
+	return out, nil
+}
+
+// oneClientCreates is APICreateLatency's load: the time of each create, by
+// service.
+func oneClientCreates(ctx context.Context, d time.Duration, baseURLs ...string) ([][]time.Duration, error) {
+	if len(baseURLs) == 0 {
+		return nil, errors.New("api create latency: no service")
+	}
+	conns := make([]*leanConn, 0, len(baseURLs))
+	defer func() {
+		for _, c := range conns {
+			_ = c.conn.Close()
+		}
+	}()
+	for _, baseURL := range baseURLs {
+		u, err := url.Parse(baseURL)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return nil, fmt.Errorf("api create latency: base URL %q: want http://host:port", baseURL)
+		}
+		c, err := dialLean(ctx, u.Host)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	lat := make([][]time.Duration, len(conns))
 	for end := time.Now().Add(d); time.Now().Before(end); {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		for i, c := range conns {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			if err := c.create(); err != nil {
+				return nil, err
+			}
+			lat[i] = append(lat[i], time.Since(start))
 		}
-		start := time.Now()
-		if err := c.create(); err != nil {
-			return nil, err
-		}
-		lat = append(lat, time.Since(start))
 	}
 	return lat, nil
 }

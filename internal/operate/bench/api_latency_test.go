@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,8 +30,10 @@ func TestAPICreateLatencyTimesEveryCreateOfOneClient(t *testing.T) {
 		srv := httptest.NewServer(h)
 		defer srv.Close()
 
-		got, err := bench.APICreateLatency(context.Background(), srv.URL, 300*time.Millisecond)
+		lat, err := bench.APICreateLatency(context.Background(), 300*time.Millisecond, srv.URL)
 		require.NoError(t, err)
+		require.Len(t, lat, 1)
+		got := lat[0]
 		require.Positive(t, got.Events)
 		var written, events int64
 		require.NoError(t, db.Table("posts").Count(&written).Error)
@@ -60,10 +63,10 @@ func TestAPICreateLatencyWaitsForEachAnswer(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	got, err := bench.APICreateLatency(context.Background(), srv.URL, 200*time.Millisecond)
+	lat, err := bench.APICreateLatency(context.Background(), 200*time.Millisecond, srv.URL)
 	require.NoError(t, err)
-	require.Positive(t, got.Events)
-	require.GreaterOrEqual(t, got.P50, 30*time.Millisecond)
+	require.Positive(t, lat[0].Events)
+	require.GreaterOrEqual(t, lat[0].P50, 30*time.Millisecond)
 	require.EqualValues(t, 1, most.Load(), "one create at a time")
 }
 
@@ -78,11 +81,43 @@ func TestAPICreateLatencyStopsAtARefusal(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	_, err := bench.APICreateLatency(context.Background(), srv.URL, time.Second)
+	_, err := bench.APICreateLatency(context.Background(), time.Second, srv.URL)
 	require.ErrorContains(t, err, "answered 422")
 	require.ErrorContains(t, err, "must lie in the future")
 	require.EqualValues(t, 1, calls.Load(), "no create after the refusal")
 
-	_, err = bench.APICreateLatency(context.Background(), "https://"+srv.Listener.Addr().String(), time.Second)
+	_, err = bench.APICreateLatency(context.Background(), time.Second, "https://"+srv.Listener.Addr().String())
 	require.ErrorContains(t, err, "want http://host:port")
+	_, err = bench.APICreateLatency(context.Background(), time.Second)
+	require.ErrorContains(t, err, "no service")
+}
+
+// With two services the client takes turns: each is sent every other
+// create, and each service's distribution holds its own creates.
+func TestAPICreateLatencyTakesTurnsBetweenServices(t *testing.T) {
+	var order []string
+	var mu sync.Mutex
+	service := func(name string, delay time.Duration) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			time.Sleep(delay)
+			w.Header().Set("Location", "/api/v1/posts/1")
+			w.WriteHeader(http.StatusCreated)
+		}))
+	}
+	slow, fast := service("slow", 20*time.Millisecond), service("fast", 0)
+	defer slow.Close()
+	defer fast.Close()
+
+	lat, err := bench.APICreateLatency(context.Background(), 200*time.Millisecond, slow.URL, fast.URL)
+	require.NoError(t, err)
+	require.Len(t, lat, 2)
+	require.Equal(t, lat[0].Events, lat[1].Events, "one create each a turn")
+	require.Len(t, order, lat[0].Events+lat[1].Events)
+	for i, name := range order {
+		require.Equal(t, []string{"slow", "fast"}[i%2], name, "request %d", i)
+	}
+	require.GreaterOrEqual(t, lat[0].P50, 20*time.Millisecond, "the slow service's creates")
 }

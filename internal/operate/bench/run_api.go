@@ -67,14 +67,11 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 		{&rawBatch, func() (Throughput, error) { return RawBatchCreate(ctx, db, cfg.BatchSize, part) }},
 		{&batch, func() (Throughput, error) { return APIBatchCreate(ctx, apiURL, cfg.APIClients, cfg.BatchSize, part) }},
 	}
-	// One client's creates, one at a time: what a lone client waits for a
-	// create with group commit, and with each create a transaction of its
-	// own (group size 1), as before group commit.
+	// One client's creates, one at a time, taking turns between the two
+	// APIs: what a lone client waits for a create with group commit, and
+	// with each create a transaction of its own (group size 1), as before
+	// group commit.
 	var loneGrouped, loneSingle []time.Duration
-	lone := []struct {
-		lat  *[]time.Duration
-		base string
-	}{{&loneGrouped, apiURL}, {&loneSingle, singleURL}}
 	for range apiRounds {
 		for _, side := range sides {
 			if err := clean(ctx); err != nil {
@@ -86,16 +83,14 @@ func runAPI(ctx context.Context, cfg Config, db *database.DB, clean func(context
 			}
 			*side.sum = side.sum.Add(t)
 		}
-		for _, side := range lone {
-			if err := clean(ctx); err != nil {
-				return err
-			}
-			lat, err := oneClientCreates(ctx, side.base, part)
-			if err != nil {
-				return err
-			}
-			*side.lat = append(*side.lat, lat...)
+		if err := clean(ctx); err != nil {
+			return err
 		}
+		lat, err := oneClientCreates(ctx, part, apiURL, singleURL)
+		if err != nil {
+			return err
+		}
+		loneGrouped, loneSingle = append(loneGrouped, lat[0]...), append(loneSingle, lat[1]...)
 	}
 	if err := clean(ctx); err != nil {
 		return err
