@@ -103,9 +103,10 @@ func APICreate(ctx context.Context, baseURL string, clients int, d time.Duration
 // the services at baseURLs in turn, one keep-alive connection each. It
 // returns, for each service, the distribution of the times from sending a
 // create to reading its 201: what a lone client waits for a create. The
-// first create to each service is not timed. Taking
-// turns, the services are measured under the same conditions, whatever the
-// machine does meanwhile. Any answer but 201 stops it with an error.
+// first create to each service is not timed. Taking turns, the services
+// are measured under the same conditions, whatever the machine does
+// meanwhile. Any answer but 201 stops it with an error, and a cancel with
+// the cancel's cause.
 func APICreateLatency(ctx context.Context, d time.Duration, baseURLs ...string) ([]Latency, error) {
 	lat, err := oneClientCreates(ctx, d, baseURLs...)
 	if err != nil {
@@ -149,24 +150,25 @@ func oneClientCreates(ctx context.Context, d time.Duration, baseURLs ...string) 
 		}
 	})
 	defer stop()
+	create := func(c *leanConn) error {
+		err := c.create(ctx)
+		if err != nil && ctx.Err() != nil {
+			return context.Cause(ctx) // not the deadline the cancel set
+		}
+		return err
+	}
 	// The first create on each connection is not timed: after a clean-up
 	// it is the slowest by far, and the API taking it would look slower.
 	for _, c := range conns {
-		if err := c.create(ctx); err != nil {
+		if err := create(c); err != nil {
 			return nil, err
 		}
 	}
 	lat := make([][]time.Duration, len(conns))
 	for end := time.Now().Add(d); time.Now().Before(end); {
 		for i, c := range conns {
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
 			start := time.Now()
-			if err := c.create(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil, context.Cause(ctx)
-				}
+			if err := create(c); err != nil {
 				return nil, err
 			}
 			lat[i] = append(lat[i], time.Since(start))
