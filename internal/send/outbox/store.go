@@ -644,7 +644,7 @@ func (s *Store) updateClaimed(ctx context.Context, msgs []Message, changes map[s
 
 func (s *Store) updateClaimedTx(tx *gorm.DB, msgs []Message, changes map[string]any) (fenced int, err error) {
 	changes["version"] = gorm.Expr("version + 1")
-	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
+	for chunk := range slices.Chunk(msgs, maxPairsPerStatement) {
 		res := s.byKey(tx).
 			Where("status = ?", StatusProcessing).
 			Where(s.versionMatch(chunk)).
@@ -736,7 +736,7 @@ func (s *Store) WrittenSent(ctx context.Context, msgs []Message) (map[int64]bool
 		want[m.ID] = m.Version + 1
 	}
 	written := map[int64]bool{}
-	for _, chunk := range chunks(msgs, maxPairsPerStatement) {
+	for chunk := range slices.Chunk(msgs, maxPairsPerStatement) {
 		ids := make([]int64, len(chunk))
 		for i, m := range chunk {
 			ids[i] = m.ID
@@ -766,6 +766,9 @@ type Recovery struct {
 	Failed int
 }
 
+// staleClaimError is the last_error of a claim RecoverStale took back.
+const staleClaimError = "claim expired: the relay instance stopped before recording a result"
+
 // RecoverStale takes back claims older than staleBefore, left by an instance
 // that died or hung between claim and result. A recovery counts as a failed
 // attempt, so a row that kills its relay every time still ends in FAIL: rows
@@ -787,9 +790,7 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 	}
 	err := database.Transaction(ctx, s.db, func(tx *gorm.DB) error {
 		rec = Recovery{}
-		for ids := found; len(ids) > 0; {
-			chunk := ids[:min(len(ids), maxPairsPerStatement)]
-			ids = ids[len(chunk):]
+		for chunk := range slices.Chunk(found, maxPairsPerStatement) {
 			stale := func() *gorm.DB {
 				return s.byKey(tx).Where(s.drv.KeysIn("id", chunk)).
 					Where("status = ? AND claimed_at < ?", StatusProcessing, staleBefore)
@@ -797,7 +798,7 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 			res := stale().Where("retry_count >= ?", maxRetries).Updates(map[string]any{
 				"status":      StatusFail,
 				"retry_count": gorm.Expr("retry_count + 1"),
-				"last_error":  "claim expired: the relay instance stopped before recording a result",
+				"last_error":  staleClaimError,
 				"version":     gorm.Expr("version + 1"),
 			})
 			if res.Error != nil {
@@ -808,7 +809,7 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 				"status":          StatusRetry,
 				"retry_count":     gorm.Expr("retry_count + 1"),
 				"next_attempt_at": retryAt,
-				"last_error":      "claim expired: the relay instance stopped before recording a result",
+				"last_error":      staleClaimError,
 				"version":         gorm.Expr("version + 1"),
 			})
 			if res.Error != nil {
@@ -828,16 +829,4 @@ func (s *Store) RecoverStale(ctx context.Context, staleBefore time.Time, maxRetr
 // wait for rows this one does not take.
 func (s *Store) byKey(tx *gorm.DB) *gorm.DB {
 	return tx.Table(s.drv.ThroughIndex("outbox", "PRIMARY")).Model(&Message{})
-}
-
-func chunks(msgs []Message, n int) [][]Message {
-	var out [][]Message
-	for len(msgs) > n {
-		out = append(out, msgs[:n])
-		msgs = msgs[n:]
-	}
-	if len(msgs) > 0 {
-		out = append(out, msgs)
-	}
-	return out
 }
